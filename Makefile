@@ -1,0 +1,44 @@
+# EasyVideoR1 developer entry points. `make demo` and `make test` work on a fresh machine:
+# each creates/refreshes the virtual environment from the project's own files, then runs.
+VENV ?= .venv
+PY := $(VENV)/bin/python
+PIP := $(PY) -m pip
+STAMP := $(VENV)/.easyvideor1-installed
+# Pins for CPU machines (torch from local disk). On a GPU machine: make install CONSTRAINTS=
+CONSTRAINTS ?= constraints-cpu.txt
+DEMO_DIR ?= runs/demo
+PYTEST_ARGS ?=
+
+.PHONY: install demo test test-fast bench lint format clean
+
+$(STAMP): pyproject.toml $(CONSTRAINTS) tools/torchvision_cpu_hook.py
+	@test -x $(PY) || python3 -m venv $(VENV)
+	$(PIP) install -q --upgrade pip
+	$(PIP) install -q $(if $(CONSTRAINTS),-c $(CONSTRAINTS)) -e ".[test]"
+	$(PY) tools/torchvision_cpu_hook.py install
+	@touch $(STAMP)
+
+install: $(STAMP)
+
+demo: $(STAMP)
+	$(PY) -m easyvideor1 demo --out $(DEMO_DIR)
+
+test: $(STAMP)
+	$(PY) -m pytest $(PYTEST_ARGS)
+
+test-fast: $(STAMP)
+	$(PY) -m pytest -m "not slow" $(PYTEST_ARGS)
+
+bench: $(STAMP)
+	@for b in benchmarks/*.py; do echo "== $$b"; $(PY) $$b || exit 1; done
+
+lint: $(STAMP)
+	$(PY) -m ruff check src tests benchmarks tools
+	$(PY) -m ruff format --check src tests benchmarks tools
+
+format: $(STAMP)
+	$(PY) -m ruff format src tests benchmarks tools
+	$(PY) -m ruff check --fix src tests benchmarks tools
+
+clean:
+	rm -rf $(VENV) runs .pytest_cache build *.egg-info src/*.egg-info

@@ -1,0 +1,219 @@
+"""PyAV video decoding into uint8 RGB frames.
+
+Design:
+- ``probe_video`` demuxes packets without decoding (cheap) to learn the frame count, the
+  presentation timestamp of every frame and the keyframes. This is robust where container headers
+  lie or say nothing (WebM reports 0 frames, variable frame rate, B-frames reorder packets).
+  Frame ``i`` is the i-th frame in presentation order, as in decord and qwen-vl-utils.
+- ``read_frames`` decodes only what is needed. Between two wanted frames it either keeps decoding
+  forward or seeks to the keyframe before the next wanted frame, whichever skips more work: a seek
+  pays off only when it jumps over at least ``seek_min_skip`` frames (measured on this project's
+  machine: a 16-of-300-frame read takes 0.20 s sequentially, 1.07 s seeking with a 250-frame GOP and
+  0.24 s with a 30-frame GOP). Dense sampling of short-GOP video therefore stays sequential and
+  sparse sampling of long video seeks.
+- Display rotation metadata is applied, so portrait phone videos come out upright.
+- A deadline turns a decoder that stalls into a :class:`DecodeError` instead of a hang; the batch
+  preprocessor additionally runs each video in a worker process it can kill.
+"""
+
+from __future__ import annotations
+
+import bisect
+import os
+import time
+from dataclasses import dataclass, field
+from fractions import Fraction
+
+import av
+import numpy as np
+
+
+class DecodeError(RuntimeError):
+    """A video could not be decoded; the message says which file and why."""
+
+
+@dataclass
+class VideoInfo:
+    """What a demux pass learns about a video stream."""
+
+    path: str
+    width: int
+    height: int
+    fps: float  # average frame rate, as decord's get_avg_fps
+    total_frames: int
+    frame_pts: list[int] = field(repr=False)  # presentation timestamps, sorted; frame i has frame_pts[i]
+    keyframes: list[int] = field(repr=False)  # frame indices of keyframes, sorted
+    time_base: Fraction | None = None
+    codec: str = ""
+
+    @property
+    def duration(self) -> float:
+        return self.total_frames / self.fps if self.fps > 0 else 0.0
+
+
+def _open(path: str) -> av.container.InputContainer:
+    if not os.path.exists(path):
+        raise DecodeError(f"{path}: file not found")
+    if os.path.getsize(path) == 0:
+        raise DecodeError(f"{path}: file is empty (0 bytes)")
+    try:
+        return av.open(path, metadata_errors="ignore")
+    except av.FFmpegError as e:
+        raise DecodeError(f"{path}: not a readable media file ({e})") from e
+
+
+def _video_stream(container: av.container.InputContainer, path: str) -> av.video.stream.VideoStream:
+    if not container.streams.video:
+        kinds = sorted({s.type for s in container.streams}) or ["none"]
+        raise DecodeError(f"{path}: no video stream (streams: {', '.join(kinds)})")
+    return container.streams.video[0]
+
+
+def _stream_fps(stream: av.video.stream.VideoStream, n: int, span_seconds: float) -> float:
+    for rate in (stream.average_rate, stream.guessed_rate, stream.base_rate):
+        if rate and float(rate) > 0:
+            return float(rate)
+    if span_seconds > 0:
+        return n / span_seconds
+    raise DecodeError("cannot determine the frame rate")
+
+
+def probe_video(path: str, deadline: float | None = None) -> VideoInfo:
+    """Frame count, fps, per-frame timestamps and keyframes of the first video stream."""
+    path = str(path)
+    with _open(path) as container:
+        stream = _video_stream(container, path)
+        pts: list[int] = []
+        key_pts: list[int] = []
+        missing_pts = 0
+        try:
+            for packet in container.demux(stream):
+                if packet.size == 0:
+                    continue  # flush packet
+                if deadline is not None and time.monotonic() > deadline:
+                    raise DecodeError(f"{path}: time limit exceeded while reading the container")
+                p = packet.pts if packet.pts is not None else packet.dts
+                if p is None:
+                    missing_pts += 1
+                    continue
+                pts.append(p)
+                if packet.is_keyframe:
+                    key_pts.append(p)
+        except av.FFmpegError as e:
+            if not pts:
+                raise DecodeError(f"{path}: cannot read packets ({e})") from e
+            # a truncated file: keep the frames that are there
+        if missing_pts or not pts:
+            raise DecodeError(f"{path}: video packets carry no timestamps; cannot index frames")
+        pts.sort()
+        index = {p: i for i, p in enumerate(pts)}
+        keyframes = sorted(index[p] for p in key_pts) or [0]
+        tb = stream.time_base
+        span = float((pts[-1] - pts[0]) * tb) if tb and len(pts) > 1 else 0.0
+        ctx = stream.codec_context
+        if not ctx.width or not ctx.height:
+            raise DecodeError(f"{path}: video stream has no frame size")
+        return VideoInfo(
+            path=path,
+            width=ctx.width,
+            height=ctx.height,
+            fps=_stream_fps(stream, len(pts), span),
+            total_frames=len(pts),
+            frame_pts=pts,
+            keyframes=keyframes,
+            time_base=tb,
+            codec=ctx.name,
+        )
+
+
+def _to_rgb(frame: av.VideoFrame) -> np.ndarray:
+    img = frame.to_ndarray(format="rgb24")
+    k = (int(round(frame.rotation or 0)) // 90) % 4
+    return np.ascontiguousarray(np.rot90(img, k)) if k else img
+
+
+def read_frames(
+    info: VideoInfo,
+    indices: list[int],
+    deadline: float | None = None,
+    seek_min_skip: int = 48,
+) -> np.ndarray:
+    """Decode the frames at ``indices`` (sorted, may repeat) as uint8 ``[T, H, W, 3]`` RGB."""
+    if not indices:
+        raise ValueError("no frame indices requested")
+    if indices != sorted(indices) or indices[0] < 0 or indices[-1] >= info.total_frames:
+        raise ValueError(f"frame indices must be sorted within [0, {info.total_frames}), got {indices[:3]}...")
+    wanted = sorted(set(indices))
+    got: dict[int, np.ndarray] = {}
+    try:
+        _decode(info, wanted, got, deadline, seek_min_skip)
+    except _SeekFallback:
+        got.clear()  # a seek misbehaved on this file: decode it front to back instead
+        _decode(info, wanted, got, deadline, seek_min_skip=None)
+    if len(got) < len(wanted):
+        missing = [i for i in wanted if i not in got]
+        # Trailing frames a broken encoder never emitted: reuse the last good frame, but only for a
+        # couple; anything more means the file is damaged and must be reported.
+        if got and missing[0] > max(got) and len(missing) <= 2:
+            for i in missing:
+                got[i] = got[max(got)]
+        else:
+            raise DecodeError(
+                f"{info.path}: {len(missing)} of {len(wanted)} wanted frames could not be decoded "
+                f"(first missing: frame {missing[0]} of {info.total_frames})"
+            )
+    return np.stack([got[i] for i in indices])
+
+
+class _SeekFallback(Exception):
+    pass
+
+
+def _decode(info: VideoInfo, wanted: list[int], got: dict, deadline: float | None, seek_min_skip: int | None):
+    """Fill ``got`` with the wanted frames; seek over gaps longer than ``seek_min_skip`` (None: never)."""
+    pts_to_index = {p: i for i, p in enumerate(info.frame_pts)}
+    remaining = set(wanted)
+    keyframes = info.keyframes
+
+    def keyframe_before(i: int) -> int:
+        return keyframes[bisect.bisect_right(keyframes, i) - 1]
+
+    with _open(info.path) as container:
+        stream = _video_stream(container, info.path)
+        stream.thread_type = "AUTO"
+        pos: int | None = -1  # index of the last decoded frame; None right after a seek
+        w = 0  # next wanted frame is wanted[w]
+        try:
+            while w < len(wanted):
+                key = keyframe_before(wanted[w])
+                if seek_min_skip is not None and pos is not None and key - pos > seek_min_skip:
+                    container.seek(info.frame_pts[key], stream=stream, backward=True, any_frame=False)
+                    pos = None
+                for frame in container.decode(stream):
+                    if deadline is not None and time.monotonic() > deadline:
+                        raise DecodeError(f"{info.path}: time limit exceeded while decoding")
+                    if frame.pts is not None and frame.pts in pts_to_index:
+                        pos = pts_to_index[frame.pts]
+                    elif pos is not None and seek_min_skip is None:
+                        pos += 1  # no usable timestamp: count frames (only safe without seeking)
+                    else:
+                        raise _SeekFallback
+                    if pos in remaining:
+                        got[pos] = _to_rgb(frame)
+                        remaining.discard(pos)
+                    while w < len(wanted) and wanted[w] in got:
+                        w += 1
+                    if w == len(wanted):
+                        return
+                    if pos > wanted[w]:
+                        if seek_min_skip is None:
+                            continue  # sequential: a frame never came out; report it as missing later
+                        raise _SeekFallback  # a seek landed past the frame we wanted
+                    if seek_min_skip is not None and keyframe_before(wanted[w]) - pos > seek_min_skip:
+                        break  # cheaper to seek than to decode through the gap
+                else:
+                    return  # end of stream
+        except av.FFmpegError as e:
+            if not got:
+                raise DecodeError(f"{info.path}: decoding failed ({e})") from e
+            # a damaged tail: keep what was decoded; the caller reports missing frames

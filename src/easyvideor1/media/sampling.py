@@ -1,0 +1,210 @@
+"""Frame-count, frame-index and resize rules, equal to qwen-vl-utils 0.0.14.
+
+Qwen-VL models see a video as frames resized to a multiple of ``factor`` (patch size x spatial
+merge: 28 for Qwen2/2.5-VL, 32 for Qwen3-VL), sampled at ``fps`` with an even frame count, and a
+per-video pixel budget split over the frames. A model trained on one rule and evaluated on another
+sees different inputs, so these functions reproduce qwen-vl-utils 0.0.14 *exactly* (the same float
+arithmetic, Python's banker's rounding, float32 ``torch.linspace``); ``tests/media`` checks them
+against the real package. The model family decides the factor (the reference hard-coded 32).
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import asdict, dataclass, fields, replace
+from typing import Any
+
+import torch
+
+# Constants of qwen-vl-utils 0.0.14 (vision_process.py).
+FRAME_FACTOR = 2  # Qwen-VL merges frames in temporal pairs
+DEFAULT_FPS = 2.0
+FPS_MIN_FRAMES = 4
+FPS_MAX_FRAMES = 768
+SPATIAL_MERGE_SIZE = 2
+VIDEO_MIN_TOKEN_NUM = 128
+VIDEO_MAX_TOKEN_NUM = 768
+IMAGE_MIN_TOKEN_NUM = 4
+IMAGE_MAX_TOKEN_NUM = 16384
+MODEL_SEQ_LEN = 128000  # qwen-vl-utils reads $MODEL_SEQ_LEN; we make the budget an explicit parameter
+MAX_RATIO = 200
+
+PATCH_SIZE_BY_FAMILY = {"qwen2vl": 14, "qwen2_5vl": 14, "qwen3vl": 16}
+MODEL_FAMILIES = tuple(PATCH_SIZE_BY_FAMILY)
+
+
+def factor_for_family(model_family: str) -> int:
+    """Resize factor (patch size x spatial merge) of a model family: 28 or 32."""
+    key = model_family.lower().replace("-", "_").replace(".", "_")
+    key = {"qwen2_vl": "qwen2vl", "qwen2_5_vl": "qwen2_5vl", "qwen25vl": "qwen2_5vl", "qwen3_vl": "qwen3vl"}.get(
+        key, key
+    )
+    if key not in PATCH_SIZE_BY_FAMILY:
+        raise ValueError(f"unknown model family {model_family!r}; expected one of {', '.join(MODEL_FAMILIES)}")
+    return PATCH_SIZE_BY_FAMILY[key] * SPATIAL_MERGE_SIZE
+
+
+def round_by_factor(number: float, factor: int) -> int:
+    return round(number / factor) * factor
+
+
+def ceil_by_factor(number: float, factor: int) -> int:
+    return math.ceil(number / factor) * factor
+
+
+def floor_by_factor(number: float, factor: int) -> int:
+    return math.floor(number / factor) * factor
+
+
+def smart_resize(
+    height: int, width: int, factor: int, min_pixels: float | None = None, max_pixels: float | None = None
+) -> tuple[int, int]:
+    """Height and width divisible by ``factor``, area within [min_pixels, max_pixels], aspect kept."""
+    max_pixels = max_pixels if max_pixels is not None else IMAGE_MAX_TOKEN_NUM * factor**2
+    min_pixels = min_pixels if min_pixels is not None else IMAGE_MIN_TOKEN_NUM * factor**2
+    if max_pixels < min_pixels:
+        raise ValueError(f"max_pixels ({max_pixels}) must be >= min_pixels ({min_pixels})")
+    if min(height, width) <= 0:
+        raise ValueError(f"frame size must be positive, got {height}x{width}")
+    if max(height, width) / min(height, width) > MAX_RATIO:
+        raise ValueError(f"aspect ratio must be smaller than {MAX_RATIO}, got {height}x{width}")
+    h_bar = max(factor, round_by_factor(height, factor))
+    w_bar = max(factor, round_by_factor(width, factor))
+    if h_bar * w_bar > max_pixels:
+        beta = math.sqrt((height * width) / max_pixels)
+        h_bar = floor_by_factor(height / beta, factor)
+        w_bar = floor_by_factor(width / beta, factor)
+    elif h_bar * w_bar < min_pixels:
+        beta = math.sqrt(min_pixels / (height * width))
+        h_bar = ceil_by_factor(height * beta, factor)
+        w_bar = ceil_by_factor(width * beta, factor)
+    return h_bar, w_bar
+
+
+@dataclass(frozen=True)
+class SamplingParams:
+    """How one video is turned into model frames (the qwen-vl-utils ``ele`` keys).
+
+    ``fps`` and ``nframes`` are mutually exclusive; ``None`` means the qwen-vl-utils default.
+    ``factor`` is 28 (Qwen2/2.5-VL) or 32 (Qwen3-VL); build it with :meth:`for_family`.
+    """
+
+    factor: int = 32
+    fps: float | None = None
+    nframes: int | None = None
+    min_frames: int | None = None
+    max_frames: int | None = None
+    min_pixels: int | None = None
+    max_pixels: int | None = None
+    total_pixels: int | None = None
+    video_start: float | None = None
+    video_end: float | None = None
+
+    def __post_init__(self) -> None:
+        if self.fps is not None and self.nframes is not None:
+            raise ValueError("give either fps or nframes, not both")
+        if self.factor not in (28, 32):
+            raise ValueError(f"factor must be 28 (Qwen2/2.5-VL) or 32 (Qwen3-VL), got {self.factor}")
+        for name in ("fps", "nframes", "min_frames", "max_frames", "min_pixels", "max_pixels", "total_pixels"):
+            value = getattr(self, name)
+            if value is not None and not value > 0:
+                raise ValueError(f"{name} must be positive, got {value}")
+        if self.video_start is not None and self.video_end is not None and self.video_end <= self.video_start:
+            raise ValueError(f"video_end ({self.video_end}) must be after video_start ({self.video_start})")
+
+    @classmethod
+    def for_family(cls, model_family: str, **kwargs: Any) -> SamplingParams:
+        return cls(factor=factor_for_family(model_family), **kwargs)
+
+    def replace(self, **changes: Any) -> SamplingParams:
+        return replace(self, **changes)
+
+    def to_dict(self) -> dict[str, Any]:
+        """Every parameter, with the defaults that do not depend on the video filled in."""
+        d = asdict(self)
+        if d["nframes"] is None:
+            d["fps"] = float(d["fps"] if d["fps"] is not None else DEFAULT_FPS)
+            d["min_frames"] = d["min_frames"] if d["min_frames"] is not None else FPS_MIN_FRAMES
+        d["min_pixels"] = d["min_pixels"] if d["min_pixels"] is not None else VIDEO_MIN_TOKEN_NUM * self.factor**2
+        if d["total_pixels"] is None:
+            d["total_pixels"] = MODEL_SEQ_LEN * self.factor**2 * 0.9
+        return d
+
+    @classmethod
+    def from_dict(cls, d: dict[str, Any]) -> SamplingParams:
+        names = {f.name for f in fields(cls)}
+        return cls(**{k: v for k, v in d.items() if k in names})
+
+
+def frame_range(params: SamplingParams, total_frames: int, video_fps: float) -> tuple[int, int, int]:
+    """First and last source frame of the ``video_start``/``video_end`` window, and its length."""
+    if video_fps <= 0:
+        raise ValueError(f"video fps must be positive, got {video_fps}")
+    if total_frames <= 0:
+        raise ValueError(f"video has no frames (total_frames={total_frames})")
+    start, end = params.video_start, params.video_end
+    if start is None and end is None:
+        return 0, total_frames - 1, total_frames
+    duration = total_frames / video_fps
+    first = math.ceil(max(0.0, min(start, duration)) * video_fps) if start is not None else 0
+    last = total_frames - 1
+    if end is not None:
+        last = min(math.floor(max(0.0, min(end, duration)) * video_fps), total_frames - 1)
+    if first >= last:
+        raise ValueError(
+            f"clip window [{start}, {end}] s selects no frames of a {duration:.2f} s video "
+            f"({total_frames} frames at {video_fps:.3f} fps)"
+        )
+    return first, last, last - first + 1
+
+
+def smart_nframes(params: SamplingParams, total_frames: int, video_fps: float) -> int:
+    """Number of frames to sample from a window of ``total_frames`` frames (qwen-vl-utils rule)."""
+    if params.nframes is not None:
+        nframes = round_by_factor(params.nframes, FRAME_FACTOR)
+    else:
+        fps = params.fps if params.fps is not None else DEFAULT_FPS
+        min_frames = ceil_by_factor(params.min_frames or FPS_MIN_FRAMES, FRAME_FACTOR)
+        max_frames = params.max_frames if params.max_frames is not None else min(FPS_MAX_FRAMES, total_frames)
+        max_frames = floor_by_factor(max_frames, FRAME_FACTOR)
+        nframes = total_frames / video_fps * fps
+        nframes = min(min(max(nframes, min_frames), max_frames), total_frames)
+        nframes = floor_by_factor(nframes, FRAME_FACTOR)
+    if not FRAME_FACTOR <= nframes <= total_frames:
+        raise ValueError(
+            f"cannot sample {nframes} frames from a window of {total_frames} frames "
+            f"(need {FRAME_FACTOR} <= nframes <= total frames)"
+        )
+    return nframes
+
+
+def frame_indices(params: SamplingParams, total_frames: int, video_fps: float) -> tuple[list[int], float]:
+    """Source frame indices to decode, and the resulting sample fps."""
+    first, last, window = frame_range(params, total_frames, video_fps)
+    n = smart_nframes(params, window, video_fps)
+    # float32 linspace + round-half-even, exactly as qwen-vl-utils does it
+    idx = torch.linspace(first, last, n).round().long().tolist()
+    return idx, n / max(window, 1e-6) * video_fps
+
+
+def video_max_pixels(params: SamplingParams, nframes: int) -> float:
+    """Per-frame pixel cap: the per-video total budget spread over the frames, within per-frame bounds."""
+    p = params.to_dict()
+    frame_max = VIDEO_MAX_TOKEN_NUM * params.factor**2
+    cap = max(min(frame_max, p["total_pixels"] / nframes * FRAME_FACTOR), int(p["min_pixels"] * 1.05))
+    return min(params.max_pixels, cap) if params.max_pixels is not None else cap
+
+
+def video_frame_size(params: SamplingParams, height: int, width: int, nframes: int) -> tuple[int, int]:
+    """Output (height, width) of every frame of a video sampled to ``nframes`` frames."""
+    min_pixels = params.to_dict()["min_pixels"]
+    return smart_resize(height, width, params.factor, min_pixels, video_max_pixels(params, nframes))
+
+
+def image_size(
+    height: int, width: int, factor: int, min_pixels: int | None = None, max_pixels: int | None = None
+) -> tuple[int, int]:
+    """Output size of an image under its own pixel budget (separate from videos')."""
+    min_pixels = min_pixels if min_pixels is not None else IMAGE_MIN_TOKEN_NUM * factor**2
+    max_pixels = max_pixels if max_pixels is not None else IMAGE_MAX_TOKEN_NUM * factor**2
+    return smart_resize(height, width, factor, min_pixels, max_pixels)
