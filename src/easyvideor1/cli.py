@@ -1,0 +1,149 @@
+"""The ``easyvideor1`` command line (also ``python -m easyvideor1``).
+
+Every command accepts ``config=FILE.yaml`` and dotted ``section.key=value`` overrides after its
+flags; flags are shortcuts for the most used keys.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+
+from .config import ConfigError, RunConfig, load_config, split_overrides
+
+
+def _shard(text: str) -> tuple[int, int]:
+    try:
+        i, n = (int(x) for x in text.split("/"))
+    except ValueError as e:
+        raise argparse.ArgumentTypeError(f"--shard expects I/N, got {text!r}") from e
+    if not (n >= 1 and 0 <= i < n):
+        raise argparse.ArgumentTypeError(f"--shard I/N needs 0 <= I < N, got {text!r}")
+    return i, n
+
+
+def _add_sampling_flags(p: argparse.ArgumentParser) -> None:
+    g = p.add_argument_group("frame sampling (data.* config keys)")
+    g.add_argument("--model-family", choices=["qwen2vl", "qwen2_5vl", "qwen3vl"], help="data.model_family")
+    g.add_argument("--fps", type=float, help="data.video_fps")
+    g.add_argument("--nframes", type=int, help="data.video_nframes (instead of --fps)")
+    g.add_argument("--min-frames", type=int, help="data.video_min_frames")
+    g.add_argument("--max-frames", type=int, help="data.video_max_frames")
+    g.add_argument("--min-pixels", type=int, help="data.video_min_pixels")
+    g.add_argument("--max-pixels", type=int, help="data.video_max_pixels")
+    g.add_argument("--total-pixels", type=int, help="data.video_total_pixels")
+    g.add_argument("--video-root", help="data.video_root: base for relative video paths")
+
+
+_FLAG_TO_KEY = {
+    "model_family": "model_family",
+    "fps": "video_fps",
+    "nframes": "video_nframes",
+    "min_frames": "video_min_frames",
+    "max_frames": "video_max_frames",
+    "min_pixels": "video_min_pixels",
+    "max_pixels": "video_max_pixels",
+    "total_pixels": "video_total_pixels",
+    "video_root": "video_root",
+}
+
+
+def _run_config(args: argparse.Namespace, extra: list[str]) -> RunConfig:
+    config_file, overrides, rest = split_overrides(extra)
+    if rest:
+        raise ConfigError(f"unrecognised arguments: {' '.join(rest)}")
+    data = {key: getattr(args, flag) for flag, key in _FLAG_TO_KEY.items() if getattr(args, flag, None) is not None}
+    if data.get("video_nframes") is not None:
+        data["video_fps"] = None
+    return load_config(RunConfig, config_file, overrides, values={"data": data} if data else None)
+
+
+def cmd_synth(args: argparse.Namespace, extra: list[str]) -> int:
+    from .data.synthetic import write_synthetic_set
+
+    w, h = (int(x) for x in args.size.lower().split("x"))
+    path = write_synthetic_set(args.out, args.n, seed=args.seed, size=(w, h), fps=args.fps, codec=args.codec)
+    print(f"wrote {args.n} videos and {sum(1 for _ in open(path))} records to {path}")
+    return 0
+
+
+def cmd_preprocess(args: argparse.Namespace, extra: list[str]) -> int:
+    from .media.preprocess import format_report, preprocess
+
+    cfg = _run_config(args, extra)
+    files = args.data or cfg.data.train_files + cfg.data.val_files
+    if not files:
+        raise ConfigError("no data files: give --data FILE (or data.train_files / data.val_files)")
+    cache_dir = args.cache_dir or cfg.data.cache_dir
+    if not cache_dir:
+        raise ConfigError("no cache directory: give --cache-dir DIR (or data.cache_dir)")
+    report = preprocess(files, cfg.data, cache_dir, workers=args.workers, shard=args.shard, progress=not args.quiet)
+    print(format_report(report))
+    if report["failed"] or report["bad_records"]:
+        print("some inputs failed; see failures.jsonl" + (" (--strict: exit 1)" if args.strict else ""))
+        return 1 if args.strict else 0
+    return 0
+
+
+def cmd_demo(args: argparse.Namespace, extra: list[str]) -> int:
+    """Until the RL demo lands: synthesise a small set, cache it, print the cache summary."""
+    import os
+
+    from .data.synthetic import write_synthetic_set
+    from .media.preprocess import format_report, preprocess
+
+    cfg = _run_config(args, extra)
+    records = write_synthetic_set(os.path.join(args.out, "data"), n=args.n, seed=0)
+    report = preprocess([records], cfg.data, os.path.join(args.out, "cache"), workers=2)
+    print(format_report(report))
+    print(json.dumps({k: report[k] for k in ("videos", "built", "reused", "failed", "bytes", "seconds")}))
+    return 0
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="easyvideor1", description=__doc__.splitlines()[0])
+    sub = parser.add_subparsers(dest="command", required=True)
+
+    p = sub.add_parser("synth", help="write synthetic videos and records with ground truth")
+    p.add_argument("--out", required=True, help="output directory (becomes the video root)")
+    p.add_argument("--n", type=int, default=16, help="number of videos")
+    p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--size", default="160x120", help="WIDTHxHEIGHT")
+    p.add_argument("--fps", type=float, default=10.0)
+    p.add_argument("--codec", default="h264", choices=["h264", "hevc", "vp9", "vp8", "mpeg4", "mjpeg"])
+    p.set_defaults(func=cmd_synth)
+
+    p = sub.add_parser("preprocess", help="decode the videos of data files once, into the frame cache")
+    p.add_argument("--data", action="append", help="data file (JSON, JSONL, Parquet); repeatable")
+    p.add_argument("--cache-dir", help="cache directory (data.cache_dir)")
+    p.add_argument("--workers", type=int, default=max(1, (__import__("os").cpu_count() or 2)), help="processes")
+    p.add_argument("--shard", type=_shard, help="I/N: process only this machine's share of the videos")
+    p.add_argument("--strict", action="store_true", help="exit non-zero when any input failed")
+    p.add_argument("--quiet", action="store_true", help="no progress bar")
+    _add_sampling_flags(p)
+    p.set_defaults(func=cmd_preprocess)
+
+    p = sub.add_parser("demo", help="run the embedded demo on synthetic videos")
+    p.add_argument("--out", default="runs/demo")
+    p.add_argument("--n", type=int, default=12)
+    _add_sampling_flags(p)
+    p.set_defaults(func=cmd_demo)
+    return parser
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = build_parser()
+    args, extra = parser.parse_known_args(argv)
+    try:
+        return args.func(args, extra)
+    except ConfigError as e:
+        print(f"easyvideor1 {args.command}: {e}", file=sys.stderr)
+        return 2
+    except (FileNotFoundError, ValueError) as e:
+        print(f"easyvideor1 {args.command}: {e}", file=sys.stderr)
+        return 2
+
+
+if __name__ == "__main__":
+    sys.exit(main())

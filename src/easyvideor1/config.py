@@ -1,0 +1,66 @@
+"""The run configuration: one tree of typed dataclasses, loaded from YAML plus dotted overrides.
+
+``easyvideor1 <command> config=run.yaml data.video_fps=1 data.cache_dir=/cache`` merges, in order,
+the defaults of :class:`RunConfig`, the YAML file and the ``key=value`` overrides (EasyR1's
+convention). Unknown keys are errors, so a typo never silently does nothing.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any, TypeVar
+
+from omegaconf import OmegaConf
+from omegaconf.errors import OmegaConfBaseException
+
+from .data.config import DataConfig
+
+T = TypeVar("T")
+
+
+@dataclass
+class RunConfig:
+    """Everything one run needs. Later pillars (rollout, algorithm, trainer, evaluation) add sections."""
+
+    data: DataConfig = field(default_factory=DataConfig)
+
+
+class ConfigError(ValueError):
+    pass
+
+
+def split_overrides(args: list[str]) -> tuple[str | None, list[str], list[str]]:
+    """Separate ``config=FILE`` and ``key=value`` tokens from the rest of a command line."""
+    config_file, overrides, rest = None, [], []
+    for a in args:
+        if a.startswith("config="):
+            config_file = a.split("=", 1)[1]
+        elif "=" in a and not a.startswith("-"):
+            overrides.append(a)
+        else:
+            rest.append(a)
+    return config_file, overrides, rest
+
+
+def load_config(
+    cls: type[T] = RunConfig, config_file: str | None = None, overrides: list[str] | None = None,
+    values: dict[str, Any] | None = None,
+) -> T:
+    """Build ``cls`` from its defaults, a YAML file, a dict of values and dotted overrides (in that order)."""
+    try:
+        merged = OmegaConf.structured(cls)
+        if config_file:
+            merged = OmegaConf.merge(merged, OmegaConf.load(config_file))
+        if values:
+            merged = OmegaConf.merge(merged, OmegaConf.create(values))
+        if overrides:
+            merged = OmegaConf.merge(merged, OmegaConf.from_dotlist(overrides))
+        return OmegaConf.to_object(merged)
+    except OmegaConfBaseException as e:
+        raise ConfigError(f"invalid configuration: {e}".splitlines()[0]) from e
+    except FileNotFoundError as e:
+        raise ConfigError(f"config file not found: {config_file}") from e
+
+
+def to_yaml(cfg: Any) -> str:
+    return OmegaConf.to_yaml(OmegaConf.structured(cfg))

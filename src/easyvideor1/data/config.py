@@ -1,0 +1,94 @@
+"""Configuration of the data path: where records and videos are, and how frames are sampled."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from ..media.cache import CACHE_MODES
+from ..media.sampling import MODEL_FAMILIES, SamplingParams, factor_for_family
+
+
+@dataclass
+class DataConfig:
+    """Data files, media budgets and the frame cache (the ``data`` section of a run config).
+
+    Parameters:
+        train_files: Training data files (JSON array, JSONL or Parquet), read in order.
+        val_files: Validation / evaluation data files.
+        video_root: Directory that relative ``videos``/``images`` paths are joined to. Default: the
+            directory of the data file that holds the record.
+        model_family: ``qwen2vl``, ``qwen2_5vl`` or ``qwen3vl``. Decides the resize factor: 28 for
+            Qwen2/2.5-VL (patch 14), 32 for Qwen3-VL (patch 16).
+        video_fps: Frames sampled per second of video (qwen-vl-utils ``fps``; default 2.0). A record's
+            own ``fps`` field overrides it.
+        video_nframes: A fixed frame count instead of ``video_fps`` (mutually exclusive with it).
+        video_min_frames: Lower bound on the frame count with ``video_fps`` (default 4).
+        video_max_frames: Upper bound on the frame count (default: min(768, frames in the video)).
+            A record's ``max_frames`` overrides it.
+        video_min_pixels: Lower bound on pixels per frame (default 128 x factor^2).
+        video_max_pixels: Upper bound on pixels per frame (default 768 x factor^2, further limited by
+            ``video_total_pixels``).
+        video_total_pixels: Pixel budget of a whole video, spread over its frames
+            (default 128000 x factor^2 x 0.9, as qwen-vl-utils).
+        image_min_pixels: Lower bound on pixels of an image (separate from videos'; default 4 x factor^2).
+        image_max_pixels: Upper bound on pixels of an image (default 16384 x factor^2).
+        cache_dir: Offline frame cache built by ``easyvideor1 preprocess``.
+        cache_mode: ``prefer_cache`` (decode on a miss and count it), ``cache_only`` (a miss is an
+            error) or ``decode_only`` (ignore the cache).
+        decode_time_limit: Seconds one video may take to decode before it is reported as failed.
+        num_workers: Data-loader worker processes (they carry file paths, never frame tensors).
+    """
+
+    train_files: list[str] = field(default_factory=list)
+    val_files: list[str] = field(default_factory=list)
+    video_root: str | None = None
+    model_family: str = "qwen3vl"
+    video_fps: float | None = 2.0
+    video_nframes: int | None = None
+    video_min_frames: int | None = None
+    video_max_frames: int | None = None
+    video_min_pixels: int | None = None
+    video_max_pixels: int | None = None
+    video_total_pixels: int | None = None
+    image_min_pixels: int | None = None
+    image_max_pixels: int | None = None
+    cache_dir: str | None = None
+    cache_mode: str = "prefer_cache"
+    decode_time_limit: float = 300.0
+    num_workers: int = 2
+
+    def __post_init__(self) -> None:
+        if self.model_family not in MODEL_FAMILIES:
+            factor_for_family(self.model_family)  # raises a clear error for unknown families
+        if self.cache_mode not in CACHE_MODES:
+            raise ValueError(f"data.cache_mode must be one of {', '.join(CACHE_MODES)}, got {self.cache_mode!r}")
+        if self.video_nframes is not None:
+            self.video_fps = None  # a fixed count replaces the fps rule
+        self.sampling_params()  # validate the budgets now, not at the first video
+
+    @property
+    def factor(self) -> int:
+        return factor_for_family(self.model_family)
+
+    def sampling_params(self, record=None) -> SamplingParams:
+        """The sampling parameters for one record's videos (record overrides applied)."""
+        fps, nframes, max_frames = self.video_fps, self.video_nframes, self.video_max_frames
+        start = end = None
+        if record is not None:
+            if record.fps is not None:
+                fps, nframes = record.fps, None
+            if record.max_frames is not None:
+                max_frames = record.max_frames
+            start, end = record.video_start, record.video_end
+        return SamplingParams(
+            factor=self.factor,
+            fps=fps,
+            nframes=nframes,
+            min_frames=self.video_min_frames,
+            max_frames=max_frames,
+            min_pixels=self.video_min_pixels,
+            max_pixels=self.video_max_pixels,
+            total_pixels=self.video_total_pixels,
+            video_start=start,
+            video_end=end,
+        )

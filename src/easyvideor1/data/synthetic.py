@@ -1,0 +1,198 @@
+"""Synthetic videos with known ground truth, for tests, the demo and benchmarks (nothing downloaded).
+
+Each video shows, over a dark background: a coloured square moving left to right, a white circle
+that is visible during a known time span, a word overlaid during a known span, and a number of
+full-frame flashes. ``write_synthetic_set`` writes the videos and a JSONL of records covering
+multiple choice, counting (numerical), temporal grounding, spatial grounding, OCR and yes/no.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import random
+from dataclasses import dataclass
+from fractions import Fraction
+
+import numpy as np
+from PIL import Image, ImageDraw, ImageFont
+
+from ..media.encode import CODECS, encode_video
+
+COLOURS = {"red": (220, 40, 40), "green": (40, 200, 60), "blue": (50, 80, 230), "yellow": (230, 210, 40)}
+WORDS = ["CAT", "SUN", "BOX", "RED", "MAP", "KEY", "OWL", "FOX", "JAM", "ZIP"]
+OPTION_LETTERS = "ABCD"
+
+
+@dataclass
+class Scene:
+    """Ground truth of one synthetic video (times in seconds, boxes in source pixels)."""
+
+    width: int
+    height: int
+    fps: float
+    duration: float
+    colour: str
+    flash_times: list[float]
+    circle_span: tuple[float, float] | None
+    circle_box: tuple[int, int, int, int]
+    word: str
+    word_span: tuple[float, float]
+
+    @property
+    def n_frames(self) -> int:
+        return max(1, round(self.duration * self.fps))
+
+
+def random_scene(rng: random.Random, width: int, height: int, fps: float, duration: float) -> Scene:
+    r = max(3, min(width, height) // 8)
+    cx, cy = rng.randint(r, width - r - 1), rng.randint(r, height - r - 1)
+    has_circle = rng.random() < 0.75
+    a = rng.uniform(0.0, duration * 0.5)
+    b = rng.uniform(a + duration * 0.2, duration)
+    flashes = sorted(rng.uniform(0.1, duration - 0.1) for _ in range(rng.randint(0, 3))) if duration > 0.5 else []
+    w0 = rng.uniform(0, duration * 0.4)
+    return Scene(
+        width=width,
+        height=height,
+        fps=fps,
+        duration=duration,
+        colour=rng.choice(list(COLOURS)),
+        flash_times=_distinct_frames([round(t, 2) for t in flashes], fps),
+        circle_span=(round(a, 2), round(b, 2)) if has_circle else None,
+        circle_box=(cx - r, cy - r, cx + r, cy + r),
+        word=rng.choice(WORDS),
+        word_span=(round(w0, 2), round(min(duration, w0 + duration * 0.5), 2)),
+    )
+
+
+def _distinct_frames(times: list[float], fps: float) -> list[float]:
+    """Drop flashes that would land on the same (or an adjacent) frame, so each one is countable."""
+    kept: list[float] = []
+    for t in times:
+        if all(abs(round(t * fps) - round(k * fps)) > 1 for k in kept):
+            kept.append(t)
+    return kept
+
+
+def render_frames(scene: Scene, seed: int = 0):
+    """Yield uint8 RGB frames of ``scene``."""
+    rng = np.random.default_rng(seed)
+    h, w = scene.height, scene.width
+    background = (rng.integers(0, 40, size=(h, w, 3))).astype(np.uint8)
+    side = max(2, min(h, w) // 5)
+    font = ImageFont.load_default()
+    flash_frames = {round(t * scene.fps) for t in scene.flash_times}
+    x0, y0, x1, y1 = scene.circle_box
+    yy, xx = np.ogrid[:h, :w]
+    circle = ((yy - (y0 + y1) / 2) ** 2 + (xx - (x0 + x1) / 2) ** 2) <= ((x1 - x0) / 2) ** 2
+    for i in range(scene.n_frames):
+        t = i / scene.fps
+        if i in flash_frames:
+            yield np.full((h, w, 3), 255, np.uint8)
+            continue
+        frame = background.copy()
+        if scene.circle_span and scene.circle_span[0] <= t <= scene.circle_span[1]:
+            frame[circle] = 255
+        x = int((w - side) * (t / max(scene.duration, 1e-6)))
+        y = (h - side) // 2
+        frame[y : y + side, x : x + side] = COLOURS[scene.colour]
+        if scene.word_span[0] <= t <= scene.word_span[1] and h >= 16 and w >= 32:
+            img = Image.fromarray(frame)
+            ImageDraw.Draw(img).text((2, 2), scene.word, fill=(255, 255, 255), font=font)
+            frame = np.asarray(img)
+        yield frame
+
+
+def scene_records(scene: Scene, video: str, vid: str) -> list[dict]:
+    """Records with ground truth for several task types about one video."""
+    colours = list(COLOURS)
+    options = [f"{OPTION_LETTERS[i]}. {c}" for i, c in enumerate(colours)]
+    base = {"videos": [video], "data_type": "video", "video_id": vid}
+    records = [
+        {
+            **base,
+            "problem_id": f"{vid}-colour",
+            "problem_type": "multiple choice",
+            "problem": "<video>What colour is the moving square?",
+            "options": options,
+            "answer": OPTION_LETTERS[colours.index(scene.colour)],
+        },
+        {
+            **base,
+            "problem_id": f"{vid}-flashes",
+            "problem_type": "numerical",
+            "problem": "How many times does the whole screen flash white?",
+            "answer": str(len(scene.flash_times)),
+        },
+        {
+            **base,
+            "problem_id": f"{vid}-word",
+            "problem_type": "ocr",
+            "problem": "What word is written in the top-left corner?",
+            "answer": scene.word,
+        },
+        {
+            **base,
+            "problem_id": f"{vid}-circle-yn",
+            "problem_type": "boolean",
+            "problem": "Does a white circle appear in the video?",
+            "answer": "Yes" if scene.circle_span else "No",
+        },
+    ]
+    if scene.circle_span:
+        a, b = scene.circle_span
+        records.append(
+            {
+                **base,
+                "problem_id": f"{vid}-circle-when",
+                "problem_type": "temporal grounding",
+                "problem": "When is the white circle visible? Give the start and end time in seconds.",
+                "answer": json.dumps({"time": [a, b]}),
+            }
+        )
+        records.append(
+            {
+                **base,
+                "problem_id": f"{vid}-circle-where",
+                "problem_type": "spatial grounding",
+                "problem": f"Where is the white circle at {round((a + b) / 2, 1)} seconds? Give its box.",
+                "answer": json.dumps({"boxes": list(scene.circle_box)}),
+                "box_format": "pixels",
+                "frame_size": [scene.width, scene.height],
+            }
+        )
+    return records
+
+
+def write_synthetic_set(
+    out_dir: str,
+    n: int,
+    seed: int = 0,
+    size: tuple[int, int] = (160, 120),
+    fps: float = 10.0,
+    duration: float | tuple[float, float] = (2.0, 6.0),
+    codec: str = "h264",
+) -> str:
+    """Write ``n`` videos under ``out_dir/videos`` and ``out_dir/records.jsonl``; returns the JSONL path.
+
+    Video paths in the records are relative to ``out_dir``, so that directory is the video root.
+    """
+    rng = random.Random(seed)
+    os.makedirs(os.path.join(out_dir, "videos"), exist_ok=True)
+    ext = CODECS[codec][2]
+    records: list[dict] = []
+    for i in range(n):
+        d = duration if isinstance(duration, (int, float)) else rng.uniform(*duration)
+        scene = random_scene(rng, size[0], size[1], fps, round(d, 2))
+        vid = f"synth_{seed}_{i:04d}"
+        rel = f"videos/{vid}{ext}"
+        encode_video(os.path.join(out_dir, rel), render_frames(scene, seed + i), Fraction(fps), codec=codec)
+        records.extend(scene_records(scene, rel, vid))
+    path = os.path.join(out_dir, "records.jsonl")
+    tmp = path + ".part"
+    with open(tmp, "w", encoding="utf-8") as f:
+        for r in records:
+            f.write(json.dumps(r) + "\n")
+    os.replace(tmp, path)
+    return path

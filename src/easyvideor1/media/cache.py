@@ -1,0 +1,245 @@
+"""The offline frame cache: one safetensors file per (video file, sampling parameters).
+
+Entry format (documented in the README):
+- tensor ``frames``: uint8 ``[T, H, W, 3]``, already sampled and resized;
+- safetensors metadata key ``easyvideor1``: a JSON object with ``source_path``, ``source_size``,
+  ``source_mtime_ns``, ``source_fps``, ``total_frames``, ``frame_indices``, ``sample_fps``,
+  ``height``, ``width``, ``params`` (every sampling parameter and the factor), ``version``.
+
+The key hashes the absolute path, size, mtime, a fingerprint of the file's first and last 64 KiB,
+every sampling parameter and the format version, so a replaced video or a changed parameter never
+reuses a stale entry. Writes go to a temporary file that is fsynced and renamed: a reader never
+sees a half-written entry. Reads memory-map the file and parse the header ourselves (JSON only;
+nothing is ever unpickled).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import socket
+import struct
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import torch
+from safetensors.torch import save_file
+
+from .decode import DecodeError
+from .sampling import SamplingParams
+from .video import FORMAT_VERSION, SampledVideo, sample_video
+
+METADATA_KEY = "easyvideor1"
+ENTRY_SUFFIX = ".safetensors"
+CACHE_MODES = ("prefer_cache", "cache_only", "decode_only")
+_FINGERPRINT_BYTES = 64 * 1024
+_REQUIRED_META = (
+    "source_path source_size source_mtime_ns source_fps total_frames frame_indices sample_fps "
+    "height width params version"
+).split()
+
+
+class CacheError(RuntimeError):
+    """A missing, corrupt or mismatching cache entry."""
+
+
+def params_key(params: SamplingParams) -> str:
+    """A short stable hash of the sampling parameters (used in manifests)."""
+    blob = json.dumps(params.to_dict(), sort_keys=True)
+    return hashlib.sha256(blob.encode()).hexdigest()[:16]
+
+
+def _fingerprint(path: str, size: int) -> str:
+    h = hashlib.sha256()
+    with open(path, "rb") as f:
+        h.update(f.read(_FINGERPRINT_BYTES))
+        if size > 2 * _FINGERPRINT_BYTES:
+            f.seek(size - _FINGERPRINT_BYTES)
+            h.update(f.read(_FINGERPRINT_BYTES))
+    return h.hexdigest()[:16]
+
+
+def entry_key(video_path: str, params: SamplingParams) -> str:
+    """Content-aware key of a video under given sampling parameters."""
+    path = os.path.abspath(video_path)
+    st = os.stat(path)
+    blob = json.dumps(
+        {
+            "path": path,
+            "size": st.st_size,
+            "mtime_ns": st.st_mtime_ns,
+            "fingerprint": _fingerprint(path, st.st_size),
+            "params": params.to_dict(),
+            "version": FORMAT_VERSION,
+        },
+        sort_keys=True,
+    )
+    return hashlib.sha256(blob.encode()).hexdigest()[:32]
+
+
+def entry_path(cache_dir: str | os.PathLike, key: str) -> Path:
+    # two-character fan-out keeps directories small for 100k-video caches
+    return Path(cache_dir) / key[:2] / f"{key}{ENTRY_SUFFIX}"
+
+
+def write_entry(path: str | os.PathLike, video: SampledVideo) -> int:
+    """Atomically write an entry; returns its size in bytes."""
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_name(f"{path.name}.tmp.{socket.gethostname()}.{os.getpid()}")
+    frames = video.frames
+    if frames.dtype != torch.uint8 or frames.ndim != 4 or frames.shape[-1] != 3:
+        raise ValueError(f"frames must be uint8 [T, H, W, 3], got {frames.dtype} {tuple(frames.shape)}")
+    try:
+        save_file({"frames": frames.contiguous()}, str(tmp), metadata={METADATA_KEY: json.dumps(video.meta)})
+        with open(tmp, "rb+") as f:
+            os.fsync(f.fileno())
+        os.replace(tmp, path)
+    finally:
+        if tmp.exists():
+            tmp.unlink()
+    dir_fd = os.open(path.parent, os.O_RDONLY)
+    try:
+        os.fsync(dir_fd)  # make the rename itself durable
+    finally:
+        os.close(dir_fd)
+    return path.stat().st_size
+
+
+def read_header(path: str | os.PathLike) -> tuple[dict[str, Any], dict[str, Any], int]:
+    """Parse and check a safetensors header: (tensor table, our metadata, data offset)."""
+    path = str(path)
+    try:
+        size = os.path.getsize(path)
+        with open(path, "rb") as f:
+            raw_len = f.read(8)
+            if len(raw_len) < 8:
+                raise CacheError(f"{path}: truncated entry (no header)")
+            (n,) = struct.unpack("<Q", raw_len)
+            if n > min(size - 8, 100 * 1024 * 1024):
+                raise CacheError(f"{path}: corrupt entry (header length {n} exceeds file)")
+            header = json.loads(f.read(n))
+    except (OSError, json.JSONDecodeError, UnicodeDecodeError) as e:
+        raise CacheError(f"{path}: unreadable entry ({e})") from e
+    meta_blob = (header.pop("__metadata__", None) or {}).get(METADATA_KEY)
+    if meta_blob is None:
+        raise CacheError(f"{path}: not an easyvideor1 cache entry (no '{METADATA_KEY}' metadata)")
+    meta = json.loads(meta_blob)
+    missing = [k for k in _REQUIRED_META if k not in meta]
+    if missing:
+        raise CacheError(f"{path}: entry metadata lacks {', '.join(missing)}")
+    t = header.get("frames")
+    if not t or t.get("dtype") != "U8" or len(t.get("shape", [])) != 4 or t["shape"][3] != 3:
+        raise CacheError(f"{path}: entry has no uint8 [T, H, W, 3] 'frames' tensor")
+    begin, end = t["data_offsets"]
+    count = int(np.prod(t["shape"]))
+    if end - begin != count or 8 + n + end != size:
+        raise CacheError(f"{path}: truncated or corrupt entry (size {size}, expected {8 + n + end})")
+    if list(t["shape"][:3]) != [len(meta["frame_indices"]), meta["height"], meta["width"]]:
+        raise CacheError(f"{path}: frames shape {t['shape']} disagrees with its metadata")
+    return header, meta, 8 + n + begin
+
+
+def read_entry(path: str | os.PathLike) -> SampledVideo:
+    """Memory-map an entry (copy-on-write: callers may modify the tensor, never the file)."""
+    header, meta, offset = read_header(path)
+    shape = tuple(header["frames"]["shape"])
+    arr = np.memmap(path, dtype=np.uint8, mode="c", offset=offset, shape=shape)
+    return SampledVideo(frames=torch.from_numpy(arr), meta=meta)
+
+
+def entry_matches(meta: dict[str, Any], video_path: str, params: SamplingParams) -> str | None:
+    """Why an entry does not belong to (video, params), or None if it does."""
+    if meta.get("version") != FORMAT_VERSION:
+        return f"format version {meta.get('version')} != {FORMAT_VERSION}"
+    if meta["params"] != params.to_dict():
+        return f"sampling parameters differ: cached {meta['params']}, asked {params.to_dict()}"
+    path = os.path.abspath(video_path)
+    if meta["source_path"] != path:
+        return f"entry is for {meta['source_path']}, not {path}"
+    if os.path.exists(path):
+        st = os.stat(path)
+        if (st.st_size, st.st_mtime_ns) != (meta["source_size"], meta["source_mtime_ns"]):
+            return "the source video changed since the entry was built"
+    return None
+
+
+@dataclass
+class CacheStats:
+    hits: int = 0
+    decoded: int = 0  # cache misses that fell back to decoding (prefer_cache) or decode_only loads
+    fallbacks: list[str] = field(default_factory=list)  # why each prefer_cache miss happened (first 100)
+
+
+class VideoLoader:
+    """Where frames come from: the cache, on-the-fly decoding, or the cache with a fallback.
+
+    Modes (as the reference's ``video_source_mode``):
+    - ``prefer_cache``: use a valid entry, else decode and count the fallback in :attr:`stats`;
+    - ``cache_only``: a missing or mismatching entry is a :class:`CacheError`;
+    - ``decode_only``: ignore the cache.
+    """
+
+    def __init__(self, cache_dir: str | None = None, mode: str = "prefer_cache", time_limit: float | None = 300.0):
+        if mode not in CACHE_MODES:
+            raise ValueError(f"unknown cache mode {mode!r}; expected one of {', '.join(CACHE_MODES)}")
+        if mode == "cache_only" and not cache_dir:
+            raise ValueError("cache_only mode needs a cache_dir")
+        if cache_dir and mode != "decode_only" and not os.path.isdir(cache_dir):
+            if mode == "cache_only":
+                raise CacheError(f"cache directory {cache_dir} does not exist")
+        self.cache_dir, self.mode, self.time_limit = cache_dir, mode, time_limit
+        self.stats = CacheStats()
+        self._manifest: dict[tuple[str, str], str] | None = None
+
+    def locate(self, video_path: str, params: SamplingParams) -> Path | None:
+        """The entry path for (video, params) if the cache holds one, else None."""
+        if not self.cache_dir or self.mode == "decode_only":
+            return None
+        path = os.path.abspath(video_path)
+        if os.path.exists(path):
+            entry = entry_path(self.cache_dir, entry_key(path, params))
+            return entry if entry.exists() else None
+        # Source not on this machine (cache on shared storage): look it up in the manifests.
+        rel = self._manifest_index().get((path, params_key(params)))
+        return Path(self.cache_dir) / rel if rel else None
+
+    def _manifest_index(self) -> dict[tuple[str, str], str]:
+        if self._manifest is None:
+            self._manifest = {}
+            for m in sorted(Path(self.cache_dir).glob("manifest*.jsonl")):
+                with open(m, encoding="utf-8") as f:
+                    for line in f:
+                        row = json.loads(line)
+                        if row.get("status") in ("built", "reused") and row.get("entry"):
+                            self._manifest[(row["source_path"], row["params_key"])] = row["entry"]
+        return self._manifest
+
+    def load(self, video_path: str, params: SamplingParams, entry: str | os.PathLike | None = None) -> SampledVideo:
+        """Frames for (video, params). ``entry`` skips the lookup when the caller already has it."""
+        if self.mode != "decode_only":
+            entry = entry or self.locate(video_path, params)
+            reason = "no cache entry" if entry is None else None
+            if entry is not None:
+                try:
+                    video = read_entry(entry)
+                    reason = entry_matches(video.meta, video_path, params)
+                    if reason is None:
+                        self.stats.hits += 1
+                        return video
+                except CacheError as e:
+                    reason = str(e)
+            if self.mode == "cache_only":
+                raise CacheError(f"{video_path}: {reason} (cache_only mode; run `easyvideor1 preprocess`)")
+            if len(self.stats.fallbacks) < 100:
+                self.stats.fallbacks.append(f"{video_path}: {reason}")
+        self.stats.decoded += 1
+        try:
+            return sample_video(video_path, params, time_limit=self.time_limit)
+        except DecodeError:
+            raise
+        except (OSError, ValueError) as e:
+            raise DecodeError(f"{video_path}: {e}") from e

@@ -1,0 +1,239 @@
+"""``easyvideor1 preprocess``: decode every video of some data files once, into the frame cache.
+
+Train and eval files go in together; each (video, sampling parameters) pair is built once however
+many records share it. The job is resumable (valid entries are reused), shardable over machines
+(``shard=(i, n)`` takes the videos whose path hashes to ``i``), and keeps going past bad input:
+every failure is written to ``failures.jsonl`` with the record and the reason. Image and text
+records are not failures. Outputs in the cache dir: the entries, ``manifest.jsonl`` (one line per
+video), ``report.json`` (counts, bytes, seconds) and ``failures.jsonl``.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import socket
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from tqdm import tqdm
+
+from ..data.config import DataConfig
+from ..data.records import RecordError, load_records
+from .cache import CacheError, entry_key, entry_matches, entry_path, params_key, read_header, write_entry
+from .sampling import SamplingParams
+from .video import sample_video
+from .workers import run_tasks
+
+
+@dataclass
+class VideoJob:
+    """One (video, sampling parameters) pair and the records that use it."""
+
+    source_path: str
+    params: SamplingParams
+    record_ids: list[str] = field(default_factory=list)
+    entry: str | None = None  # relative to the cache dir
+    status: str = "pending"  # built | reused | failed
+    reason: str = ""
+    bytes: int = 0
+
+
+def resolve_media_path(path: str, data_file: str, video_root: str | None) -> str:
+    if path.startswith("file://"):
+        path = path[7:]
+    if os.path.isabs(path):
+        return os.path.normpath(path)
+    base = video_root if video_root else os.path.dirname(os.path.abspath(data_file))
+    return os.path.normpath(os.path.join(base, path))
+
+
+def _in_shard(path: str, shard: tuple[int, int] | None) -> bool:
+    if shard is None:
+        return True
+    i, n = shard
+    return int(hashlib.sha1(path.encode()).hexdigest()[:8], 16) % n == i
+
+
+def _build(arg: tuple[str, dict, str, float]) -> dict[str, Any]:
+    """Worker body: decode one video and write its entry atomically."""
+    source, params, entry, time_limit = arg
+    t0 = time.monotonic()
+    video = sample_video(source, SamplingParams.from_dict(params), time_limit=time_limit)
+    size = write_entry(entry, video)
+    return {"bytes": size, "frames": int(video.frames.shape[0]), "seconds": time.monotonic() - t0}
+
+
+def _params_for_worker(params: SamplingParams) -> dict:
+    # The raw dataclass fields (None = default), so the worker rebuilds exactly the same params.
+    return {k: getattr(params, k) for k in params.__dataclass_fields__}
+
+
+def collect_jobs(
+    data_files: list[str], cfg: DataConfig, shard: tuple[int, int] | None, failures: list[dict]
+) -> tuple[list[VideoJob], dict[str, int]]:
+    """Read records, validate them, and group their videos into unique jobs."""
+    jobs: dict[tuple[str, str], VideoJob] = {}
+    counts = {"records": 0, "video_records": 0, "image_records": 0, "text_records": 0, "bad_records": 0}
+    for data_file in data_files:
+        errors: list[RecordError] = []
+        records = load_records(data_file, errors)
+        for e in errors:
+            failures.append({"record": e.record_id, "source": e.source, "path": None, "reason": str(e)})
+        counts["bad_records"] += len(errors)
+        counts["records"] += len(records) + len(errors)
+        for rec in records:
+            kind = "video" if rec.videos else "image" if rec.images else "text"
+            counts[f"{kind}_records"] += 1
+            if not rec.videos:
+                continue  # images are loaded on the fly; text needs nothing
+            try:
+                params = cfg.sampling_params(rec)
+            except ValueError as e:
+                failures.append({"record": rec.problem_id, "source": rec.source, "path": None, "reason": str(e)})
+                continue
+            for video in rec.videos:
+                path = resolve_media_path(video, data_file, cfg.video_root)
+                if not _in_shard(path, shard):
+                    continue
+                key = (path, params_key(params))
+                job = jobs.setdefault(key, VideoJob(source_path=path, params=params))
+                job.record_ids.append(rec.problem_id)
+    return list(jobs.values()), counts
+
+
+def _clean_stale_temp_files(cache_dir: Path) -> int:
+    """Remove temporary files left by killed writers of this host (never another host's)."""
+    host, removed = socket.gethostname(), 0
+    for tmp in cache_dir.glob(f"*/*.tmp.{host}.*"):
+        pid = tmp.name.rsplit(".", 1)[-1]
+        if pid.isdigit() and not _pid_alive(int(pid)):
+            tmp.unlink(missing_ok=True)
+            removed += 1
+    return removed
+
+
+def _pid_alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return True
+
+
+def _write_atomic(path: Path, text: str) -> None:
+    tmp = path.with_name(f"{path.name}.tmp.{os.getpid()}")
+    tmp.write_text(text, encoding="utf-8")
+    os.replace(tmp, path)
+
+
+def preprocess(
+    data_files: list[str],
+    cfg: DataConfig,
+    cache_dir: str,
+    workers: int = 1,
+    shard: tuple[int, int] | None = None,
+    progress: bool = True,
+) -> dict[str, Any]:
+    """Build the cache for ``data_files``; returns the report (also written to ``report.json``)."""
+    t0 = time.monotonic()
+    root = Path(cache_dir)
+    root.mkdir(parents=True, exist_ok=True)
+    stale = _clean_stale_temp_files(root)
+    failures: list[dict] = []
+    jobs, counts = collect_jobs(data_files, cfg, shard, failures)
+
+    todo: list[tuple[int, tuple]] = []
+    for i, job in enumerate(jobs):
+        try:
+            key = entry_key(job.source_path, job.params)
+        except FileNotFoundError:
+            job.status, job.reason = "failed", "file not found"
+            continue
+        except OSError as e:
+            job.status, job.reason = "failed", f"cannot read file ({e.strerror})"
+            continue
+        entry = entry_path(root, key)
+        job.entry = str(entry.relative_to(root))
+        if entry.exists():
+            try:
+                _, meta, _ = read_header(entry)
+                reason = entry_matches(meta, job.source_path, job.params)
+            except CacheError as e:
+                reason = str(e)
+            if reason is None:
+                job.status, job.bytes = "reused", entry.stat().st_size
+                continue
+        todo.append((i, (job.source_path, _params_for_worker(job.params), str(entry), cfg.decode_time_limit)))
+
+    bar = tqdm(total=len(todo), unit="video", desc="preprocess", disable=not progress, dynamic_ncols=True)
+    built_frames = 0
+    for i, ok, result in run_tasks(_build, todo, workers, cfg.decode_time_limit):
+        job = jobs[i]
+        if ok:
+            job.status, job.bytes = "built", result["bytes"]
+            built_frames += result["frames"]
+        else:
+            job.status, job.reason = "failed", result
+        bar.update(1)
+        bar.set_postfix(failed=sum(j.status == "failed" for j in jobs), refresh=False)
+    bar.close()
+
+    for job in jobs:
+        if job.status == "failed":
+            for rid in job.record_ids:
+                failures.append({"record": rid, "path": job.source_path, "reason": job.reason})
+    suffix = "" if shard is None else f".shard-{shard[0]}-of-{shard[1]}"
+    manifest = "".join(
+        json.dumps(
+            {
+                "source_path": j.source_path,
+                "entry": j.entry if j.status != "failed" else None,
+                "status": j.status,
+                "params_key": params_key(j.params),
+                "reason": j.reason or None,
+                "records": len(j.record_ids),
+            }
+        )
+        + "\n"
+        for j in jobs
+    )
+    _write_atomic(root / f"manifest{suffix}.jsonl", manifest)
+    _write_atomic(root / f"failures{suffix}.jsonl", "".join(json.dumps(f) + "\n" for f in failures))
+    report = {
+        **counts,
+        "videos": len(jobs),
+        "built": sum(j.status == "built" for j in jobs),
+        "reused": sum(j.status == "reused" for j in jobs),
+        "failed": sum(j.status == "failed" for j in jobs),
+        "failures": len(failures),
+        "bytes": sum(j.bytes for j in jobs),
+        "built_frames": built_frames,
+        "seconds": round(time.monotonic() - t0, 3),
+        "workers": workers,
+        "shard": list(shard) if shard else None,
+        "stale_temp_files_removed": stale,
+        "cache_dir": str(root.resolve()),
+    }
+    _write_atomic(root / f"report{suffix}.json", json.dumps(report, indent=2) + "\n")
+    return report
+
+
+def format_report(report: dict[str, Any]) -> str:
+    gib = report["bytes"] / 2**30
+    lines = [
+        f"cache: {report['cache_dir']}",
+        f"records: {report['records']} ({report['video_records']} video, {report['image_records']} image, "
+        f"{report['text_records']} text, {report['bad_records']} malformed)",
+        f"videos: {report['videos']} unique: {report['built']} built, {report['reused']} reused, "
+        f"{report['failed']} failed",
+        f"size: {gib:.3f} GiB, time: {report['seconds']:.1f} s",
+    ]
+    if report["failures"]:
+        lines.append(f"{report['failures']} failure(s) listed in failures.jsonl (each with its reason)")
+    return "\n".join(lines)
