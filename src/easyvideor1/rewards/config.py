@@ -1,0 +1,186 @@
+"""Typed configuration of the reward library.
+
+Every field is documented in the style of TRL's config classes: what it does, its unit and its
+default, and why the default was chosen. The classes are plain dataclasses so that they can be used
+as OmegaConf structured configs, pickled to worker processes and built directly in tests.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+BOX_FORMATS = ("pixel", "normalized", "grid1000")
+
+
+@dataclass
+class TaskWeights:
+    """Weights of the two reward components for one task type.
+
+    Parameters:
+        accuracy (`float`):
+            Weight of the task accuracy in `overall`.
+        format (`float`):
+            Weight of the format score in `overall`.
+    """
+
+    accuracy: float = 0.9
+    format: float = 0.1
+
+
+@dataclass
+class SandboxConfig:
+    """Limits of the sandbox that executes model-written Python code (see `rewards/sandbox.py`).
+
+    Parameters:
+        wall_time_s (`float`, *optional*, defaults to `4.0`):
+            Wall-clock limit of one execution (one test-case run) in seconds. On expiry the whole
+            process group, and when running as root every process of the sandbox user, is killed.
+        cpu_time_s (`int`, *optional*, defaults to `4`):
+            CPU-time limit (`RLIMIT_CPU`) in seconds; the kernel sends SIGXCPU then SIGKILL.
+        memory_mb (`int`, *optional*, defaults to `512`):
+            Address-space limit (`RLIMIT_AS`) per process, in MiB. It is per process, not per
+            sandbox: the total is bounded by `memory_mb * max_processes`.
+        file_size_mb (`int`, *optional*, defaults to `8`):
+            Largest file the program may write (`RLIMIT_FSIZE`), in MiB. It also bounds the captured
+            stdout and stderr, which are written to files.
+        max_processes (`int`, *optional*, defaults to `16`):
+            Process and thread limit (`RLIMIT_NPROC`). It only contains a fork bomb when the
+            program runs under its own user id (as root the sandbox switches to a fresh uid, since
+            the kernel does not apply `RLIMIT_NPROC` to root).
+        max_output_kb (`int`, *optional*, defaults to `256`):
+            How much of stdout and stderr is read back, in KiB.
+        max_tests (`int`, *optional*, defaults to `32`):
+            At most this many test cases of one record are executed (the first ones).
+        allow_site_packages (`bool`, *optional*, defaults to `False`):
+            Let the program import third-party packages (numpy, ...) of the sandbox interpreter.
+            Off by default: the standard library is enough for most test-case benchmarks and the
+            interpreter starts about 3x faster without `site`.
+        python_executable (`str` or `None`, *optional*, defaults to `None`):
+            Interpreter used inside the sandbox. `None` picks the first of the current interpreter
+            and `python3` on `PATH` that the unprivileged sandbox user can run.
+    """
+
+    wall_time_s: float = 4.0
+    cpu_time_s: int = 4
+    memory_mb: int = 512
+    file_size_mb: int = 8
+    max_processes: int = 16
+    max_output_kb: int = 256
+    max_tests: int = 32
+    allow_site_packages: bool = False
+    python_executable: str | None = None
+
+
+@dataclass
+class RewardConfig:
+    """Configuration of the task-aware reward (`easyvideor1.rewards.compute_score`).
+
+    `overall = accuracy_weight * accuracy + format_weight * format (+ overlong penalty)`.
+
+    Parameters:
+        accuracy_weight (`float`, *optional*, defaults to `0.9`):
+            Weight of the task accuracy in `overall` (the published EasyVideoR1 default).
+        format_weight (`float`, *optional*, defaults to `0.1`):
+            Weight of the format score in `overall`. The format score is 1 for exactly one
+            non-empty `<answer>...</answer>` whose content has the task's shape (a letter, a number,
+            the expected JSON, ...), 0.5 when the tag is there but malformed, 0 without a tag.
+        task_weights (`dict[str, TaskWeights]`, *optional*, defaults to `{}`):
+            Per-task overrides of the two weights, keyed by any task name or alias, e.g.
+            `{"temporal grounding": {"accuracy": 0.8, "format": 0.2}}`.
+        require_think (`bool`, *optional*, defaults to `False`):
+            Give format 0 unless a non-empty `<think>...</think>` block (or, for chat templates that
+            open the block in the prompt, a non-empty text closed by `</think>`) precedes the answer.
+        overlong_buffer (`int`, *optional*, defaults to `0`):
+            DAPO soft overlong punishment: length of the buffer, in tokens, before `overlong_max_length`
+            in which the penalty grows linearly. 0 disables the penalty. The caller passes the
+            response length in tokens as `response_length`.
+        overlong_max_length (`int`, *optional*, defaults to `0`):
+            Maximum response length in tokens (the rollout's `max_tokens`). Required when
+            `overlong_buffer > 0`.
+        overlong_penalty_factor (`float`, *optional*, defaults to `1.0`):
+            Penalty at (and beyond) `overlong_max_length`; added to `overall` as a negative number.
+        numeric_rel_tol (`float`, *optional*, defaults to `0.005`):
+            Relative tolerance of numerical answers: correct if `|pred - gt| <= max(abs_tol,
+            rel_tol * |gt|)`. 0.5 % accepts answers rounded to three significant digits and rejects
+            off-by-one counts from 2 to 199.
+        numeric_abs_tol (`float`, *optional*, defaults to `1e-6`):
+            Absolute tolerance of numerical answers, used when the ground truth is (close to) zero.
+        default_box_format (`str`, *optional*, defaults to `"pixel"`):
+            Box coordinate convention when a record does not declare `box_format`: `"pixel"`
+            (absolute pixels of the source frame, the convention of the published datasets),
+            `"normalized"` (0-1) or `"grid1000"` (Qwen3-VL's 0-1000 grid). A record may also set
+            `gt_box_format` when its ground truth uses another convention than the model, plus
+            `width`/`height` (source frame size) which pixel conversions and clipping need.
+        math_timeout_s (`float`, *optional*, defaults to `5.0`):
+            Hard time limit of one math-verify equivalence check. It runs in a helper process that is
+            killed on expiry, so the limit also holds off the main thread (math-verify's own
+            `signal.alarm` timeout does not).
+        reward_function (`str` or `None`, *optional*, defaults to `None`):
+            EasyR1 convention `"path/to/file.py:function"`: a custom reward function that replaces the
+            built-in dispatcher. It receives one reward-input dict (`response`, `ground_truth`,
+            `problem_type`, `options`, and every other record field), or a list of them when the file
+            sets `REWARD_TYPE = "batch"`, and must return a dict (list of dicts) with `overall`.
+        reward_function_kwargs (`dict`, *optional*, defaults to `{}`):
+            Keyword arguments bound to `reward_function`.
+        task_files (`list[str]`, *optional*, defaults to `[]`):
+            Python files imported before scoring so that their `@register_task` functions add or
+            override task types without editing the package.
+        llm_judge (`str` or `None`, *optional*, defaults to `None`):
+            Off by default. `"file.py:function"` called as `fn(prediction, ground_truth, **record)`
+            returning a score in [0, 1]; when set it replaces ROUGE as the open-ended accuracy.
+        strict (`bool`, *optional*, defaults to `False`):
+            Re-raise exceptions raised inside a task instead of recording them (the result then has
+            an `error` key and the error counters grow). Useful while developing a task.
+        sandbox (`SandboxConfig`):
+            Limits of the code-execution sandbox.
+    """
+
+    accuracy_weight: float = 0.9
+    format_weight: float = 0.1
+    task_weights: dict[str, TaskWeights] = field(default_factory=dict)
+    require_think: bool = False
+    overlong_buffer: int = 0
+    overlong_max_length: int = 0
+    overlong_penalty_factor: float = 1.0
+    numeric_rel_tol: float = 0.005
+    numeric_abs_tol: float = 1e-6
+    default_box_format: str = "pixel"
+    math_timeout_s: float = 5.0
+    reward_function: str | None = None
+    reward_function_kwargs: dict = field(default_factory=dict)
+    task_files: list[str] = field(default_factory=list)
+    llm_judge: str | None = None
+    strict: bool = False
+    sandbox: SandboxConfig = field(default_factory=SandboxConfig)
+
+    def __post_init__(self) -> None:
+        # OmegaConf may hand us plain dicts for nested dataclasses: normalise them here.
+        if isinstance(self.sandbox, dict):
+            self.sandbox = SandboxConfig(**self.sandbox)
+        self.task_weights = {
+            name: weights if isinstance(weights, TaskWeights) else TaskWeights(**dict(weights))
+            for name, weights in dict(self.task_weights).items()
+        }
+        for name, value in (("accuracy_weight", self.accuracy_weight), ("format_weight", self.format_weight)):
+            if value < 0:
+                raise ValueError(f"RewardConfig.{name} must be >= 0, got {value}")
+        if self.default_box_format not in BOX_FORMATS:
+            raise ValueError(f"default_box_format must be one of {BOX_FORMATS}, got {self.default_box_format!r}")
+        if self.overlong_buffer < 0 or self.overlong_penalty_factor < 0:
+            raise ValueError("overlong_buffer and overlong_penalty_factor must be >= 0")
+        if self.overlong_buffer > 0 and self.overlong_max_length <= self.overlong_buffer:
+            raise ValueError("overlong_max_length must exceed overlong_buffer when the overlong penalty is on")
+        if self.numeric_rel_tol < 0 or self.numeric_abs_tol < 0:
+            raise ValueError("numeric tolerances must be >= 0")
+        if self.math_timeout_s <= 0:
+            raise ValueError("math_timeout_s must be > 0")
+
+    def weights_for(self, task: str) -> TaskWeights:
+        """The (accuracy, format) weights of a canonical task name, honouring `task_weights`."""
+        from easyvideor1.rewards.registry import normalize_task_name, resolve_task
+
+        for name, weights in self.task_weights.items():
+            key = normalize_task_name(name)
+            if key == task or resolve_task(name).name == task:
+                return weights
+        return TaskWeights(self.accuracy_weight, self.format_weight)

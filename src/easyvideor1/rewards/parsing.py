@@ -1,0 +1,275 @@
+"""Answer extraction shared by every task: tags, reasoning blocks, final statements, boxes, JSON, numbers.
+
+Nothing here rewrites a response: helpers return views (slices, parsed values) of the text they
+are given. The published reference stripped whitespace around `<`, `>` and `/` in the whole response,
+which corrupted code, fractions and free text; this module never does.
+"""
+
+from __future__ import annotations
+
+import ast
+import json
+import math
+import re
+import unicodedata
+from dataclasses import dataclass
+from typing import Any
+
+_ANSWER_TAG_RE = re.compile(r"<answer>(.*?)</answer>", re.IGNORECASE | re.DOTALL)
+_THINK_BLOCK_RE = re.compile(r"<think>.*?</think>", re.IGNORECASE | re.DOTALL)
+_THINK_OPEN_RE = re.compile(r"<think>", re.IGNORECASE)
+_THINK_CLOSE_RE = re.compile(r"</think>", re.IGNORECASE)
+# Placeholder tokens that leak into some ground truths, e.g. Charades-STA's `<[PLHD21_never_used_...]>`.
+_PLACEHOLDER_RE = re.compile(r"<\[[^\]<>]*\]>|<\|[^|<>]*\|>")
+
+# "the final answer is X", "Therefore, the final answer is: X", "Answer: X", "答案是X".
+# A verb or a colon is required so that "the answer choices are ..." is not a statement.
+_STATEMENT_RE = re.compile(
+    r"(?:\b(?:final\s+answer|(?:correct|best|right)\s+(?:answer|option|choice)|answer)\b[*_]*"
+    r"(?:\s+(?:is|would\s+be|should\s+be|will\s+be)\b[*_]*\s*[:：]?|\s*[:：=])"
+    r"|答案\s*(?:是|为|：|:))",
+    re.IGNORECASE,
+)
+_BOXED_RE = re.compile(r"\\(?:boxed|fbox)\s*\{")
+
+
+# --------------------------------------------------------------------------- tags and reasoning
+
+
+def answer_tag_contents(text: str) -> list[str]:
+    """Stripped contents of every complete `<answer>...</answer>` in `text`, in order."""
+    return [match.group(1).strip() for match in _ANSWER_TAG_RE.finditer(text)]
+
+
+def strip_think(text: str) -> str:
+    """`text` without its reasoning.
+
+    Removes complete `<think>...</think>` blocks; keeps only what follows a remaining `</think>`
+    (chat templates that open the block in the prompt); drops an unterminated `<think>` tail (a
+    truncated response has no answer yet).
+    """
+    body = _THINK_BLOCK_RE.sub("", text)
+    closes = list(_THINK_CLOSE_RE.finditer(body))
+    if closes:
+        body = body[closes[-1].end() :]
+    opening = _THINK_OPEN_RE.search(body)
+    if opening:
+        body = body[: opening.start()]
+    return body
+
+
+def has_reasoning(text: str) -> bool:
+    """True if a non-empty reasoning block precedes the first `<answer>` (or the end of the text)."""
+    answer_at = text.lower().find("<answer>")
+    head = text if answer_at < 0 else text[:answer_at]
+    for block in _THINK_BLOCK_RE.finditer(head):
+        if block.group(0)[len("<think>") : -len("</think>")].strip():
+            return True
+    close = _THINK_CLOSE_RE.search(head)
+    if close and not _THINK_OPEN_RE.search(head[: close.start()]):
+        return bool(head[: close.start()].strip())
+    return False
+
+
+def final_statement(text: str) -> str | None:
+    """The answer named by the last explicit statement ("the final answer is X") in `text`.
+
+    Returns the rest of that line (or the next non-empty line when the statement ends its line),
+    with a `\\boxed{}` inside it unwrapped; None when there is no statement.
+    """
+    matches = list(_STATEMENT_RE.finditer(text))
+    if not matches:
+        return None
+    rest = text[matches[-1].end() :]
+    lines = rest.split("\n")
+    candidate = lines[0].strip()
+    if not candidate:
+        candidate = next((line.strip() for line in lines[1:] if line.strip()), "")
+    boxed = last_boxed(candidate)
+    if boxed is not None:
+        return boxed.strip()
+    return candidate or None
+
+
+def last_boxed(text: str) -> str | None:
+    """Content of the last brace-balanced `\\boxed{...}` (or `\\fbox{...}`) in `text`."""
+    found = None
+    for match in _BOXED_RE.finditer(text):
+        depth, start = 1, match.end()
+        for index in range(start, len(text)):
+            char = text[index]
+            if char == "{":
+                depth += 1
+            elif char == "}":
+                depth -= 1
+                if depth == 0:
+                    found = text[start:index]
+                    break
+    return found
+
+
+@dataclass(frozen=True)
+class ExtractedAnswer:
+    """The part of a response that states its answer.
+
+    Attributes:
+        text: the answer text, or None when the response states none.
+        source: where it came from: "answer_tag", "final_statement", "boxed", "text" (the whole
+            response without reasoning) or "none".
+        ambiguous: True when the response gives several different `<answer>` tags.
+    """
+
+    text: str | None
+    source: str
+    ambiguous: bool = False
+
+    @property
+    def from_tag(self) -> bool:
+        return self.source == "answer_tag" and not self.ambiguous
+
+
+def extract_answer(response: str) -> ExtractedAnswer:
+    """Find the stated answer: `<answer>` tag, then a final statement, then `\\boxed{}`, then the text.
+
+    Tags inside reasoning are drafts and are ignored. Several tags with different contents make the
+    answer ambiguous (a hedge), which every task scores 0.
+    """
+    body = strip_think(response)
+    tags = [content for content in answer_tag_contents(body) if content]
+    if len({" ".join(content.split()) for content in tags}) > 1:
+        return ExtractedAnswer(None, "answer_tag", ambiguous=True)
+    if tags:
+        return ExtractedAnswer(tags[-1], "answer_tag")
+    statement = final_statement(body)
+    if statement:
+        return ExtractedAnswer(statement, "final_statement")
+    boxed = last_boxed(body)
+    if boxed is not None and boxed.strip():
+        return ExtractedAnswer(boxed.strip(), "boxed")
+    if body.strip():
+        return ExtractedAnswer(body.strip(), "text")
+    return ExtractedAnswer(None, "none")
+
+
+def parse_ground_truth(ground_truth: Any) -> str:
+    """The answer inside a benchmark ground truth.
+
+    Handles `<answer>X</answer>` (the last tag wins), bare strings, `$...$` math, and the Charades-STA
+    quirk `<think>{json}</think><[PLHD...]>` where the answer sits in the reasoning block followed by a
+    placeholder token.
+    """
+    text = ground_truth if isinstance(ground_truth, str) else json.dumps(ground_truth)
+    tags = answer_tag_contents(text)
+    if tags:
+        return tags[-1]
+    if _THINK_CLOSE_RE.search(text):
+        outside = _PLACEHOLDER_RE.sub("", strip_think(text)).strip()
+        if outside:
+            return outside
+        blocks = _THINK_BLOCK_RE.findall(text)
+        if blocks:
+            return blocks[-1][len("<think>") : -len("</think>")].strip()
+    text = text.strip()
+    dollar = re.fullmatch(r"\$\$?(.+?)\$?\$", text, re.DOTALL)
+    return dollar.group(1).strip() if dollar else text
+
+
+# --------------------------------------------------------------------------- short-answer cleaning
+
+_TEXT_WRAPPER_RE = re.compile(r"\\(?:text|textbf|mathrm|mathbf|mbox)\s*\{([^{}]*)\}")
+
+
+def clean_short_answer(text: str) -> str:
+    """Strip presentation from a short answer: `\\boxed{}`, `$`, `\\text{}`, markdown, quotes, end punctuation."""
+    value = text.strip()
+    boxed = last_boxed(value)
+    if boxed is not None and value.startswith(("\\boxed", "$\\boxed", "\\fbox", "$\\fbox")):
+        value = boxed
+    value = _TEXT_WRAPPER_RE.sub(r"\1", value)
+    value = value.replace("$", "").replace("**", "").replace("__", "").replace("`", "")
+    value = value.strip().strip("\"'“”‘’「」").strip()
+    return value.rstrip(".。!！;；,，").strip()
+
+
+def normalize_text(text: str) -> str:
+    """NFKC, case-folded, whitespace-collapsed text (for label and option-text comparison)."""
+    return " ".join(unicodedata.normalize("NFKC", text).casefold().split())
+
+
+# --------------------------------------------------------------------------- JSON
+
+_FENCE_RE = re.compile(r"```[a-zA-Z]*\s*\n?(.*?)```", re.DOTALL)
+
+
+def _balanced_spans(text: str) -> list[str]:
+    """Outermost brace/bracket-balanced substrings of `text`, JSON strings respected."""
+    spans, stack, start, in_string, escaped = [], [], -1, False, False
+    pairs = {"}": "{", "]": "["}
+    for index, char in enumerate(text):
+        if in_string:
+            if escaped:
+                escaped = False
+            elif char == "\\":
+                escaped = True
+            elif char == '"':
+                in_string = False
+            continue
+        if char == '"' and stack:
+            in_string = True
+        elif char in "{[":
+            if not stack:
+                start = index
+            stack.append(char)
+        elif char in "}]" and stack:
+            if stack[-1] != pairs[char]:
+                stack.clear()
+                continue
+            stack.pop()
+            if not stack:
+                spans.append(text[start : index + 1])
+    return spans
+
+
+def _loads(candidate: str) -> Any:
+    try:
+        return json.loads(candidate)
+    except ValueError:
+        pass
+    try:  # Python-literal dicts with single quotes; literal_eval evaluates literals only
+        return ast.literal_eval(candidate)
+    except (ValueError, SyntaxError, TypeError, MemoryError, RecursionError):
+        return None
+
+
+def find_json(text: str) -> Any | None:
+    """The JSON value stated in `text`: the whole text, else the last fenced block, else the last
+    balanced `{...}`/`[...]` that parses. Returns None when nothing parses."""
+    stripped = text.strip()
+    if not stripped:
+        return None
+    value = _loads(stripped)
+    if isinstance(value, (dict, list)):
+        return value
+    fenced = _FENCE_RE.findall(stripped)
+    if fenced:
+        value = _loads(fenced[-1].strip())
+        if isinstance(value, (dict, list)):
+            return value
+    for span in reversed(_balanced_spans(stripped)):
+        value = _loads(span)
+        if isinstance(value, (dict, list)):
+            return value
+    return None
+
+
+def finite_number(value: Any) -> float | None:
+    """`value` as a finite float, or None (bools, NaN, infinities, strings that are not numbers)."""
+    if isinstance(value, bool) or value is None:
+        return None
+    if isinstance(value, str):
+        value = value.strip()
+    try:
+        number = float(value)
+    except (TypeError, ValueError, OverflowError):
+        return None
+    return number if math.isfinite(number) else None

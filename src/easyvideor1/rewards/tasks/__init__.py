@@ -1,0 +1,1 @@
+"""Built-in task types. Importing this package registers every one of them."""

@@ -1,0 +1,57 @@
+"""Shared fixtures: real videos encoded with PyAV on the fly (nothing is downloaded)."""
+
+from __future__ import annotations
+
+import os
+from fractions import Fraction
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from easyvideor1.media.encode import CODECS, encode_video
+
+SHARED = Path(__file__).resolve().parents[2] / "shared"
+ANNOTATIONS = SHARED / "benchmarks" / "annotations"
+
+
+def gradient_frames(n: int, height: int, width: int, seed: int = 0):
+    """Frames whose content identifies the frame: a bar whose position encodes the index."""
+    rng = np.random.default_rng(seed)
+    base = rng.integers(0, 60, size=(height, width, 3), dtype=np.uint8)
+    for i in range(n):
+        f = base.copy()
+        x = int((width - 1) * (i / max(n - 1, 1)))
+        f[:, max(0, x - 1) : x + 2] = (255, 255 - (i * 7) % 256, (i * 13) % 256)
+        yield f
+
+
+def make_video(
+    directory: Path | str,
+    name: str,
+    *,
+    fps: float | Fraction = 30,
+    duration: float = 1.0,
+    size: tuple[int, int] = (64, 48),
+    codec: str = "h264",
+    gop: int | None = None,
+    bframes: int | None = None,
+    rotation: int = 0,
+) -> str:
+    """Encode a test video; ``size`` is (width, height). Returns its path."""
+    w, h = size
+    rate = Fraction(fps).limit_denominator(1001)
+    n = max(2, round(duration * float(rate)))
+    path = os.path.join(str(directory), name + CODECS[codec][2])
+    encode_video(path, gradient_frames(n, h, w), rate, codec=codec, gop=gop, bframes=bframes, rotation=rotation)
+    return path
+
+
+@pytest.fixture(scope="session")
+def video_dir(tmp_path_factory) -> Path:
+    return tmp_path_factory.mktemp("videos")
+
+
+@pytest.fixture(scope="session")
+def small_video(video_dir) -> str:
+    return make_video(video_dir, "small", fps=30, duration=3.0, size=(96, 64), gop=30)
