@@ -109,6 +109,10 @@ class SamplingParams:
             value = getattr(self, name)
             if value is not None and not value > 0:
                 raise ValueError(f"{name} must be positive, got {value}")
+        min_pixels = self.min_pixels if self.min_pixels is not None else VIDEO_MIN_TOKEN_NUM * self.factor**2
+        if self.max_pixels is not None and self.max_pixels < min_pixels:
+            default = "" if self.min_pixels is not None else f", the default 128 x {self.factor}^2"
+            raise ValueError(f"max_pixels ({self.max_pixels}) is below min_pixels ({min_pixels}{default})")
         if self.video_start is not None and self.video_end is not None and self.video_end <= self.video_start:
             raise ValueError(f"video_end ({self.video_end}) must be after video_start ({self.video_start})")
 

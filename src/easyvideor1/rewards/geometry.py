@@ -178,3 +178,28 @@ def parse_box_track(value: Any) -> dict[float, list[Any]] | None:
         if second is not None:
             track.setdefault(second, []).append(box)
     return track
+
+
+def mean_track_iou(
+    predicted: dict[float, list[Any]] | None,
+    truth: dict[float, list[Any]],
+    seconds: list[float],
+    space: BoxSpace,
+) -> float:
+    """Mean IoU over the ground-truth `seconds`; a missing or invalid predicted box counts 0.
+
+    Every ground-truth second weighs the same, so one lucky box among many missing ones earns only
+    its share (the published reward averaged over the seconds both sides had).
+    """
+    if not seconds:
+        return 0.0
+    total = 0.0
+    for second in seconds:
+        truth_box = parse_box(truth[second][0])
+        if truth_box is None:
+            raise ValueError(f"invalid ground-truth box at second {second:g}: {truth[second][0]!r}")
+        candidates = (predicted or {}).get(second, [])
+        boxes = [parse_box(box) for box in candidates]
+        if boxes and all(box is not None for box in boxes):
+            total += min(space.iou(box, truth_box) for box in boxes)  # type: ignore[arg-type]
+    return total / len(seconds)

@@ -1,0 +1,242 @@
+"""Multiple choice: the option letter, read strictly.
+
+Where the letter comes from, in order:
+1. the `<answer>` tag: a letter ("B", "(B)", "B. Red"), or an option's text ("Red"), or, failing
+   that, a statement or the rules below applied to the tag's content;
+2. an explicit final statement ("the final answer is B", "Therefore, the final answer is: B");
+3. priority rules over the response without its reasoning, in the style of lmms-eval:
+   start 10 > end 9 > answer phrase 7 > "(B)" 6 > "B." 5 > "B:" 4 > "B)" 3 > " B " 2 > bare letter 0,
+   ties going to the last occurrence (a chain of thought mentions options before concluding).
+
+Hack resistance: a response that names several different letters as its answer ("A or B", "A, C",
+two different `<answer>` tags, "B. <text of option A>") has no answer and scores 0; an upper-case
+"A" or "I" used as a word ("A man ...", "I think ...") and the lower-case article "a" are not
+letters; letters beyond the number of options are wrong.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+
+from easyvideor1.rewards.numbers import parse_number
+from easyvideor1.rewards.parsing import (
+    ExtractedAnswer,
+    clean_short_answer,
+    extract_answer,
+    final_statement,
+    normalize_text,
+    strip_think,
+)
+from easyvideor1.rewards.registry import register_task
+from easyvideor1.rewards.sample import GroundTruthError, Sample, TaskScore
+
+LETTERS = "ABCDEFGHIJKLMNOPQRSTUVWXYZ"
+_DEFAULT_LETTERS = LETTERS[:10]  # A-J when the options are unknown
+
+_OPTION_LABEL_RE = re.compile(r"^\s*(?:\(([A-Z])\)|\[([A-Z])\]|([A-Z])\s*[.:：)])\s*(.*)$", re.DOTALL)
+_LEAD_WORD_RE = re.compile(r"^(?:option|choice|answer)\s*[:：]?\s*", re.IGNORECASE)
+_SINGLE_LETTER_RE = re.compile(r"[\(\[]?([A-Za-z])[\)\]]?")
+# "A or B", "A, C", "A/B", "A and B": several letters offered as one answer.
+_LETTER_LIST_RE = re.compile(r"(?<![A-Za-z])[A-Z](?:\s*(?:,|/|&|\bor\b|\band\b)\s*[A-Z](?![A-Za-z]))+")
+_LETTER_LIST_SPLIT_RE = re.compile(r"\s*(?:,|/|&|;|\bor\b|\band\b)\s*|\s+")
+_LEADING_LETTER_RE = re.compile(r"^[\s*(\[]*([A-Z])(?![A-Za-z])")
+# "A man", "I think": an upper-case A or I followed by a lower-case word is English, not an option.
+_WORD_USE_RE = re.compile(r"\s+[a-z]")
+
+_RULES: tuple[tuple[int, re.Pattern[str]], ...] = (
+    (10, re.compile(r"^\s*(?:\*\*)?[\(\[]?(?P<L>[A-Z])(?:[\)\]]|[.:：](?!\w)|(?=\s*$)|(?=\*\*))")),
+    (9, re.compile(r"(?<![A-Za-z'’])[\(\[]?(?P<L>[A-Z])[\)\]]?(?:\*\*)?[.!。]?\s*$")),
+    (
+        7,
+        re.compile(
+            r"(?i:(?:answer|(?:best|correct|right)\s+(?:option|choice))\s*(?:is|would\s+be|should\s+be|=)?\s*[:：]?"
+            r"|\bI\s+(?:choose|select|pick|go\s+with)|选择?|答案\s*(?:是|为|：|:)?)"
+            r"\s*(?i:option\s+|choice\s+)?(?:\*\*)?[\(\[]?(?P<L>[A-Z])(?![A-Za-z])"
+        ),
+    ),
+    (6, re.compile(r"\((?P<L>[A-Z])\)")),
+    (5, re.compile(r"(?<![A-Za-z])(?P<L>[A-Z])\.(?!\w)")),
+    (4, re.compile(r"(?<![A-Za-z])(?P<L>[A-Z])[:：]")),
+    (3, re.compile(r"(?<![A-Za-z(])(?P<L>[A-Z])\)")),
+    (2, re.compile(r"(?<!\S)(?P<L>[A-Z])(?!\S)")),
+    (0, re.compile(r"(?<![A-Za-z])(?P<L>[A-Z])(?![A-Za-z])")),
+)
+
+
+@dataclass(frozen=True)
+class ChoiceExtraction:
+    """The option a response chose.
+
+    Attributes:
+        letter: the chosen letter (also set when out of range), or None.
+        status: "ok", "no_answer" (nothing found), "ambiguous" (several letters named as the
+            answer) or "out_of_range" (a letter beyond the options).
+        source: "answer_tag", "final_statement", "text" (a bare short answer), "rules" or "none".
+        well_formed: the `<answer>` tag holds exactly one valid letter or option text.
+    """
+
+    letter: str | None
+    status: str
+    source: str
+    well_formed: bool = False
+
+
+def option_texts(options: list[str] | None) -> dict[str, str]:
+    """Letter -> normalised option text, from "A. text", "A: text", "(A) text" or position."""
+    texts: dict[str, str] = {}
+    for index, option in enumerate(options or []):
+        match = _OPTION_LABEL_RE.match(option)
+        if match:
+            letter = next(group for group in match.groups()[:3] if group)
+            text = match.group(4)
+        else:
+            letter, text = LETTERS[index % 26], option
+        texts[letter] = _normalize_option(text)
+    return texts
+
+
+def _normalize_option(text: str) -> str:
+    return normalize_text(text).rstrip(".。!?;,").strip()
+
+
+def _letters_of_phrase(text: str, texts: dict[str, str], lowercase: bool = False) -> set[str] | None:
+    """Letters a short answer names: "B", "(B)", "B. Red", "A or B", or an option's text; None if none.
+
+    A lone lower-case letter ("b") counts only with `lowercase` (inside an answer tag, where it
+    cannot be the article "a" of a sentence).
+    """
+    value = _LEAD_WORD_RE.sub("", clean_short_answer(text))
+    if not value:
+        return None
+    single = _SINGLE_LETTER_RE.fullmatch(value)
+    if single and (lowercase or single.group(1).isupper()):
+        return {single.group(1).upper()}
+    labelled = _OPTION_LABEL_RE.fullmatch(value)
+    if labelled:
+        letter = next(group for group in labelled.groups()[:3] if group)
+        rest = _normalize_option(labelled.group(4))
+        # "B. <text of option A>" names two options: a hedge, not an answer.
+        others = {other for other, option in texts.items() if rest and option == rest and other != letter}
+        if rest and texts.get(letter) != rest and others:
+            return {letter, *others}
+        return {letter}
+    tokens = [token.strip("()[]") for token in _LETTER_LIST_SPLIT_RE.split(value) if token]
+    if len(tokens) > 1 and all(len(token) == 1 and token in LETTERS for token in tokens):
+        return set(tokens)
+    normalized = _normalize_option(value)
+    hits = {letter for letter, option in texts.items() if option == normalized}
+    if not hits and len(value) < 40:
+        number = parse_number(value)
+        if number is not None:
+            for letter, option in texts.items():
+                option_number = parse_number(option) if re.fullmatch(r"[-+\d.,/%\s]+", option) else None
+                if option_number is not None and option_number.value == number.value:
+                    hits.add(letter)
+    return hits or None
+
+
+def _verdict(letters: set[str], valid: str, source: str, well_formed: bool = False) -> ChoiceExtraction:
+    if len(letters) > 1:
+        return ChoiceExtraction(None, "ambiguous", source)
+    letter = next(iter(letters))
+    if letter not in valid:
+        return ChoiceExtraction(letter, "out_of_range", source)
+    return ChoiceExtraction(letter, "ok", source, well_formed)
+
+
+def _is_word_use(text: str, match: re.Match[str]) -> bool:
+    return match.group("L") in "AI" and _WORD_USE_RE.match(text, match.end("L")) is not None
+
+
+def priority_letter(text: str, valid: str = _DEFAULT_LETTERS) -> str | None:
+    """The letter chosen by the priority rules (highest priority, then last occurrence), or None."""
+    found = _priority_match(text, valid)
+    return found[2] if found else None
+
+
+def _priority_match(text: str, valid: str) -> tuple[int, int, str] | None:
+    best: tuple[int, int, str] | None = None
+    for priority, pattern in _RULES:
+        if best is not None and priority < best[0]:
+            break  # rules are ordered by priority: nothing below can win
+        for match in pattern.finditer(text):
+            letter = match.group("L")
+            if letter in valid and not _is_word_use(text, match):
+                position = match.start("L")
+                if best is None or (priority, position) > best[:2]:
+                    best = (priority, position, letter)
+    return best
+
+
+def _from_rules(text: str, valid: str, source: str) -> ChoiceExtraction:
+    best = _priority_match(text, valid)
+    if best is None:
+        return ChoiceExtraction(None, "no_answer", "none" if source == "rules" else source)
+    for listing in _LETTER_LIST_RE.finditer(text):
+        if listing.start() <= best[1] < listing.end() and len(set(re.findall(r"[A-Z]", listing.group()))) > 1:
+            return ChoiceExtraction(None, "ambiguous", source)
+    return ChoiceExtraction(best[2], "ok", source)
+
+
+def _from_statement(statement: str, texts: dict[str, str], valid: str, source: str) -> ChoiceExtraction | None:
+    letters = _letters_of_phrase(statement, texts)
+    if letters:
+        return _verdict(letters, valid, source)
+    leading = _LEADING_LETTER_RE.match(statement)
+    if leading and not (leading.group(1) in "AI" and _WORD_USE_RE.match(statement, leading.end(1))):
+        return _verdict({leading.group(1)}, valid, source)
+    return None
+
+
+def choose(answer: ExtractedAnswer, body: str, options: list[str] | None) -> ChoiceExtraction:
+    """`extract_choice` on an already extracted answer and reasoning-free body."""
+    texts = option_texts(options)
+    valid = LETTERS[: len(options)] if options else _DEFAULT_LETTERS
+    if answer.ambiguous:
+        return ChoiceExtraction(None, "ambiguous", "answer_tag")
+    if answer.source == "answer_tag" and answer.text:
+        letters = _letters_of_phrase(answer.text, texts, lowercase=True)
+        if letters:
+            return _verdict(letters, valid, "answer_tag", well_formed=True)
+        statement = final_statement(answer.text)
+        found = _from_statement(statement, texts, valid, "answer_tag") if statement else None
+        if found:
+            return found
+        return _from_rules(answer.text, valid, "answer_tag")
+    statement = final_statement(body)
+    found = _from_statement(statement, texts, valid, "final_statement") if statement else None
+    if found:
+        return found
+    letters = _letters_of_phrase(body, texts) if len(body) < 200 else None
+    if letters:
+        return _verdict(letters, valid, "text")
+    return _from_rules(body, valid, "rules")
+
+
+def extract_choice(response: str, options: list[str] | None = None) -> ChoiceExtraction:
+    """The option letter a response chose, with a status that tells "no answer" from "wrong".
+
+    Shared by training rewards and evaluation (which reports the share of `no_answer`).
+    """
+    return choose(extract_answer(response), strip_think(response), options)
+
+
+def truth_letter(truth: str, options: list[str] | None) -> str:
+    """The correct letter of a ground truth ("B", "<answer>B</answer>" already unwrapped, or option text)."""
+    letters = _letters_of_phrase(truth, option_texts(options), lowercase=True)
+    if not letters or len(letters) != 1:
+        raise GroundTruthError(f"multiple-choice ground truth is not one option: {truth[:100]!r}")
+    return next(iter(letters))
+
+
+@register_task(
+    "multiple_choice",
+    aliases=("multiple choice", "multiple-choice", "mc", "mcq", "multi choice", "choice", "single choice"),
+)
+def score_multiple_choice(sample: Sample) -> TaskScore:
+    """1 if the chosen letter is the ground truth's, else 0 (no answer, hedges and bad letters included)."""
+    truth = truth_letter(sample.truth, sample.options)
+    choice = choose(sample.answer, sample.body, sample.options)
+    correct = choice.status == "ok" and choice.letter == truth
+    return TaskScore(float(correct), choice.well_formed, choice.letter if choice.status == "ok" else None)

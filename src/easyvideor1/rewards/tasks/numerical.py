@@ -1,0 +1,44 @@
+"""Numerical answers: one number, compared with an explicit relative-aware tolerance.
+
+Parsing and the percent rule are in `rewards/numbers.py`. Tolerance: `RewardConfig.numeric_rel_tol`
+(0.5 %) and `numeric_abs_tol` (1e-6). A response naming several different numbers has no answer.
+"""
+
+from __future__ import annotations
+
+from easyvideor1.rewards.numbers import ParsedNumber, numbers_match, parse_number
+from easyvideor1.rewards.parsing import ExtractedAnswer, clean_short_answer
+from easyvideor1.rewards.registry import register_task
+from easyvideor1.rewards.sample import GroundTruthError, Sample, TaskScore
+
+
+def read_number(answer: ExtractedAnswer) -> ParsedNumber | None:
+    """The single number of an extracted answer, or None (no answer, no number, several numbers)."""
+    if answer.text is None or answer.ambiguous:
+        return None
+    return parse_number(clean_short_answer(answer.text))
+
+
+def truth_number(truth: str, task: str) -> ParsedNumber:
+    """The number of a ground truth; raises `GroundTruthError` when it has none."""
+    number = parse_number(clean_short_answer(truth))
+    if number is None:
+        raise GroundTruthError(f"{task} ground truth is not one number: {truth[:100]!r}")
+    return number
+
+
+def format_number(number: ParsedNumber | None) -> str | None:
+    """A number as prediction text ("12.97", "50%")."""
+    if number is None:
+        return None
+    return f"{number.value:.10g}" + ("%" if number.percent else "")
+
+
+@register_task("numerical", aliases=("number", "numeric", "numerical answer", "numerical value"))
+def score_numerical(sample: Sample) -> TaskScore:
+    """1 if the stated number equals the ground truth within tolerance, else 0."""
+    truth = truth_number(sample.truth, sample.task)
+    predicted = read_number(sample.answer)
+    config = sample.config
+    correct = predicted is not None and numbers_match(predicted, truth, config.numeric_rel_tol, config.numeric_abs_tol)
+    return TaskScore(float(correct), sample.answer.from_tag and predicted is not None, format_number(predicted))

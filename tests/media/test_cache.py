@@ -1,0 +1,140 @@
+"""The frame cache: format, keys, invalidation, atomicity, loading modes, no pickles."""
+
+from __future__ import annotations
+
+import json
+import os
+import pickle
+import struct
+
+import pytest
+import torch
+
+from easyvideor1.media.cache import (
+    METADATA_KEY,
+    CacheError,
+    VideoLoader,
+    entry_key,
+    entry_path,
+    read_entry,
+    read_header,
+    write_entry,
+)
+from easyvideor1.media.sampling import SamplingParams
+from easyvideor1.media.video import sample_video
+from tests.conftest import make_video
+
+P = SamplingParams(factor=32, fps=2.0, min_pixels=4 * 32 * 32, max_pixels=64 * 32 * 32)
+
+
+@pytest.fixture
+def built(tmp_path, small_video):
+    video = sample_video(small_video, P)
+    entry = entry_path(tmp_path / "cache", entry_key(small_video, P))
+    write_entry(entry, video)
+    return video, entry
+
+
+def test_entry_round_trip_and_documented_metadata(built):
+    video, entry = built
+    loaded = read_entry(entry)
+    assert loaded.frames.dtype == torch.uint8 and loaded.frames.shape == video.frames.shape
+    assert torch.equal(loaded.frames, video.frames)
+    for key in (
+        "source_path source_size source_mtime_ns source_fps total_frames frame_indices sample_fps "
+        "height width params version"
+    ).split():
+        assert key in loaded.meta
+    assert loaded.meta["params"]["factor"] == 32 and loaded.meta["params"]["fps"] == 2.0
+    # the file is plain safetensors: the reference implementation reads it too
+    from safetensors import safe_open
+
+    with safe_open(str(entry), "pt") as f:
+        assert json.loads(f.metadata()[METADATA_KEY])["frame_indices"] == video.meta["frame_indices"]
+        assert torch.equal(f.get_tensor("frames"), video.frames)
+
+
+def test_loaded_frames_are_copy_on_write(built):
+    _, entry = built
+    before = entry.read_bytes()
+    loaded = read_entry(entry)
+    loaded.frames.zero_()
+    assert entry.read_bytes() == before
+
+
+def test_key_changes_with_content_and_parameters(tmp_path):
+    path = make_video(tmp_path, "k", fps=10, duration=1)
+    k1 = entry_key(path, P)
+    assert entry_key(path, P) == k1
+    assert entry_key(path, P.replace(fps=1.0)) != k1
+    assert entry_key(path, P.replace(factor=28)) != k1
+    assert entry_key(path, P.replace(max_frames=4)) != k1
+    st = os.stat(path)
+    make_video(tmp_path, "k", fps=10, duration=1, size=(80, 48))  # a different video, same path
+    assert entry_key(path, P) != k1
+    # even with the old mtime put back, the content fingerprint tells them apart
+    os.utime(path, ns=(st.st_atime_ns, st.st_mtime_ns))
+    assert entry_key(path, P) != k1
+
+
+@pytest.mark.parametrize("cut", [4, 100, -1])
+def test_truncated_entries_are_never_trusted(built, cut):
+    _, entry = built
+    data = entry.read_bytes()
+    entry.write_bytes(data[:cut])
+    with pytest.raises(CacheError):
+        read_header(entry)
+
+
+def test_pickles_are_never_loaded(tmp_path):
+    marker = tmp_path / "pwned"
+
+    class Evil:
+        def __reduce__(self):
+            return (open, (str(marker), "w"))
+
+    bad = tmp_path / "entry.safetensors"
+    payload = pickle.dumps(Evil())
+    bad.write_bytes(struct.pack("<Q", len(payload)) + payload)
+    with pytest.raises(CacheError):
+        read_entry(bad)
+    assert not marker.exists()
+
+
+def test_loader_modes(tmp_path, small_video, built):
+    video, entry = built
+    cache_dir = entry.parent.parent
+    hit = VideoLoader(str(cache_dir), "prefer_cache")
+    assert torch.equal(hit.load(small_video, P).frames, video.frames)
+    assert (hit.stats.hits, hit.stats.decoded) == (1, 0)
+
+    other = P.replace(fps=1.0)  # not in the cache
+    miss = VideoLoader(str(cache_dir), "prefer_cache")
+    assert miss.load(small_video, other).frames.shape[0] == 2 * 2  # decoded instead: 3 s at 1 fps -> 4 (min)
+    assert miss.stats.decoded == 1 and "no cache entry" in miss.stats.fallbacks[0]
+
+    with pytest.raises(CacheError, match="cache_only"):
+        VideoLoader(str(cache_dir), "cache_only").load(small_video, other)
+
+    ignore = VideoLoader(str(cache_dir), "decode_only")
+    ignore.load(small_video, P)
+    assert (ignore.stats.hits, ignore.stats.decoded) == (0, 1)
+
+
+def test_entry_for_other_parameters_is_rejected(tmp_path, small_video, built):
+    video, entry = built
+    loader = VideoLoader(str(entry.parent.parent), "cache_only")
+    with pytest.raises(CacheError, match="sampling parameters differ"):
+        loader.load(small_video, P.replace(max_frames=2), entry=entry)
+
+
+def test_replaced_video_is_not_served_from_a_stale_entry(tmp_path):
+    path = make_video(tmp_path, "r", fps=10, duration=2)
+    cache = tmp_path / "c"
+    write_entry(entry_path(cache, entry_key(path, P)), sample_video(path, P))
+    loader = VideoLoader(str(cache), "prefer_cache")
+    loader.load(path, P)
+    make_video(tmp_path, "r", fps=10, duration=3)  # replaced in place
+    fresh = loader.load(path, P)
+    assert loader.stats.hits == 1 and loader.stats.decoded == 1
+    assert fresh.meta["total_frames"] == 30
