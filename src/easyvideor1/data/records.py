@@ -128,6 +128,8 @@ def parse_record(raw: Any, source: str) -> Record:
     extra: dict[str, Any] = {}
     for key, value in raw.items():
         name = _ALIASES.get(key, key)
+        if value is None and name in _FIELDS:
+            continue  # null means absent (Parquet fills missing columns with nulls)
         if name in _FIELDS and name != "extra":
             if name in values and _PREFERRED.get(name) not in (None, key):
                 extra.setdefault(key, value)  # keep the non-preferred spelling for reference

@@ -28,6 +28,16 @@ import av
 import numpy as np
 
 
+# Decoder threads per video: 0 lets FFmpeg choose (all cores). Worker pools set 1, since they
+# already run one process per core and extra threads would only contend.
+_DECODE_THREADS = 0
+
+
+def set_decode_threads(n: int) -> None:
+    global _DECODE_THREADS
+    _DECODE_THREADS = int(n)
+
+
 class DecodeError(RuntimeError):
     """A video could not be decoded; the message says which file and why."""
 
@@ -180,7 +190,10 @@ def _decode(info: VideoInfo, wanted: list[int], got: dict, deadline: float | Non
 
     with _open(info.path) as container:
         stream = _video_stream(container, info.path)
-        stream.thread_type = "AUTO"
+        if _DECODE_THREADS != 1:
+            stream.thread_type = "AUTO"
+        if _DECODE_THREADS:
+            stream.codec_context.thread_count = _DECODE_THREADS
         pos: int | None = -1  # index of the last decoded frame; None right after a seek
         w = 0  # next wanted frame is wanted[w]
         try:

@@ -19,12 +19,12 @@ from typing import Any
 
 
 def _worker_main(fn: Callable[[Any], Any], conn: Connection) -> None:
-    try:
-        import torch
+    import torch
 
-        torch.set_num_threads(1)  # one process per core: no oversubscription
-    except ImportError:
-        pass
+    from .decode import set_decode_threads
+
+    torch.set_num_threads(1)  # one process per core: no oversubscription
+    set_decode_threads(1)
     while True:
         try:
             msg = conn.recv()

@@ -1,0 +1,332 @@
+"""Run untrusted Python (model-written code) so that it cannot affect the host.
+
+Each execution is one fresh interpreter in its own session (process group), started with a scrubbed
+environment and an empty working directory, under a wall-clock timeout and CPU, address-space,
+file-size, open-file and process-count limits. On Linux it also gets, where the platform allows:
+
+* a new network namespace (no interfaces but a down loopback: connections fail);
+* a mount namespace with fresh tmpfs over every world-writable directory (/tmp, /var/tmp, /dev/shm,
+  /run/lock), so files written there vanish with the sandbox;
+* as root, a fresh unprivileged uid per execution. Root ignores RLIMIT_NPROC, so without it a fork
+  bomb is not contained; with it the limit holds, the program cannot write root's files, cannot
+  read other processes' environments, and every process it left behind (even one that escaped the
+  process group with `setsid`) is killed by a `kill(-1)` issued under that uid.
+
+What is not contained: the file system stays readable wherever "other" users may read; other
+processes' command lines stay visible in /proc; memory is limited per process (RLIMIT_AS), so the
+total is bounded by memory x processes, not by a cgroup; CPU time of processes other than the
+main one is limited per process. Each execution reports which isolation it actually got
+(`ExecutionResult.isolation`); `isolation_capabilities()` tells what this host allows.
+"""
+
+from __future__ import annotations
+
+import itertools
+import json
+import os
+import shutil
+import signal
+import stat
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from easyvideor1.rewards.config import SandboxConfig
+
+_CHILD = str(Path(__file__).with_name("_sandbox_child.py"))
+# One uid per concurrent execution: pid and a per-process counter make it unique on the host;
+# the range stays below 2**31 and far above the uids of real accounts and of subuid ranges.
+_UID_BASE = 1_500_000_000
+_UID_SLOTS = 64
+_uid_counter = itertools.count()
+_uid_lock = threading.Lock()
+_WORLD_WRITABLE_CANDIDATES = ("/tmp", "/var/tmp", "/dev/shm", "/run/lock", "/run/shm")
+_PROBE_SOURCE = "import decimal, fractions, heapq, json\nprint(sum(range(10)))\n"
+
+
+@dataclass(frozen=True)
+class Isolation:
+    """Isolation applied to (or available for) an execution.
+
+    Attributes:
+        network: ran in a new network namespace.
+        filesystem: world-writable directories were private tmpfs mounts.
+        user: ran under a fresh unprivileged uid (fork bombs contained, leftovers killed by uid).
+    """
+
+    network: bool = False
+    filesystem: bool = False
+    user: bool = False
+
+
+@dataclass(frozen=True)
+class ExecutionResult:
+    """Outcome of one sandboxed execution.
+
+    Attributes:
+        returncode: exit status (negative: killed by that signal), None if it never finished.
+        stdout, stderr: captured output (bounded by `SandboxConfig.max_output_kb`).
+        timed_out: the wall-clock limit expired and the sandbox was killed.
+        duration_s: wall-clock time of the execution.
+        test_lines: result lines of function tests, as decoded JSON objects.
+        isolation: what the execution actually got.
+    """
+
+    returncode: int | None
+    stdout: str
+    stderr: str
+    timed_out: bool
+    duration_s: float
+    test_lines: list[dict] = field(default_factory=list)
+    isolation: Isolation = Isolation()
+
+    @property
+    def ok(self) -> bool:
+        """Finished in time with exit status 0."""
+        return self.returncode == 0 and not self.timed_out
+
+
+@dataclass(frozen=True)
+class _Plan:
+    python: str
+    use_uid: bool
+    network: bool
+    private_dirs: tuple[str, ...]
+
+
+_plans: dict[str | None, _Plan] = {}
+_plans_lock = threading.Lock()
+
+
+def _world_writable_dirs() -> tuple[str, ...]:
+    found = []
+    for path in _WORLD_WRITABLE_CANDIDATES:
+        try:
+            info = os.stat(path)
+        except OSError:
+            continue
+        if stat.S_ISDIR(info.st_mode) and info.st_mode & stat.S_IWOTH and os.path.realpath(path) == path:
+            found.append(path)
+    return tuple(found)
+
+
+def _allocate_uid() -> int:
+    with _uid_lock:
+        slot = next(_uid_counter) % _UID_SLOTS
+    return _UID_BASE + (os.getpid() * _UID_SLOTS + slot) % (2**31 - 1 - _UID_BASE)
+
+
+def _plan(config: SandboxConfig) -> _Plan:
+    """Measure once per interpreter choice what isolation works on this host (cached).
+
+    As root the preferred plan runs the program under a fresh uid; that needs an interpreter whose
+    standard library the unprivileged uid can read (a Python installed under /root is not), so the
+    candidates are tried in order: the configured one, or this interpreter, then the system's.
+    """
+    with _plans_lock:
+        plan = _plans.get(config.python_executable)
+    if plan is not None:
+        return plan
+    linux = sys.platform.startswith("linux")
+    root = linux and os.geteuid() == 0
+    private_dirs = _world_writable_dirs() if root else ()
+    if config.python_executable:
+        candidates = [config.python_executable]
+    else:
+        candidates = [sys.executable, shutil.which("python3"), "/usr/bin/python3"]
+    chosen: _Plan | None = None
+    for python in dict.fromkeys(c for c in candidates if c and os.path.exists(c)):
+        for use_uid in (True, False) if root else (False,):
+            trial = _Plan(python, use_uid, linux, private_dirs)
+            probe = _execute(_PROBE_SOURCE, "", (), SandboxConfig(wall_time_s=20, cpu_time_s=20), trial)
+            if not (probe.ok and probe.stdout.strip() == "45"):
+                continue
+            measured = _Plan(
+                python, probe.isolation.user, probe.isolation.network, private_dirs if probe.isolation.filesystem else ()
+            )
+            if chosen is None or (measured.use_uid and not chosen.use_uid):
+                chosen = measured
+            break
+        if chosen is not None and (chosen.use_uid or not root):
+            break
+    plan = chosen or _Plan(candidates[0] or sys.executable, False, False, ())
+    with _plans_lock:
+        _plans[config.python_executable] = plan
+    return plan
+
+
+def isolation_capabilities(config: SandboxConfig | None = None) -> Isolation:
+    """The isolation this host gives sandboxed executions (probed once, then cached)."""
+    plan = _plan(config or SandboxConfig())
+    return Isolation(network=plan.network, filesystem=bool(plan.private_dirs), user=plan.use_uid)
+
+
+def run_python(
+    source: str, stdin: str = "", tests: tuple[tuple[str, str], ...] = (), config: SandboxConfig | None = None
+) -> ExecutionResult:
+    """Execute `source` as `__main__` with `stdin` as its input, in the sandbox.
+
+    `tests` are `("value", expression)` pairs, whose `repr` is reported on a result channel, or
+    `("statement", code)` pairs reported as passed when they run without exception; they are
+    evaluated in the program's namespace after it finishes.
+    """
+    config = config or SandboxConfig()
+    return _execute(source, stdin, tests, config, _plan(config))
+
+
+def _scrubbed_environment(home: str) -> dict[str, str]:
+    return {
+        "PATH": "/usr/local/bin:/usr/bin:/bin",
+        "HOME": home,
+        "LANG": "C.UTF-8",
+        "LC_ALL": "C.UTF-8",
+        "PYTHONIOENCODING": "utf-8",
+        "PYTHONHASHSEED": "0",
+        # Libraries that start one thread per core would hit the process limit at import.
+        "OMP_NUM_THREADS": "1",
+        "OPENBLAS_NUM_THREADS": "1",
+        "MKL_NUM_THREADS": "1",
+    }
+
+
+def _execute(
+    source: str, stdin: str, tests: tuple[tuple[str, str], ...], config: SandboxConfig, plan: _Plan
+) -> ExecutionResult:
+    uid = _allocate_uid() if plan.use_uid else None
+    host_dir = tempfile.mkdtemp(prefix="easyvideor1-sandbox-")
+    started = time.monotonic()
+    try:
+        workdir = os.path.join(host_dir, "work")
+        os.mkdir(workdir, 0o700)
+        files = {name: open(os.path.join(host_dir, name), "w+b") for name in ("spec", "stdout", "stderr", "results")}
+        limits = {
+            "cpu_s": max(1, int(config.cpu_time_s)),
+            "memory_bytes": int(config.memory_mb) << 20,
+            "file_bytes": int(config.file_size_mb) << 20,
+            "processes": max(1, int(config.max_processes)),
+        }
+        spec = {
+            "source": source,
+            "stdin": stdin,
+            "tests": [list(test) for test in tests],
+            "uid": uid,
+            "network": plan.network,
+            "private_dirs": list(plan.private_dirs),
+            "tmpfs_bytes": max(1 << 20, limits["file_bytes"] * 2),
+            "workdir": workdir,
+            "limits": limits,
+            "result_fd": files["results"].fileno(),
+        }
+        files["spec"].write(json.dumps(spec).encode())
+        files["spec"].seek(0)
+        command = [plan.python, "-I", "-B", *(() if config.allow_site_packages else ("-S",)), _CHILD]
+        timed_out = False
+        process = subprocess.Popen(
+            command,
+            stdin=files["spec"],
+            stdout=files["stdout"],
+            stderr=files["stderr"],
+            pass_fds=(files["results"].fileno(),),
+            env=_scrubbed_environment(workdir),
+            cwd=workdir,
+            start_new_session=True,
+        )
+        try:
+            process.wait(timeout=config.wall_time_s)
+        except subprocess.TimeoutExpired:
+            timed_out = True
+        finally:
+            _kill_everything(process, uid)
+        duration = time.monotonic() - started
+        limit = int(config.max_output_kb) << 10
+        stdout, stderr = (_read(files[name], limit) for name in ("stdout", "stderr"))
+        lines = _result_lines(_read(files["results"], 4 * limit))
+        for handle in files.values():
+            handle.close()
+    finally:
+        shutil.rmtree(host_dir, ignore_errors=True)
+    report = next((line["isolation"] for line in lines if isinstance(line.get("isolation"), dict)), {})
+    isolation = Isolation(**{key: bool(report.get(key)) for key in ("network", "filesystem", "user")})
+    if uid is not None and not isolation.filesystem:
+        _remove_files_of(uid)
+    returncode = None if timed_out else process.returncode
+    tests_lines = [line for line in lines if "i" in line]
+    return ExecutionResult(returncode, stdout, stderr, timed_out, duration, tests_lines, isolation)
+
+
+def _kill_everything(process: subprocess.Popen, uid: int | None) -> None:
+    """Kill the process group, then every process of the sandbox uid (escapees included)."""
+    try:
+        os.killpg(process.pid, signal.SIGKILL)
+    except (ProcessLookupError, PermissionError):
+        pass
+    if uid is not None:
+        _kill_uid(uid)
+    process.wait()
+
+
+def _kill_uid(uid: int) -> None:
+    """Send SIGKILL to every process of `uid`: kill(-1) issued by a process running as that uid."""
+    kill = shutil.which("kill", path="/usr/bin:/bin")
+    if kill:  # an exec from C (subprocess) is safe in a multi-threaded parent
+        subprocess.run(
+            [kill, "-s", "KILL", "--", "-1"],
+            user=uid,
+            group=uid,
+            extra_groups=[],
+            env={},
+            cwd="/",
+            stdin=subprocess.DEVNULL,
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.DEVNULL,
+            check=False,
+        )
+        return
+    child = os.fork()
+    if child == 0:  # pragma: no cover - runs in the forked child
+        try:
+            os.setgroups([])
+            os.setgid(uid)
+            os.setuid(uid)
+            os.kill(-1, signal.SIGKILL)
+        finally:
+            os._exit(0)
+    os.waitpid(child, 0)
+
+
+def _remove_files_of(uid: int) -> None:
+    """Without private tmpfs mounts, delete what the sandbox uid left in world-writable directories."""
+    for root in _world_writable_dirs():
+        for directory, subdirectories, filenames in os.walk(root, topdown=False):
+            for name in filenames + subdirectories:
+                path = os.path.join(directory, name)
+                try:
+                    if os.lstat(path).st_uid != uid:
+                        continue
+                    if os.path.isdir(path) and not os.path.islink(path):
+                        shutil.rmtree(path, ignore_errors=True)
+                    else:
+                        os.unlink(path)
+                except OSError:
+                    continue
+
+
+def _read(handle, limit: int) -> str:  # noqa: ANN001 - a binary file object
+    handle.seek(0)
+    return handle.read(limit).decode("utf-8", errors="replace")
+
+
+def _result_lines(text: str) -> list[dict]:
+    lines = []
+    for line in text.splitlines():
+        try:
+            value = json.loads(line)
+        except ValueError:
+            continue
+        if isinstance(value, dict):
+            lines.append(value)
+    return lines

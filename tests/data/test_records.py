@@ -1,0 +1,111 @@
+"""Record loading and validation: formats, aliases, clear errors, benchmark files."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from easyvideor1.data.records import RecordError, load_records, parse_record
+from tests.conftest import ANNOTATIONS
+
+
+def test_json_jsonl_and_parquet_load_the_same_records(tmp_path):
+    rows = [
+        {"problem": "<video>What colour?", "answer": "A", "videos": ["a.mp4"], "options": ["A. red", "B. blue"],
+         "problem_type": "multiple choice", "problem_id": 7},
+        {"problem": "How many?", "answer": 3, "videos": "b.mp4", "fps": 1, "max_frames": 16,
+         "video_start": 1.5, "video_end": 4.0, "data_source": "x"},
+        {"problem": "Text only", "answer": "yes"},
+    ]
+    (tmp_path / "d.json").write_text(json.dumps(rows))
+    (tmp_path / "d.jsonl").write_text("\n".join(json.dumps(r) for r in rows) + "\n\n")
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    # parquet needs one type per column: normalise the row shapes for it
+    prows = [{**r, "answer": str(r["answer"]), "videos": [r["videos"]] if isinstance(r.get("videos"), str)
+              else r.get("videos", [])} for r in rows]
+    pq.write_table(pa.Table.from_pylist(prows), tmp_path / "d.parquet")
+    loaded = [load_records(str(tmp_path / f"d.{ext}")) for ext in ("json", "jsonl", "parquet")]
+    for recs in loaded:
+        assert [r.problem_id for r in recs][0] == "7"
+        assert recs[1].videos == ["b.mp4"] and recs[1].answer == "3"
+        assert (recs[1].fps, recs[1].max_frames, recs[1].video_start, recs[1].video_end) == (1.0, 16, 1.5, 4.0)
+        assert recs[2].modalities == ("text",) and recs[2].data_type == "text"
+    assert loaded[1][1].source.endswith("d.jsonl:2") and loaded[0][1].source.endswith("d.json[1]")
+    assert loaded[0][1].extra == {"data_source": "x"}
+    assert loaded[2][0].options == ["A. red", "B. blue"] and loaded[2][2].videos == []
+
+
+def test_inconsistent_types_across_records_are_fine():
+    a = parse_record({"problem": "q", "answer": "4", "options": None}, "f[0]")
+    b = parse_record({"problem": "q", "answer": 4.5, "options": ["A. x", "B. y"]}, "f[1]")
+    c = parse_record({"problem": "q", "answer": {"time": [1, 2]}}, "f[2]")
+    assert (a.options, b.answer, json.loads(c.answer)) == (None, "4.5", {"time": [1, 2]})
+
+
+def test_images_and_videos_together():
+    r = parse_record({"problem": "compare", "videos": ["v.mp4"], "images": ["i.png"]}, "f[0]")
+    assert r.modalities == ("image", "video")
+
+
+@pytest.mark.parametrize(
+    "raw,field,fragment",
+    [
+        ({"problem": ["x"]}, "problem", "expected a string"),
+        ({"problem": "q", "videos": 5}, "videos", "path or a list"),
+        ({"problem": "q", "videos": ["ok.mp4", ""]}, "videos", "item 1"),
+        ({"problem": "q", "images": [None]}, "images", "item 0"),
+        ({"problem": "q", "options": "A. x"}, "options", "list of strings"),
+        ({"problem": "q", "videos": ["v.mp4"], "video_start": 5, "video_end": 2}, "video_end", "after"),
+        ({"problem": "q", "video_start": 1}, "video_start", "needs a video"),
+        ({"problem": "q", "videos": ["v.mp4"], "fps": -2}, "fps", ">= 0"),
+        ({"problem": "q", "videos": ["v.mp4"], "fps": float("nan")}, "fps", "finite"),
+        ({"problem": "q", "videos": ["v.mp4"], "max_frames": 2.5}, "max_frames", "positive integer"),
+        ({"problem": "q", "answer": None, "offline_output": 12}, None, None),  # numbers become strings
+    ],
+)
+def test_validation_errors_name_the_field(raw, field, fragment):
+    if field is None:
+        assert parse_record(raw, "data.jsonl:9").offline_output == "12"
+        return
+    with pytest.raises(RecordError) as e:
+        parse_record({"problem_id": "p1", **raw}, "data.jsonl:9")
+    msg = str(e.value)
+    assert "data.jsonl:9" in msg and "p1" in msg and f"'{field}'" in msg and fragment in msg
+
+
+def test_bad_lines_are_collected_with_their_line_numbers(tmp_path):
+    f = tmp_path / "d.jsonl"
+    f.write_text('{"problem": "ok"}\n{broken\n[1, 2]\n{"problem": "ok too"}\n')
+    with pytest.raises(RecordError, match=r"d.jsonl:2: invalid JSON"):
+        load_records(str(f))
+    errors = []
+    assert len(load_records(str(f), errors)) == 2
+    assert [e.source.rsplit(":", 1)[1] for e in errors] == ["2", "3"]
+    assert "must be a JSON object" in str(errors[1])
+
+
+def test_missing_file_is_a_clear_error(tmp_path):
+    with pytest.raises(FileNotFoundError, match="data file not found"):
+        load_records(str(tmp_path / "none.jsonl"))
+
+
+BENCHMARK_FILES = sorted(p.name for p in ANNOTATIONS.glob("*.json*")) if ANNOTATIONS.exists() else []
+
+
+@pytest.mark.skipif(not BENCHMARK_FILES, reason="../shared/benchmarks/annotations is not present")
+@pytest.mark.parametrize("name", BENCHMARK_FILES)
+def test_every_benchmark_annotation_loads(name):
+    records = load_records(str(ANNOTATIONS / name))
+    assert records
+    for r in records:
+        assert r.videos, f"{r.source}: no video"
+        assert r.answer or r.problem_type == "caption", f"{r.source}: no gold answer"
+        assert r.problem_type
+    if name == "mvbench.json":
+        # solution wins over the option-text answer, which is kept
+        assert records[0].answer.startswith("<answer>") and "answer_text" in records[0].extra
+    if name == "videommmu_with_image.json":
+        assert sum(bool(r.images) for r in records) == 300
