@@ -26,7 +26,8 @@ def test_json_jsonl_and_parquet_load_the_same_records(tmp_path):
     # parquet needs one type per column: normalise the row shapes for it
     prows = [{**r, "answer": str(r["answer"]), "videos": [r["videos"]] if isinstance(r.get("videos"), str)
               else r.get("videos", [])} for r in rows]
-    pq.write_table(pa.Table.from_pylist(prows), tmp_path / "d.parquet")
+    keys = {k for r in prows for k in r}
+    pq.write_table(pa.Table.from_pylist([{k: r.get(k) for k in keys} for r in prows]), tmp_path / "d.parquet")
     loaded = [load_records(str(tmp_path / f"d.{ext}")) for ext in ("json", "jsonl", "parquet")]
     for recs in loaded:
         assert [r.problem_id for r in recs][0] == "7"
