@@ -15,11 +15,13 @@ import sys
 import traceback
 
 CLONE_NEWNS = 0x00020000
+CLONE_NEWPID = 0x20000000
 CLONE_NEWUSER = 0x10000000
 CLONE_NEWNET = 0x40000000
 MS_NOSUID = 0x2
 MS_NODEV = 0x4
 MS_REC = 0x4000
+MS_NOEXEC = 0x8
 MS_PRIVATE = 0x40000
 
 
@@ -46,6 +48,8 @@ def _isolate(spec, report):
     uid = spec["uid"]
     if uid is not None:
         os.chown(workdir, uid, uid)
+    if report["filesystem"] and libc.unshare(CLONE_NEWPID) == 0:
+        _become_namespace_init(libc, report)
     _replace_stdin(workdir, spec["stdin"].encode())
     limits = spec["limits"]
     resource.setrlimit(resource.RLIMIT_CORE, (0, 0))
@@ -60,7 +64,30 @@ def _isolate(spec, report):
         os.setuid(uid)
         report["user"] = os.getuid() == uid and os.geteuid() == uid
     os.chdir(workdir)
+    os.environ["HOME"] = workdir
     os.umask(0o077)
+
+
+def _become_namespace_init(libc, report):
+    """Fork into the new pid namespace: the child (its pid 1) runs the program; this process waits.
+
+    When the namespace's pid 1 exits, the kernel kills and reaps every process left in it, so no
+    orphan or zombie of the program outlives the execution (even where the host's init does not
+    reap orphans). A fresh /proc hides the host's processes from the program.
+    """
+    child = os.fork()
+    if child == 0:
+        report["processes"] = libc.mount(b"proc", b"/proc", b"proc", MS_NOSUID | MS_NODEV | MS_NOEXEC, None) == 0
+        return
+    while True:
+        try:
+            _, status = os.waitpid(child, 0)
+            break
+        except InterruptedError:
+            continue
+    if os.WIFSIGNALED(status):  # die the same way, so the parent sees the signal
+        os.kill(os.getpid(), os.WTERMSIG(status))
+    os._exit(os.waitstatus_to_exitcode(status) if os.WIFEXITED(status) else 1)
 
 
 def _replace_stdin(workdir, data):
@@ -86,7 +113,7 @@ def main():
     spec = json.loads(sys.stdin.buffer.read().decode("utf-8"))
     # Keep our own references: the program may monkeypatch modules, which only hurts itself.
     write, dumps, result_fd = os.write, json.dumps, spec["result_fd"]
-    report = {"network": False, "filesystem": False, "user": False}
+    report = {"network": False, "filesystem": False, "user": False, "processes": False}
     _isolate(spec, report)
     write(result_fd, (dumps({"isolation": report}) + "\n").encode())
     sys.stdin = open(0, encoding="utf-8", errors="replace", closefd=False)

@@ -56,11 +56,14 @@ class Isolation:
         network: ran in a new network namespace.
         filesystem: world-writable directories were private tmpfs mounts.
         user: ran under a fresh unprivileged uid (fork bombs contained, leftovers killed by uid).
+        processes: ran as pid 1 of a new pid namespace with its own /proc (host processes hidden;
+            every leftover process is killed and reaped when the program ends).
     """
 
     network: bool = False
     filesystem: bool = False
     user: bool = False
+    processes: bool = False
 
 
 @dataclass(frozen=True)
@@ -96,6 +99,7 @@ class _Plan:
     use_uid: bool
     network: bool
     private_dirs: tuple[str, ...]
+    processes: bool = False
 
 
 _plans: dict[str | None, _Plan] = {}
@@ -146,7 +150,11 @@ def _plan(config: SandboxConfig) -> _Plan:
             if not (probe.ok and probe.stdout.strip() == "45"):
                 continue
             measured = _Plan(
-                python, probe.isolation.user, probe.isolation.network, private_dirs if probe.isolation.filesystem else ()
+                python,
+                probe.isolation.user,
+                probe.isolation.network,
+                private_dirs if probe.isolation.filesystem else (),
+                probe.isolation.processes,
             )
             if chosen is None or (measured.use_uid and not chosen.use_uid):
                 chosen = measured
@@ -162,7 +170,7 @@ def _plan(config: SandboxConfig) -> _Plan:
 def isolation_capabilities(config: SandboxConfig | None = None) -> Isolation:
     """The isolation this host gives sandboxed executions (probed once, then cached)."""
     plan = _plan(config or SandboxConfig())
-    return Isolation(network=plan.network, filesystem=bool(plan.private_dirs), user=plan.use_uid)
+    return Isolation(network=plan.network, filesystem=bool(plan.private_dirs), user=plan.use_uid, processes=plan.processes)
 
 
 def run_python(
@@ -250,7 +258,7 @@ def _execute(
     finally:
         shutil.rmtree(host_dir, ignore_errors=True)
     report = next((line["isolation"] for line in lines if isinstance(line.get("isolation"), dict)), {})
-    isolation = Isolation(**{key: bool(report.get(key)) for key in ("network", "filesystem", "user")})
+    isolation = Isolation(**{key: bool(report.get(key)) for key in ("network", "filesystem", "user", "processes")})
     if uid is not None and not isolation.filesystem:
         _remove_files_of(uid)
     returncode = None if timed_out else process.returncode
@@ -259,13 +267,21 @@ def _execute(
 
 
 def _kill_everything(process: subprocess.Popen, uid: int | None) -> None:
-    """Kill the process group, then every process of the sandbox uid (escapees included)."""
+    """Kill every process of the sandbox uid (escapees included), then the process group.
+
+    The uid goes first: the bootstrap (root) then reaps the program's namespace init and exits by
+    itself; killing the bootstrap first would orphan that init to the host's init.
+    """
+    if uid is not None:
+        _kill_uid(uid)
+        try:
+            process.wait(timeout=5)
+        except subprocess.TimeoutExpired:
+            pass
     try:
         os.killpg(process.pid, signal.SIGKILL)
     except (ProcessLookupError, PermissionError):
         pass
-    if uid is not None:
-        _kill_uid(uid)
     process.wait()
 
 
@@ -274,7 +290,7 @@ def _kill_uid(uid: int) -> None:
     kill = shutil.which("kill", path="/usr/bin:/bin")
     if kill:  # an exec from C (subprocess) is safe in a multi-threaded parent
         subprocess.run(
-            [kill, "-s", "KILL", "--", "-1"],
+            [kill, "-9", "-1"],
             user=uid,
             group=uid,
             extra_groups=[],

@@ -1,0 +1,126 @@
+"""Records -> samples (file paths only) -> processor inputs.
+
+A :class:`Sample` carries paths: the source videos, their cache entries and images. Data-loader
+workers therefore pass small objects, never frame tensors. :func:`encode_sample` loads the frames
+(memory-mapped from the cache, or decoded) and runs the Hugging Face processor with sampling and
+resizing switched off and each video's real metadata passed along, so the processor neither
+re-samples nor re-sizes, and Qwen3-VL's ``<t seconds>`` timestamps come from the source fps and
+the true frame indices.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+from dataclasses import dataclass, field
+from typing import Any
+
+from torch.utils.data import Dataset
+
+from ..media.cache import VideoLoader
+from ..media.preprocess import resolve_media_path
+from ..media.sampling import SamplingParams, image_size
+from .config import DataConfig
+from .records import Record, RecordError
+
+_PLACEHOLDER = re.compile(r"<(video|image)>")
+
+
+def build_content(record: Record, text: str | None = None) -> list[dict[str, Any]]:
+    """User-message content: media items at their ``<video>``/``<image>`` placeholders, in order.
+
+    Without placeholders the media go first, then the text (the reference silently produced no
+    vision tokens in that case). Placeholders must match the number of media of their kind.
+    """
+    text = record.problem if text is None else text
+    kinds = _PLACEHOLDER.findall(text)
+    n_video, n_image = kinds.count("video"), kinds.count("image")
+    for kind, n, have in (("video", n_video, len(record.videos)), ("image", n_image, len(record.images))):
+        if n and n != have:
+            raise RecordError(record.source, f"{n} <{kind}> placeholder(s) but {have} {kind}(s)", "problem",
+                              record.problem_id)
+    content: list[dict[str, Any]] = []
+    # media without placeholders of their kind go before the text
+    if not n_image:
+        content += [{"type": "image"} for _ in record.images]
+    if not n_video:
+        content += [{"type": "video"} for _ in record.videos]
+    pos = 0
+    for m in _PLACEHOLDER.finditer(text):
+        if text[pos : m.start()]:
+            content.append({"type": "text", "text": text[pos : m.start()]})
+        content.append({"type": m.group(1)})
+        pos = m.end()
+    if text[pos:] or not content:
+        content.append({"type": "text", "text": text[pos:]})
+    return content
+
+
+@dataclass
+class Sample:
+    """One record, ready to load: every media item as a path."""
+
+    record: Record
+    content: list[dict[str, Any]]
+    videos: list[str] = field(default_factory=list)  # absolute source paths
+    video_entries: list[str | None] = field(default_factory=list)  # cache entry per video, or None
+    video_params: SamplingParams | None = None
+    images: list[str] = field(default_factory=list)
+
+
+class RecordDataset(Dataset):
+    """Records of one data file as :class:`Sample` objects (paths only; cheap to pickle to workers)."""
+
+    def __init__(self, records: list[Record], cfg: DataConfig, data_file: str, loader: VideoLoader | None = None):
+        self.records, self.cfg, self.data_file = records, cfg, data_file
+        self.loader = loader or VideoLoader(cfg.cache_dir, cfg.cache_mode, cfg.decode_time_limit)
+
+    def __len__(self) -> int:
+        return len(self.records)
+
+    def __getitem__(self, i: int) -> Sample:
+        rec = self.records[i]
+        params = self.cfg.sampling_params(rec) if rec.videos else None
+        videos = [resolve_media_path(v, self.data_file, self.cfg.video_root) for v in rec.videos]
+        entries = []
+        for v in videos:
+            entry = self.loader.locate(v, params) if os.path.exists(v) or self.cfg.cache_dir else None
+            entries.append(str(entry) if entry else None)
+        return Sample(
+            record=rec,
+            content=build_content(rec),
+            videos=videos,
+            video_entries=entries,
+            video_params=params,
+            images=[resolve_media_path(p, self.data_file, self.cfg.video_root) for p in rec.images],
+        )
+
+
+def load_image(path: str, cfg: DataConfig):
+    """An RGB image resized to the factor grid within the *image* pixel budget."""
+    from PIL import Image
+
+    with Image.open(path) as im:
+        im = im.convert("RGB")
+        h, w = image_size(im.height, im.width, cfg.factor, cfg.image_min_pixels, cfg.image_max_pixels)
+        return im.resize((w, h), Image.BICUBIC) if (h, w) != (im.height, im.width) else im.copy()
+
+
+def encode_sample(processor, sample: Sample, cfg: DataConfig, loader: VideoLoader, add_generation_prompt=True):
+    """Processor inputs (``input_ids``, ``pixel_values_videos``, ``video_grid_thw``, ...) for a sample."""
+    from transformers.video_utils import VideoMetadata
+
+    messages = [{"role": "user", "content": sample.content}]
+    text = processor.apply_chat_template(messages, add_generation_prompt=add_generation_prompt, tokenize=False)
+    kwargs: dict[str, Any] = {}
+    if sample.videos:
+        loaded = [loader.load(v, sample.video_params, entry=e) for v, e in zip(sample.videos, sample.video_entries)]
+        kwargs.update(
+            videos=[v.frames for v in loaded],
+            video_metadata=[VideoMetadata(**v.processor_metadata()) for v in loaded],
+            do_sample_frames=False,
+        )
+    if sample.images:
+        kwargs["images"] = [load_image(p, cfg) for p in sample.images]
+    # our frames and images are already on the factor grid within their budgets
+    return processor(text=[text], do_resize=False, return_tensors="pt", **kwargs)
