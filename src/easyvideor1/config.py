@@ -57,7 +57,9 @@ def load_config(
             merged = OmegaConf.merge(merged, OmegaConf.from_dotlist(overrides))
         return OmegaConf.to_object(merged)
     except OmegaConfBaseException as e:
-        raise ConfigError(f"invalid configuration: {e}".splitlines()[0]) from e
+        key = getattr(e, "full_key", None)
+        msg = str(e).splitlines()[0]
+        raise ConfigError(f"invalid configuration{f' at {key}' if key else ''}: {msg}") from e
     except FileNotFoundError as e:
         raise ConfigError(f"config file not found: {config_file}") from e
 

@@ -1,0 +1,99 @@
+"""Batch scoring: cheap tasks in the calling process, expensive ones (code, math) in a process pool.
+
+The pool is created on first use and reused (spawn start method: safe in a multi-threaded trainer;
+its workers import the library once). Cheap rule-based scores are computed while the pool works.
+"""
+
+from __future__ import annotations
+
+import atexit
+import multiprocessing
+import os
+import threading
+from collections.abc import Mapping, Sequence
+from concurrent.futures import Future, ProcessPoolExecutor
+from typing import Any
+
+from easyvideor1.rewards.config import RewardConfig
+from easyvideor1.rewards.registry import load_task_files, resolve_task
+from easyvideor1.rewards.scoring import record_errors, score_items
+
+_pool: ProcessPoolExecutor | None = None
+_pool_workers = 0
+_pool_lock = threading.Lock()
+
+
+def default_workers() -> int:
+    """Pool size when none is given: the usable cores, at most 8."""
+    try:
+        cores = len(os.sched_getaffinity(0))
+    except AttributeError:  # not on Linux
+        cores = os.cpu_count() or 1
+    return max(1, min(8, cores))
+
+
+def _get_pool(workers: int) -> ProcessPoolExecutor:
+    global _pool, _pool_workers
+    with _pool_lock:
+        if _pool is None or _pool_workers != workers:
+            if _pool is not None:
+                _pool.shutdown(wait=False, cancel_futures=True)
+            _pool = ProcessPoolExecutor(workers, mp_context=multiprocessing.get_context("spawn"))
+            _pool_workers = workers
+        return _pool
+
+
+def shutdown_pool() -> None:
+    """Stop the worker processes (they are restarted on the next batch that needs them)."""
+    global _pool
+    with _pool_lock:
+        if _pool is not None:
+            _pool.shutdown(wait=True, cancel_futures=True)
+            _pool = None
+
+
+atexit.register(shutdown_pool)
+
+
+def compute_scores(
+    items: Sequence[Mapping[str, Any]], config: RewardConfig | None = None, workers: int | None = None
+) -> list[dict[str, Any]]:
+    """Score a batch of records; results are in the order of `items`.
+
+    Args:
+        items: dicts with `response`, `ground_truth`, `problem_type`, optional `options`, and any
+            other record field (passed to the task as metadata).
+        config: reward configuration (defaults: `RewardConfig()`).
+        workers: processes for expensive tasks; `None` uses `default_workers()`, 0 scores
+            everything in this process.
+
+    Errors inside tasks are recorded (see `scoring`), counted once here, and returned in `error`.
+    """
+    config = config or RewardConfig()
+    if config.reward_function:
+        results = score_items(items, config)
+        record_errors(results)
+        return results
+    load_task_files(config.task_files)
+    expensive = [index for index, item in enumerate(items) if resolve_task(item["problem_type"]).expensive]
+    workers = default_workers() if workers is None else workers
+    results: list[dict[str, Any] | None] = [None] * len(items)
+    futures: list[tuple[list[int], Future]] = []
+    if workers > 0 and expensive:
+        pool = _get_pool(workers)
+        size = max(1, -(-len(expensive) // (workers * 4)))  # ~4 chunks per worker balances load
+        for start in range(0, len(expensive), size):
+            chunk = expensive[start : start + size]
+            futures.append((chunk, pool.submit(score_items, [items[i] for i in chunk], config)))
+        remote = set(expensive)
+    else:
+        remote = set()
+    local = [index for index in range(len(items)) if index not in remote]
+    for index, result in zip(local, score_items([items[i] for i in local], config)):
+        results[index] = result
+    for chunk, future in futures:
+        for index, result in zip(chunk, future.result()):
+            results[index] = result
+    final = [result for result in results if result is not None]
+    record_errors(final)
+    return final
