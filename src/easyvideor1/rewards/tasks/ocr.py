@@ -14,5 +14,5 @@ def score_ocr(sample: Sample) -> TaskScore:
     answer = sample.answer
     if answer.text is None or answer.ambiguous:
         return TaskScore(0.0, None, None)
-    predicted = clean_short_answer(answer.text) if answer.source != "text" else answer.text
-    return TaskScore(edit_similarity(predicted, sample.truth), None, predicted)
+    predicted = clean_short_answer(answer.text)  # the same light cleaning on both sides
+    return TaskScore(edit_similarity(predicted, clean_short_answer(sample.truth)), None, predicted)

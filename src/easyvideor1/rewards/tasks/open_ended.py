@@ -21,14 +21,15 @@ def score_open_ended(sample: Sample) -> TaskScore:
     answer = sample.answer
     if answer.text is None or answer.ambiguous:
         return TaskScore(0.0, None, None)
-    predicted = answer.text if answer.source == "text" else clean_short_answer(answer.text)
+    # Both sides get the same light cleaning (boxed, `$`, markdown, quotes, end punctuation).
+    predicted, truth = clean_short_answer(answer.text), clean_short_answer(sample.truth)
     if not predicted:
         return TaskScore(0.0, None, None)
     if sample.config.llm_judge:
         judge = load_callable(sample.config.llm_judge)
-        verdict = float(judge(predicted, sample.truth, **dict(sample.meta)))
+        verdict = float(judge(predicted, truth, **dict(sample.meta)))
         return TaskScore(min(1.0, max(0.0, verdict)), None, predicted, {"judge": verdict})
-    if normalize_text(predicted) == normalize_text(sample.truth):
+    if normalize_text(predicted) == normalize_text(truth):
         return TaskScore(1.0, None, predicted, {"rouge1": 1.0, "rouge2": 1.0, "rougeL": 1.0})
-    scores = rouge_scores(predicted, sample.truth)
+    scores = rouge_scores(predicted, truth)
     return TaskScore(sum(scores.values()) / len(scores), None, predicted, scores)
