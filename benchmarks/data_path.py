@@ -117,7 +117,7 @@ def main() -> None:
         print(f"[2] qwen-vl-utils not runnable here ({e}); skipped")
 
     # 3. preprocess throughput, 1 vs 2 workers
-    vids = [make_clip(str(work / f"p{i}.mp4"), 20.0, size=(640, 360)) for i in range(12)]
+    vids = [make_clip(str(work / f"p{i}.mp4"), 20.0, size=(640, 360)) for i in range(24)]
     data = work / "data.jsonl"
     data.write_text("".join(json.dumps({"problem": "q", "videos": [v]}) + "\n" for v in vids))
     cfg = DataConfig(video_fps=2.0)

@@ -26,7 +26,6 @@ from typing import Any
 
 import numpy as np
 import torch
-from safetensors.torch import save_file
 
 from .decode import DecodeError
 from .sampling import SamplingParams
@@ -94,9 +93,7 @@ def write_entry(path: str | os.PathLike, video: SampledVideo) -> int:
     if frames.dtype != torch.uint8 or frames.ndim != 4 or frames.shape[-1] != 3:
         raise ValueError(f"frames must be uint8 [T, H, W, 3], got {frames.dtype} {tuple(frames.shape)}")
     try:
-        save_file({"frames": frames.contiguous()}, str(tmp), metadata={METADATA_KEY: json.dumps(video.meta)})
-        with open(tmp, "rb+") as f:
-            os.fsync(f.fileno())
+        _write_safetensors(tmp, frames.contiguous().numpy(), {METADATA_KEY: json.dumps(video.meta)})
         os.replace(tmp, path)
     finally:
         if tmp.exists():
@@ -107,6 +104,28 @@ def write_entry(path: str | os.PathLike, video: SampledVideo) -> int:
     finally:
         os.close(dir_fd)
     return path.stat().st_size
+
+
+def _write_safetensors(path: Path, frames: np.ndarray, metadata: dict[str, str]) -> None:
+    """Write a one-tensor safetensors file straight from the array's buffer, then fsync it.
+
+    The format is an 8-byte little-endian header length, a JSON header (padded with spaces to a
+    multiple of 8, as the reference writer does) and the raw bytes. Writing it ourselves avoids the
+    full in-memory copy ``safetensors.torch.save_file`` makes; ``tests/media/test_cache.py`` reads
+    the result back with the safetensors library itself.
+    """
+    header = {
+        "__metadata__": metadata,
+        "frames": {"dtype": "U8", "shape": list(frames.shape), "data_offsets": [0, frames.nbytes]},
+    }
+    blob = json.dumps(header, separators=(",", ":")).encode()
+    blob += b" " * (-len(blob) % 8)
+    with open(path, "wb") as f:
+        f.write(struct.pack("<Q", len(blob)))
+        f.write(blob)
+        f.write(memoryview(frames).cast("B"))
+        f.flush()
+        os.fsync(f.fileno())
 
 
 def read_header(path: str | os.PathLike) -> tuple[dict[str, Any], dict[str, Any], int]:

@@ -77,7 +77,9 @@ def _become_namespace_init(libc, report):
     """
     child = os.fork()
     if child == 0:
-        report["processes"] = libc.mount(b"proc", b"/proc", b"proc", MS_NOSUID | MS_NODEV | MS_NOEXEC, None) == 0
+        report["processes"] = (
+            libc.mount(b"proc", b"/proc", b"proc", MS_NOSUID | MS_NODEV | MS_NOEXEC, None) == 0
+        )
         return
     while True:
         try:

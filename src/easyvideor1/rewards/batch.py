@@ -89,10 +89,10 @@ def compute_scores(
     else:
         remote = set()
     local = [index for index in range(len(items)) if index not in remote]
-    for index, result in zip(local, score_items([items[i] for i in local], config)):
+    for index, result in zip(local, score_items([items[i] for i in local], config), strict=True):
         results[index] = result
     for chunk, future in futures:
-        for index, result in zip(chunk, future.result()):
+        for index, result in zip(chunk, future.result(), strict=True):
             results[index] = result
     final = [result for result in results if result is not None]
     record_errors(final)

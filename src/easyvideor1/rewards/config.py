@@ -165,11 +165,15 @@ class RewardConfig:
             if value < 0:
                 raise ValueError(f"RewardConfig.{name} must be >= 0, got {value}")
         if self.default_box_format not in BOX_FORMATS:
-            raise ValueError(f"default_box_format must be one of {BOX_FORMATS}, got {self.default_box_format!r}")
+            raise ValueError(
+                f"default_box_format must be one of {BOX_FORMATS}, got {self.default_box_format!r}"
+            )
         if self.overlong_buffer < 0 or self.overlong_penalty_factor < 0:
             raise ValueError("overlong_buffer and overlong_penalty_factor must be >= 0")
         if self.overlong_buffer > 0 and self.overlong_max_length <= self.overlong_buffer:
-            raise ValueError("overlong_max_length must exceed overlong_buffer when the overlong penalty is on")
+            raise ValueError(
+                "overlong_max_length must exceed overlong_buffer when the overlong penalty is on"
+            )
         if self.numeric_rel_tol < 0 or self.numeric_abs_tol < 0:
             raise ValueError("numeric tolerances must be >= 0")
         if self.math_timeout_s <= 0:

@@ -123,7 +123,9 @@ class BoxSpace:
             self.truth_format,
         )
         if needs_pixels and self.size is None:
-            raise ValueError("converting pixel boxes to another box_format needs the record's width and height")
+            raise ValueError(
+                "converting pixel boxes to another box_format needs the record's width and height"
+            )
 
     def _convert(self, box: Box, source: str) -> Box:
         if source == self.truth_format:
@@ -131,7 +133,12 @@ class BoxSpace:
         box = self._clip(box, source)
         scale_x, scale_y = self._extent(source)
         target_x, target_y = self._extent(self.truth_format)
-        return (box[0] / scale_x * target_x, box[1] / scale_y * target_y, box[2] / scale_x * target_x, box[3] / scale_y * target_y)
+        return (
+            box[0] / scale_x * target_x,
+            box[1] / scale_y * target_y,
+            box[2] / scale_x * target_x,
+            box[3] / scale_y * target_y,
+        )
 
     def _extent(self, convention: str) -> tuple[float, float]:
         extent = _EXTENTS[convention]

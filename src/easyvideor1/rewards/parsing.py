@@ -233,7 +233,7 @@ def _balanced_spans(text: str) -> list[str]:
 def _loads(candidate: str) -> Any:
     try:
         return json.loads(candidate)
-    except ValueError:
+    except (ValueError, RecursionError):
         pass
     try:  # Python-literal dicts with single quotes; literal_eval evaluates literals only
         return ast.literal_eval(candidate)

@@ -18,6 +18,7 @@ import sys
 import threading
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
+from functools import lru_cache
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -56,6 +57,7 @@ _LOCK = threading.Lock()
 _BUILTINS_LOADED = False
 
 
+@lru_cache(maxsize=4096)
 def normalize_task_name(name: str) -> str:
     """Lower-case `name` and make spaces, hyphens and underscores equivalent ("Video QA" -> "video_qa")."""
     return re.sub(r"[\s_\-]+", "_", str(name).strip().lower()).strip("_")
@@ -113,7 +115,9 @@ def resolve_task(problem_type: str) -> TaskSpec:
     if canonical is None:
         close = difflib.get_close_matches(key, list(_NAMES), n=3, cutoff=0.6)
         hint = f"; did you mean {', '.join(close)}?" if close else ""
-        raise UnknownTaskError(f"unknown problem_type {problem_type!r}{hint} (known: {', '.join(sorted(_TASKS))})")
+        raise UnknownTaskError(
+            f"unknown problem_type {problem_type!r}{hint} (known: {', '.join(sorted(_TASKS))})"
+        )
     return _TASKS[canonical]
 
 
@@ -123,7 +127,9 @@ def registered_tasks() -> dict[str, TaskSpec]:
     return dict(_TASKS)
 
 
-def validate_problem_types(problem_types: Iterable[str], config: RewardConfig | None = None) -> dict[str, str]:
+def validate_problem_types(
+    problem_types: Iterable[str], config: RewardConfig | None = None
+) -> dict[str, str]:
     """Check, before training starts, that every problem type of a dataset has a task.
 
     Loads `config.task_files`, then resolves each distinct problem type. Returns raw name ->
@@ -143,7 +149,10 @@ def validate_problem_types(problem_types: Iterable[str], config: RewardConfig | 
         try:
             resolved[problem_type] = resolve_task(problem_type).name
         except UnknownTaskError:
-            unknown.append(repr(problem_type))
+            close = difflib.get_close_matches(
+                normalize_task_name(problem_type), list(_NAMES), n=1, cutoff=0.6
+            )
+            unknown.append(repr(problem_type) + (f" (did you mean {close[0]!r}?)" if close else ""))
     if unknown:
         raise UnknownTaskError(
             f"no reward task for problem_type {', '.join(unknown)}; known: {', '.join(sorted(_TASKS))}. "

@@ -170,7 +170,9 @@ def _plan(config: SandboxConfig) -> _Plan:
 def isolation_capabilities(config: SandboxConfig | None = None) -> Isolation:
     """The isolation this host gives sandboxed executions (probed once, then cached)."""
     plan = _plan(config or SandboxConfig())
-    return Isolation(network=plan.network, filesystem=bool(plan.private_dirs), user=plan.use_uid, processes=plan.processes)
+    return Isolation(
+        network=plan.network, filesystem=bool(plan.private_dirs), user=plan.use_uid, processes=plan.processes
+    )
 
 
 def run_python(
@@ -210,7 +212,10 @@ def _execute(
     try:
         workdir = os.path.join(host_dir, "work")
         os.mkdir(workdir, 0o700)
-        files = {name: open(os.path.join(host_dir, name), "w+b") for name in ("spec", "stdout", "stderr", "results")}
+        files = {
+            name: open(os.path.join(host_dir, name), "w+b")
+            for name in ("spec", "stdout", "stderr", "results")
+        }
         limits = {
             "cpu_s": max(1, int(config.cpu_time_s)),
             "memory_bytes": int(config.memory_mb) << 20,
@@ -258,7 +263,9 @@ def _execute(
     finally:
         shutil.rmtree(host_dir, ignore_errors=True)
     report = next((line["isolation"] for line in lines if isinstance(line.get("isolation"), dict)), {})
-    isolation = Isolation(**{key: bool(report.get(key)) for key in ("network", "filesystem", "user", "processes")})
+    isolation = Isolation(
+        **{key: bool(report.get(key)) for key in ("network", "filesystem", "user", "processes")}
+    )
     if uid is not None and not isolation.filesystem:
         _remove_files_of(uid)
     returncode = None if timed_out else process.returncode

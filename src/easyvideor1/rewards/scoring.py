@@ -60,7 +60,12 @@ def compute_score(
     Raises:
         UnknownTaskError: for a problem type no task handles (validate at start-up instead).
     """
-    item = {"response": response, "ground_truth": ground_truth, "problem_type": problem_type, "options": options}
+    item = {
+        "response": response,
+        "ground_truth": ground_truth,
+        "problem_type": problem_type,
+        "options": options,
+    }
     result = score_items([{**meta, **item}], config or _DEFAULT_CONFIG)[0]
     record_errors([result])
     return result
@@ -79,7 +84,9 @@ def score_item(item: Mapping[str, Any], config: RewardConfig) -> dict[str, Any]:
     spec = resolve_task(item["problem_type"])
     meta = {key: value for key, value in item.items() if key not in _RECORD_KEYS}
     sample = Sample(
-        response=item.get("response") if isinstance(item.get("response"), str) else str(item.get("response") or ""),
+        response=item.get("response")
+        if isinstance(item.get("response"), str)
+        else str(item.get("response") or ""),
         ground_truth=item.get("ground_truth"),
         task=spec.name,
         problem_type=str(item["problem_type"]),
@@ -163,7 +170,9 @@ def coerce_options(options: Any) -> list[str] | None:
     return [str(option) for option in options]
 
 
-def _score_with_custom_function(items: Sequence[Mapping[str, Any]], config: RewardConfig) -> list[dict[str, Any]]:
+def _score_with_custom_function(
+    items: Sequence[Mapping[str, Any]], config: RewardConfig
+) -> list[dict[str, Any]]:
     """EasyR1 convention: the user's function scores whole records (`REWARD_TYPE` batch or sequential)."""
     function = load_callable(config.reward_function or "")
     module = sys.modules.get(getattr(function, "__module__", ""), None)
@@ -173,7 +182,9 @@ def _score_with_custom_function(items: Sequence[Mapping[str, Any]], config: Rewa
         try:
             outputs = list(function(inputs, **kwargs))
             if len(outputs) != len(inputs):
-                raise ValueError(f"batch reward function returned {len(outputs)} results for {len(inputs)} inputs")
+                raise ValueError(
+                    f"batch reward function returned {len(outputs)} results for {len(inputs)} inputs"
+                )
             return [_check_custom_output(output) for output in outputs]
         except Exception as error:
             if config.strict:
@@ -199,7 +210,13 @@ def _check_custom_output(output: Any) -> dict[str, Any]:
 
 
 def _custom_error(error: Exception) -> dict[str, Any]:
-    return {"overall": 0.0, "accuracy": 0.0, "format": 0.0, "task": "custom", "error": f"{type(error).__name__}: {error}"}
+    return {
+        "overall": 0.0,
+        "accuracy": 0.0,
+        "format": 0.0,
+        "task": "custom",
+        "error": f"{type(error).__name__}: {error}",
+    }
 
 
 def _log_task_error(task: str, error: Exception) -> None:
@@ -208,7 +225,9 @@ def _log_task_error(task: str, error: Exception) -> None:
         first = kind not in _logged_error_kinds
         _logged_error_kinds.add(kind)
     if first:
-        logger.warning("reward task %s raised %s (first of its kind; later ones at DEBUG)", task, kind[1], exc_info=error)
+        logger.warning(
+            "reward task %s raised %s (first of its kind; later ones at DEBUG)", task, kind[1], exc_info=error
+        )
     else:
         logger.debug("reward task %s raised %r", task, error)
 

@@ -71,8 +71,8 @@ def _f1(overlap: float, predicted: int, expected: int) -> float:
 
 
 def _ngram_f1(predicted: list[str], expected: list[str], n: int) -> float:
-    predicted_grams = Counter(zip(*(predicted[i:] for i in range(n))))
-    expected_grams = Counter(zip(*(expected[i:] for i in range(n))))
+    predicted_grams = Counter(zip(*(predicted[i:] for i in range(n)), strict=False))
+    expected_grams = Counter(zip(*(expected[i:] for i in range(n)), strict=False))
     overlap = sum((predicted_grams & expected_grams).values())
     return _f1(overlap, sum(predicted_grams.values()), sum(expected_grams.values()))
 

@@ -19,7 +19,7 @@ _WORD_RE = re.compile(r"不是|[是否对错]|[^\W\d_]+")
 
 
 def read_polarity(text: str, first_word_only: bool = False) -> str | None:
-    """"yes" or "no" named by `text`, or None (neither, or both)."""
+    """ "yes" or "no" named by `text`, or None (neither, or both)."""
     words = _WORD_RE.findall(normalize_text(clean_short_answer(text)))
     if first_word_only:
         words = words[:1]
@@ -30,7 +30,17 @@ def read_polarity(text: str, first_word_only: bool = False) -> str | None:
 
 @register_task(
     "boolean",
-    aliases=("binary classification", "binary", "yes/no", "yes no", "true/false", "true false", "ssr", "crr", "judgement"),
+    aliases=(
+        "binary classification",
+        "binary",
+        "yes/no",
+        "yes no",
+        "true/false",
+        "true false",
+        "ssr",
+        "crr",
+        "judgement",
+    ),
 )
 def score_boolean(sample: Sample) -> TaskScore:
     """1 if the stated yes/no equals the ground truth's."""

@@ -87,13 +87,17 @@ def read_test_cases(sample: Sample) -> list[CodeTest]:
             truth = json.loads(sample.truth)
         except ValueError:
             return []
-        raw = next((truth[key] for key in _TEST_KEYS if key in truth), None) if isinstance(truth, dict) else truth
+        raw = (
+            next((truth[key] for key in _TEST_KEYS if key in truth), None)
+            if isinstance(truth, dict)
+            else truth
+        )
     if isinstance(raw, str):
         raw = json.loads(raw)
     if isinstance(raw, dict) and "inputs" in raw and "outputs" in raw:
         if raw.get("fn_name"):
             raise GroundTruthError("call-based (fn_name) tests are not supported; use assert tests")
-        raw = [{"input": i, "output": o} for i, o in zip(raw["inputs"], raw["outputs"])]
+        raw = [{"input": i, "output": o} for i, o in zip(raw["inputs"], raw["outputs"], strict=True)]
     if not isinstance(raw, list):
         return []
     cases = []
@@ -140,7 +144,9 @@ def run_tests(code: str, cases: list[CodeTest], sample: Sample) -> int:
     passed = 0
     in_process = [case for case in cases if case.kind != "io"]
     if in_process:
-        result = run_python(code, tests=tuple((case.kind, case.payload) for case in in_process), config=config)
+        result = run_python(
+            code, tests=tuple((case.kind, case.payload) for case in in_process), config=config
+        )
         for index, case in enumerate(in_process):
             lines = [line for line in result.test_lines if line.get("i") == index]
             if len(lines) != 1:  # missing, or forged duplicates
@@ -159,7 +165,9 @@ def run_tests(code: str, cases: list[CodeTest], sample: Sample) -> int:
 
 def markup_similarity(predicted: str, reference: str, kind: str) -> float:
     """0.7 x similarity of the tag sequences + 0.3 x similarity of the whitespace-normalised text."""
-    if kind == "svg" and not (re.search(r"<svg\b", predicted, re.I) and re.search(r"</svg\s*>", predicted, re.I)):
+    if kind == "svg" and not (
+        re.search(r"<svg\b", predicted, re.I) and re.search(r"</svg\s*>", predicted, re.I)
+    ):
         return 0.0
     predicted_tags = [tag.lower() for tag in _MARKUP_TAG_RE.findall(predicted)]
     if not predicted_tags:
@@ -183,7 +191,11 @@ def _markup_kind(sample: Sample) -> str | None:
     return None
 
 
-@register_task("code", aliases=("coding", "svg-code", "html-code", "python", "programming", "code generation"), expensive=True)
+@register_task(
+    "code",
+    aliases=("coding", "svg-code", "html-code", "python", "programming", "code generation"),
+    expensive=True,
+)
 def score_code(sample: Sample) -> TaskScore:
     """Fraction of test cases passed (Python), or markup similarity (SVG/HTML without tests)."""
     code = extract_code(sample)

@@ -15,4 +15,4 @@ def score_counting(sample: Sample) -> TaskScore:
         raise GroundTruthError(f"counting ground truth is not a whole number: {sample.truth!r}")
     predicted = read_number(sample.answer)
     correct = predicted is not None and not predicted.percent and predicted.value == truth.value
-    return TaskScore(float(correct), sample.answer.from_tag and predicted is not None, format_number(predicted))
+    return TaskScore(float(correct), predicted is not None, format_number(predicted))

@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import re
 from dataclasses import dataclass
+from functools import lru_cache
 
 from easyvideor1.rewards.numbers import parse_number
 from easyvideor1.rewards.parsing import (
@@ -84,8 +85,13 @@ class ChoiceExtraction:
 
 def option_texts(options: list[str] | None) -> dict[str, str]:
     """Letter -> normalised option text, from "A. text", "A: text", "(A) text" or position."""
+    return dict(_option_texts(tuple(options or ())))
+
+
+@lru_cache(maxsize=4096)
+def _option_texts(options: tuple[str, ...]) -> tuple[tuple[str, str], ...]:
     texts: dict[str, str] = {}
-    for index, option in enumerate(options or []):
+    for index, option in enumerate(options):
         match = _OPTION_LABEL_RE.match(option)
         if match:
             letter = next(group for group in match.groups()[:3] if group)
@@ -93,7 +99,7 @@ def option_texts(options: list[str] | None) -> dict[str, str]:
         else:
             letter, text = LETTERS[index % 26], option
         texts[letter] = _normalize_option(text)
-    return texts
+    return tuple(texts.items())
 
 
 def _normalize_option(text: str) -> str:
@@ -118,9 +124,12 @@ def _letters_of_phrase(text: str, texts: dict[str, str], lowercase: bool = False
         rest = _normalize_option(labelled.group(4))
         # "B. <text of option A>" names two options: a hedge, not an answer.
         others = {other for other, option in texts.items() if rest and option == rest and other != letter}
-        if rest and texts.get(letter) != rest and others:
+        if others and texts.get(letter) != rest:
             return {letter, *others}
-        return {letter}
+        # Otherwise the text must be the option's own (or anything short when options are unknown);
+        # "A: red. Option B: green. ..." is a sentence for the rules, not a labelled answer.
+        if not rest or texts.get(letter) == rest or (not texts and len(rest) <= 60 and "\n" not in rest):
+            return {letter}
     tokens = [token.strip("()[]") for token in _LETTER_LIST_SPLIT_RE.split(value) if token]
     if len(tokens) > 1 and all(len(token) == 1 and token in LETTERS for token in tokens):
         return set(tokens)
@@ -179,7 +188,9 @@ def _from_rules(text: str, valid: str, source: str) -> ChoiceExtraction:
     return ChoiceExtraction(best[2], "ok", source)
 
 
-def _from_statement(statement: str, texts: dict[str, str], valid: str, source: str) -> ChoiceExtraction | None:
+def _from_statement(
+    statement: str, texts: dict[str, str], valid: str, source: str
+) -> ChoiceExtraction | None:
     letters = _letters_of_phrase(statement, texts)
     if letters:
         return _verdict(letters, valid, source)

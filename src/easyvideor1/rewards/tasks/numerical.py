@@ -40,5 +40,7 @@ def score_numerical(sample: Sample) -> TaskScore:
     truth = truth_number(sample.truth, sample.task)
     predicted = read_number(sample.answer)
     config = sample.config
-    correct = predicted is not None and numbers_match(predicted, truth, config.numeric_rel_tol, config.numeric_abs_tol)
-    return TaskScore(float(correct), sample.answer.from_tag and predicted is not None, format_number(predicted))
+    correct = predicted is not None and numbers_match(
+        predicted, truth, config.numeric_rel_tol, config.numeric_abs_tol
+    )
+    return TaskScore(float(correct), predicted is not None, format_number(predicted))

@@ -14,7 +14,17 @@ from easyvideor1.rewards.text_metrics import rouge_scores
 
 @register_task(
     "open_ended",
-    aliases=("open-ended", "open ended", "free-form", "free form", "video qa", "video description", "caption", "captioning", "short answer"),
+    aliases=(
+        "open-ended",
+        "open ended",
+        "free-form",
+        "free form",
+        "video qa",
+        "video description",
+        "caption",
+        "captioning",
+        "short answer",
+    ),
 )
 def score_open_ended(sample: Sample) -> TaskScore:
     """Mean of ROUGE-1, ROUGE-2 and ROUGE-L F1 (1.0 for a normalised exact match)."""

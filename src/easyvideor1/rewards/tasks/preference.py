@@ -17,7 +17,7 @@ _TRUTH_RE = re.compile(r"(?:response\s*)?([12])|(tie|equal)")
 
 
 def read_label(text: str, pattern: re.Pattern[str] = _LABEL_RE) -> str | None:
-    """"1", "2" or "tie" when `text` is exactly one label, else None."""
+    """ "1", "2" or "tie" when `text` is exactly one label, else None."""
     match = pattern.fullmatch(normalize_text(clean_short_answer(text)))
     if not match:
         return None

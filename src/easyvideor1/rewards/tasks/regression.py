@@ -28,6 +28,7 @@ def score_regression(sample: Sample) -> TaskScore:
     truth = truth_number(sample.truth, sample.task)
     predicted = read_number(sample.answer)
     if predicted is None:
-        return TaskScore(0.0, False if sample.answer.from_tag else None, None)
+        return TaskScore(0.0, False, None, {"relative_error": 1e6})
     error = relative_error(predicted, truth)
-    return TaskScore(mean_relative_accuracy(error), sample.answer.from_tag, format_number(predicted), {"relative_error": min(error, 1e6)})
+    details = {"relative_error": min(error, 1e6)}
+    return TaskScore(mean_relative_accuracy(error), True, format_number(predicted), details)

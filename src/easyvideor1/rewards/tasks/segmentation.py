@@ -53,14 +53,18 @@ def _rle(value: Any, size: tuple[int, int] | None) -> dict[str, Any] | None:
     """A compressed RLE for an RLE, polygon list or box answer; None when invalid."""
     if isinstance(value, dict) and "counts" in value:
         shape = value.get("size")
-        if not (isinstance(shape, list) and len(shape) == 2 and all(isinstance(v, int) and v > 0 for v in shape)):
+        if not (
+            isinstance(shape, list) and len(shape) == 2 and all(isinstance(v, int) and v > 0 for v in shape)
+        ):
             return None
         height, width = shape
         if height * width > _MAX_PIXELS or (size is not None and (height, width) != size):
             return None
         counts = value["counts"]
         runs = _decode_counts(counts) if isinstance(counts, str) else counts
-        if not isinstance(runs, list) or not all(isinstance(r, int) and not isinstance(r, bool) and r >= 0 for r in runs):
+        if not isinstance(runs, list) or not all(
+            isinstance(r, int) and not isinstance(r, bool) and r >= 0 for r in runs
+        ):
             return None
         if sum(runs) != height * width:
             return None
@@ -82,7 +86,9 @@ def _rle(value: Any, size: tuple[int, int] | None) -> dict[str, Any] | None:
             if any(finite_number(v) is None for v in polygon):
                 return None
         height, width = size
-        return mask_utils.merge(mask_utils.frPyObjects([[float(v) for v in p] for p in polygons], height, width))
+        return mask_utils.merge(
+            mask_utils.frPyObjects([[float(v) for v in p] for p in polygons], height, width)
+        )
     return None
 
 
@@ -102,14 +108,18 @@ def _size(sample: Sample, truth: Any) -> tuple[int, int] | None:
     return (int(frame[1]), int(frame[0])) if frame else None
 
 
-@register_task("segmentation", aliases=("video segmentation", "image segmentation", "referring segmentation", "mask"))
+@register_task(
+    "segmentation", aliases=("video segmentation", "image segmentation", "referring segmentation", "mask")
+)
 def score_segmentation(sample: Sample) -> TaskScore:
     """Mask IoU, or the mean over ground-truth seconds for `{"masks": {...}}` answers."""
     truth_value = sample.truth_json()
     predicted_value = read_answer_json(sample.answer)
     if isinstance(truth_value, dict) and isinstance(truth_value.get("masks"), dict):
         truth_frames = parse_box_track(truth_value["masks"]) or {}
-        predicted_frames = parse_box_track(predicted_value.get("masks")) if isinstance(predicted_value, dict) else None
+        predicted_frames = (
+            parse_box_track(predicted_value.get("masks")) if isinstance(predicted_value, dict) else None
+        )
         scores = []
         for second, (truth_mask, *_) in sorted(truth_frames.items()):
             size = _size(sample, truth_mask)

@@ -31,7 +31,16 @@ def raw_box(value: Any) -> Any | None:
     return None
 
 
-@register_task("spatial_grounding", aliases=("spatial grounding", "referring expression", "rec grounding", "visual grounding", "box grounding"))
+@register_task(
+    "spatial_grounding",
+    aliases=(
+        "spatial grounding",
+        "referring expression",
+        "rec grounding",
+        "visual grounding",
+        "box grounding",
+    ),
+)
 def score_spatial_grounding(sample: Sample) -> TaskScore:
     """Box IoU in [0, 1]."""
     truth = parse_box(raw_box(sample.truth_json()))

@@ -8,7 +8,14 @@ records) is scored by tIoU alone, as the published evaluation does.
 
 from __future__ import annotations
 
-from easyvideor1.rewards.geometry import BoxSpace, mean_track_iou, parse_box, parse_box_track, parse_span, temporal_iou
+from easyvideor1.rewards.geometry import (
+    BoxSpace,
+    mean_track_iou,
+    parse_box,
+    parse_box_track,
+    parse_span,
+    temporal_iou,
+)
 from easyvideor1.rewards.registry import register_task
 from easyvideor1.rewards.sample import GroundTruthError, Sample, TaskScore
 from easyvideor1.rewards.tasks.temporal_grounding import read_answer_json, truth_span
@@ -18,12 +25,21 @@ TIME_WEIGHT = 0.5
 
 @register_task(
     "spatiotemporal_grounding",
-    aliases=("spatial-temporal grounding", "spatio-temporal grounding", "spatial temporal grounding", "stvg", "st grounding"),
+    aliases=(
+        "spatial-temporal grounding",
+        "spatio-temporal grounding",
+        "spatial temporal grounding",
+        "stvg",
+        "st grounding",
+    ),
 )
 def score_spatiotemporal_grounding(sample: Sample) -> TaskScore:
     """0.5 tIoU + 0.5 mean box IoU (tIoU alone when the ground truth has no boxes in its span)."""
+    truth = sample.truth_json()
+    if not isinstance(truth, dict):
+        raise GroundTruthError(f"spatio-temporal ground truth is not a JSON object: {sample.truth[:200]!r}")
     start, end = span = truth_span(sample)
-    truth_track = parse_box_track(sample.truth_json().get("boxes", {}))
+    truth_track = parse_box_track(truth.get("boxes", {}))
     if truth_track is None:
         raise GroundTruthError(f"spatio-temporal ground truth boxes are not a dict: {sample.truth[:200]!r}")
     seconds = sorted(second for second in truth_track if start <= second <= end)

@@ -29,7 +29,9 @@ def truth_span(sample: Sample) -> Span:
     return span
 
 
-@register_task("temporal_grounding", aliases=("temporal grounding", "moment retrieval", "video grounding", "tvg"))
+@register_task(
+    "temporal_grounding", aliases=("temporal grounding", "moment retrieval", "video grounding", "tvg")
+)
 def score_temporal_grounding(sample: Sample) -> TaskScore:
     """tIoU in [0, 1]."""
     truth = truth_span(sample)
