@@ -107,3 +107,17 @@ def test_qwen2_5_family_uses_factor_28(dataset_files):
     out = encode_sample(build_processor("qwen2_5vl"), ds[0], cfg, ds.loader)
     t, gh, gw = out["video_grid_thw"][0].tolist()
     assert (gh * 14) % 28 == 0 and (gw * 14) % 28 == 0 and t == 3
+
+
+def test_qwen2_5_second_per_grid_ts_follows_the_sample_fps_in_clip_windows(dataset_files):
+    cfg = DataConfig(model_family="qwen2_5vl", video_fps=4.0, video_min_pixels=4 * 28 * 28,
+                     video_max_pixels=16 * 28 * 28)
+    rec = parse_record({"problem": "q", "videos": ["clip.mp4"], "video_start": 0.5, "video_end": 2.5}, "f[0]")
+    ds = RecordDataset([rec], cfg, str(dataset_files / "data.jsonl"))
+    sample = ds[0]
+    video = ds.loader.load(sample.videos[0], sample.video_params)
+    out = encode_sample(build_processor("qwen2_5vl"), sample, cfg, ds.loader)
+    m = video.meta
+    assert m["window_frames"] < m["total_frames"]
+    assert m["sample_fps"] == pytest.approx(len(m["frame_indices"]) / m["window_frames"] * m["source_fps"])
+    assert float(out["second_per_grid_ts"][0]) == pytest.approx(2 / video.meta["sample_fps"])

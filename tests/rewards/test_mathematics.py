@@ -46,7 +46,8 @@ def test_math_works_off_the_main_thread() -> None:
 
 
 def test_math_timeout_scores_zero_and_is_flagged() -> None:
-    result = compute_score("<answer>0.5</answer>", "\\frac{1}{2}", "math", config=RewardConfig(math_timeout_s=1e-4))
+    # sympy evaluates 10^(10^10) exactly: minutes of C code that only killing the helper stops
+    result = compute_score("<answer>5</answer>", "10^{10^{10}}", "math", config=RewardConfig(math_timeout_s=1.0))
     assert (result["accuracy"], result["math_timeout"]) == (0.0, 1.0)
     assert "error" not in result
     again = compute_score("<answer>0.5</answer>", "\\frac{1}{2}", "math")  # the helper restarts

@@ -15,7 +15,7 @@ import numpy as np
 import torch
 
 from .decode import DecodeError, probe_video, read_frames
-from .sampling import SamplingParams, frame_indices, video_frame_size
+from .sampling import SamplingParams, frame_indices, frame_range, video_frame_size
 
 FORMAT_VERSION = 1  # bump when the stored frames or metadata change meaning
 
@@ -36,11 +36,13 @@ class SampledVideo:
 
         With ``do_sample_frames=False`` the Qwen3-VL processor computes each frame's timestamp as
         ``frames_indices[i] / fps``; passing the source fps and the real indices keeps the
-        ``<t seconds>`` text right (without them it assumes 24 fps).
+        ``<t seconds>`` text right (without them it assumes 24 fps). Qwen2.5-VL derives
+        ``second_per_grid_ts`` from ``len(frames_indices) / total_num_frames * fps``, so
+        ``total_num_frames`` is the clip window's length, as qwen-vl-utils reports it.
         """
         m = self.meta
         return {
-            "total_num_frames": int(m["total_frames"]),
+            "total_num_frames": int(m.get("window_frames", m["total_frames"])),
             "fps": float(m["source_fps"]),
             "frames_indices": list(m["frame_indices"]),
             "width": int(m["width"]),
@@ -77,6 +79,7 @@ def sample_video(path: str, params: SamplingParams, time_limit: float | None = N
     info = probe_video(path, deadline=deadline)
     try:
         indices, sample_fps = frame_indices(params, info.total_frames, info.fps)
+        window_frames = frame_range(params, info.total_frames, info.fps)[2]
     except ValueError as e:
         raise DecodeError(f"{path}: {e}") from e
     raw = read_frames(info, indices, deadline=deadline)
@@ -96,6 +99,7 @@ def sample_video(path: str, params: SamplingParams, time_limit: float | None = N
         "source_width": src_w,
         "codec": info.codec,
         "total_frames": info.total_frames,
+        "window_frames": window_frames,  # frames inside video_start/video_end (all when no window)
         "frame_indices": indices,
         "sample_fps": sample_fps,
         "height": height,

@@ -82,3 +82,57 @@ def save_processor(out_dir: str, model_family: str = "qwen3vl") -> str:
     os.makedirs(out_dir, exist_ok=True)
     build_processor(model_family).save_pretrained(out_dir)
     return out_dir
+
+
+def tiny_config(model_family: str, vocab_size: int, token_ids: dict[str, int], hidden: int = 128, layers: int = 2):
+    """A sub-1M-parameter config of the family's real architecture."""
+    common = dict(
+        image_token_id=token_ids["<|image_pad|>"],
+        video_token_id=token_ids["<|video_pad|>"],
+        vision_start_token_id=token_ids["<|vision_start|>"],
+        vision_end_token_id=token_ids["<|vision_end|>"],
+        tie_word_embeddings=False,
+    )
+    text = dict(
+        vocab_size=vocab_size, hidden_size=hidden, intermediate_size=hidden * 2, num_hidden_layers=layers,
+        num_attention_heads=4, num_key_value_heads=2, head_dim=32, max_position_embeddings=4096,
+        bos_token_id=token_ids["<|endoftext|>"], eos_token_id=token_ids["<|im_end|>"],
+        pad_token_id=token_ids["<|endoftext|>"],
+    )
+    if model_family == "qwen3vl":
+        from transformers import Qwen3VLConfig
+
+        text["rope_parameters"] = {"rope_type": "default", "rope_theta": 10000.0, "mrope_section": [6, 5, 5],
+                                   "mrope_interleaved": True}
+        vision = dict(depth=2, hidden_size=64, intermediate_size=128, num_heads=2, patch_size=16,
+                      spatial_merge_size=2, temporal_patch_size=2, out_hidden_size=hidden,
+                      num_position_embeddings=256, deepstack_visual_indexes=[0])
+        return Qwen3VLConfig(text_config=text, vision_config=vision, **common)
+    from transformers import Qwen2_5_VLConfig
+
+    text["rope_parameters"] = {"rope_type": "default", "rope_theta": 10000.0, "mrope_section": [6, 5, 5]}
+    vision = dict(depth=2, hidden_size=64, intermediate_size=128, num_heads=2, patch_size=14, spatial_merge_size=2,
+                  temporal_patch_size=2, out_hidden_size=hidden, window_size=56, fullatt_block_indexes=[1],
+                  tokens_per_second=2)
+    return Qwen2_5_VLConfig(text_config=text, vision_config=vision, **common)
+
+
+def make_tiny_model(out_dir: str, model_family: str = "qwen3vl", seed: int = 0, hidden: int = 128, layers: int = 2):
+    """Write a tiny random-weight model + tokenizer + processor to ``out_dir`` (loads with from_pretrained)."""
+    import torch
+    from transformers import AutoModelForImageTextToText, GenerationConfig
+
+    processor = build_processor(model_family)
+    tok = processor.tokenizer
+    ids = {t: tok.convert_tokens_to_ids(t) for t in QWEN_SPECIAL_TOKENS}
+    config = tiny_config(model_family, len(tok), ids, hidden=hidden, layers=layers)
+    torch.manual_seed(seed)
+    model = AutoModelForImageTextToText.from_config(config)
+    model.generation_config = GenerationConfig(
+        eos_token_id=[ids["<|im_end|>"], ids["<|endoftext|>"]], pad_token_id=ids["<|endoftext|>"],
+        do_sample=True, temperature=1.0, top_k=0, top_p=1.0,
+    )
+    os.makedirs(out_dir, exist_ok=True)
+    model.save_pretrained(out_dir)
+    processor.save_pretrained(out_dir)
+    return out_dir

@@ -8,11 +8,22 @@ one pipe round trip (~0.1 ms) on top of the work; a restart costs one interprete
 
 from __future__ import annotations
 
-import multiprocessing
+import os
+import socket
+import subprocess
+import sys
 import threading
 from collections.abc import Callable
 from multiprocessing.connection import Connection
 from typing import Any
+
+
+_HELPER_MAIN = (
+    "import sys\n"
+    "from multiprocessing.connection import Connection\n"
+    "from easyvideor1.rewards.isolation import _serve\n"
+    "_serve(Connection(int(sys.argv[1])))\n"
+)
 
 
 class CallTimeout(TimeoutError):
@@ -38,13 +49,15 @@ def _serve(connection: Connection) -> None:
 class IsolatedCaller:
     """Runs picklable calls one at a time in a helper process, with a hard timeout per call.
 
-    Thread-safe: calls from several threads are serialised. The helper uses the "spawn" start
-    method, which is safe in multi-threaded parents (a trainer with torch threads).
+    Thread-safe: calls from several threads are serialised. The helper is a fresh interpreter
+    (`python -c ...`): safe in multi-threaded parents (a trainer with
+    torch threads), and unlike multiprocessing's spawn it never re-imports the caller's main script.
+    Functions and arguments must be picklable by reference (module-level functions).
     """
 
     def __init__(self) -> None:
         self._lock = threading.Lock()
-        self._process: multiprocessing.process.BaseProcess | None = None
+        self._process: subprocess.Popen | None = None
         self._connection: Connection | None = None
 
     def call(self, function: Callable[..., Any], args: tuple[Any, ...], timeout: float) -> Any:
@@ -65,21 +78,25 @@ class IsolatedCaller:
         return payload
 
     def _ensure_started(self) -> Connection:
-        if self._process is not None and self._process.is_alive() and self._connection is not None:
+        if self._process is not None and self._process.poll() is None and self._connection is not None:
             return self._connection
         self._stop()
-        context = multiprocessing.get_context("spawn")
-        parent_end, child_end = context.Pipe()
-        process = context.Process(target=_serve, args=(child_end,), daemon=True, name="easyvideor1-isolated")
-        process.start()
+        parent_end, child_end = socket.socketpair()
+        environment = {**os.environ, "PYTHONPATH": os.pathsep.join(path for path in sys.path if path)}
+        self._process = subprocess.Popen(
+            [sys.executable, "-c", _HELPER_MAIN, str(child_end.fileno())],
+            pass_fds=(child_end.fileno(),),
+            stdin=subprocess.DEVNULL,
+            env=environment,
+        )
         child_end.close()
-        self._process, self._connection = process, parent_end
-        return parent_end
+        self._connection = Connection(parent_end.detach())
+        return self._connection
 
     def _stop(self) -> None:
         if self._process is not None:
             self._process.kill()
-            self._process.join(timeout=5)
+            self._process.wait()
         if self._connection is not None:
             self._connection.close()
         self._process, self._connection = None, None

@@ -24,7 +24,7 @@ _MAX_FREE_TEXT_CHARS = 80
 def _parse(text: str) -> list:
     from math_verify import parse
 
-    for candidate in (text, f"${text}$", f"\\boxed{{{text}}}"):
+    for candidate in (f"${text}$", text, f"\\boxed{{{text}}}"):
         parsed = parse(candidate, parsing_timeout=None)
         if parsed:
             return parsed

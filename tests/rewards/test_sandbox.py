@@ -1,0 +1,150 @@
+"""The code sandbox: hostile programs are contained within their time limit, score 0, and leave the host as it was."""
+
+from __future__ import annotations
+
+import json
+import os
+import socket
+import sys
+import time
+import uuid
+from pathlib import Path
+
+import pytest
+
+from easyvideor1.rewards import RewardConfig, SandboxConfig
+from easyvideor1.rewards.sandbox import isolation_capabilities, run_python
+
+LIMITS = SandboxConfig(wall_time_s=1.5, cpu_time_s=2, memory_mb=256, max_processes=8)
+SANDBOX_UID_BASE = 1_500_000_000
+
+
+def sandbox_processes() -> list[int]:
+    """Live (non-zombie) processes of sandbox uids on the host."""
+    found = []
+    for entry in Path("/proc").iterdir():
+        if not entry.name.isdigit():
+            continue
+        try:
+            status = (entry / "status").read_text()
+        except OSError:
+            continue
+        fields = dict(line.split(":", 1) for line in status.splitlines() if ":" in line)
+        uid = int(fields.get("Uid", "0").split()[0])
+        if uid >= SANDBOX_UID_BASE and not fields.get("State", "").strip().startswith("Z"):
+            found.append(int(entry.name))
+    return found
+
+
+@pytest.fixture
+def listener():
+    server = socket.socket()
+    server.bind(("127.0.0.1", 0))
+    server.listen()
+    server.setblocking(False)
+    yield server
+    server.close()
+
+
+@pytest.fixture
+def marker(tmp_path_factory) -> str:
+    return f"easyvideor1-test-{uuid.uuid4().hex}"
+
+
+def hostile_programs(marker: str, port: int, secret: str) -> dict[str, str]:
+    """Each prints "pwned" only if its attack worked."""
+    return {
+        "infinite loop": "while True:\n    pass\nprint('pwned')",
+        "sleep forever": "import time\ntime.sleep(1000)\nprint('pwned')",
+        "fork bomb": "import os\nwhile True:\n    try:\n        os.fork()\n    except OSError:\n        pass",
+        "escaping fork": (
+            "import os, time\n"
+            "if os.fork() == 0:\n    os.setsid()\n    time.sleep(1000)\n"
+            "print('parent done')"
+        ),
+        "memory bomb": "blocks = []\nwhile True:\n    blocks.append(bytearray(64 << 20))\nprint('pwned')",
+        "write outside": (
+            f"open('/tmp/{marker}', 'w').write('x')\n"
+            f"open('/dev/shm/{marker}', 'w').write('x')\n"
+            f"open('{Path.cwd()}/{marker}', 'w').write('x')\nprint('pwned')"
+        ),
+        "read parent environment": (
+            "import os\n"
+            f"found = '{secret}' in repr(dict(os.environ))\n"
+            f"for pid in (os.getppid(), {os.getpid()}):\n"
+            "    try:\n"
+            f"        found = found or '{secret}' in open(f'/proc/{{pid}}/environ').read()\n"
+            "    except OSError:\n        pass\n"
+            "print('pwned' if found else 'safe')"
+        ),
+        "network": f"import socket\nsocket.create_connection(('127.0.0.1', {port}), timeout=1)\nprint('pwned')",
+        "huge output": "import sys\nwhile True:\n    sys.stdout.write('pwned' * 10000)",
+    }
+
+
+PROGRAM_NAMES = list(hostile_programs("m", 1, "s"))
+
+
+@pytest.mark.parametrize("name", PROGRAM_NAMES)
+def test_hostile_program_is_contained(name: str, listener, marker: str, monkeypatch) -> None:
+    secret = f"secret-{uuid.uuid4().hex}"
+    monkeypatch.setenv("EASYVIDEOR1_TEST_SECRET", secret)
+    program = hostile_programs(marker, listener.getsockname()[1], secret)[name]
+    started = time.monotonic()
+    result = run_python(program, config=LIMITS)
+    elapsed = time.monotonic() - started
+    assert elapsed < LIMITS.wall_time_s + 3.0  # contained within its time limit
+    assert "pwned" not in result.stdout.replace("pwned" * 10000, "") or name == "huge output"
+    assert len(result.stdout) <= LIMITS.max_output_kb * 1024
+    # the host is as it was
+    assert sandbox_processes() == []
+    assert not Path(f"/tmp/{marker}").exists() and not Path(f"/dev/shm/{marker}").exists()
+    assert not (Path.cwd() / marker).exists()
+    with pytest.raises(BlockingIOError):
+        listener.accept()
+    assert os.environ["EASYVIDEOR1_TEST_SECRET"] == secret
+
+
+@pytest.mark.parametrize("name", PROGRAM_NAMES)
+def test_hostile_program_scores_zero(score, name: str, listener, marker: str) -> None:
+    program = hostile_programs(marker, listener.getsockname()[1], "no-secret-in-this-environment")[name]
+    truth = json.dumps({"test_cases": [{"input": "", "output": "pwned"}]})
+    result = score(f"<answer>{program}</answer>", truth, "code", config=RewardConfig(strict=True, sandbox=LIMITS))
+    assert result["accuracy"] == 0.0
+    assert sandbox_processes() == []
+
+
+def test_isolation_measured_here() -> None:
+    """As root on Linux (this machine and CI) every layer is available; elsewhere it degrades."""
+    capabilities = isolation_capabilities()
+    if sys.platform.startswith("linux") and os.geteuid() == 0:
+        assert capabilities.network and capabilities.user and capabilities.filesystem and capabilities.processes
+    result = run_python("print(1)", config=LIMITS)
+    assert result.ok and result.stdout == "1\n"
+    assert result.isolation == capabilities
+
+
+def test_program_sees_an_empty_scrubbed_world() -> None:
+    program = "import os, sys\nprint(sorted(os.listdir('.')))\nprint(sorted(os.environ))\nprint(sys.stdin.read())"
+    result = run_python(program, stdin="input text", config=LIMITS)
+    listing, environment, stdin = result.stdout.splitlines()[:3]
+    assert listing == "[]"
+    assert "EASYVIDEOR1" not in environment and "PATH" in environment
+    assert stdin == "input text"
+
+
+def test_degraded_plan_still_runs(monkeypatch) -> None:
+    """An interpreter the sandbox user cannot run (here: this venv under /root) falls back without the uid."""
+    config = SandboxConfig(wall_time_s=5, python_executable=sys.executable)
+    result = run_python("import json\nprint(json.dumps([1]))", config=config)
+    assert result.ok and result.stdout == "[1]\n"
+    if os.geteuid() == 0 and not os.access(Path(sys.executable).resolve(), os.X_OK, effective_ids=False):
+        pytest.skip("interpreter is reachable by everyone here")
+
+
+def test_exit_codes_and_signals() -> None:
+    assert run_python("import sys\nsys.exit(3)", config=LIMITS).returncode == 3
+    assert run_python("raise ValueError('x')", config=LIMITS).returncode == 1
+    assert "ValueError" in run_python("raise ValueError('x')", config=LIMITS).stderr
+    timed_out = run_python("while True: pass", config=LIMITS)
+    assert timed_out.timed_out and timed_out.returncode is None and not timed_out.ok
