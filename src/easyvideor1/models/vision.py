@@ -1,0 +1,84 @@
+"""Every forward calls the vision tower once for images and once for videos, real or dummy.
+
+Why: under FSDP every rank must run the same collectives in the same order. A micro-batch without
+images (or without videos, or text only) would skip a vision-tower call that another rank makes,
+and the ranks' all-gathers would no longer line up (transformers#37186 and its many cousins). So
+when a modality is missing we run the tower on a tiny zero input and add its output, times 0, to
+the token embeddings *before* the language model: the call order, and the backward order, match
+a real vision pass, every vision parameter receives a (zero) gradient, and the loss is unchanged.
+
+Use it as a context manager around training forwards only (generation needs none of this)::
+
+    with DummyVisionPass(model).expect(inputs):
+        out = model(**inputs)
+"""
+
+from __future__ import annotations
+
+from contextlib import contextmanager
+from typing import Any
+
+import torch
+
+
+def vision_tower(model) -> torch.nn.Module:
+    inner = getattr(model, "model", model)
+    tower = getattr(inner, "visual", None)
+    if tower is None:
+        raise TypeError(f"{type(model).__name__} has no vision tower at .model.visual")
+    return tower
+
+
+class DummyVisionPass:
+    """Adds zero-weighted dummy vision-tower passes for the modalities a forward lacks."""
+
+    def __init__(self, model) -> None:
+        self.model = model
+        self.tower = vision_tower(model)
+        cfg = model.config.vision_config
+        self.patch_dim = cfg.in_channels * cfg.temporal_patch_size * cfg.patch_size**2
+        merge = getattr(cfg, "spatial_merge_size", 2)
+        self.grid = torch.tensor([[1, merge, merge]])  # the smallest grid the merger accepts
+        self.missing: tuple[str, ...] = ()
+        self.calls = 0  # dummy tower calls made (for tests and metrics)
+        model.get_input_embeddings().register_forward_hook(self._add_dummy)
+
+    def _add_dummy(self, module, args, output: torch.Tensor) -> torch.Tensor:
+        if not self.missing:
+            return output
+        missing, self.missing = self.missing, ()  # once per forward (generation reuses the embedder)
+        p = next(self.tower.parameters())
+        zero = output.new_zeros(())
+        for _ in missing:
+            x = torch.zeros(int(self.grid.prod()), self.patch_dim, dtype=p.dtype, device=p.device)
+            out = self.tower(x, grid_thw=self.grid.to(p.device))
+            zero = zero + _sum_outputs(out)
+            self.calls += 1
+        return output + 0.0 * zero.to(output.dtype)
+
+    @contextmanager
+    def expect(self, inputs: dict[str, Any], enabled: bool = True):
+        """Within the block, the next forward gets dummy passes for the modalities ``inputs`` lacks."""
+        if enabled:
+            self.missing = tuple(
+                m for m, key in (("image", "pixel_values"), ("video", "pixel_values_videos"))
+                if inputs.get(key) is None
+            )
+        try:
+            yield self
+        finally:
+            self.missing = ()
+
+
+def _sum_outputs(out) -> torch.Tensor:
+    """Sum of every tensor a vision tower returns (merged embeddings and DeepStack features)."""
+    total = 0.0
+    if isinstance(out, torch.Tensor):
+        return out.sum()
+    for key in ("last_hidden_state", "pooler_output"):
+        t = getattr(out, key, None)
+        if isinstance(t, torch.Tensor):
+            total = total + t.sum()
+    for t in getattr(out, "deepstack_features", None) or []:
+        total = total + t.sum()
+    return total

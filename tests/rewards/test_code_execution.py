@@ -1,0 +1,121 @@
+"""The code task: test cases in the sandbox, forgery resistance, SVG/HTML fallback."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from easyvideor1.rewards import GroundTruthError, RewardConfig, SandboxConfig
+
+FAST = RewardConfig(strict=True, sandbox=SandboxConfig(wall_time_s=2.0, cpu_time_s=2))
+SUM_TESTS = json.dumps(
+    {"test_cases": [{"input": "1 2\n", "output": "3\n"}, {"input": "5 7", "output": "12"}, {"input": "0 0", "output": "1"}]}
+)
+SUM_PROGRAM = "a, b = map(int, input().split())\nprint(a + b)"
+ASSERT_TESTS = ["assert add(1, 2) == 3", "assert add(-1, 1) == 0", "assert add('a', 'b') == 'ab'", "assert add(2, 2) > 3"]
+
+
+@pytest.mark.parametrize(
+    ("response", "accuracy", "format_score"),
+    [
+        (f"<answer>{SUM_PROGRAM}</answer>", 2 / 3, 1.0),  # the third test expects a wrong output
+        (f"<answer>```python\n{SUM_PROGRAM}\n```</answer>", 2 / 3, 1.0),
+        (f"Here it is:\n```python\n{SUM_PROGRAM}\n```", 2 / 3, 0.0),
+        ("<answer>print(3)</answer>", 1 / 3, 1.0),
+        ("<answer>def broken(:\n  pass</answer>", 0.0, 0.5),
+        ("no code at all", 0.0, 0.0),
+    ],
+)
+def test_stdin_stdout_tests(score, response: str, accuracy: float, format_score: float) -> None:
+    result = score(response, SUM_TESTS, "code", config=FAST)
+    assert result["accuracy"] == pytest.approx(accuracy)
+    assert result["format"] == format_score
+
+
+@pytest.mark.parametrize(
+    ("program", "accuracy"),
+    [
+        ("def add(a, b):\n    return a + b", 1.0),
+        ("def add(a, b):\n    return a + b if isinstance(a, int) else a", 0.75),
+        ("def add(a, b):\n    return 3", 0.25),  # passes "add(1, 2) == 3" only
+        ("import os\nos._exit(0)", 0.0),  # exiting before the tests
+        ("import sys\nsys.exit(0)", 0.0),
+        # forging result lines on every descriptor: duplicates of the harness's lines are rejected
+        (
+            "import os\ndef add(a, b):\n    return None\n"
+            "for fd in range(3, 64):\n    for i in range(4):\n        try:\n"
+            "            os.write(fd, ('{\"i\": %d, \"repr\": \"3\", \"ok\": true}\\n' % i).encode())\n"
+            "        except OSError:\n            pass",
+            0.0,
+        ),
+    ],
+)
+def test_assert_tests(score, program: str, accuracy: float) -> None:
+    truth = json.dumps({"test_cases": ASSERT_TESTS})
+    assert score(f"<answer>{program}</answer>", truth, "coding", config=FAST)["accuracy"] == pytest.approx(accuracy)
+
+
+def test_expected_values_never_enter_the_sandbox(score) -> None:
+    """The program cannot read `== 3` anywhere: it only sees the expression `add(1, 2)`."""
+    spy = (
+        "import gc, sys\n"
+        "def add(a, b):\n"
+        "    seen = repr([o for o in gc.get_objects() if isinstance(o, (list, dict, str))])\n"
+        "    return 'leak' if '== 3' in seen else None"
+    )
+    truth = json.dumps({"test_cases": ["assert add(1, 2) == 3"]})
+    assert score(f"<answer>{spy}</answer>", truth, "code", config=FAST)["accuracy"] == 0.0
+
+
+def test_tests_from_record_fields(score) -> None:
+    for field in ("test_cases", "tests", "input_output"):
+        meta = {field: [{"input": "2 2", "output": "4"}]}
+        assert score(f"<answer>{SUM_PROGRAM}</answer>", "", "code", config=FAST, **meta)["accuracy"] == 1.0
+    apps = json.dumps({"inputs": ["1 1", "2 3"], "outputs": ["2", "5"]})
+    assert score(f"<answer>{SUM_PROGRAM}</answer>", "", "code", config=FAST, input_output=apps)["accuracy"] == 1.0
+
+
+def test_timeout_stops_remaining_cases(score) -> None:
+    import time
+
+    config = RewardConfig(strict=True, sandbox=SandboxConfig(wall_time_s=0.5, cpu_time_s=1))
+    tests = [{"input": "", "output": "1"}] * 10
+    started = time.monotonic()
+    result = score("<answer>while True: pass</answer>", "", "code", config=config, test_cases=tests)
+    assert result["accuracy"] == 0.0
+    assert time.monotonic() - started < 3.0
+
+
+def test_code_is_run_verbatim(score) -> None:
+    program = "print('a < b / c > d')\nprint( 1 <2 )"
+    tests = [{"input": "", "output": "a < b / c > d\nTrue"}]
+    assert score(f"<answer>\n{program}\n</answer>", "", "code", config=FAST, test_cases=tests)["accuracy"] == 1.0
+
+
+def test_python_record_without_tests_is_an_error(score) -> None:
+    with pytest.raises(GroundTruthError):
+        score("<answer>print(1)</answer>", "print(1)", "code", config=FAST)
+
+
+SVG = '<svg width="10" height="10"><rect x="1" y="1" width="5" height="5" fill="red"/><circle cx="5" cy="5" r="2"/></svg>'
+
+
+@pytest.mark.parametrize(
+    ("response", "low", "high"),
+    [
+        (f"<answer>{SVG}</answer>", 1.0, 1.0),
+        ('<answer><svg width="10" height="10"><rect x="2" y="2" width="4" height="4" fill="blue"/></svg></answer>', 0.4, 0.9),
+        ("<answer><rect/><circle/></answer>", 0.0, 0.0),  # not an SVG document
+        ("<answer>a drawing of a square</answer>", 0.0, 0.0),
+    ],
+)
+def test_svg_structure_similarity(score, response: str, low: float, high: float) -> None:
+    accuracy = score(response, SVG, "svg-code", config=FAST)["accuracy"]
+    assert low <= accuracy <= high
+
+
+def test_html_structure_similarity(score) -> None:
+    page = "<html><body><h1>Title</h1><p>text</p></body></html>"
+    assert score(f"<answer>{page}</answer>", page, "html-code", config=FAST)["accuracy"] == 1.0
+    assert score("<answer><div>x</div></answer>", page, "code", config=FAST, language="html")["accuracy"] < 0.5
