@@ -155,3 +155,9 @@ def test_clip_window_samples_inside_the_window(small_video):
     assert all(30 <= i <= 60 for i in clip.meta["frame_indices"])
     with pytest.raises(DecodeError, match="clip window"):
         sample_video(small_video, SamplingParams(factor=28, video_start=5.0, video_end=6.0))
+
+
+def test_tiny_pixel_budget_keeps_at_least_one_patch(small_video):
+    # qwen-vl-utils floors the short side to 0 here and crashes; we keep a factor-sized side
+    v = sample_video(small_video, SamplingParams(factor=32, nframes=2, min_pixels=1024, max_pixels=1024))
+    assert v.frames.shape[1] >= 32 and v.frames.shape[2] >= 32

@@ -248,6 +248,7 @@ def error_counts() -> dict[str, int]:
 
 
 def reset_error_counts() -> None:
-    """Zero the error counters (e.g. at the start of an evaluation)."""
+    """Zero the error counters (e.g. at the start of an evaluation); the next error of each kind is logged again."""
     with _error_lock:
         _error_counts.clear()
+        _logged_error_kinds.clear()
