@@ -106,21 +106,41 @@ def load_image(path: str, cfg: DataConfig):
         return im.resize((w, h), Image.BICUBIC) if (h, w) != (im.height, im.width) else im.copy()
 
 
-def encode_sample(processor, sample: Sample, cfg: DataConfig, loader: VideoLoader, add_generation_prompt=True):
-    """Processor inputs (``input_ids``, ``pixel_values_videos``, ``video_grid_thw``, ...) for a sample."""
+def encode_batch(
+    processor, samples: list[Sample], cfg: DataConfig, loader: VideoLoader, add_generation_prompt: bool = True,
+    padding_side: str = "left", responses: list[str] | None = None,
+):
+    """Processor inputs for several samples at once (left-padded prompts, ready for ``generate``)."""
     from transformers.video_utils import VideoMetadata
 
-    messages = [{"role": "user", "content": sample.content}]
-    text = processor.apply_chat_template(messages, add_generation_prompt=add_generation_prompt, tokenize=False)
+    texts, videos, metadata, images = [], [], [], []
+    for i, sample in enumerate(samples):
+        messages = [{"role": "user", "content": sample.content}]
+        text = processor.apply_chat_template(messages, add_generation_prompt=add_generation_prompt, tokenize=False)
+        texts.append(text + (responses[i] if responses else ""))
+        for v, e in zip(sample.videos, sample.video_entries, strict=True):
+            video = loader.load(v, sample.video_params, entry=e)
+            videos.append(video.frames)
+            metadata.append(VideoMetadata(**video.processor_metadata()))
+        images.extend(load_image(p, cfg) for p in sample.images)
     kwargs: dict[str, Any] = {}
-    if sample.videos:
-        loaded = [loader.load(v, sample.video_params, entry=e) for v, e in zip(sample.videos, sample.video_entries)]
-        kwargs.update(
-            videos=[v.frames for v in loaded],
-            video_metadata=[VideoMetadata(**v.processor_metadata()) for v in loaded],
-            do_sample_frames=False,
-        )
-    if sample.images:
-        kwargs["images"] = [load_image(p, cfg) for p in sample.images]
+    if videos:
+        kwargs.update(videos=videos, video_metadata=metadata, do_sample_frames=False)
+    if images:
+        kwargs["images"] = images
     # our frames and images are already on the factor grid within their budgets
-    return processor(text=[text], do_resize=False, return_tensors="pt", **kwargs)
+    return processor(text=texts, do_resize=False, return_tensors="pt", padding=True, padding_side=padding_side,
+                     **kwargs)
+
+
+def encode_prompts(processor, samples: list[Sample], cfg: DataConfig, loader: VideoLoader):
+    """A :class:`~easyvideor1.models.inputs.PromptBatch` (left-padded, generation prompt added)."""
+    from ..models.inputs import PromptBatch
+
+    inputs = encode_batch(processor, samples, cfg, loader)
+    return PromptBatch(dict(inputs), [len(s.videos) for s in samples], [len(s.images) for s in samples])
+
+
+def encode_sample(processor, sample: Sample, cfg: DataConfig, loader: VideoLoader, add_generation_prompt=True):
+    """Processor inputs (``input_ids``, ``pixel_values_videos``, ``video_grid_thw``, ...) for one sample."""
+    return encode_batch(processor, [sample], cfg, loader, add_generation_prompt)

@@ -1,0 +1,78 @@
+"""Batched model inputs: expand prompts into sequences, append responses.
+
+A prompt batch (one row per prompt, left-padded) becomes a sequence batch (one row per response)
+by repeating each prompt's rows, including its vision tensors: ``pixel_values*`` hold one row per
+patch, ``t*h*w`` of them per video or image, so they are split per item by their grids and
+repeated with their prompt.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+import torch
+
+_VISION = {
+    "video": ("pixel_values_videos", "video_grid_thw", "second_per_grid_ts"),
+    "image": ("pixel_values", "image_grid_thw", None),
+}
+_PER_ROW = ("input_ids", "attention_mask", "mm_token_type_ids")
+
+
+@dataclass
+class PromptBatch:
+    """Processor outputs for B prompts plus how many videos and images each prompt holds."""
+
+    inputs: dict[str, Any]
+    video_counts: list[int]
+    image_counts: list[int]
+
+    def __len__(self) -> int:
+        return len(self.video_counts)
+
+
+def _split_items(inputs: dict[str, Any], kind: str, counts: list[int]) -> list[dict[str, Any]]:
+    """Per-prompt slices of one modality's tensors."""
+    pix_key, grid_key, extra_key = _VISION[kind]
+    if inputs.get(grid_key) is None:
+        return [{} for _ in counts]
+    grids = inputs[grid_key]
+    rows = grids.prod(dim=1).tolist()
+    out, item, row = [], 0, 0
+    for c in counts:
+        n_rows = sum(rows[item : item + c])
+        piece = {pix_key: inputs[pix_key][row : row + n_rows], grid_key: grids[item : item + c]}
+        if extra_key and inputs.get(extra_key) is not None:
+            piece[extra_key] = torch.as_tensor(inputs[extra_key])[item : item + c]
+        out.append(piece)
+        item, row = item + c, row + n_rows
+    return out
+
+
+def expand(batch: PromptBatch, repeats: list[int]) -> dict[str, Any]:
+    """Repeat prompt ``i`` ``repeats[i]`` times (rows and vision tensors), in prompt order."""
+    if len(repeats) != len(batch):
+        raise ValueError(f"{len(repeats)} repeat counts for {len(batch)} prompts")
+    idx = torch.repeat_interleave(torch.arange(len(batch)), torch.tensor(repeats))
+    out: dict[str, Any] = {k: batch.inputs[k][idx] for k in _PER_ROW if batch.inputs.get(k) is not None}
+    for kind, counts in (("video", batch.video_counts), ("image", batch.image_counts)):
+        pieces = _split_items(batch.inputs, kind, counts)
+        keys = {k for p in pieces for k in p}
+        for key in keys:
+            parts = [p[key] for i, p in enumerate(pieces) for _ in range(repeats[i]) if key in p]
+            if parts:
+                out[key] = torch.cat(parts)
+    return out
+
+
+def append_responses(seq_inputs: dict[str, Any], response_ids: torch.Tensor, response_mask: torch.Tensor):
+    """Full sequences for a training forward: prompt rows followed by (right-padded) responses."""
+    out = dict(seq_inputs)
+    out["input_ids"] = torch.cat([seq_inputs["input_ids"], response_ids], dim=1)
+    out["attention_mask"] = torch.cat([seq_inputs["attention_mask"], response_mask.to(seq_inputs["attention_mask"].dtype)], dim=1)
+    if seq_inputs.get("mm_token_type_ids") is not None:
+        # responses are text: type 0 (transformers uses these ids for M-RoPE positions)
+        zeros = torch.zeros_like(response_ids, dtype=seq_inputs["mm_token_type_ids"].dtype)
+        out["mm_token_type_ids"] = torch.cat([seq_inputs["mm_token_type_ids"], zeros], dim=1)
+    return out

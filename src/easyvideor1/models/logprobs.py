@@ -1,0 +1,49 @@
+"""Per-token log-probabilities and entropy of responses under a model (teacher forcing)."""
+
+from __future__ import annotations
+
+from contextlib import nullcontext
+
+import torch
+
+from .inputs import append_responses
+from .vision import DummyVisionPass
+
+
+def token_logprobs(logits: torch.Tensor, ids: torch.Tensor, banned: list[int] | None = None):
+    """log p(ids) and entropy from ``logits [N, T, V]`` (float32), with ``banned`` token ids at -inf.
+
+    Generation never samples banned ids (vision placeholders), so the training distribution must
+    exclude them too, or sampled and recomputed log-probs disagree.
+    """
+    logits = logits.float()
+    if banned:
+        logits = logits.index_fill(-1, torch.tensor(banned, device=logits.device), float("-inf"))
+    logp_all = torch.log_softmax(logits, dim=-1)
+    logp = logp_all.gather(-1, ids.unsqueeze(-1)).squeeze(-1)
+    p = logp_all.exp()
+    # 0 * -inf is NaN: mask the banned entries out of the entropy sum explicitly
+    entropy = -torch.where(p > 0, p * logp_all, torch.zeros_like(p)).sum(-1)
+    # a padded position may hold a banned id: its -inf must not turn into NaN after masking
+    logp = torch.where(torch.isfinite(logp), logp, torch.full_like(logp, -1e4))
+    return logp, entropy
+
+
+def response_logprobs(
+    model,
+    seq_inputs: dict,
+    response_ids: torch.Tensor,
+    response_mask: torch.Tensor,
+    banned: list[int] | None = None,
+    temperature: float = 1.0,
+    dummy: DummyVisionPass | None = None,
+):
+    """(logp [N, T], entropy [N, T]) of each response token given its prompt."""
+    full = append_responses(seq_inputs, response_ids, response_mask)
+    prompt_len = seq_inputs["input_ids"].shape[1]
+    ctx = dummy.expect(full) if dummy is not None else nullcontext()
+    with ctx:
+        out = model(**full, use_cache=False)
+    T = response_ids.shape[1]
+    logits = out.logits[:, prompt_len - 1 : prompt_len - 1 + T] / temperature
+    return token_logprobs(logits, response_ids, banned)

@@ -1,0 +1,66 @@
+"""The rollout interface: prompts (with media) in, sampled responses out.
+
+Engines (Hugging Face ``generate`` here; vLLM behind the same interface later) return token ids
+cut after the first end-of-turn token and right-padded, so the trainer never sees text it did
+not generate. Vision placeholder tokens can never be sampled.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Protocol
+
+import torch
+
+from ..models.inputs import PromptBatch
+
+VISION_TOKENS = ("<|image_pad|>", "<|video_pad|>", "<|vision_start|>", "<|vision_end|>", "<|vision_pad|>")
+
+
+@dataclass
+class SamplingConfig:
+    """How responses are sampled.
+
+    Parameters:
+        temperature: Softmax temperature; 0 means greedy.
+        top_p: Nucleus sampling mass (1.0 keeps all).
+        top_k: Keep the k most likely tokens; 0 keeps the whole vocabulary (HF's default is 50).
+        max_new_tokens: Response length limit, in tokens.
+    """
+
+    temperature: float = 1.0
+    top_p: float = 1.0
+    top_k: int = 0
+    max_new_tokens: int = 64
+
+
+@dataclass
+class Responses:
+    """``N`` responses: ids ``[N, T]`` right-padded with ``pad_id``, mask 1 up to and including EOS."""
+
+    ids: torch.Tensor
+    mask: torch.Tensor
+    texts: list[str]
+    truncated: list[bool] = field(default_factory=list)  # hit max_new_tokens without EOS
+
+
+class RolloutEngine(Protocol):
+    def generate(self, batch: PromptBatch, repeats: list[int], sampling: SamplingConfig) -> Responses:
+        """Sample ``repeats[i]`` responses for prompt ``i``, in prompt order."""
+        ...
+
+
+def banned_token_ids(tokenizer) -> list[int]:
+    ids = [tokenizer.convert_tokens_to_ids(t) for t in VISION_TOKENS]
+    return [i for i in ids if i is not None and i != tokenizer.unk_token_id]
+
+
+def cut_at_eos(seqs: torch.Tensor, eos_ids: list[int], pad_id: int) -> tuple[torch.Tensor, torch.Tensor, list[bool]]:
+    """Keep each row up to and including its first EOS; pad the rest. Returns ids, mask, truncated."""
+    is_eos = torch.isin(seqs, torch.tensor(eos_ids))
+    has_eos = is_eos.any(dim=1)
+    first = torch.where(has_eos, is_eos.int().argmax(dim=1), torch.full_like(has_eos, seqs.shape[1] - 1, dtype=torch.long))
+    positions = torch.arange(seqs.shape[1]).unsqueeze(0)
+    mask = (positions <= first.unsqueeze(1)).long()
+    ids = torch.where(mask.bool(), seqs, torch.full_like(seqs, pad_id))
+    return ids, mask, (~has_eos).tolist()

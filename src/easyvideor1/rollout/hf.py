@@ -1,0 +1,51 @@
+"""Rollouts with Hugging Face ``generate`` (any machine; batched over prompts and samples)."""
+
+from __future__ import annotations
+
+import torch
+
+from ..models.inputs import PromptBatch, expand
+from .base import Responses, SamplingConfig, banned_token_ids, cut_at_eos
+
+
+class HFRolloutEngine:
+    def __init__(self, model, processor):
+        self.model, self.processor = model, processor
+        tok = processor.tokenizer
+        self.banned = banned_token_ids(tok)
+        eos = model.generation_config.eos_token_id
+        self.eos_ids = [eos] if isinstance(eos, int) else list(eos or [tok.eos_token_id])
+        self.pad_id = tok.pad_token_id if tok.pad_token_id is not None else self.eos_ids[0]
+
+    @torch.no_grad()
+    def generate(self, batch: PromptBatch, repeats: list[int], sampling: SamplingConfig) -> Responses:
+        if sum(repeats) == 0:
+            empty = torch.zeros((0, 0), dtype=torch.long)
+            return Responses(ids=empty, mask=empty, texts=[], truncated=[])
+        inputs = expand(batch, repeats)
+        prompt_len = inputs["input_ids"].shape[1]
+        greedy = sampling.temperature == 0
+        was_training = self.model.training
+        self.model.eval()
+        try:
+            out = self.model.generate(
+                **inputs,
+                max_new_tokens=sampling.max_new_tokens,
+                do_sample=not greedy,
+                temperature=None if greedy else sampling.temperature,
+                top_p=None if greedy else sampling.top_p,
+                top_k=None if greedy else sampling.top_k,
+                suppress_tokens=self.banned,
+                eos_token_id=self.eos_ids,
+                pad_token_id=self.pad_id,
+            )
+        finally:
+            self.model.train(was_training)
+        ids, mask, truncated = cut_at_eos(out[:, prompt_len:], self.eos_ids, self.pad_id)
+        texts = [self.decode(row[m.bool()]) for row, m in zip(ids, mask, strict=True)]
+        return Responses(ids=ids, mask=mask, texts=texts, truncated=truncated)
+
+    def decode(self, ids: torch.Tensor) -> str:
+        """Response text without the end-of-turn token (tags like <answer> are kept: rewards read them)."""
+        ids = [i for i in ids.tolist() if i not in self.eos_ids]
+        return self.processor.tokenizer.decode(ids, skip_special_tokens=False)

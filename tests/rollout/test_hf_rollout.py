@@ -1,0 +1,63 @@
+"""HF rollouts: batched over prompts, EOS handling, banned tokens, log-prob alignment."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+from transformers import AutoModelForImageTextToText, AutoProcessor
+
+from easyvideor1.data.config import DataConfig
+from easyvideor1.data.dataset import RecordDataset, encode_prompts
+from easyvideor1.data.records import load_records
+from easyvideor1.data.synthetic import write_synthetic_set
+from easyvideor1.models.inputs import expand
+from easyvideor1.models.logprobs import response_logprobs
+from easyvideor1.models.tiny import make_tiny_model
+from easyvideor1.models.vision import DummyVisionPass
+from easyvideor1.rollout.base import SamplingConfig, cut_at_eos
+from easyvideor1.rollout.hf import HFRolloutEngine
+
+
+@pytest.fixture(scope="module")
+def setup(tmp_path_factory):
+    d = tmp_path_factory.mktemp("r")
+    model_dir = make_tiny_model(str(d / "model"), "qwen3vl")
+    data = write_synthetic_set(str(d / "syn"), 3, size=(64, 48), duration=1.0)
+    cfg = DataConfig(video_nframes=4, video_fps=None, video_min_pixels=1024, video_max_pixels=2048)
+    ds = RecordDataset(load_records(data), cfg, data)
+    model = AutoModelForImageTextToText.from_pretrained(model_dir)
+    processor = AutoProcessor.from_pretrained(model_dir)
+    return model, processor, ds
+
+
+def test_cut_at_eos():
+    seqs = torch.tensor([[5, 6, 2, 7], [5, 6, 7, 8], [2, 9, 9, 9]])
+    ids, mask, truncated = cut_at_eos(seqs, [2], pad_id=0)
+    assert ids.tolist() == [[5, 6, 2, 0], [5, 6, 7, 8], [2, 0, 0, 0]]
+    assert mask.tolist() == [[1, 1, 1, 0], [1, 1, 1, 1], [1, 0, 0, 0]] and truncated == [False, True, False]
+
+
+def test_batched_rollout_never_samples_vision_tokens_and_logprobs_align(setup):
+    model, processor, ds = setup
+    engine = HFRolloutEngine(model, processor)
+    samples = [ds[0], ds[1], ds[6 if len(ds) > 6 else 2]]
+    batch = encode_prompts(processor, samples, ds.cfg, ds.loader)
+    torch.manual_seed(0)
+    out = engine.generate(batch, [3, 0, 2], SamplingConfig(max_new_tokens=12))
+    assert out.ids.shape[0] == 5 and len(out.texts) == 5
+    assert not torch.isin(out.ids[out.mask.bool()], torch.tensor(engine.banned)).any()
+    # greedy decoding must pick the argmax of the recomputed distribution at every step
+    greedy = engine.generate(batch, [1, 1, 1], SamplingConfig(temperature=0, max_new_tokens=6))
+    seq_inputs = expand(batch, [1, 1, 1])
+    logp, entropy = response_logprobs(model, seq_inputs, greedy.ids, greedy.mask, engine.banned,
+                                      dummy=DummyVisionPass(model))
+    full_logits = model(**{**seq_inputs, "input_ids": torch.cat([seq_inputs["input_ids"], greedy.ids], 1),
+                           "attention_mask": torch.cat([seq_inputs["attention_mask"], greedy.mask], 1),
+                           "mm_token_type_ids": torch.cat([seq_inputs["mm_token_type_ids"],
+                                                           torch.zeros_like(greedy.ids)], 1)}).logits
+    P = seq_inputs["input_ids"].shape[1]
+    step_logits = full_logits[:, P - 1 : P - 1 + greedy.ids.shape[1]].clone()
+    step_logits[..., engine.banned] = float("-inf")
+    m = greedy.mask.bool()
+    assert torch.equal(step_logits.argmax(-1)[m], greedy.ids[m])
+    assert torch.isfinite(logp[m]).all() and (logp[m] <= 0).all() and (entropy[m] >= 0).all()
