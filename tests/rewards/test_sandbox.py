@@ -93,11 +93,11 @@ def test_hostile_program_is_contained(name: str, listener, marker: str, monkeypa
     started = time.monotonic()
     result = run_python(program, config=LIMITS)
     elapsed = time.monotonic() - started
-    assert elapsed < LIMITS.wall_time_s + 3.0  # contained within its time limit
-    assert "pwned" not in result.stdout.replace("pwned" * 10000, "") or name == "huge output"
+    assert elapsed < LIMITS.wall_time_s + 3.0, result  # contained within its time limit
+    assert "pwned" not in result.stdout or name == "huge output", result
     assert len(result.stdout) <= LIMITS.max_output_kb * 1024
     # the host is as it was
-    assert sandbox_processes() == []
+    assert sandbox_processes() == [], (result, [Path(f"/proc/{pid}/status").read_text() for pid in sandbox_processes()])
     assert not Path(f"/tmp/{marker}").exists() and not Path(f"/dev/shm/{marker}").exists()
     assert not (Path.cwd() / marker).exists()
     with pytest.raises(BlockingIOError):

@@ -37,6 +37,9 @@ class DataConfig:
             error) or ``decode_only`` (ignore the cache).
         decode_time_limit: Seconds one video may take to decode before it is reported as failed.
         num_workers: Data-loader worker processes (they carry file paths, never frame tensors).
+        prompt_template: How a question becomes the model's text: ``none`` (as written), ``plain``
+            (options block + answer-format instruction), ``reasoning`` (plus a <think> request), or
+            a ``.jinja`` file rendered with the record's fields.
     """
 
     train_files: list[str] = field(default_factory=list)
@@ -56,6 +59,7 @@ class DataConfig:
     cache_mode: str = "prefer_cache"
     decode_time_limit: float = 300.0
     num_workers: int = 2
+    prompt_template: str = "plain"
 
     def __post_init__(self) -> None:
         if self.model_family not in MODEL_FAMILIES:

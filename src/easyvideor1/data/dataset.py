@@ -21,6 +21,7 @@ from ..media.cache import VideoLoader
 from ..media.preprocess import resolve_media_path
 from ..media.sampling import SamplingParams, image_size
 from .config import DataConfig
+from .prompt import format_question
 from .records import Record, RecordError
 
 _PLACEHOLDER = re.compile(r"<(video|image)>")
@@ -88,7 +89,7 @@ class RecordDataset(Dataset):
             entries.append(str(entry) if entry else None)
         return Sample(
             record=rec,
-            content=build_content(rec),
+            content=build_content(rec, format_question(rec, self.cfg.prompt_template)),
             videos=videos,
             video_entries=entries,
             video_params=params,

@@ -196,3 +196,46 @@ def write_synthetic_set(
             f.write(json.dumps(r) + "\n")
     os.replace(tmp, path)
     return path
+
+
+def write_demo_set(
+    out_dir: str, n_train: int = 256, n_val: int = 64, size: int = 32, n_frames: int = 4, fps: float = 4.0,
+    seed: int = 0,
+) -> tuple[str, str]:
+    """The embedded demo's task: the colour of a square moving over noise, four fixed options.
+
+    Small enough for a sub-1M-parameter model to learn on a CPU (the colour must be read from the
+    video; the option order is fixed, see environment notes). Every record carries an
+    ``offline_output`` gold response for hybrid offline/online groups. Returns (train, val) paths.
+    """
+    rng = np.random.default_rng(seed)
+    colours = list(COLOURS)
+    options = [f"{OPTION_LETTERS[i]}. {c}" for i, c in enumerate(colours)]
+    os.makedirs(os.path.join(out_dir, "videos"), exist_ok=True)
+    side = size // 2
+    paths = []
+    for split, n in (("train", n_train), ("val", n_val)):
+        rows = []
+        for i in range(n):
+            colour = colours[int(rng.integers(len(colours)))]
+            y = int(rng.integers(0, size - side + 1))
+            x0, direction = int(rng.integers(0, size - side + 1)), int(rng.choice([-1, 1]))
+            frames = []
+            for t in range(n_frames):
+                f = rng.integers(0, 50, size=(size, size, 3), dtype=np.uint8)
+                x = int(np.clip(x0 + direction * t * 2, 0, size - side))
+                f[y : y + side, x : x + side] = COLOURS[colour]
+                frames.append(f)
+            rel = f"videos/{split}_{i:05d}.mp4"
+            encode_video(os.path.join(out_dir, rel), frames, Fraction(fps).limit_denominator(1001), crf=10)
+            letter = OPTION_LETTERS[colours.index(colour)]
+            rows.append({
+                "problem_id": f"{split}-{i}", "problem": "What colour is the moving square?",
+                "problem_type": "multiple choice", "options": options, "videos": [rel], "data_type": "video",
+                "answer": letter, "offline_output": f"<answer>{letter}</answer>",
+            })
+        path = os.path.join(out_dir, f"{split}.jsonl")
+        with open(path, "w", encoding="utf-8") as f:
+            f.writelines(json.dumps(r) + "\n" for r in rows)
+        paths.append(path)
+    return paths[0], paths[1]

@@ -1,0 +1,245 @@
+"""Policy-gradient losses: per-token loss `[B, T]` plus detached metrics.
+
+Every loss has the signature::
+
+    fn(log_prob, old_log_prob, advantages, response_mask, *, <its options>) -> PolicyLossOutput
+
+with `log_prob` (current policy, requires grad), `old_log_prob` (behaviour policy), `advantages` and
+`response_mask` all `[B, T]`. The returned loss is zero (and gradient-free) outside the mask; reduce
+it with `aggregation.aggregate_loss`, which owns the token/sequence weighting. Let
+`delta = log_prob - old_log_prob`; the ratio is `exp(delta)` with `delta` clamped to +-20 first, so a
+stale or -inf old log-prob cannot overflow to inf/NaN.
+
+Metrics (0-d tensors, means over the valid tokens of this call; not globally weighted):
+`ppo_kl` = mean(-delta), `pg_clipfrac_higher` = share of tokens whose upper clip bound is active
+(A > 0, ratio > 1 + eps_high), `pg_clipfrac_lower` (A < 0, ratio < 1 - eps_low),
+`pg_clipfrac_dual` (A < 0, dual clip active).
+
+Register your own with `@register_policy_loss("name")`.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable, Sequence
+from typing import Any, NamedTuple
+
+import torch
+
+from ._registry import Registry, call_with_supported
+from .masked import as_bool_mask, masked_mean, masked_sum, sequence_lengths
+
+LOG_RATIO_CLAMP = 20.0  # exp(20) ~ 5e8: large enough to never bind in practice, small enough to stay finite
+
+
+class PolicyLossOutput(NamedTuple):
+    """`loss`: per-token loss `[B, T]` (zero outside the mask); `metrics`: detached 0-d tensors."""
+
+    loss: torch.Tensor
+    metrics: dict[str, torch.Tensor]
+
+
+PolicyLoss = Callable[..., PolicyLossOutput]
+POLICY_LOSSES: Registry[PolicyLoss] = Registry("policy loss")
+
+
+def register_policy_loss(
+    name: str, *, aliases: Sequence[str] = (), override: bool = False
+) -> Callable[[PolicyLoss], PolicyLoss]:
+    """Decorator: register a policy loss under `name` (see the module docstring for the signature)."""
+    return POLICY_LOSSES.register(name, aliases=aliases, override=override)
+
+
+def get_policy_loss(name: str) -> PolicyLoss:
+    """The loss registered as `name`; raises `UnknownAlgorithmError` listing the known ones."""
+    return POLICY_LOSSES.get(name)
+
+
+def list_policy_losses() -> list[str]:
+    """Canonical names of all registered policy losses."""
+    return POLICY_LOSSES.names()
+
+
+def compute_policy_loss(
+    name: str,
+    log_prob: torch.Tensor,
+    old_log_prob: torch.Tensor,
+    advantages: torch.Tensor,
+    response_mask: torch.Tensor,
+    **options: Any,
+) -> PolicyLossOutput:
+    """Run policy loss `name`; options it does not declare are ignored."""
+    fn = get_policy_loss(name)
+    return call_with_supported(fn, log_prob, old_log_prob, advantages, response_mask, options=options)
+
+
+# ----------------------------------------------------------------------------------------- helpers
+
+
+def _check(log_prob: torch.Tensor, old_log_prob: torch.Tensor, advantages: torch.Tensor, mask: torch.Tensor) -> None:
+    shapes = {tuple(t.shape) for t in (log_prob, old_log_prob, advantages, mask)}
+    if len(shapes) != 1 or log_prob.dim() != 2:
+        raise ValueError(f"log_prob, old_log_prob, advantages and response_mask must share one [B, T] shape: {shapes}")
+
+
+def _check_clip(clip_ratio_low: float, clip_ratio_high: float) -> None:
+    if not (0.0 <= clip_ratio_low < 1.0 and clip_ratio_high >= 0.0):
+        raise ValueError(f"need 0 <= clip_ratio_low < 1 and clip_ratio_high >= 0, got {clip_ratio_low}, {clip_ratio_high}")
+
+
+def _valid_delta(log_prob: torch.Tensor, old_log_prob: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
+    """`log_prob - old_log_prob` with padding replaced by 0 (padding may hold -inf)."""
+    zero = torch.zeros((), dtype=log_prob.dtype, device=log_prob.device)
+    return torch.where(mask, log_prob - old_log_prob, zero)
+
+
+def _clipped_surrogate(
+    log_ratio: torch.Tensor,
+    advantages: torch.Tensor,
+    mask: torch.Tensor,
+    clip_ratio_low: float,
+    clip_ratio_high: float,
+    clip_ratio_dual: float | None,
+) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
+    """PPO's clipped objective with asymmetric bounds and optional dual clip, per token.
+
+    `L = max(-A r, -A clip(r, 1 - eps_low, 1 + eps_high))`, and for A < 0 additionally
+    `L = min(L, -A c)` (dual clip: bounds the loss of a token whose ratio exploded).
+    """
+    _check_clip(clip_ratio_low, clip_ratio_high)
+    if clip_ratio_dual is not None and clip_ratio_dual <= 1.0:
+        raise ValueError(f"clip_ratio_dual must be > 1 (or None to disable), got {clip_ratio_dual}")
+    log_ratio = log_ratio.clamp(-LOG_RATIO_CLAMP, LOG_RATIO_CLAMP)
+    ratio = torch.exp(log_ratio)
+    # Clamping in log space is the same as clamping the ratio, and stays finite for huge deltas.
+    clipped = torch.exp(log_ratio.clamp(math.log(1.0 - clip_ratio_low), math.log1p(clip_ratio_high)))
+    unclipped_loss = -advantages * ratio
+    clipped_loss = -advantages * clipped
+    loss = torch.maximum(unclipped_loss, clipped_loss)
+    negative = advantages < 0
+    dual_active = torch.zeros_like(mask)
+    if clip_ratio_dual is not None:
+        dual_loss = -advantages * clip_ratio_dual
+        dual_active = negative & (dual_loss < loss)
+        loss = torch.where(negative, torch.minimum(loss, dual_loss), loss)
+    loss = torch.where(mask, loss, torch.zeros((), dtype=loss.dtype, device=loss.device))
+    with torch.no_grad():
+        r = ratio.detach()
+        metrics = {
+            "pg_clipfrac_higher": masked_mean(((advantages > 0) & (r > 1.0 + clip_ratio_high)).float(), mask),
+            "pg_clipfrac_lower": masked_mean((negative & (r < 1.0 - clip_ratio_low)).float(), mask),
+            "pg_clipfrac_dual": masked_mean(dual_active.float(), mask),
+        }
+    return loss, metrics
+
+
+def sequence_log_ratio(delta: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
+    """Masked mean of the token log-ratios of each sequence, `[B]` (0 for an empty row)."""
+    return masked_sum(delta, mask, dim=-1) / sequence_lengths(mask).clamp(min=1).to(delta.dtype)
+
+
+def _metrics(delta: torch.Tensor, mask: torch.Tensor, extra: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
+    with torch.no_grad():
+        return {"ppo_kl": masked_mean(-delta.detach(), mask), **extra}
+
+
+# ------------------------------------------------------------------------------------------ losses
+
+
+@register_policy_loss("ppo", aliases=("vanilla", "default"))
+def ppo(
+    log_prob: torch.Tensor,
+    old_log_prob: torch.Tensor,
+    advantages: torch.Tensor,
+    response_mask: torch.Tensor,
+    *,
+    clip_ratio_low: float = 0.2,
+    clip_ratio_high: float = 0.28,
+    clip_ratio_dual: float | None = 3.0,
+) -> PolicyLossOutput:
+    """PPO/GRPO/DAPO token-level clipped surrogate; `clip_ratio_high > clip_ratio_low` is DAPO's
+    clip-higher (more room to raise low-probability tokens, against entropy collapse)."""
+    mask = as_bool_mask(response_mask)
+    _check(log_prob, old_log_prob, advantages, mask)
+    delta = _valid_delta(log_prob, old_log_prob, mask)
+    loss, clip = _clipped_surrogate(delta, advantages, mask, clip_ratio_low, clip_ratio_high, clip_ratio_dual)
+    return PolicyLossOutput(loss, _metrics(delta, mask, clip))
+
+
+@register_policy_loss("gspo")
+def gspo(
+    log_prob: torch.Tensor,
+    old_log_prob: torch.Tensor,
+    advantages: torch.Tensor,
+    response_mask: torch.Tensor,
+    *,
+    clip_ratio_low: float = 0.2,
+    clip_ratio_high: float = 0.28,
+    clip_ratio_dual: float | None = 3.0,
+) -> PolicyLossOutput:
+    """GSPO: one sequence-level ratio `exp(mean_t delta)` for every token of the sequence, clipped
+    like PPO (GSPO's paper uses much tighter bounds, e.g. 3e-4 / 4e-4; set them in the config)."""
+    mask = as_bool_mask(response_mask)
+    _check(log_prob, old_log_prob, advantages, mask)
+    delta = _valid_delta(log_prob, old_log_prob, mask)
+    seq = sequence_log_ratio(delta, mask).unsqueeze(-1).expand_as(delta)
+    loss, clip = _clipped_surrogate(seq, advantages, mask, clip_ratio_low, clip_ratio_high, clip_ratio_dual)
+    return PolicyLossOutput(loss, _metrics(delta, mask, clip))
+
+
+@register_policy_loss("gspo_token")
+def gspo_token(
+    log_prob: torch.Tensor,
+    old_log_prob: torch.Tensor,
+    advantages: torch.Tensor,
+    response_mask: torch.Tensor,
+    *,
+    clip_ratio_low: float = 0.2,
+    clip_ratio_high: float = 0.28,
+    clip_ratio_dual: float | None = 3.0,
+) -> PolicyLossOutput:
+    """GSPO-token: log-ratio `sg(mean_t delta) + log_prob - sg(log_prob)`.
+
+    Its value is the sequence log-ratio at every token, but each token's gradient flows through its
+    own log-prob only, which lets per-token advantages be used. With advantages constant per
+    sequence it has exactly GSPO's gradient.
+    """
+    mask = as_bool_mask(response_mask)
+    _check(log_prob, old_log_prob, advantages, mask)
+    delta = _valid_delta(log_prob, old_log_prob, mask)
+    seq = sequence_log_ratio(delta, mask).detach().unsqueeze(-1)
+    zero = torch.zeros((), dtype=log_prob.dtype, device=log_prob.device)
+    own = torch.where(mask, log_prob - log_prob.detach(), zero)  # value 0, gradient d log_prob
+    loss, clip = _clipped_surrogate(seq + own, advantages, mask, clip_ratio_low, clip_ratio_high, clip_ratio_dual)
+    return PolicyLossOutput(loss, _metrics(delta, mask, clip))
+
+
+@register_policy_loss("cispo")
+def cispo(
+    log_prob: torch.Tensor,
+    old_log_prob: torch.Tensor,
+    advantages: torch.Tensor,
+    response_mask: torch.Tensor,
+    *,
+    clip_ratio_low: float = 0.2,
+    clip_ratio_high: float = 0.28,
+) -> PolicyLossOutput:
+    """CISPO (MiniMax-M1): `L = -A * sg(clip(ratio, 1 - eps_low, 1 + eps_high)) * log_prob`.
+
+    The importance weight is clipped and detached, so no token is dropped from the gradient (unlike
+    PPO clipping, which zeroes it); the gradient flows only through `log_prob`.
+    """
+    mask = as_bool_mask(response_mask)
+    _check(log_prob, old_log_prob, advantages, mask)
+    _check_clip(clip_ratio_low, clip_ratio_high)
+    delta = _valid_delta(log_prob, old_log_prob, mask)
+    with torch.no_grad():
+        ratio = torch.exp(delta.clamp(-LOG_RATIO_CLAMP, LOG_RATIO_CLAMP))
+        weight = ratio.clamp(1.0 - clip_ratio_low, 1.0 + clip_ratio_high)
+        clip = {
+            "pg_clipfrac_higher": masked_mean((ratio > 1.0 + clip_ratio_high).float(), mask),
+            "pg_clipfrac_lower": masked_mean((ratio < 1.0 - clip_ratio_low).float(), mask),
+        }
+    zero = torch.zeros((), dtype=log_prob.dtype, device=log_prob.device)
+    loss = torch.where(mask, -advantages * weight * log_prob, zero)
+    return PolicyLossOutput(loss, _metrics(delta, mask, clip))
