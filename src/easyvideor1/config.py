@@ -13,16 +13,24 @@ from typing import Any, TypeVar
 from omegaconf import OmegaConf
 from omegaconf.errors import OmegaConfBaseException
 
+from .algorithms.config import AlgorithmConfig
 from .data.config import DataConfig
+from .rewards.config import RewardConfig
+from .trainer.config import ModelConfig, RolloutConfig, TrainerConfig
 
 T = TypeVar("T")
 
 
 @dataclass
 class RunConfig:
-    """Everything one run needs. Later pillars (rollout, algorithm, trainer, evaluation) add sections."""
+    """Everything one run needs, one section per pillar (each documented in its own module)."""
 
     data: DataConfig = field(default_factory=DataConfig)
+    model: ModelConfig = field(default_factory=ModelConfig)
+    rollout: RolloutConfig = field(default_factory=RolloutConfig)
+    algorithm: AlgorithmConfig = field(default_factory=AlgorithmConfig)
+    reward: RewardConfig = field(default_factory=RewardConfig)
+    trainer: TrainerConfig = field(default_factory=TrainerConfig)
 
 
 class ConfigError(ValueError):

@@ -50,7 +50,9 @@ def test_pool_matches_in_process_scoring(pool_results) -> None:
 def test_results_keep_item_order(pool_results) -> None:
     items, pooled = pool_results
     for item, result in zip(items, pooled, strict=True):
-        expected = compute_score(item["response"], item["ground_truth"], item["problem_type"], item.get("options"))
+        expected = compute_score(
+            item["response"], item["ground_truth"], item["problem_type"], item.get("options")
+        )
         assert result["accuracy"] == pytest.approx(expected["accuracy"])
     assert [r["accuracy"] for r in pooled if r["task"] == "code"] == [1.0] * 6
     assert [r["accuracy"] for r in pooled if r["task"] == "math"] == [0, 0, 1, 0, 0, 0]
@@ -60,7 +62,11 @@ def test_batch_errors_are_counted_once() -> None:
     reset_error_counts()
     items = [
         {"response": "<answer>1</answer>", "ground_truth": "n/a", "problem_type": "numerical"},
-        {"response": "<answer>print(1)</answer>", "ground_truth": "print(1)", "problem_type": "code"},  # no tests
+        {
+            "response": "<answer>print(1)</answer>",
+            "ground_truth": "print(1)",
+            "problem_type": "code",
+        },  # no tests
         {"response": "<answer>1</answer>", "ground_truth": "1", "problem_type": "numerical"},
     ]
     results = compute_scores(items, workers=1)
@@ -76,7 +82,13 @@ def test_unknown_type_fails_before_scoring() -> None:
 
 def test_config_reaches_workers() -> None:
     config = RewardConfig(accuracy_weight=0.5, format_weight=0.5)
-    items = [{"response": "<answer>print(int(input()) ** 2)</answer>", "ground_truth": CODE_TESTS, "problem_type": "code"}]
+    items = [
+        {
+            "response": "<answer>print(int(input()) ** 2)</answer>",
+            "ground_truth": CODE_TESTS,
+            "problem_type": "code",
+        }
+    ]
     assert compute_scores(items, config, workers=1)[0]["overall"] == pytest.approx(1.0)
     items[0]["response"] = "```python\nprint(int(input()) ** 2)\n```"
     assert compute_scores(items, config, workers=1)[0]["overall"] == pytest.approx(0.5)

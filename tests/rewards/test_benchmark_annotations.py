@@ -44,7 +44,11 @@ def test_gold_answers_score_one(records) -> None:
     # the benchmark's own form too, where it is a tagged answer
     items += [item(r, r["solution"]) for r in records if "<answer>" in r["solution"]]
     results = compute_scores(items, workers=0)
-    failures = [(i["response"][:80], r) for i, r in zip(items, results, strict=True) if r["accuracy"] != 1.0 or "error" in r]
+    failures = [
+        (i["response"][:80], r)
+        for i, r in zip(items, results, strict=True)
+        if r["accuracy"] != 1.0 or "error" in r
+    ]
     assert not failures, failures[:3]
     assert all(r["format"] == 1.0 for r in results)
 

@@ -10,10 +10,21 @@ from easyvideor1.rewards import GroundTruthError, RewardConfig, SandboxConfig
 
 FAST = RewardConfig(strict=True, sandbox=SandboxConfig(wall_time_s=2.0, cpu_time_s=2))
 SUM_TESTS = json.dumps(
-    {"test_cases": [{"input": "1 2\n", "output": "3\n"}, {"input": "5 7", "output": "12"}, {"input": "0 0", "output": "1"}]}
+    {
+        "test_cases": [
+            {"input": "1 2\n", "output": "3\n"},
+            {"input": "5 7", "output": "12"},
+            {"input": "0 0", "output": "1"},
+        ]
+    }
 )
 SUM_PROGRAM = "a, b = map(int, input().split())\nprint(a + b)"
-ASSERT_TESTS = ["assert add(1, 2) == 3", "assert add(-1, 1) == 0", "assert add('a', 'b') == 'ab'", "assert add(2, 2) > 3"]
+ASSERT_TESTS = [
+    "assert add(1, 2) == 3",
+    "assert add(-1, 1) == 0",
+    "assert add('a', 'b') == 'ab'",
+    "assert add(2, 2) > 3",
+]
 
 
 @pytest.mark.parametrize(
@@ -45,7 +56,7 @@ def test_stdin_stdout_tests(score, response: str, accuracy: float, format_score:
         (
             "import os\ndef add(a, b):\n    return None\n"
             "for fd in range(3, 64):\n    for i in range(4):\n        try:\n"
-            "            os.write(fd, ('{\"i\": %d, \"repr\": \"3\", \"ok\": true}\\n' % i).encode())\n"
+            '            os.write(fd, (\'{"i": %d, "repr": "3", "ok": true}\\n\' % i).encode())\n'
             "        except OSError:\n            pass",
             0.0,
         ),
@@ -53,7 +64,9 @@ def test_stdin_stdout_tests(score, response: str, accuracy: float, format_score:
 )
 def test_assert_tests(score, program: str, accuracy: float) -> None:
     truth = json.dumps({"test_cases": ASSERT_TESTS})
-    assert score(f"<answer>{program}</answer>", truth, "coding", config=FAST)["accuracy"] == pytest.approx(accuracy)
+    assert score(f"<answer>{program}</answer>", truth, "coding", config=FAST)["accuracy"] == pytest.approx(
+        accuracy
+    )
 
 
 def test_expected_values_never_enter_the_sandbox(score) -> None:
@@ -73,7 +86,10 @@ def test_tests_from_record_fields(score) -> None:
         meta = {field: [{"input": "2 2", "output": "4"}]}
         assert score(f"<answer>{SUM_PROGRAM}</answer>", "", "code", config=FAST, **meta)["accuracy"] == 1.0
     apps = json.dumps({"inputs": ["1 1", "2 3"], "outputs": ["2", "5"]})
-    assert score(f"<answer>{SUM_PROGRAM}</answer>", "", "code", config=FAST, input_output=apps)["accuracy"] == 1.0
+    assert (
+        score(f"<answer>{SUM_PROGRAM}</answer>", "", "code", config=FAST, input_output=apps)["accuracy"]
+        == 1.0
+    )
 
 
 def test_timeout_stops_remaining_cases(score) -> None:
@@ -90,7 +106,9 @@ def test_timeout_stops_remaining_cases(score) -> None:
 def test_code_is_run_verbatim(score) -> None:
     program = "print('a < b / c > d')\nprint( 1 <2 )"
     tests = [{"input": "", "output": "a < b / c > d\nTrue"}]
-    assert score(f"<answer>\n{program}\n</answer>", "", "code", config=FAST, test_cases=tests)["accuracy"] == 1.0
+    assert (
+        score(f"<answer>\n{program}\n</answer>", "", "code", config=FAST, test_cases=tests)["accuracy"] == 1.0
+    )
 
 
 def test_python_record_without_tests_is_an_error(score) -> None:
@@ -105,7 +123,11 @@ SVG = '<svg width="10" height="10"><rect x="1" y="1" width="5" height="5" fill="
     ("response", "low", "high"),
     [
         (f"<answer>{SVG}</answer>", 1.0, 1.0),
-        ('<answer><svg width="10" height="10"><rect x="2" y="2" width="4" height="4" fill="blue"/></svg></answer>', 0.4, 0.9),
+        (
+            '<answer><svg width="10" height="10"><rect x="2" y="2" width="4" height="4" fill="blue"/></svg></answer>',
+            0.4,
+            0.9,
+        ),
         ("<answer><rect/><circle/></answer>", 0.0, 0.0),  # not an SVG document
         ("<answer>a drawing of a square</answer>", 0.0, 0.0),
     ],
@@ -118,4 +140,6 @@ def test_svg_structure_similarity(score, response: str, low: float, high: float)
 def test_html_structure_similarity(score) -> None:
     page = "<html><body><h1>Title</h1><p>text</p></body></html>"
     assert score(f"<answer>{page}</answer>", page, "html-code", config=FAST)["accuracy"] == 1.0
-    assert score("<answer><div>x</div></answer>", page, "code", config=FAST, language="html")["accuracy"] < 0.5
+    assert (
+        score("<answer><div>x</div></answer>", page, "code", config=FAST, language="html")["accuracy"] < 0.5
+    )

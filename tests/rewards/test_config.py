@@ -35,7 +35,9 @@ def test_invalid_values(kwargs) -> None:
 
 
 def test_nested_dicts_are_converted() -> None:
-    config = RewardConfig(sandbox={"wall_time_s": 1.0}, task_weights={"stvg": {"accuracy": 1.0, "format": 0.0}})
+    config = RewardConfig(
+        sandbox={"wall_time_s": 1.0}, task_weights={"stvg": {"accuracy": 1.0, "format": 0.0}}
+    )
     assert config.sandbox == SandboxConfig(wall_time_s=1.0)
     assert config.weights_for("spatiotemporal_grounding") == TaskWeights(1.0, 0.0)
 
@@ -50,4 +52,6 @@ def test_omegaconf_structured() -> None:
     base = omegaconf.OmegaConf.structured(RewardConfig)
     merged = omegaconf.OmegaConf.merge(base, {"format_weight": 0.2, "sandbox": {"memory_mb": 256}})
     config = omegaconf.OmegaConf.to_object(merged)
-    assert isinstance(config, RewardConfig) and config.format_weight == 0.2 and config.sandbox.memory_mb == 256
+    assert (
+        isinstance(config, RewardConfig) and config.format_weight == 0.2 and config.sandbox.memory_mb == 256
+    )

@@ -95,7 +95,19 @@ def test_iou_values(a, b, expected) -> None:
 
 @pytest.mark.parametrize(
     "value",
-    [[5, 3], [3, 3], [1], [1, 2, 3], ["a", 2], [math.nan, 2], [0, math.inf], [True, 2], None, "1,2", {"time": [4, 1]}],
+    [
+        [5, 3],
+        [3, 3],
+        [1],
+        [1, 2, 3],
+        ["a", 2],
+        [math.nan, 2],
+        [0, math.inf],
+        [True, 2],
+        None,
+        "1,2",
+        {"time": [4, 1]},
+    ],
 )
 def test_invalid_spans(value) -> None:
     assert parse_span(value) is None
@@ -135,8 +147,18 @@ def test_track_keys_compare_as_numbers() -> None:
     ("meta", "predicted", "truth", "expected"),
     [
         ({}, (0, 0, 10, 10), (0, 0, 10, 10), 1.0),  # pixel vs pixel
-        ({"box_format": "normalized", "gt_box_format": "pixel", "width": 200, "height": 100}, (0, 0, 0.5, 0.5), (0, 0, 100, 50), 1.0),
-        ({"box_format": "grid1000", "gt_box_format": "pixel", "width": 200, "height": 100}, (0, 0, 500, 500), (0, 0, 100, 50), 1.0),
+        (
+            {"box_format": "normalized", "gt_box_format": "pixel", "width": 200, "height": 100},
+            (0, 0, 0.5, 0.5),
+            (0, 0, 100, 50),
+            1.0,
+        ),
+        (
+            {"box_format": "grid1000", "gt_box_format": "pixel", "width": 200, "height": 100},
+            (0, 0, 500, 500),
+            (0, 0, 100, 50),
+            1.0,
+        ),
         ({"box_format": "qwen3-vl", "gt_box_format": "normalized"}, (0, 0, 500, 1000), (0, 0, 0.5, 1.0), 1.0),
         ({"width": 100, "height": 100}, (200, 200, 300, 300), (0, 0, 100, 100), 0.0),  # outside the frame
         ({"width": 100, "height": 100}, (50, 50, 300, 300), (50, 50, 100, 100), 1.0),  # clipped to the frame

@@ -39,7 +39,9 @@ def test_math_with_options_is_multiple_choice(score) -> None:
 
 def test_math_works_off_the_main_thread() -> None:
     results = []
-    thread = threading.Thread(target=lambda: results.append(compute_score("<answer>0.25</answer>", "1/4", "math")))
+    thread = threading.Thread(
+        target=lambda: results.append(compute_score("<answer>0.25</answer>", "1/4", "math"))
+    )
     thread.start()
     thread.join(60)
     assert results and results[0]["accuracy"] == 1.0
@@ -47,7 +49,9 @@ def test_math_works_off_the_main_thread() -> None:
 
 def test_math_timeout_scores_zero_and_is_flagged() -> None:
     # sympy evaluates 10^(10^10) exactly: minutes of C code that only killing the helper stops
-    result = compute_score("<answer>5</answer>", "10^{10^{10}}", "math", config=RewardConfig(math_timeout_s=1.0))
+    result = compute_score(
+        "<answer>5</answer>", "10^{10^{10}}", "math", config=RewardConfig(math_timeout_s=1.0)
+    )
     assert (result["accuracy"], result["math_timeout"]) == (0.0, 1.0)
     assert "error" not in result
     again = compute_score("<answer>0.5</answer>", "\\frac{1}{2}", "math")  # the helper restarts

@@ -136,7 +136,12 @@ def test_option_text_matching(options: list[str], response: str, letter: str) ->
 def test_letters_beyond_option_count_are_wrong(score) -> None:
     two = ["A. yes", "B. no"]  # VideoMathQA's two-option records
     assert extract_choice("<answer>C</answer>", two).status == "out_of_range"
-    assert score("<answer>C</answer>", "<answer>C</answer>", "multiple choice", ["A. x", "B. y", "C. z"])["accuracy"] == 1
+    assert (
+        score("<answer>C</answer>", "<answer>C</answer>", "multiple choice", ["A. x", "B. y", "C. z"])[
+            "accuracy"
+        ]
+        == 1
+    )
     assert extract_choice("The answer is B. C is wrong.", two).letter == "B"
 
 
@@ -164,6 +169,8 @@ def test_malformed_ground_truth_is_an_error(score) -> None:
 
 def test_very_long_response_is_fast_and_correct(score) -> None:
     reasoning = "Option A is unlikely. Option B might be. (C) is wrong. " * 2000
-    result = score(f"<think>{reasoning}</think>Therefore, the final answer is: B", "B", "multiple choice", COLOURS)
+    result = score(
+        f"<think>{reasoning}</think>Therefore, the final answer is: B", "B", "multiple choice", COLOURS
+    )
     assert result["accuracy"] == 1.0
     assert extract_choice(reasoning + " So the answer is D", COLOURS).letter == "D"

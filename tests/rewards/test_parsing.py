@@ -99,7 +99,10 @@ def test_extract_answer_flags_different_tags() -> None:
         ("  12.5 ", "12.5"),
         ("$\\frac{1}{2}$", "\\frac{1}{2}"),
         ("$$x+1$$", "x+1"),
-        ('<think>{"time": [1, 2], "boxes": {}}</think><[PLHD21_never_used_51bce0c785ca2f68081bfa7d91973934]>', '{"time": [1, 2], "boxes": {}}'),
+        (
+            '<think>{"time": [1, 2], "boxes": {}}</think><[PLHD21_never_used_51bce0c785ca2f68081bfa7d91973934]>',
+            '{"time": [1, 2], "boxes": {}}',
+        ),
         ("<think>reasoning</think>final", "final"),
         ({"time": [1, 2]}, '{"time": [1, 2]}'),
     ],
@@ -129,7 +132,13 @@ def test_find_json(text: str, value) -> None:
 
 @pytest.mark.parametrize(
     ("text", "clean"),
-    [("$\\boxed{\\text{B}}$.", "B"), ("**yes**", "yes"), ("“Paris”", "Paris"), ("`x = 1`;", "x = 1"), ("  B.  ", "B")],
+    [
+        ("$\\boxed{\\text{B}}$.", "B"),
+        ("**yes**", "yes"),
+        ("“Paris”", "Paris"),
+        ("`x = 1`;", "x = 1"),
+        ("  B.  ", "B"),
+    ],
 )
 def test_clean_short_answer(text: str, clean: str) -> None:
     assert clean_short_answer(text) == clean

@@ -37,7 +37,9 @@ ALIASES = {
 }
 
 
-@pytest.mark.parametrize(("name", "alias"), [(name, alias) for name, aliases in ALIASES.items() for alias in aliases])
+@pytest.mark.parametrize(
+    ("name", "alias"), [(name, alias) for name, aliases in ALIASES.items() for alias in aliases]
+)
 def test_aliases_resolve(name: str, alias: str) -> None:
     assert resolve_task(alias).name == name
 
@@ -76,13 +78,13 @@ def test_duplicate_names_are_rejected() -> None:
             raise AssertionError
 
 
-TASK_FILE = '''
+TASK_FILE = """
 from easyvideor1.rewards import TaskScore, register_task
 
 @register_task("Counting Sheep", aliases=["sheep"])
 def count_sheep(sample):
     return TaskScore(float(sample.answer.text == sample.truth), True, sample.answer.text)
-'''
+"""
 
 
 def test_user_task_file(tmp_path: Path) -> None:
@@ -92,21 +94,23 @@ def test_user_task_file(tmp_path: Path) -> None:
     assert validate_problem_types(["sheep"], config) == {"sheep": "counting_sheep"}
     result = compute_score("<answer>12</answer>", "12", "counting-sheep", config=config)
     assert (result["overall"], result["task"]) == (1.0, "counting_sheep")
-    batch = compute_scores([{"response": "<answer>3</answer>", "ground_truth": "4", "problem_type": "sheep"}], config, 0)
+    batch = compute_scores(
+        [{"response": "<answer>3</answer>", "ground_truth": "4", "problem_type": "sheep"}], config, 0
+    )
     assert batch[0]["accuracy"] == 0.0
 
 
-SEQUENTIAL_FILE = '''
+SEQUENTIAL_FILE = """
 def compute_score(reward_input, bonus=0.0):
     correct = reward_input["response"].strip() == reward_input["ground_truth"]
     return {"overall": float(correct) + bonus, "accuracy": float(correct), "source": reward_input.get("data_source")}
-'''
-BATCH_FILE = '''
+"""
+BATCH_FILE = """
 REWARD_TYPE = "batch"
 
 def score_all(reward_inputs):
     return [{"overall": float(len(reward_inputs))} for _ in reward_inputs]
-'''
+"""
 
 
 def test_custom_reward_function_easyr1_convention(tmp_path: Path) -> None:

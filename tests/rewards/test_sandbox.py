@@ -58,9 +58,7 @@ def hostile_programs(marker: str, port: int, secret: str) -> dict[str, str]:
         "sleep forever": "import time\ntime.sleep(1000)\nprint('pwned')",
         "fork bomb": "import os\nwhile True:\n    try:\n        os.fork()\n    except OSError:\n        pass",
         "escaping fork": (
-            "import os, time\n"
-            "if os.fork() == 0:\n    os.setsid()\n    time.sleep(1000)\n"
-            "print('parent done')"
+            "import os, time\nif os.fork() == 0:\n    os.setsid()\n    time.sleep(1000)\nprint('parent done')"
         ),
         "memory bomb": "blocks = []\nwhile True:\n    blocks.append(bytearray(64 << 20))\nprint('pwned')",
         "write outside": (
@@ -97,7 +95,10 @@ def test_hostile_program_is_contained(name: str, listener, marker: str, monkeypa
     assert "pwned" not in result.stdout or name == "huge output", result
     assert len(result.stdout) <= LIMITS.max_output_kb * 1024
     # the host is as it was
-    assert sandbox_processes() == [], (result, [Path(f"/proc/{pid}/status").read_text() for pid in sandbox_processes()])
+    assert sandbox_processes() == [], (
+        result,
+        [Path(f"/proc/{pid}/status").read_text() for pid in sandbox_processes()],
+    )
     assert not Path(f"/tmp/{marker}").exists() and not Path(f"/dev/shm/{marker}").exists()
     assert not (Path.cwd() / marker).exists()
     with pytest.raises(BlockingIOError):
@@ -109,7 +110,9 @@ def test_hostile_program_is_contained(name: str, listener, marker: str, monkeypa
 def test_hostile_program_scores_zero(score, name: str, listener, marker: str) -> None:
     program = hostile_programs(marker, listener.getsockname()[1], "no-secret-in-this-environment")[name]
     truth = json.dumps({"test_cases": [{"input": "", "output": "pwned"}]})
-    result = score(f"<answer>{program}</answer>", truth, "code", config=RewardConfig(strict=True, sandbox=LIMITS))
+    result = score(
+        f"<answer>{program}</answer>", truth, "code", config=RewardConfig(strict=True, sandbox=LIMITS)
+    )
     assert result["accuracy"] == 0.0
     assert sandbox_processes() == []
 
@@ -118,14 +121,18 @@ def test_isolation_measured_here() -> None:
     """As root on Linux (this machine and CI) every layer is available; elsewhere it degrades."""
     capabilities = isolation_capabilities()
     if sys.platform.startswith("linux") and os.geteuid() == 0:
-        assert capabilities.network and capabilities.user and capabilities.filesystem and capabilities.processes
+        assert (
+            capabilities.network and capabilities.user and capabilities.filesystem and capabilities.processes
+        )
     result = run_python("print(1)", config=LIMITS)
     assert result.ok and result.stdout == "1\n"
     assert result.isolation == capabilities
 
 
 def test_program_sees_an_empty_scrubbed_world() -> None:
-    program = "import os, sys\nprint(sorted(os.listdir('.')))\nprint(sorted(os.environ))\nprint(sys.stdin.read())"
+    program = (
+        "import os, sys\nprint(sorted(os.listdir('.')))\nprint(sorted(os.environ))\nprint(sys.stdin.read())"
+    )
     result = run_python(program, stdin="input text", config=LIMITS)
     listing, environment, stdin = result.stdout.splitlines()[:3]
     assert listing == "[]"

@@ -5,6 +5,8 @@ from __future__ import annotations
 import logging
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from easyvideor1.rewards import (
     RewardConfig,
@@ -59,14 +61,18 @@ def test_odd_responses_score_zero_without_errors(score, problem_type: str, respo
 
 
 def test_overall_is_weighted_sum(score) -> None:
-    result = score("<answer>{\"time\": [1, 3]}</answer>", '{"time": [2, 3]}', "temporal grounding")
+    result = score('<answer>{"time": [1, 3]}</answer>', '{"time": [2, 3]}', "temporal grounding")
     assert result["accuracy"] == pytest.approx(0.5)
     assert result["overall"] == pytest.approx(0.9 * 0.5 + 0.1 * 1.0)
 
 
 def test_per_task_weights(score) -> None:
-    config = RewardConfig(strict=True, task_weights={"Temporal-Grounding": TaskWeights(accuracy=0.5, format=0.5)})
-    result = score('<answer>{"time": [1, 3]}</answer>', '{"time": [2, 3]}', "temporal grounding", config=config)
+    config = RewardConfig(
+        strict=True, task_weights={"Temporal-Grounding": TaskWeights(accuracy=0.5, format=0.5)}
+    )
+    result = score(
+        '<answer>{"time": [1, 3]}</answer>', '{"time": [2, 3]}', "temporal grounding", config=config
+    )
     assert result["overall"] == pytest.approx(0.5 * 0.5 + 0.5 * 1.0)
     other = score("<answer>B</answer>", "B", "multiple choice", COLOURS, config=config)
     assert other["overall"] == pytest.approx(1.0)
@@ -85,8 +91,12 @@ def test_require_think(score) -> None:
     [(0, 0.0), (3000, 0.0), (3072, 0.0), (3584, -0.25), (4096, -0.5), (5000, -0.5)],
 )
 def test_overlong_penalty_in_tokens(score, length: int, penalty: float) -> None:
-    config = RewardConfig(strict=True, overlong_buffer=1024, overlong_max_length=4096, overlong_penalty_factor=0.5)
-    result = score("<answer>B</answer>", "B", "multiple choice", COLOURS, config=config, response_length=length)
+    config = RewardConfig(
+        strict=True, overlong_buffer=1024, overlong_max_length=4096, overlong_penalty_factor=0.5
+    )
+    result = score(
+        "<answer>B</answer>", "B", "multiple choice", COLOURS, config=config, response_length=length
+    )
     assert result["overlong_penalty"] == pytest.approx(penalty)
     assert result["overall"] == pytest.approx(1.0 + penalty)
 
@@ -151,5 +161,22 @@ def test_options_and_record_fields_reach_the_task(score) -> None:
 
 def test_same_function_scores_evaluation_predictions(score) -> None:
     """An eval prediction without tags (Qwen3 thinking) is read by the same code as a rollout."""
-    result = score("Let me think.</think>\nTherefore, the final answer is: B", "<answer>B</answer>", "mc", COLOURS)
+    result = score(
+        "Let me think.</think>\nTherefore, the final answer is: B", "<answer>B</answer>", "mc", COLOURS
+    )
     assert (result["accuracy"], result["format"], result["prediction"]) == (1.0, 0.0, "B")
+
+
+FRAGMENTS = ["<answer>", "</answer>", "<think>", "</think>", "{", "}", "[", "]", '"time"', '"boxes"', ":", ",",
+             "1", "2.5", "NaN", "-1e309", "A", "B", " or ", "the final answer is", "\\boxed{", "yes", "no",
+             "Response 1", "tie", "%", "1/0", "\n", " ", "中文", "🙂", "'"]  # fmt: skip
+responses = st.lists(st.one_of(st.sampled_from(FRAGMENTS), st.text(max_size=3)), max_size=30).map("".join)
+
+
+@settings(max_examples=150, deadline=None)
+@given(response=responses, problem_type=st.sampled_from([t for t in GROUND_TRUTHS if t != "code"]))
+def test_fuzzed_responses_never_raise_and_stay_bounded(response: str, problem_type: str) -> None:
+    truth, options = GROUND_TRUTHS[problem_type]
+    result = compute_score(response, truth, problem_type, options, config=RewardConfig(strict=True))
+    assert 0.0 <= result["accuracy"] <= 1.0 and 0.0 <= result["overall"] <= 1.0
+    assert result["format"] in (0.0, 0.5, 1.0)

@@ -29,7 +29,11 @@ GT = json.dumps(rle(FULL))
         (rle(FULL), 1.0, 1.0),
         ({"mask": rle(FULL)}, 1.0, 1.0),
         (rle(LEFT), 0.5, 1.0),
-        ({"size": [20, 30], "counts": mask_utils.encode(np.asfortranarray(FULL))["counts"].decode()}, 1.0, 1.0),
+        (
+            {"size": [20, 30], "counts": mask_utils.encode(np.asfortranarray(FULL))["counts"].decode()},
+            1.0,
+            1.0,
+        ),
         ({"boxes": [10, 5, 20, 15]}, 1.0, 1.0),  # a box is rasterised
         ({"polygons": [[10, 5, 20, 5, 20, 15, 10, 15]]}, 1.0, 1.0),
         ({"size": [10, 30], "counts": rle(FULL)["counts"]}, 0.0, 0.5),  # wrong size
@@ -49,16 +53,21 @@ def test_segmentation(score, answer, accuracy: float, format_score: float) -> No
 
 def test_polygon_ground_truth_uses_record_size(score) -> None:
     polygon = [[10, 5, 20, 5, 20, 15, 10, 15]]
-    result = score(f"<answer>{json.dumps(rle(FULL))}</answer>", json.dumps(polygon), "segmentation", width=30, height=20)
+    result = score(
+        f"<answer>{json.dumps(rle(FULL))}</answer>", json.dumps(polygon), "segmentation", width=30, height=20
+    )
     assert result["accuracy"] == pytest.approx(1.0, abs=0.15)
 
 
 def test_video_masks_mean_over_ground_truth_seconds(score) -> None:
     truth = json.dumps({"masks": {"1": rle(FULL), "2": rle(FULL)}})
     one = {"masks": {"1.0": rle(FULL)}}
-    assert score(f"<answer>{json.dumps(one)}</answer>", truth, "video segmentation")["accuracy"] == pytest.approx(0.5)
+    assert score(f"<answer>{json.dumps(one)}</answer>", truth, "video segmentation")[
+        "accuracy"
+    ] == pytest.approx(0.5)
 
 
+@pytest.mark.filterwarnings("ignore::DeprecationWarning")  # pycocotools decode vs numpy 2
 def test_rle_decoder_matches_pycocotools() -> None:
     rng = np.random.default_rng(0)
     for _ in range(20):

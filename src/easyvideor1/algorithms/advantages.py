@@ -80,7 +80,9 @@ def compute_advantages(
     **options: Any,
 ) -> AdvantageOutput:
     """Run estimator `name`; options it does not declare are ignored (so a config can pass them all)."""
-    return call_with_supported(get_advantage_estimator(name), scores, response_mask, group_ids, options=options)
+    return call_with_supported(
+        get_advantage_estimator(name), scores, response_mask, group_ids, options=options
+    )
 
 
 # ----------------------------------------------------------------------------------------- helpers
@@ -95,7 +97,9 @@ def _prepare(scores: Any, response_mask: torch.Tensor, name: str) -> tuple[torch
     if mask.dim() != 2:
         raise ValueError(f"response_mask must be [B, T], got shape {tuple(mask.shape)}")
     if scores.shape not in ((mask.shape[0],), tuple(mask.shape)):
-        raise ValueError(f"scores must be [B] or [B, T] for a mask {tuple(mask.shape)}, got {tuple(scores.shape)}")
+        raise ValueError(
+            f"scores must be [B] or [B, T] for a mask {tuple(mask.shape)}, got {tuple(scores.shape)}"
+        )
     # A NaN reward would silently poison its whole group (and, through whitening, the batch).
     if not bool(torch.isfinite(scores).all()):
         raise ValueError(f"{name}: scores contain NaN or inf")
@@ -260,7 +264,9 @@ def remax(
         if not bool((groups.reduce(base, "amax") == groups.reduce(base, "amin")).all()):
             raise ValueError("remax: baseline_scores differ within a group (misaligned with group_ids?)")
     returns = discounted_returns(scores_to_token_rewards(s, mask), mask, 1.0)
-    adv = torch.where(mask, returns - base.unsqueeze(-1), torch.zeros((), dtype=returns.dtype, device=returns.device))
+    adv = torch.where(
+        mask, returns - base.unsqueeze(-1), torch.zeros((), dtype=returns.dtype, device=returns.device)
+    )
     dtype = _out_dtype(scores)
     return AdvantageOutput(adv.to(dtype), returns.to(dtype))
 

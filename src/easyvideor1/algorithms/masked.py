@@ -21,7 +21,9 @@ def as_bool_mask(mask: torch.Tensor) -> torch.Tensor:
 
 def masked_sum(values: torch.Tensor, mask: torch.Tensor, dim: int | None = None) -> torch.Tensor:
     """Sum of `values` where `mask` is set (over `dim`, or everything when `dim` is None)."""
-    selected = torch.where(as_bool_mask(mask), values, torch.zeros((), dtype=values.dtype, device=values.device))
+    selected = torch.where(
+        as_bool_mask(mask), values, torch.zeros((), dtype=values.dtype, device=values.device)
+    )
     return selected.sum() if dim is None else selected.sum(dim)
 
 
@@ -40,7 +42,9 @@ def masked_var(values: torch.Tensor, mask: torch.Tensor, unbiased: bool = False)
     return sq / denom.clamp(min=1).to(values.dtype)
 
 
-def masked_whiten(values: torch.Tensor, mask: torch.Tensor, eps: float = 1e-8, center: bool = True) -> torch.Tensor:
+def masked_whiten(
+    values: torch.Tensor, mask: torch.Tensor, eps: float = 1e-8, center: bool = True
+) -> torch.Tensor:
     """`(values - mean) / sqrt(var + eps)` over the masked positions; zero elsewhere.
 
     Uses the population variance, so the result has mean 0 and (population) variance

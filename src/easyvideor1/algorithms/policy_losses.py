@@ -76,15 +76,21 @@ def compute_policy_loss(
 # ----------------------------------------------------------------------------------------- helpers
 
 
-def _check(log_prob: torch.Tensor, old_log_prob: torch.Tensor, advantages: torch.Tensor, mask: torch.Tensor) -> None:
+def _check(
+    log_prob: torch.Tensor, old_log_prob: torch.Tensor, advantages: torch.Tensor, mask: torch.Tensor
+) -> None:
     shapes = {tuple(t.shape) for t in (log_prob, old_log_prob, advantages, mask)}
     if len(shapes) != 1 or log_prob.dim() != 2:
-        raise ValueError(f"log_prob, old_log_prob, advantages and response_mask must share one [B, T] shape: {shapes}")
+        raise ValueError(
+            f"log_prob, old_log_prob, advantages and response_mask must share one [B, T] shape: {shapes}"
+        )
 
 
 def _check_clip(clip_ratio_low: float, clip_ratio_high: float) -> None:
     if not (0.0 <= clip_ratio_low < 1.0 and clip_ratio_high >= 0.0):
-        raise ValueError(f"need 0 <= clip_ratio_low < 1 and clip_ratio_high >= 0, got {clip_ratio_low}, {clip_ratio_high}")
+        raise ValueError(
+            f"need 0 <= clip_ratio_low < 1 and clip_ratio_high >= 0, got {clip_ratio_low}, {clip_ratio_high}"
+        )
 
 
 def _valid_delta(log_prob: torch.Tensor, old_log_prob: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
@@ -138,7 +144,9 @@ def sequence_log_ratio(delta: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
     return masked_sum(delta, mask, dim=-1) / sequence_lengths(mask).clamp(min=1).to(delta.dtype)
 
 
-def _metrics(delta: torch.Tensor, mask: torch.Tensor, extra: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
+def _metrics(
+    delta: torch.Tensor, mask: torch.Tensor, extra: dict[str, torch.Tensor]
+) -> dict[str, torch.Tensor]:
     with torch.no_grad():
         return {"ppo_kl": masked_mean(-delta.detach(), mask), **extra}
 
@@ -210,7 +218,9 @@ def gspo_token(
     seq = sequence_log_ratio(delta, mask).detach().unsqueeze(-1)
     zero = torch.zeros((), dtype=log_prob.dtype, device=log_prob.device)
     own = torch.where(mask, log_prob - log_prob.detach(), zero)  # value 0, gradient d log_prob
-    loss, clip = _clipped_surrogate(seq + own, advantages, mask, clip_ratio_low, clip_ratio_high, clip_ratio_dual)
+    loss, clip = _clipped_surrogate(
+        seq + own, advantages, mask, clip_ratio_low, clip_ratio_high, clip_ratio_dual
+    )
     return PolicyLossOutput(loss, _metrics(delta, mask, clip))
 
 

@@ -37,6 +37,8 @@ class DataConfig:
             error) or ``decode_only`` (ignore the cache).
         decode_time_limit: Seconds one video may take to decode before it is reported as failed.
         num_workers: Data-loader worker processes (they carry file paths, never frame tensors).
+        max_prompt_length: Prompts longer than this (in tokens, after media expansion) are dropped
+            and counted at start-up instead of failing mid-run.
         prompt_template: How a question becomes the model's text: ``none`` (as written), ``plain``
             (options block + answer-format instruction), ``reasoning`` (plus a <think> request), or
             a ``.jinja`` file rendered with the record's fields.
@@ -60,6 +62,7 @@ class DataConfig:
     decode_time_limit: float = 300.0
     num_workers: int = 2
     prompt_template: str = "plain"
+    max_prompt_length: int = 4096
 
     def __post_init__(self) -> None:
         if self.model_family not in MODEL_FAMILIES:

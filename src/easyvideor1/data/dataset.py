@@ -22,7 +22,7 @@ from ..media.preprocess import resolve_media_path
 from ..media.sampling import SamplingParams, image_size
 from .config import DataConfig
 from .prompt import format_question
-from .records import Record, RecordError
+from .records import Record, RecordError, load_records
 
 _PLACEHOLDER = re.compile(r"<(video|image)>")
 
@@ -72,9 +72,24 @@ class Sample:
 class RecordDataset(Dataset):
     """Records of one data file as :class:`Sample` objects (paths only; cheap to pickle to workers)."""
 
-    def __init__(self, records: list[Record], cfg: DataConfig, data_file: str, loader: VideoLoader | None = None):
-        self.records, self.cfg, self.data_file = records, cfg, data_file
+    def __init__(
+        self, records: list[Record], cfg: DataConfig, data_file: str | list[str], loader: VideoLoader | None = None
+    ):
+        # one data file for all records, or one per record (relative media paths resolve against it)
+        self.records, self.cfg = records, cfg
+        self.data_files = [data_file] * len(records) if isinstance(data_file, str) else list(data_file)
+        if len(self.data_files) != len(records):
+            raise ValueError("need one data file per record")
         self.loader = loader or VideoLoader(cfg.cache_dir, cfg.cache_mode, cfg.decode_time_limit)
+
+    @classmethod
+    def from_files(cls, files: list[str], cfg: DataConfig, loader: VideoLoader | None = None) -> RecordDataset:
+        records, owners = [], []
+        for f in files:
+            recs = load_records(f)
+            records += recs
+            owners += [f] * len(recs)
+        return cls(records, cfg, owners, loader)
 
     def __len__(self) -> int:
         return len(self.records)
@@ -82,7 +97,8 @@ class RecordDataset(Dataset):
     def __getitem__(self, i: int) -> Sample:
         rec = self.records[i]
         params = self.cfg.sampling_params(rec) if rec.videos else None
-        videos = [resolve_media_path(v, self.data_file, self.cfg.video_root) for v in rec.videos]
+        data_file = self.data_files[i]
+        videos = [resolve_media_path(v, data_file, self.cfg.video_root) for v in rec.videos]
         entries = []
         for v in videos:
             entry = self.loader.locate(v, params) if os.path.exists(v) or self.cfg.cache_dir else None
@@ -93,7 +109,7 @@ class RecordDataset(Dataset):
             videos=videos,
             video_entries=entries,
             video_params=params,
-            images=[resolve_media_path(p, self.data_file, self.cfg.video_root) for p in rec.images],
+            images=[resolve_media_path(p, data_file, self.cfg.video_root) for p in rec.images],
         )
 
 

@@ -50,20 +50,24 @@ def _split_items(inputs: dict[str, Any], kind: str, counts: list[int]) -> list[d
     return out
 
 
+def gather_prompts(batch: PromptBatch, prompt_ids: list[int]) -> dict[str, Any]:
+    """Inputs with one row per entry of ``prompt_ids`` (a prompt may repeat), vision tensors included."""
+    idx = torch.tensor(prompt_ids, dtype=torch.long)
+    out: dict[str, Any] = {k: batch.inputs[k][idx] for k in _PER_ROW if batch.inputs.get(k) is not None}
+    for kind, counts in (("video", batch.video_counts), ("image", batch.image_counts)):
+        pieces = _split_items(batch.inputs, kind, counts)
+        for key in {k for p in pieces for k in p}:
+            parts = [pieces[i][key] for i in prompt_ids if key in pieces[i]]
+            if parts:
+                out[key] = torch.cat(parts)
+    return out
+
+
 def expand(batch: PromptBatch, repeats: list[int]) -> dict[str, Any]:
     """Repeat prompt ``i`` ``repeats[i]`` times (rows and vision tensors), in prompt order."""
     if len(repeats) != len(batch):
         raise ValueError(f"{len(repeats)} repeat counts for {len(batch)} prompts")
-    idx = torch.repeat_interleave(torch.arange(len(batch)), torch.tensor(repeats))
-    out: dict[str, Any] = {k: batch.inputs[k][idx] for k in _PER_ROW if batch.inputs.get(k) is not None}
-    for kind, counts in (("video", batch.video_counts), ("image", batch.image_counts)):
-        pieces = _split_items(batch.inputs, kind, counts)
-        keys = {k for p in pieces for k in p}
-        for key in keys:
-            parts = [p[key] for i, p in enumerate(pieces) for _ in range(repeats[i]) if key in p]
-            if parts:
-                out[key] = torch.cat(parts)
-    return out
+    return gather_prompts(batch, [i for i, r in enumerate(repeats) for _ in range(r)])
 
 
 def append_responses(seq_inputs: dict[str, Any], response_ids: torch.Tensor, response_mask: torch.Tensor):

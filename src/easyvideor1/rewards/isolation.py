@@ -17,7 +17,6 @@ from collections.abc import Callable
 from multiprocessing.connection import Connection
 from typing import Any
 
-
 _HELPER_MAIN = (
     "import sys\n"
     "from multiprocessing.connection import Connection\n"

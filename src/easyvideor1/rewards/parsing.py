@@ -12,6 +12,7 @@ import json
 import math
 import re
 import unicodedata
+import warnings
 from dataclasses import dataclass
 from typing import Any
 
@@ -236,7 +237,9 @@ def _loads(candidate: str) -> Any:
     except (ValueError, RecursionError):
         pass
     try:  # Python-literal dicts with single quotes; literal_eval evaluates literals only
-        return ast.literal_eval(candidate)
+        with warnings.catch_warnings():  # model text is not our code: no SyntaxWarning noise
+            warnings.simplefilter("ignore", SyntaxWarning)
+            return ast.literal_eval(candidate)
     except (ValueError, SyntaxError, TypeError, MemoryError, RecursionError):
         return None
 

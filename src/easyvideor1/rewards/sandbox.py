@@ -32,8 +32,10 @@ import sys
 import tempfile
 import threading
 import time
+from contextlib import ExitStack
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import BinaryIO
 
 from easyvideor1.rewards.config import SandboxConfig
 
@@ -207,20 +209,22 @@ def _execute(
     source: str, stdin: str, tests: tuple[tuple[str, str], ...], config: SandboxConfig, plan: _Plan
 ) -> ExecutionResult:
     uid = _allocate_uid() if plan.use_uid else None
-    host_dir = tempfile.mkdtemp(prefix="easyvideor1-sandbox-")
+    limits = {
+        "cpu_s": max(1, int(config.cpu_time_s)),
+        "memory_bytes": int(config.memory_mb) << 20,
+        "file_bytes": int(config.file_size_mb) << 20,
+        "processes": max(1, int(config.max_processes)),
+    }
+    output_limit = int(config.max_output_kb) << 10
     started = time.monotonic()
-    try:
+    # The host directory is root's (0700): it holds the spec and the captured output, which the
+    # program reaches only through the descriptors it inherits.
+    with tempfile.TemporaryDirectory(prefix="easyvideor1-sandbox-") as host_dir, ExitStack() as stack:
         workdir = os.path.join(host_dir, "work")
         os.mkdir(workdir, 0o700)
         files = {
-            name: open(os.path.join(host_dir, name), "w+b")
+            name: stack.enter_context(open(os.path.join(host_dir, name), "w+b"))
             for name in ("spec", "stdout", "stderr", "results")
-        }
-        limits = {
-            "cpu_s": max(1, int(config.cpu_time_s)),
-            "memory_bytes": int(config.memory_mb) << 20,
-            "file_bytes": int(config.file_size_mb) << 20,
-            "processes": max(1, int(config.max_processes)),
         }
         spec = {
             "source": source,
@@ -237,7 +241,6 @@ def _execute(
         files["spec"].write(json.dumps(spec).encode())
         files["spec"].seek(0)
         command = [plan.python, "-I", "-B", *(() if config.allow_site_packages else ("-S",)), _CHILD]
-        timed_out = False
         process = subprocess.Popen(
             command,
             stdin=files["spec"],
@@ -248,6 +251,7 @@ def _execute(
             cwd=workdir,
             start_new_session=True,
         )
+        timed_out = False
         try:
             process.wait(timeout=config.wall_time_s)
         except subprocess.TimeoutExpired:
@@ -255,13 +259,8 @@ def _execute(
         finally:
             _kill_everything(process, uid)
         duration = time.monotonic() - started
-        limit = int(config.max_output_kb) << 10
-        stdout, stderr = (_read(files[name], limit) for name in ("stdout", "stderr"))
-        lines = _result_lines(_read(files["results"], 4 * limit))
-        for handle in files.values():
-            handle.close()
-    finally:
-        shutil.rmtree(host_dir, ignore_errors=True)
+        stdout, stderr = (_read(files[name], output_limit) for name in ("stdout", "stderr"))
+        lines = _result_lines(_read(files["results"], 4 * output_limit))
     report = next((line["isolation"] for line in lines if isinstance(line.get("isolation"), dict)), {})
     isolation = Isolation(
         **{key: bool(report.get(key)) for key in ("network", "filesystem", "user", "processes")}
@@ -269,8 +268,8 @@ def _execute(
     if uid is not None and not isolation.filesystem:
         _remove_files_of(uid)
     returncode = None if timed_out else process.returncode
-    tests_lines = [line for line in lines if "i" in line]
-    return ExecutionResult(returncode, stdout, stderr, timed_out, duration, tests_lines, isolation)
+    test_lines = [line for line in lines if "i" in line]
+    return ExecutionResult(returncode, stdout, stderr, timed_out, duration, test_lines, isolation)
 
 
 def _kill_everything(process: subprocess.Popen, uid: int | None) -> None:
@@ -338,7 +337,7 @@ def _remove_files_of(uid: int) -> None:
                     continue
 
 
-def _read(handle, limit: int) -> str:  # noqa: ANN001 - a binary file object
+def _read(handle: BinaryIO, limit: int) -> str:
     handle.seek(0)
     return handle.read(limit).decode("utf-8", errors="replace")
 

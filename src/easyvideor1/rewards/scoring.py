@@ -83,10 +83,9 @@ def score_item(item: Mapping[str, Any], config: RewardConfig) -> dict[str, Any]:
     """Score one record dict (`response`, `ground_truth`, `problem_type`, `options`, other fields)."""
     spec = resolve_task(item["problem_type"])
     meta = {key: value for key, value in item.items() if key not in _RECORD_KEYS}
+    response = item.get("response")
     sample = Sample(
-        response=item.get("response")
-        if isinstance(item.get("response"), str)
-        else str(item.get("response") or ""),
+        response=response if isinstance(response, str) else ("" if response is None else str(response)),
         ground_truth=item.get("ground_truth"),
         task=spec.name,
         problem_type=str(item["problem_type"]),
@@ -108,16 +107,16 @@ def score_item(item: Mapping[str, Any], config: RewardConfig) -> dict[str, Any]:
         _log_task_error(spec.name, error)
         result = {"overall": 0.0, "accuracy": 0.0, "format": 0.0, "task": spec.name, "prediction": None}
         result["error"] = f"{type(error).__name__}: {error}"
-        return result
-    format_score = score_format(sample, score)
-    result = {
-        "overall": weights.accuracy * accuracy + weights.format * format_score + penalty,
-        "accuracy": accuracy,
-        "format": format_score,
-        "task": spec.name,
-        "prediction": score.prediction,
-        **score.details,
-    }
+    else:
+        format_score = score_format(sample, score)
+        result = {
+            "overall": weights.accuracy * accuracy + weights.format * format_score + penalty,
+            "accuracy": accuracy,
+            "format": format_score,
+            "task": spec.name,
+            "prediction": score.prediction,
+            **score.details,
+        }
     if config.overlong_buffer > 0:
         result["overlong_penalty"] = penalty
     return result

@@ -12,6 +12,7 @@ from __future__ import annotations
 import re
 from collections import Counter
 from functools import lru_cache
+from typing import Any
 
 from rapidfuzz.distance import LCSseq, Levenshtein
 
@@ -45,8 +46,8 @@ def edit_similarity(prediction: str, reference: str) -> float:
 
 
 @lru_cache(maxsize=1)
-def _stemmer():  # noqa: ANN202 - nltk is imported lazily, it is slow to import
-    from nltk.stem import porter
+def _stemmer() -> Any:
+    from nltk.stem import porter  # imported lazily: nltk is slow to import
 
     return porter.PorterStemmer()
 

@@ -74,7 +74,7 @@ def save_checkpoint(
     latest_tmp = root / "latest.tmp"
     latest_tmp.write_text(final.name)
     os.replace(latest_tmp, root / "latest")
-    steps = sorted((int(p.name.split("_")[1]) for p in root.glob("step_*") if p.name.split("_")[1].isdigit()))
+    steps = sorted(int(p.name.split("_")[1]) for p in root.glob("step_*") if p.name.split("_")[1].isdigit())
     for old in steps[:-keep_last] if keep_last > 0 else []:
         shutil.rmtree(root / f"step_{old}", ignore_errors=True)
     return final

@@ -23,6 +23,7 @@ import ast
 import json
 import re
 import textwrap
+import warnings
 from dataclasses import dataclass
 from typing import Any
 
@@ -212,7 +213,9 @@ def score_code(sample: Sample) -> TaskScore:
     if code is None or len(code) > MAX_SOURCE_CHARS:
         return TaskScore(0.0, False, None, {"tests_passed": 0.0, "tests_total": float(len(cases))})
     try:
-        compile(code, "solution.py", "exec")
+        with warnings.catch_warnings():  # the model's code: its SyntaxWarnings are not ours to print
+            warnings.simplefilter("ignore", SyntaxWarning)
+            compile(code, "solution.py", "exec")
         compiles = True
     except (SyntaxError, ValueError, RecursionError, MemoryError):
         compiles = False

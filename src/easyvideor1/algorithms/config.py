@@ -1,0 +1,246 @@
+"""Typed configuration of the RL algorithms (the `algorithm` section of the run config).
+
+Plain dataclasses, usable as OmegaConf structured configs. Every value is checked in
+`__post_init__`, so a typo in an estimator name or an impossible clip range fails when the config is
+built, not hours into a run. Names are checked against the registries: a user-registered estimator
+or loss must be imported before the config is built.
+
+Recipes:
+* GRPO + DAPO (the reference's run): defaults.
+* Dr.GRPO: `adv_estimator="dr_grpo"` (or `norm_adv_by_std=False`) and
+  `loss_agg_mode="seq-mean-token-sum-norm"` with `loss_norm_length` = max response length.
+* GSPO: `policy_loss="gspo"`, `loss_agg_mode="seq-mean-token-mean"`, tight clip ratios (3e-4/4e-4).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+from . import advantages, kl, policy_losses
+from .aggregation import normalize_loss_agg_mode
+from .filtering import FILTER_CRITERIA
+from .kl import AdaptiveKLController, FixedKLController
+
+
+@dataclass
+class KLConfig:
+    """KL regularisation towards the reference policy.
+
+    Parameters:
+        type (`str`, *optional*, defaults to `"none"`):
+            Estimator: `"none"` (no reference model is needed), `"k1"`/`"kl"`, `"abs"`, `"k2"`/`"mse"`,
+            `"k3"`/`"low_var_kl"` (see `algorithms/kl.py`). Off by default, as in the reference's runs.
+        coef (`float`, *optional*, defaults to `1e-3`):
+            Coefficient of the penalty (initial value for the adaptive controller).
+        apply_as (`str`, *optional*, defaults to `"loss"`):
+            `"loss"`: add `coef * KL`, aggregated like the policy loss, to the loss. `"reward"`:
+            subtract `coef * KL` from the token-level rewards before the advantage estimator. One
+            field, so the two cannot be switched on together by accident.
+        controller (`str`, *optional*, defaults to `"fixed"`):
+            `"fixed"` or `"adaptive"` (Ziegler et al.'s proportional controller).
+        target (`float`, *optional*, defaults to `0.1`):
+            Target KL of the adaptive controller.
+        horizon (`int`, *optional*, defaults to `10000`):
+            Horizon of the adaptive controller (samples over which a 20% change may happen).
+    """
+
+    type: str = "none"
+    coef: float = 1e-3
+    apply_as: str = "loss"
+    controller: str = "fixed"
+    target: float = 0.1
+    horizon: int = 10000
+
+    def __post_init__(self) -> None:
+        kl.KL_ESTIMATORS.get(self.type)  # raises UnknownAlgorithmError listing the known types
+        _check(self.coef >= 0, f"kl.coef must be >= 0, got {self.coef}")
+        _check(
+            self.apply_as in ("loss", "reward"),
+            f"kl.apply_as must be 'loss' or 'reward', got {self.apply_as!r}",
+        )
+        _check(
+            self.controller in ("fixed", "adaptive"),
+            f"kl.controller must be 'fixed' or 'adaptive', got {self.controller!r}",
+        )
+        _check(self.target > 0 and self.horizon > 0, "kl.target and kl.horizon must be positive")
+
+    @property
+    def enabled(self) -> bool:
+        """True when a reference model is needed."""
+        return self.type != "none"
+
+
+@dataclass
+class OnlineFilterConfig:
+    """DAPO dynamic sampling: keep only groups with reward signal (`algorithms/filtering.py`).
+
+    Parameters:
+        enable (`bool`, *optional*, defaults to `False`):
+            Generate extra rounds and train only on kept groups.
+        criterion (`str`, *optional*, defaults to `"std"`):
+            `"std"`: keep groups whose rewards are not all equal (exactly the groups with non-zero GRPO
+            advantage). `"mean"`: keep groups whose mean `key` is strictly inside `(low, high)` (the
+            reference's form).
+        key (`str`, *optional*, defaults to `"overall"`):
+            Reward key filtered on (`"overall"`, `"accuracy"`, `"format"`, ...).
+        low (`float`, *optional*, defaults to `0.01`) / high (`float`, *optional*, defaults to `0.99`):
+            Open interval of the `"mean"` criterion.
+        max_tries (`int`, *optional*, defaults to `20`):
+            Generation rounds per training batch; `<= 0` means unlimited.
+    """
+
+    enable: bool = False
+    criterion: str = "std"
+    key: str = "overall"
+    low: float = 0.01
+    high: float = 0.99
+    max_tries: int = 20
+
+    def __post_init__(self) -> None:
+        _check(
+            self.criterion in FILTER_CRITERIA,
+            f"online_filtering.criterion must be one of {FILTER_CRITERIA}, got {self.criterion!r}",
+        )
+        _check(self.low < self.high, f"online_filtering.low ({self.low}) must be < high ({self.high})")
+        _check(bool(self.key), "online_filtering.key must be a reward key")
+
+
+@dataclass
+class OverlongConfig:
+    """DAPO soft overlong punishment, added to the scores (`filtering.overlong_penalty`).
+
+    Parameters:
+        enable (`bool`, *optional*, defaults to `False`):
+            Apply the penalty.
+        buffer (`int`, *optional*, defaults to `512`):
+            Tokens before `max_length` where the penalty ramps from 0 to `-factor`.
+        max_length (`int` or `None`, *optional*, defaults to `None`):
+            Length (tokens) of full punishment; `None` means the data's max response length.
+        factor (`float`, *optional*, defaults to `1.0`):
+            Penalty at `max_length` (DAPO uses 1.0 with 0/1 accuracy rewards).
+    """
+
+    enable: bool = False
+    buffer: int = 512
+    max_length: int | None = None
+    factor: float = 1.0
+
+    def __post_init__(self) -> None:
+        _check(self.buffer > 0, f"overlong.buffer must be positive, got {self.buffer}")
+        _check(self.factor >= 0, f"overlong.factor must be >= 0, got {self.factor}")
+        _check(
+            self.max_length is None or self.max_length >= self.buffer,
+            f"overlong.max_length ({self.max_length}) must be >= buffer ({self.buffer})",
+        )
+
+
+@dataclass
+class AlgorithmConfig:
+    """Advantage estimator, policy loss, loss aggregation, KL, dynamic sampling and overlong shaping.
+
+    Parameters:
+        adv_estimator (`str`, *optional*, defaults to `"grpo"`):
+            Registered estimator: `grpo`, `dr_grpo`, `rloo`, `reinforce_plus_plus`, `remax`, `gdpo` or
+            your own (`@register_advantage`).
+        norm_adv_by_std (`bool`, *optional*, defaults to `True`):
+            GRPO divides by the group std; `False` is Dr.GRPO's unnormalised `s - mean`.
+        adv_std_unbiased (`bool`, *optional*, defaults to `False`):
+            Group std with Bessel's correction (the reference, torch.std) or, by default, the
+            population std, which gives every group unit-RMS advantages for any `n` (a [0, 1] pair
+            gets +-1, not +-0.71). GDPO uses the same choice.
+        adv_eps (`float`, *optional*, defaults to `1e-6`):
+            Added to the group std. It does not stop near-equal continuous rewards (0.500 vs 0.501)
+            from being blown up to +-1: prefer Dr.GRPO for such rewards. All-equal groups are 0 exactly.
+        gamma (`float`, *optional*, defaults to `1.0`):
+            Discount of REINFORCE++ returns.
+        whiten_eps (`float`, *optional*, defaults to `1e-8`):
+            Added to the variance in batch whitening (REINFORCE++, GDPO).
+        gdpo_reward_keys (`list[str]`, *optional*, defaults to `["accuracy", "format"]`):
+            Reward keys GDPO normalises separately; missing keys are errors.
+        policy_loss (`str`, *optional*, defaults to `"ppo"`):
+            Registered loss: `ppo` (alias `vanilla`), `gspo`, `gspo_token`, `cispo` or your own.
+        clip_ratio_low (`float`, *optional*, defaults to `0.2`) / clip_ratio_high (`float`, *optional*, defaults to `0.28`):
+            Ratio clip range `[1 - low, 1 + high]`; `high > low` is DAPO's clip-higher. With one
+            update per rollout batch the ratio is 1 and clipping never binds (as in the reference's run).
+        clip_ratio_dual (`float` or `None`, *optional*, defaults to `3.0`):
+            Dual-clip bound `c > 1` for negative advantages; `None` disables it.
+        loss_agg_mode (`str`, *optional*, defaults to `"token-mean"`):
+            `token-mean`, `seq-mean-token-mean`, `seq-mean-token-sum`, `seq-mean-token-sum-norm`
+            (see `algorithms/aggregation.py`); always weighted over the whole mini-batch.
+        loss_norm_length (`int` or `None`, *optional*, defaults to `None`):
+            Constant divisor of `seq-mean-token-sum-norm`; `None` means the max response length.
+        kl (`KLConfig`): KL regularisation.
+        online_filtering (`OnlineFilterConfig`): DAPO dynamic sampling.
+        overlong (`OverlongConfig`): DAPO overlong reward shaping.
+    """
+
+    adv_estimator: str = "grpo"
+    norm_adv_by_std: bool = True
+    adv_std_unbiased: bool = False
+    adv_eps: float = 1e-6
+    gamma: float = 1.0
+    whiten_eps: float = 1e-8
+    gdpo_reward_keys: list[str] = field(default_factory=lambda: ["accuracy", "format"])
+    policy_loss: str = "ppo"
+    clip_ratio_low: float = 0.2
+    clip_ratio_high: float = 0.28
+    clip_ratio_dual: float | None = 3.0
+    loss_agg_mode: str = "token-mean"
+    loss_norm_length: int | None = None
+    kl: KLConfig = field(default_factory=KLConfig)
+    online_filtering: OnlineFilterConfig = field(default_factory=OnlineFilterConfig)
+    overlong: OverlongConfig = field(default_factory=OverlongConfig)
+
+    def __post_init__(self) -> None:
+        advantages.get_advantage_estimator(self.adv_estimator)
+        policy_losses.get_policy_loss(self.policy_loss)
+        self.loss_agg_mode = normalize_loss_agg_mode(self.loss_agg_mode)
+        _check(self.adv_eps > 0 and self.whiten_eps > 0, "adv_eps and whiten_eps must be positive")
+        _check(0.0 <= self.gamma <= 1.0, f"gamma must be in [0, 1], got {self.gamma}")
+        _check(
+            0.0 <= self.clip_ratio_low < 1.0, f"clip_ratio_low must be in [0, 1), got {self.clip_ratio_low}"
+        )
+        _check(self.clip_ratio_high >= 0.0, f"clip_ratio_high must be >= 0, got {self.clip_ratio_high}")
+        _check(
+            self.clip_ratio_dual is None or self.clip_ratio_dual > 1.0,
+            f"clip_ratio_dual must be > 1 or None, got {self.clip_ratio_dual}",
+        )
+        _check(
+            self.loss_norm_length is None or self.loss_norm_length > 0,
+            f"loss_norm_length must be positive, got {self.loss_norm_length}",
+        )
+        _check(
+            self.adv_estimator.replace("-", "_").lower() != "gdpo" or len(self.gdpo_reward_keys) > 0,
+            "gdpo needs at least one key in gdpo_reward_keys",
+        )
+
+    def advantage_options(self) -> dict[str, Any]:
+        """Options for `compute_advantages` (each estimator takes the ones it declares)."""
+        return {
+            "norm_by_std": self.norm_adv_by_std,
+            "std_unbiased": self.adv_std_unbiased,
+            "eps": self.adv_eps,
+            "gamma": self.gamma,
+            "whiten_eps": self.whiten_eps,
+            "reward_keys": list(self.gdpo_reward_keys),
+        }
+
+    def policy_loss_options(self) -> dict[str, Any]:
+        """Options for `compute_policy_loss`."""
+        return {
+            "clip_ratio_low": self.clip_ratio_low,
+            "clip_ratio_high": self.clip_ratio_high,
+            "clip_ratio_dual": self.clip_ratio_dual,
+        }
+
+    def make_kl_controller(self) -> FixedKLController | AdaptiveKLController:
+        """The KL coefficient controller described by `kl`."""
+        if self.kl.controller == "adaptive":
+            return AdaptiveKLController(self.kl.coef, self.kl.target, self.kl.horizon)
+        return FixedKLController(self.kl.coef)
+
+
+def _check(condition: bool, message: str) -> None:
+    if not condition:
+        raise ValueError(message)

@@ -1,0 +1,27 @@
+"""Load a policy (any HF Qwen2-VL / Qwen2.5-VL / Qwen3-VL checkpoint) and its processor."""
+
+from __future__ import annotations
+
+import os
+
+import torch
+
+_DTYPES = {"float32": torch.float32, "fp32": torch.float32, "bfloat16": torch.bfloat16, "bf16": torch.bfloat16}
+
+
+def load_policy(path: str, dtype: str = "float32", gradient_checkpointing: bool = False,
+                freeze_vision_tower: bool = False):
+    from transformers import AutoModelForImageTextToText, AutoProcessor
+
+    if not path or not os.path.isdir(path):
+        raise FileNotFoundError(f"model.path {path!r} is not a model directory (build one: easyvideor1 make-tiny-model)")
+    if dtype not in _DTYPES:
+        raise ValueError(f"model.dtype must be one of {', '.join(_DTYPES)}, got {dtype!r}")
+    model = AutoModelForImageTextToText.from_pretrained(path, dtype=_DTYPES[dtype])
+    processor = AutoProcessor.from_pretrained(path)
+    if gradient_checkpointing:
+        model.gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": False})
+    if freeze_vision_tower:
+        for p in model.model.visual.parameters():
+            p.requires_grad_(False)
+    return model, processor

@@ -1,0 +1,115 @@
+"""Configuration of the model, rollouts and the training loop (sections of the run config)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+
+@dataclass
+class ModelConfig:
+    """The policy model.
+
+    Parameters:
+        path: A Hugging Face Qwen2-VL / Qwen2.5-VL / Qwen3-VL checkpoint directory (loaded with
+            ``AutoModelForImageTextToText`` and ``AutoProcessor``). Build a tiny one offline with
+            ``easyvideor1 make-tiny-model``.
+        dtype: ``float32`` or ``bfloat16``.
+        gradient_checkpointing: Recompute activations in the backward pass (less memory, more time).
+        freeze_vision_tower: Train only the language model and the merger.
+    """
+
+    path: str = ""
+    dtype: str = "float32"
+    gradient_checkpointing: bool = False
+    freeze_vision_tower: bool = False
+
+
+@dataclass
+class RolloutConfig:
+    """Sampling responses, and hybrid offline/online groups.
+
+    Parameters:
+        engine: ``hf`` (transformers ``generate``, any machine).
+        n: Responses per prompt (the group size).
+        temperature: Sampling temperature for training rollouts.
+        top_p: Nucleus mass.
+        top_k: 0 samples from the whole vocabulary.
+        max_new_tokens: Response length limit (tokens); offline responses are truncated to it too.
+        hybrid: ``off``, ``always`` (every record with ``offline_output`` gets ``offline_k`` offline
+            responses in its group) or ``below_threshold`` (only when the online responses' mean
+            accuracy is below ``hybrid_threshold``; otherwise the group is completed online).
+        offline_k: Offline responses per hybrid group (the rest, n - k, are generated).
+        hybrid_threshold: Accuracy threshold of the ``below_threshold`` mode.
+        val_temperature: Sampling temperature for validation (0 = greedy).
+    """
+
+    engine: str = "hf"
+    n: int = 8
+    temperature: float = 1.0
+    top_p: float = 1.0
+    top_k: int = 0
+    max_new_tokens: int = 64
+    hybrid: str = "off"
+    offline_k: int = 1
+    hybrid_threshold: float = 0.5
+    val_temperature: float = 0.0
+
+    def __post_init__(self) -> None:
+        if self.hybrid not in ("off", "always", "below_threshold"):
+            raise ValueError(f"rollout.hybrid must be off, always or below_threshold, got {self.hybrid!r}")
+        if self.n < 1 or not 0 <= self.offline_k <= self.n:
+            raise ValueError(f"need n >= 1 and 0 <= offline_k <= n, got n={self.n}, offline_k={self.offline_k}")
+
+
+@dataclass
+class TrainerConfig:
+    """The training loop.
+
+    Parameters:
+        output_dir: Where checkpoints, ``metrics.jsonl``, TensorBoard logs and reports go.
+        max_steps: RL steps to run.
+        prompts_per_step: Prompts sampled per step (each becomes a group of ``rollout.n`` responses).
+        mini_batch_prompts: Prompts per optimizer step within a rollout batch (``ppo_epochs`` passes).
+        micro_batch_size: Sequences per forward/backward (gradient accumulation; the loss is
+            weighted so that the result does not depend on it).
+        ppo_epochs: Passes over each rollout batch.
+        lr: AdamW learning rate. weight_decay, betas: AdamW settings.
+        warmup_steps: Linear learning-rate warm-up (optimizer steps). lr_schedule: ``constant`` or ``cosine``.
+        max_grad_norm: Gradient clipping; a non-finite norm skips the optimizer step (logged).
+        seed: Seeds sampling, data order and initialisation.
+        sft_warmup_steps: Supervised steps on the records' ``offline_output`` before RL (0 = none).
+        sft_lr: Learning rate of the warm-up. sft_batch_size: Prompts per warm-up step.
+        val_every: Validate every k steps (0 = only before and after). val_size: Validation prompts.
+        save_every: Checkpoint every k steps (0 = only at the end). keep_last: Checkpoints kept.
+        resume: ``auto`` (continue from the newest checkpoint in output_dir if any), ``never``, or a path.
+        loggers: Any of ``console``, ``jsonl``, ``tensorboard``, ``wandb``.
+    """
+
+    output_dir: str = "runs/train"
+    max_steps: int = 100
+    prompts_per_step: int = 8
+    mini_batch_prompts: int = 8
+    micro_batch_size: int = 16
+    ppo_epochs: int = 1
+    lr: float = 1e-6
+    weight_decay: float = 0.01
+    betas: list[float] = field(default_factory=lambda: [0.9, 0.999])
+    warmup_steps: int = 0
+    lr_schedule: str = "constant"
+    max_grad_norm: float = 1.0
+    seed: int = 0
+    sft_warmup_steps: int = 0
+    sft_lr: float = 1e-5
+    sft_batch_size: int = 32
+    val_every: int = 0
+    val_size: int = 64
+    save_every: int = 0
+    keep_last: int = 2
+    resume: str = "auto"
+    loggers: list[str] = field(default_factory=lambda: ["console", "jsonl", "tensorboard"])
+
+    def __post_init__(self) -> None:
+        if self.prompts_per_step % self.mini_batch_prompts:
+            raise ValueError("trainer.prompts_per_step must be a multiple of trainer.mini_batch_prompts")
+        if self.lr_schedule not in ("constant", "cosine"):
+            raise ValueError(f"trainer.lr_schedule must be constant or cosine, got {self.lr_schedule!r}")

@@ -1,0 +1,128 @@
+"""One step's experience: prompts -> groups of responses (online and offline) -> scores -> advantages.
+
+Hybrid groups: for a record with ``offline_output``, the group holds ``n - k`` generated responses
+and ``k`` offline ones; only ``n - k`` are generated (the reference generated ``n`` and overwrote
+one). Offline text is tokenised with the end-of-turn token appended and truncated to the response
+limit (flagged), scored by the same reward function, and takes part in the group statistics. In
+``below_threshold`` mode the ``n - k`` online responses are scored first; a group whose mean
+accuracy reaches the threshold is completed with ``k`` more online responses instead.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+import torch
+
+from ..data.dataset import Sample
+from ..models.inputs import PromptBatch
+from ..rewards import compute_score
+from ..rollout.base import SamplingConfig
+
+
+@dataclass
+class Experience:
+    """``N`` sequences (grouped by prompt, in prompt order) and everything the update needs."""
+
+    batch: PromptBatch
+    prompt_of: list[int]  # prompt index of each sequence
+    ids: torch.Tensor  # [N, T] response ids, right-padded
+    mask: torch.Tensor  # [N, T]
+    texts: list[str]
+    offline: torch.Tensor  # [N] bool
+    truncated: torch.Tensor  # [N] bool
+    scores: dict[str, torch.Tensor]  # overall / accuracy / format, [N]
+    tasks: list[str]
+    advantages: torch.Tensor | None = None  # [N, T]
+    old_logp: torch.Tensor | None = None  # [N, T]
+    ref_logp: torch.Tensor | None = None  # [N, T]
+    metrics: dict[str, float] = field(default_factory=dict)
+
+    def __len__(self) -> int:
+        return len(self.prompt_of)
+
+
+def _pad_stack(rows: list[torch.Tensor], pad: int) -> torch.Tensor:
+    width = max((len(r) for r in rows), default=0)
+    out = torch.full((len(rows), max(width, 1)), pad, dtype=torch.long)
+    for i, r in enumerate(rows):
+        out[i, : len(r)] = r
+    return out
+
+
+def tokenize_offline(tokenizer, text: str, eos_id: int, max_tokens: int) -> tuple[torch.Tensor, bool]:
+    """Offline response ids with the end-of-turn token appended; truncated (flag True) to the limit."""
+    ids = tokenizer(text, add_special_tokens=False)["input_ids"] + [eos_id]
+    truncated = len(ids) > max_tokens
+    return torch.tensor(ids[:max_tokens], dtype=torch.long), truncated
+
+
+def score(texts: list[str], samples: list[Sample], prompt_of: list[int], lengths: list[int], reward_cfg) -> tuple:
+    """Rewards of each response from the record it answers (one implementation for train and eval)."""
+    rows: list[dict[str, Any]] = []
+    for text, p, n_tokens in zip(texts, prompt_of, lengths, strict=True):
+        rec = samples[p].record
+        rows.append(compute_score(text, rec.answer, rec.problem_type, rec.options, config=reward_cfg,
+                                  response_length=n_tokens, **rec.extra))
+    keys = ("overall", "accuracy", "format")
+    scores = {k: torch.tensor([float(r[k]) for r in rows], dtype=torch.float32) for k in keys}
+    return scores, [r["task"] for r in rows], sum(1 for r in rows if r.get("error"))
+
+
+def collect(
+    engine, tokenizer, batch: PromptBatch, samples: list[Sample], rollout_cfg, sampling: SamplingConfig, reward_cfg,
+) -> Experience:
+    """Generate, add offline responses, and score: the groups of one step (prompt order kept)."""
+    n, k, mode = rollout_cfg.n, rollout_cfg.offline_k, rollout_cfg.hybrid
+    eos_id, pad_id = engine.eos_ids[0], engine.pad_id
+    has_offline = [mode != "off" and k > 0 and bool(s.record.offline_output) for s in samples]
+    online_n = [n - k if h else n for h in has_offline]
+    first = engine.generate(batch, online_n, sampling)
+    # responses per prompt: list of (ids, text, offline, truncated)
+    per_prompt: list[list[tuple]] = [[] for _ in samples]
+    row = 0
+    for p, count in enumerate(online_n):
+        for _ in range(count):
+            m = first.mask[row].bool()
+            per_prompt[p].append((first.ids[row][m], first.texts[row], False, first.truncated[row]))
+            row += 1
+    use_offline = list(has_offline)
+    if mode == "below_threshold" and any(has_offline):
+        # score the online part first; confident groups are completed online instead
+        prompt_of = [p for p, c in enumerate(online_n) for _ in range(c)]
+        s, _, _ = score(first.texts, samples, prompt_of, first.mask.sum(1).tolist(), reward_cfg)
+        acc = s["accuracy"]
+        for p in range(len(samples)):
+            if has_offline[p]:
+                idx = [i for i, q in enumerate(prompt_of) if q == p]
+                mean = float(acc[idx].mean()) if idx else 0.0
+                use_offline[p] = mean < rollout_cfg.hybrid_threshold
+        extra = [k if has_offline[p] and not use_offline[p] else 0 for p in range(len(samples))]
+        if any(extra):
+            more = engine.generate(batch, extra, sampling)
+            row = 0
+            for p, count in enumerate(extra):
+                for _ in range(count):
+                    m = more.mask[row].bool()
+                    per_prompt[p].append((more.ids[row][m], more.texts[row], False, more.truncated[row]))
+                    row += 1
+    for p, sample in enumerate(samples):
+        if use_offline[p]:
+            ids, trunc = tokenize_offline(tokenizer, sample.record.offline_output, eos_id, sampling.max_new_tokens)
+            for _ in range(k):
+                per_prompt[p].append((ids, sample.record.offline_output, True, trunc))
+    prompt_of = [p for p, group in enumerate(per_prompt) for _ in group]
+    flat = [r for group in per_prompt for r in group]
+    ids = _pad_stack([r[0] for r in flat], pad_id)
+    mask = _pad_stack([torch.ones(len(r[0]), dtype=torch.long) for r in flat], 0)
+    texts = [r[1] for r in flat]
+    scores, tasks, errors = score(texts, samples, prompt_of, mask.sum(1).tolist(), reward_cfg)
+    exp = Experience(
+        batch=batch, prompt_of=prompt_of, ids=ids, mask=mask, texts=texts,
+        offline=torch.tensor([r[2] for r in flat]), truncated=torch.tensor([bool(r[3]) for r in flat]),
+        scores=scores, tasks=tasks,
+    )
+    exp.metrics["reward/errors"] = float(errors)
+    exp.metrics["hybrid/groups_with_offline"] = float(sum(use_offline))
+    return exp

@@ -1,0 +1,65 @@
+"""Metrics sinks: console (progress bar), JSONL, TensorBoard, and wandb when installed."""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+from typing import Any
+
+
+class MetricsLogger:
+    def __init__(self, output_dir: str, loggers: list[str], config: dict | None = None, total_steps: int = 0):
+        os.makedirs(output_dir, exist_ok=True)
+        self.jsonl = open(os.path.join(output_dir, "metrics.jsonl"), "a", encoding="utf-8") if "jsonl" in loggers else None
+        self.tb = None
+        if "tensorboard" in loggers:
+            try:
+                from torch.utils.tensorboard import SummaryWriter
+
+                self.tb = SummaryWriter(os.path.join(output_dir, "tensorboard"))
+            except ImportError:
+                print("tensorboard is not installed: skipping the tensorboard logger")
+        self.wandb = None
+        if "wandb" in loggers:
+            try:
+                import wandb
+
+                self.wandb = wandb.init(project="easyvideor1", dir=output_dir, config=config or {})
+            except ImportError:
+                print("wandb is not installed: skipping the wandb logger")
+        self.bar = None
+        if "console" in loggers:
+            from tqdm import tqdm
+
+            self.bar = tqdm(total=total_steps, desc="train", unit="step", dynamic_ncols=True)
+
+    def log(self, step: int, metrics: dict[str, Any], console_keys: tuple[str, ...] = ()) -> None:
+        clean = {k: float(v) for k, v in metrics.items() if isinstance(v, (int, float)) and math.isfinite(float(v))}
+        if self.jsonl:
+            self.jsonl.write(json.dumps({"step": step, **clean}) + "\n")
+            self.jsonl.flush()
+        if self.tb:
+            for k, v in clean.items():
+                self.tb.add_scalar(k, v, step)
+        if self.wandb:
+            self.wandb.log(clean, step=step)
+        if self.bar is not None:
+            self.bar.n = step
+            self.bar.set_postfix({k.split("/")[-1]: f"{clean[k]:.3g}" for k in console_keys if k in clean}, refresh=True)
+
+    def write(self, text: str) -> None:
+        if self.bar is not None:
+            self.bar.write(text)
+        else:
+            print(text)
+
+    def close(self) -> None:
+        if self.bar is not None:
+            self.bar.close()
+        if self.jsonl:
+            self.jsonl.close()
+        if self.tb:
+            self.tb.close()
+        if self.wandb:
+            self.wandb.finish()

@@ -1,0 +1,102 @@
+"""Log-probs over an experience, and the PPO-style policy update with exact loss weighting."""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+import torch
+
+from ..algorithms.aggregation import GlobalBatchStats, aggregate_loss
+from ..algorithms.kl import kl_loss
+from ..algorithms.policy_losses import compute_policy_loss
+from ..models.inputs import gather_prompts
+from ..models.logprobs import response_logprobs
+from .experience import Experience
+
+
+@dataclass
+class UpdateSettings:
+    policy_loss: str = "ppo"
+    loss_options: dict | None = None  # clip ratios etc., passed to the policy loss
+    loss_agg_mode: str = "token-mean"
+    norm_length: int = 64
+    kl_loss_coef: float = 0.0
+    kl_kind: str = "k3"
+    temperature: float = 1.0
+    micro_batch_size: int = 16
+    max_grad_norm: float = 1.0
+
+
+def micro_batches(indices: list[int], size: int) -> list[list[int]]:
+    return [indices[i : i + size] for i in range(0, len(indices), size)]
+
+
+def _micro_inputs(exp: Experience, idx: list[int]):
+    width = int(exp.mask[idx].sum(1).max())
+    seq_inputs = gather_prompts(exp.batch, [exp.prompt_of[i] for i in idx])
+    return seq_inputs, exp.ids[idx, :width], exp.mask[idx, :width], width
+
+
+@torch.no_grad()
+def experience_logprobs(model, exp: Experience, banned, dummy, temperature: float, micro_batch_size: int):
+    """Per-token log-probs ``[N, T]`` and entropy of every response under ``model`` (no gradient)."""
+    logp = torch.zeros(exp.ids.shape, dtype=torch.float32)
+    entropy = torch.zeros(exp.ids.shape, dtype=torch.float32)
+    for idx in micro_batches(list(range(len(exp))), micro_batch_size):
+        seq_inputs, ids, mask, width = _micro_inputs(exp, idx)
+        lp, ent = response_logprobs(model, seq_inputs, ids, mask, banned, temperature, dummy)
+        logp[idx, :width] = torch.where(mask.bool(), lp, torch.zeros_like(lp))
+        entropy[idx, :width] = torch.where(mask.bool(), ent, torch.zeros_like(ent))
+    return logp, entropy
+
+
+def policy_update(
+    model, optimizer, scheduler, exp: Experience, mini_batches: list[list[int]], settings: UpdateSettings,
+    banned, dummy,
+) -> dict[str, float]:
+    """One optimizer step per mini-batch (lists of sequence indices); returns averaged metrics."""
+    sums: dict[str, float] = {}
+    steps = skipped = 0
+    for seqs in mini_batches:
+        micros = micro_batches(seqs, settings.micro_batch_size)
+        stats = GlobalBatchStats.from_masks([exp.mask[m] for m in micros])
+        optimizer.zero_grad(set_to_none=True)
+        for idx in micros:
+            seq_inputs, ids, mask, width = _micro_inputs(exp, idx)
+            logp, entropy = response_logprobs(model, seq_inputs, ids, mask, banned, settings.temperature, dummy)
+            out = compute_policy_loss(
+                settings.policy_loss, logp, exp.old_logp[idx, :width], exp.advantages[idx, :width], mask,
+                **(settings.loss_options or {}),
+            )
+            loss = aggregate_loss(out.loss, mask, settings.loss_agg_mode, global_stats=stats,
+                                  norm_length=settings.norm_length)
+            if settings.kl_loss_coef and exp.ref_logp is not None:
+                kl = kl_loss(logp, exp.ref_logp[idx, :width], mask, settings.kl_kind, settings.loss_agg_mode,
+                             global_stats=stats, norm_length=settings.norm_length)
+                loss = loss + settings.kl_loss_coef * kl
+                _add(sums, "actor/kl_loss", float(kl.detach()))
+            loss.backward()
+            share = float(mask.sum()) / max(stats.num_tokens, 1)
+            _add(sums, "actor/pg_loss", float(loss.detach()))
+            _add(sums, "actor/entropy", float((entropy.detach() * mask).sum()) / max(float(mask.sum()), 1) * share)
+            for k, v in out.metrics.items():
+                _add(sums, f"actor/{k}", float(v) * share)
+        grad_norm = torch.nn.utils.clip_grad_norm_(model.parameters(), settings.max_grad_norm)
+        if not math.isfinite(float(grad_norm)):
+            optimizer.zero_grad(set_to_none=True)  # never apply a NaN/inf update; count it instead
+            skipped += 1
+        else:
+            optimizer.step()
+            if scheduler is not None:
+                scheduler.step()
+        _add(sums, "actor/grad_norm", float(grad_norm))
+        steps += 1
+    metrics = {k: v / max(steps, 1) for k, v in sums.items()}
+    metrics["actor/skipped_steps"] = float(skipped)
+    metrics["actor/lr"] = optimizer.param_groups[0]["lr"]
+    return metrics
+
+
+def _add(d: dict[str, float], key: str, value: float) -> None:
+    d[key] = d.get(key, 0.0) + value
