@@ -87,17 +87,34 @@ def cmd_preprocess(args: argparse.Namespace, extra: list[str]) -> int:
 
 
 def cmd_demo(args: argparse.Namespace, extra: list[str]) -> int:
-    """Until the RL demo lands: synthesise a small set, cache it, print the cache summary."""
-    import os
+    from .demo import run_demo
 
-    from .data.synthetic import write_synthetic_set
-    from .media.preprocess import format_report, preprocess
+    config_file, overrides, rest = split_overrides(extra)
+    if rest or config_file:
+        raise ConfigError(f"demo takes only key=value overrides, got {' '.join(rest or [config_file])}")
+    if args.compare:
+        run_demo(args.out, overrides, cold_start=True)
+    result = run_demo(args.out, overrides, cold_start=args.cold_start)
+    return 0 if result["accuracy_after"] is not None else 1
 
-    cfg = _run_config(args, extra)
-    records = write_synthetic_set(os.path.join(args.out, "data"), n=args.n, seed=0)
-    report = preprocess([records], cfg.data, os.path.join(args.out, "cache"), workers=2)
-    print(format_report(report))
-    print(json.dumps({k: report[k] for k in ("videos", "built", "reused", "failed", "bytes", "seconds")}))
+
+def cmd_train(args: argparse.Namespace, extra: list[str]) -> int:
+    from .trainer.loop import Trainer
+
+    config_file, overrides, rest = split_overrides(extra)
+    if rest:
+        raise ConfigError(f"unrecognised arguments: {' '.join(rest)}")
+    cfg = load_config(RunConfig, config_file, overrides)
+    final = Trainer(cfg).train()
+    print(json.dumps({k: round(v, 4) for k, v in final.items() if k.count("/") == 1}))
+    return 0
+
+
+def cmd_make_tiny_model(args: argparse.Namespace, extra: list[str]) -> int:
+    from .models.tiny import make_tiny_model
+
+    make_tiny_model(args.out, args.family, seed=args.seed)
+    print(f"wrote a tiny {args.family} model, tokenizer and processor to {args.out}")
     return 0
 
 
@@ -124,11 +141,20 @@ def build_parser() -> argparse.ArgumentParser:
     _add_sampling_flags(p)
     p.set_defaults(func=cmd_preprocess)
 
-    p = sub.add_parser("demo", help="run the embedded demo on synthetic videos")
+    p = sub.add_parser("demo", help="the whole loop on a tiny model and synthetic videos (CPU, minutes)")
     p.add_argument("--out", default="runs/demo")
-    p.add_argument("--n", type=int, default=12)
-    _add_sampling_flags(p)
+    p.add_argument("--cold-start", action="store_true", help="pure GRPO: no hybrid groups, no warm-up")
+    p.add_argument("--compare", action="store_true", help="run the cold start too and plot both curves")
     p.set_defaults(func=cmd_demo)
+
+    p = sub.add_parser("train", help="RL training: easyvideor1 train config=FILE.yaml key=value ...")
+    p.set_defaults(func=cmd_train)
+
+    p = sub.add_parser("make-tiny-model", help="a tiny random-weight Qwen-VL model built offline")
+    p.add_argument("--family", choices=["qwen3vl", "qwen2_5vl"], default="qwen3vl")
+    p.add_argument("--out", required=True)
+    p.add_argument("--seed", type=int, default=0)
+    p.set_defaults(func=cmd_make_tiny_model)
     return parser
 
 

@@ -127,3 +127,16 @@ def test_shape_and_option_validation() -> None:
         ppo(torch.zeros(1, 1), torch.zeros(1, 1), torch.zeros(1, 1), torch.ones(1, 1), clip_ratio_dual=0.5)
     with pytest.raises(ValueError, match="clip_ratio_low"):
         cispo(torch.zeros(1, 1), torch.zeros(1, 1), torch.zeros(1, 1), torch.ones(1, 1), clip_ratio_low=1.0)
+
+
+@pytest.mark.parametrize("name", ["ppo", "gspo", "gspo_token", "cispo"])
+def test_garbage_in_padding_never_reaches_loss_or_gradient(name: str) -> None:
+    logp = torch.tensor([[-0.7, float("-inf"), float("nan")]], requires_grad=True)
+    old = torch.tensor([[-0.9, float("-inf"), 3.0]])
+    adv = torch.tensor([[1.0, float("nan"), float("inf")]])
+    mask = torch.tensor([[1, 0, 0]])
+    out = compute_policy_loss(name, logp, old, adv, mask)
+    assert out.loss[0, 1:].tolist() == [0.0, 0.0]
+    aggregate_loss(out.loss, mask, "token-mean").backward()
+    assert torch.isfinite(logp.grad).all() and logp.grad[0, 1:].tolist() == [0.0, 0.0]
+    assert all(torch.isfinite(v) for v in out.metrics.values())

@@ -88,10 +88,15 @@ def kl_penalty(
         raise ValueError(
             f"log_prob {tuple(log_prob.shape)} and ref_log_prob {tuple(ref_log_prob.shape)} differ"
         )
-    kl = KL_ESTIMATORS.get(kind)(log_prob, ref_log_prob)
+    estimator = KL_ESTIMATORS.get(kind)
     if response_mask is None:
-        return kl
-    return torch.where(as_bool_mask(response_mask), kl, torch.zeros((), dtype=kl.dtype, device=kl.device))
+        return estimator(log_prob, ref_log_prob)
+    mask = as_bool_mask(response_mask)
+    zero = torch.zeros((), dtype=log_prob.dtype, device=log_prob.device)
+    # Select the inputs, not just the output: -inf - -inf at padding is NaN, and squaring it would
+    # send NaN through backward even though the forward value is masked out.
+    kl = estimator(torch.where(mask, log_prob, zero), torch.where(mask, ref_log_prob, zero.to(ref_log_prob.dtype)))
+    return torch.where(mask, kl, torch.zeros((), dtype=kl.dtype, device=kl.device))
 
 
 def kl_loss(

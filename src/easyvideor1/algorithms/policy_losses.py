@@ -76,14 +76,15 @@ def compute_policy_loss(
 # ----------------------------------------------------------------------------------------- helpers
 
 
-def _check(
+def _checked_advantages(
     log_prob: torch.Tensor, old_log_prob: torch.Tensor, advantages: torch.Tensor, mask: torch.Tensor
-) -> None:
+) -> torch.Tensor:
+    """Check shapes; return the advantages with padding set to 0 (garbage there would reach backward
+    as 0 * NaN through the products below)."""
     shapes = {tuple(t.shape) for t in (log_prob, old_log_prob, advantages, mask)}
     if len(shapes) != 1 or log_prob.dim() != 2:
-        raise ValueError(
-            f"log_prob, old_log_prob, advantages and response_mask must share one [B, T] shape: {shapes}"
-        )
+        raise ValueError(f"log_prob, old_log_prob, advantages and response_mask must share one [B, T] shape: {shapes}")
+    return torch.where(mask, advantages, torch.zeros((), dtype=advantages.dtype, device=advantages.device))
 
 
 def _check_clip(clip_ratio_low: float, clip_ratio_high: float) -> None:
@@ -168,7 +169,7 @@ def ppo(
     """PPO/GRPO/DAPO token-level clipped surrogate; `clip_ratio_high > clip_ratio_low` is DAPO's
     clip-higher (more room to raise low-probability tokens, against entropy collapse)."""
     mask = as_bool_mask(response_mask)
-    _check(log_prob, old_log_prob, advantages, mask)
+    advantages = _checked_advantages(log_prob, old_log_prob, advantages, mask)
     delta = _valid_delta(log_prob, old_log_prob, mask)
     loss, clip = _clipped_surrogate(delta, advantages, mask, clip_ratio_low, clip_ratio_high, clip_ratio_dual)
     return PolicyLossOutput(loss, _metrics(delta, mask, clip))
@@ -188,7 +189,7 @@ def gspo(
     """GSPO: one sequence-level ratio `exp(mean_t delta)` for every token of the sequence, clipped
     like PPO (GSPO's paper uses much tighter bounds, e.g. 3e-4 / 4e-4; set them in the config)."""
     mask = as_bool_mask(response_mask)
-    _check(log_prob, old_log_prob, advantages, mask)
+    advantages = _checked_advantages(log_prob, old_log_prob, advantages, mask)
     delta = _valid_delta(log_prob, old_log_prob, mask)
     seq = sequence_log_ratio(delta, mask).unsqueeze(-1).expand_as(delta)
     loss, clip = _clipped_surrogate(seq, advantages, mask, clip_ratio_low, clip_ratio_high, clip_ratio_dual)
@@ -213,7 +214,7 @@ def gspo_token(
     sequence it has exactly GSPO's gradient.
     """
     mask = as_bool_mask(response_mask)
-    _check(log_prob, old_log_prob, advantages, mask)
+    advantages = _checked_advantages(log_prob, old_log_prob, advantages, mask)
     delta = _valid_delta(log_prob, old_log_prob, mask)
     seq = sequence_log_ratio(delta, mask).detach().unsqueeze(-1)
     zero = torch.zeros((), dtype=log_prob.dtype, device=log_prob.device)
@@ -240,7 +241,7 @@ def cispo(
     PPO clipping, which zeroes it); the gradient flows only through `log_prob`.
     """
     mask = as_bool_mask(response_mask)
-    _check(log_prob, old_log_prob, advantages, mask)
+    advantages = _checked_advantages(log_prob, old_log_prob, advantages, mask)
     _check_clip(clip_ratio_low, clip_ratio_high)
     delta = _valid_delta(log_prob, old_log_prob, mask)
     with torch.no_grad():
@@ -251,5 +252,6 @@ def cispo(
             "pg_clipfrac_lower": masked_mean((ratio < 1.0 - clip_ratio_low).float(), mask),
         }
     zero = torch.zeros((), dtype=log_prob.dtype, device=log_prob.device)
-    loss = torch.where(mask, -advantages * weight * log_prob, zero)
+    safe_log_prob = torch.where(mask, log_prob, zero)  # -inf padding: keep 0 * -inf out of backward
+    loss = torch.where(mask, -advantages * weight * safe_log_prob, zero)
     return PolicyLossOutput(loss, _metrics(delta, mask, clip))

@@ -56,8 +56,10 @@ class SandboxConfig:
             Off by default: the standard library is enough for most test-case benchmarks and the
             interpreter starts about 3x faster without `site`.
         python_executable (`str` or `None`, *optional*, defaults to `None`):
-            Interpreter used inside the sandbox. `None` picks the first of the current interpreter
-            and `python3` on `PATH` that the unprivileged sandbox user can run.
+            Interpreter used inside the sandbox. `None` picks the first of the current interpreter,
+            `python3` on `PATH` and `/usr/bin/python3` that the unprivileged sandbox user can run
+            (an interpreter installed under /root is not, so as root this is often the system one,
+            whose site-packages then apply with `allow_site_packages`).
     """
 
     wall_time_s: float = 4.0

@@ -2,21 +2,25 @@
 
 Each execution is one fresh interpreter in its own session (process group), started with a scrubbed
 environment and an empty working directory, under a wall-clock timeout and CPU, address-space,
-file-size, open-file and process-count limits. On Linux it also gets, where the platform allows:
+file-size, open-file and process-count limits. On Linux it also gets, where the platform allows
+(measured once per process by a probe execution, see `isolation_capabilities`):
 
-* a new network namespace (no interfaces but a down loopback: connections fail);
+* a new network namespace (only a down loopback: every connection fails);
 * a mount namespace with fresh tmpfs over every world-writable directory (/tmp, /var/tmp, /dev/shm,
   /run/lock), so files written there vanish with the sandbox;
+* a pid namespace whose pid 1 is the program, with its own /proc: host processes are invisible, and
+  when the program ends the kernel kills and reaps everything it left behind (even where the host's
+  init does not reap orphans, as on this project's VMs);
 * as root, a fresh unprivileged uid per execution. Root ignores RLIMIT_NPROC, so without it a fork
-  bomb is not contained; with it the limit holds, the program cannot write root's files, cannot
-  read other processes' environments, and every process it left behind (even one that escaped the
-  process group with `setsid`) is killed by a `kill(-1)` issued under that uid.
+  bomb is not contained; with it the limit holds, the program cannot write root's files or read
+  files without "other" permissions, cannot read other processes' environments, and a `kill(-1)`
+  issued under that uid removes any process that escaped.
 
-What is not contained: the file system stays readable wherever "other" users may read; other
-processes' command lines stay visible in /proc; memory is limited per process (RLIMIT_AS), so the
-total is bounded by memory x processes, not by a cgroup; CPU time of processes other than the
-main one is limited per process. Each execution reports which isolation it actually got
-(`ExecutionResult.isolation`); `isolation_capabilities()` tells what this host allows.
+Not contained: files readable by "other" users stay readable (keep datasets with expected outputs
+`chmod o-rwx`); memory is limited per process (RLIMIT_AS), so a sandbox may use up to memory x
+processes (no cgroup); without root only the network namespace (through a user namespace) and the
+resource limits apply, and RLIMIT_NPROC then counts all processes of the calling user. Each
+execution reports what it actually got in `ExecutionResult.isolation`.
 """
 
 from __future__ import annotations

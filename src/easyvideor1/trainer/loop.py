@@ -93,7 +93,7 @@ class Trainer:
         """Fail early on what would fail mid-run: unknown tasks, missing cache entries, overlong prompts."""
         if dataset is None:
             return []
-        validate_problem_types({r.problem_type for r in dataset.records})
+        validate_problem_types({r.problem_type for r in dataset.records}, self.cfg.reward)
         keep, dropped = [], 0
         limit = self.cfg.data.max_prompt_length
         for start in range(0, len(dataset), 32):
