@@ -6,9 +6,19 @@ import pytest
 import torch
 
 from easyvideor1.algorithms import compute_advantages
-from easyvideor1.algorithms.advantages import discounted_returns, dr_grpo, gdpo, grpo, reinforce_plus_plus, remax, rloo
+from easyvideor1.algorithms.advantages import (
+    discounted_returns,
+    dr_grpo,
+    gdpo,
+    grpo,
+    reinforce_plus_plus,
+    remax,
+    rloo,
+)
 
-ONE_CORRECT = torch.tensor([0.0] * 7 + [1.0])  # the reference's mix-policy example: 7 online wrong, offline right
+ONE_CORRECT = torch.tensor(
+    [0.0] * 7 + [1.0]
+)  # the reference's mix-policy example: 7 online wrong, offline right
 
 
 def ones(b: int, t: int = 1) -> torch.Tensor:
@@ -117,7 +127,9 @@ def test_gdpo_normalises_keys_separately_then_whitens_tokens() -> None:
     # per key: accuracy -> [+1, -1, 0, 0], format -> [0, 0, -1, +1]; sum [+1, -1, -1, +1].
     # tokens [+1, -1, -1, -1, +1]: mean -0.2, pop var 0.96 -> +1.2/sqrt(.96), -0.8/sqrt(.96)
     hi, lo = 1.2247449, -0.8164966
-    assert torch.allclose(out.advantages, torch.tensor([[hi, 0.0], [lo, lo], [lo, 0.0], [hi, 0.0]]), atol=1e-5)
+    assert torch.allclose(
+        out.advantages, torch.tensor([[hi, 0.0], [lo, lo], [lo, 0.0], [hi, 0.0]]), atol=1e-5
+    )
     assert torch.allclose(out.returns, torch.tensor([[2.0, 0.0], [1.0, 1.0], [1.0, 0.0], [2.0, 0.0]]))
 
 
@@ -129,7 +141,9 @@ def test_gdpo_missing_key_and_uncentered_mode() -> None:
     with pytest.raises(TypeError, match="mapping"):
         gdpo(torch.ones(2), ones(2), [0, 0])  # type: ignore[arg-type]
     scores = {"accuracy": torch.tensor([1.0, 0.0, 1.0, 1.0])}
-    adv = gdpo(scores, torch.tensor([[1, 1], [1, 0], [1, 0], [1, 0]]), [0, 0, 1, 1], reward_keys=None, center=False)
+    adv = gdpo(
+        scores, torch.tensor([[1, 1], [1, 0], [1, 0], [1, 0]]), [0, 0, 1, 1], reward_keys=None, center=False
+    )
     assert (adv.advantages[2:] == 0).all()  # the uniform group stays exactly 0 without centering
 
 
@@ -154,5 +168,7 @@ def test_dispatch_by_name_ignores_options_an_estimator_does_not_take() -> None:
 
 def test_dtype_follows_scores() -> None:
     assert grpo(torch.tensor([0.0, 1.0]), ones(2), [0, 0]).advantages.dtype == torch.float32
-    assert grpo(torch.tensor([0.0, 1.0], dtype=torch.float64), ones(2), [0, 0]).advantages.dtype == torch.float64
+    assert (
+        grpo(torch.tensor([0.0, 1.0], dtype=torch.float64), ones(2), [0, 0]).advantages.dtype == torch.float64
+    )
     assert grpo(torch.tensor([0, 1]), ones(2), [0, 0]).advantages.dtype == torch.float32

@@ -54,13 +54,15 @@ def _make_batch(lengths: list[int], width: int, seed: int) -> tuple[torch.Tensor
 
 def _loss_and_grad(features, theta, mask, mode, stats, norm_length=7) -> tuple[float, torch.Tensor]:
     param = theta.clone().requires_grad_(True)
-    loss = aggregate_loss(torch.tanh(features @ param), mask, mode, global_stats=stats, norm_length=norm_length)
+    loss = aggregate_loss(
+        torch.tanh(features @ param), mask, mode, global_stats=stats, norm_length=norm_length
+    )
     loss.backward()
     return loss.item(), param.grad
 
 
 def _micro_batches(features, mask, sizes: list[int]):
-    """Split rows into micro-batches of `sizes`, each trimmed to its own widest sequence (like dynamic batching)."""
+    """Split rows into micro-batches of `sizes`, each trimmed to its widest sequence (dynamic batching)."""
     start = 0
     for size in sizes:
         f, m = features[start : start + size], mask[start : start + size]
@@ -76,7 +78,9 @@ def _micro_batches(features, mask, sizes: list[int]):
     mode=st.sampled_from(LOSS_AGG_MODES),
     seed=st.integers(0, 10_000),
 )
-def test_micro_batches_sum_to_the_full_batch(lengths: list[int], cuts: list[int], mode: str, seed: int) -> None:
+def test_micro_batches_sum_to_the_full_batch(
+    lengths: list[int], cuts: list[int], mode: str, seed: int
+) -> None:
     features, theta, mask = _make_batch(lengths, 7, seed)
     full_loss, full_grad = _loss_and_grad(features, theta, mask, mode, None)
     sizes, left = [], len(lengths)
@@ -129,7 +133,8 @@ def test_token_share_reweighting_would_bias_sequence_mode() -> None:
     assert reference_style.item() == pytest.approx(1.5)  # (1*3 + 3*1) / 4
     stats = GlobalBatchStats.from_mask(mask)
     ours = sum(
-        aggregate_loss(loss[i : i + 1], mask[i : i + 1], "seq-mean-token-mean", global_stats=stats) for i in range(2)
+        aggregate_loss(loss[i : i + 1], mask[i : i + 1], "seq-mean-token-mean", global_stats=stats)
+        for i in range(2)
     )
     assert ours.item() == pytest.approx(2.0)  # (1 + 3) / 2, the true sequence mean
 

@@ -26,7 +26,11 @@ def test_defaults_are_grpo_with_dapo_clip_higher() -> None:
     assert cfg.norm_adv_by_std and not cfg.adv_std_unbiased and cfg.adv_eps == 1e-6
     assert cfg.gdpo_reward_keys == ["accuracy", "format"]
     assert not cfg.kl.enabled and not cfg.online_filtering.enable and not cfg.overlong.enable
-    assert (cfg.online_filtering.low, cfg.online_filtering.high, cfg.online_filtering.max_tries) == (0.01, 0.99, 20)
+    assert (cfg.online_filtering.low, cfg.online_filtering.high, cfg.online_filtering.max_tries) == (
+        0.01,
+        0.99,
+        20,
+    )
 
 
 @pytest.mark.parametrize(
@@ -69,29 +73,45 @@ def test_invalid_sections(cls, kwargs, message) -> None:
 
 
 def test_agg_mode_is_normalised_and_names_keep_aliases() -> None:
-    cfg = AlgorithmConfig(loss_agg_mode="seq_mean_token_sum_norm", adv_estimator="reinforce++", policy_loss="vanilla")
+    cfg = AlgorithmConfig(
+        loss_agg_mode="seq_mean_token_sum_norm", adv_estimator="reinforce++", policy_loss="vanilla"
+    )
     assert cfg.loss_agg_mode == "seq-mean-token-sum-norm"
 
 
 def test_omegaconf_structured_round_trip_with_overrides() -> None:
     base = OmegaConf.structured(AlgorithmConfig)
     merged = OmegaConf.merge(
-        base, OmegaConf.from_dotlist(["adv_estimator=dr_grpo", "kl.type=k3", "kl.apply_as=reward", "clip_ratio_dual=null"])
+        base,
+        OmegaConf.from_dotlist(
+            ["adv_estimator=dr_grpo", "kl.type=k3", "kl.apply_as=reward", "clip_ratio_dual=null"]
+        ),
     )
     cfg = OmegaConf.to_object(merged)
     assert isinstance(cfg, AlgorithmConfig) and isinstance(cfg.kl, KLConfig)
-    assert (cfg.adv_estimator, cfg.kl.type, cfg.kl.apply_as, cfg.clip_ratio_dual) == ("dr_grpo", "k3", "reward", None)
+    assert (cfg.adv_estimator, cfg.kl.type, cfg.kl.apply_as, cfg.clip_ratio_dual) == (
+        "dr_grpo",
+        "k3",
+        "reward",
+        None,
+    )
     with pytest.raises(UnknownAlgorithmError):
         OmegaConf.to_object(OmegaConf.merge(base, OmegaConf.from_dotlist(["policy_loss=nope"])))
 
 
 def test_options_reach_the_algorithms() -> None:
-    cfg = AlgorithmConfig(norm_adv_by_std=False, adv_std_unbiased=True, clip_ratio_high=0.5, clip_ratio_dual=None)
-    adv = compute_advantages(cfg.adv_estimator, torch.tensor([0.0, 1.0]), torch.ones(2, 1), [0, 0], **cfg.advantage_options())
+    cfg = AlgorithmConfig(
+        norm_adv_by_std=False, adv_std_unbiased=True, clip_ratio_high=0.5, clip_ratio_dual=None
+    )
+    adv = compute_advantages(
+        cfg.adv_estimator, torch.tensor([0.0, 1.0]), torch.ones(2, 1), [0, 0], **cfg.advantage_options()
+    )
     assert adv.advantages.flatten().tolist() == [-0.5, 0.5]  # norm_by_std=False reached grpo
     logp = torch.zeros(1, 2)
     old = torch.log(torch.tensor([[1 / 1.6, 1 / 10.0]]))  # ratios 1.6 and 10
-    out = compute_policy_loss(cfg.policy_loss, logp, old, torch.tensor([[1.0, -1.0]]), torch.ones(1, 2), **cfg.policy_loss_options())
+    out = compute_policy_loss(
+        cfg.policy_loss, logp, old, torch.tensor([[1.0, -1.0]]), torch.ones(1, 2), **cfg.policy_loss_options()
+    )
     assert out.loss.tolist()[0] == pytest.approx([-1.5, 10.0])  # clip at 1 + 0.5; dual clip disabled
 
 

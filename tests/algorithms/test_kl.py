@@ -42,7 +42,7 @@ def test_estimators_by_hand(kind: str, expected: list[float]) -> None:
 
 
 def test_k3_clamps_and_gradient() -> None:
-    # x = 2 -> e^2 - 3 = 4.3890561 (unclamped); x = 5 -> 142.4 -> capped at 10; x = 50 -> x clamped to 20 -> 10
+    # x = 2 -> e^2 - 3 = 4.3890561; x = 5 -> 142.4 -> capped at 10; x = 50 -> clamped to 20 -> 10
     logp = torch.tensor([[0.0, 0.0, 0.0, 0.0]], dtype=torch.float64, requires_grad=True)
     ref = torch.tensor([[2.0, 5.0, 50.0, -1.0]], dtype=torch.float64)
     kl = kl_penalty(logp, ref, "k3")
@@ -91,9 +91,10 @@ def test_kl_loss_is_aggregated_like_the_policy_loss() -> None:
     assert kl_loss(logp, ref, mask, "k2", "token-mean").item() == pytest.approx(0.25)
     assert kl_loss(logp, ref, mask, "k2", "seq-mean-token-mean").item() == pytest.approx(0.21875)
     per_token = kl_penalty(logp, ref, "k2", mask)
-    assert kl_loss(logp, ref, mask, "k2", "seq-mean-token-sum").item() == aggregate_loss(
-        per_token, mask, "seq-mean-token-sum"
-    ).item()
+    assert (
+        kl_loss(logp, ref, mask, "k2", "seq-mean-token-sum").item()
+        == aggregate_loss(per_token, mask, "seq-mean-token-sum").item()
+    )
 
 
 def test_controllers() -> None:

@@ -36,7 +36,9 @@ def success_probability(logits: torch.Tensor) -> float:
     return p
 
 
-def rollout(logits: torch.Tensor, generator: torch.Generator) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+def rollout(
+    logits: torch.Tensor, generator: torch.Generator
+) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
     probs = torch.softmax(logits, -1).expand(PROMPTS * N, T, V).reshape(-1, V)
     ids = torch.multinomial(probs, 1, generator=generator).reshape(PROMPTS * N, T)
     eos_seen = torch.cumsum((ids == EOS).int(), -1)
@@ -59,7 +61,7 @@ def test_toy_policy_improves(estimator: str, loss: str, agg: str) -> None:
     gen = torch.Generator().manual_seed(0)
     theta = torch.zeros(T, V, requires_grad=True)
     ref = theta.detach().clone()
-    optimizer = torch.optim.SGD([theta], lr=0.5)
+    optimizer = torch.optim.SGD([theta], lr=1.0)
     uids = torch.arange(PROMPTS).repeat_interleave(N)
     start = success_probability(theta.detach())  # 0.46875 for uniform logits
     for _ in range(25):
@@ -81,17 +83,23 @@ def test_toy_policy_improves(estimator: str, loss: str, agg: str) -> None:
         for rows in (slice(0, len(ids) // 2), slice(len(ids) // 2, None)):  # two micro-batches
             logits = theta.expand(len(ids[rows]), T, V)
             logp = logprobs_from_logits(logits, ids[rows], mask=mask[rows])
-            out = compute_policy_loss(cfg.policy_loss, logp, old_logp[keep][rows], adv[rows], mask[rows], **cfg.policy_loss_options())
-            ref_logp = logprobs_from_logits(ref.expand_as(logits), ids[rows], mask=mask[rows])
-            total = aggregate_loss(out.loss, mask[rows], agg, global_stats=stats, norm_length=T) + 1e-3 * kl_loss(
-                logp, ref_logp, mask[rows], "k3", agg, global_stats=stats, norm_length=T
+            out = compute_policy_loss(
+                cfg.policy_loss,
+                logp,
+                old_logp[keep][rows],
+                adv[rows],
+                mask[rows],
+                **cfg.policy_loss_options(),
             )
+            ref_logp = logprobs_from_logits(ref.expand_as(logits), ids[rows], mask=mask[rows])
+            total = aggregate_loss(
+                out.loss, mask[rows], agg, global_stats=stats, norm_length=T
+            ) + 1e-3 * kl_loss(logp, ref_logp, mask[rows], "k3", agg, global_stats=stats, norm_length=T)
             total.backward()
         assert torch.isfinite(theta.grad).all()
         optimizer.step()
     with torch.no_grad():
         final = success_probability(theta)
         entropy = masked_mean(entropy_from_logits(theta.expand(1, T, V)), torch.ones(1, T))
-    print("RESULT", estimator, start, final)
-    assert final > start + 0.15, (start, final)
+    assert final > start + 0.2, (start, final)
     assert 0.0 < entropy.item() < torch.log(torch.tensor(float(V))).item()

@@ -37,12 +37,16 @@ def plain_reinforce(log_prob, old_log_prob, advantages, response_mask) -> Policy
 
 
 def test_builtins_are_registered() -> None:
-    assert {"grpo", "dr_grpo", "rloo", "reinforce_plus_plus", "remax", "gdpo"} <= set(list_advantage_estimators())
+    assert {"grpo", "dr_grpo", "rloo", "reinforce_plus_plus", "remax", "gdpo"} <= set(
+        list_advantage_estimators()
+    )
     assert {"ppo", "gspo", "gspo_token", "cispo"} <= set(list_policy_losses())
 
 
 def test_user_estimator_is_usable_by_name_and_in_the_config() -> None:
-    out = compute_advantages("test-best-of-group", torch.tensor([0.0, 2.0]), torch.ones(2, 2), [0, 0], bonus=3.0)
+    out = compute_advantages(
+        "test-best-of-group", torch.tensor([0.0, 2.0]), torch.ones(2, 2), [0, 0], bonus=3.0
+    )
     assert out.advantages.tolist() == [[0.0, 0.0], [3.0, 3.0]]
     assert get_advantage_estimator("TEST_BEST_OF_GROUP") is best_of_group
     cfg = AlgorithmConfig(adv_estimator="test_best_of_group", policy_loss="test_reinforce")
@@ -53,14 +57,21 @@ def test_user_estimator_is_usable_by_name_and_in_the_config() -> None:
 def test_user_loss_is_usable_by_name() -> None:
     logp = torch.tensor([[-1.0, -2.0]], requires_grad=True)
     out = compute_policy_loss(
-        "test_reinforce", logp, logp.detach(), torch.tensor([[2.0, 2.0]]), torch.ones(1, 2), clip_ratio_low=0.2
+        "test_reinforce",
+        logp,
+        logp.detach(),
+        torch.tensor([[2.0, 2.0]]),
+        torch.ones(1, 2),
+        clip_ratio_low=0.2,
     )
     assert out.loss.tolist() == [[2.0, 4.0]]
     assert get_policy_loss("test_reinforce") is plain_reinforce
 
 
 def test_unknown_names_list_the_known_ones() -> None:
-    with pytest.raises(UnknownAlgorithmError, match=r"unknown advantage estimator 'grop' \(did you mean 'grpo'") as e:
+    with pytest.raises(
+        UnknownAlgorithmError, match=r"unknown advantage estimator 'grop' \(did you mean 'grpo'"
+    ) as e:
         get_advantage_estimator("grop")
     assert "rloo" in str(e.value) and "reinforce_plus_plus" in str(e.value)
     with pytest.raises(UnknownAlgorithmError, match="known: .*cispo.*gspo"):

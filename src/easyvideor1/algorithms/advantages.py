@@ -58,7 +58,7 @@ ADVANTAGE_ESTIMATORS: Registry[AdvantageEstimator] = Registry("advantage estimat
 def register_advantage(
     name: str, *, aliases: Sequence[str] = (), override: bool = False
 ) -> Callable[[AdvantageEstimator], AdvantageEstimator]:
-    """Decorator: register an advantage estimator under `name` (see the module docstring for the signature)."""
+    """Decorator: register an advantage estimator as `name` (signature: see the module docstring)."""
     return ADVANTAGE_ESTIMATORS.register(name, aliases=aliases, override=override)
 
 

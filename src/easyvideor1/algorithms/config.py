@@ -160,8 +160,10 @@ class AlgorithmConfig:
             Reward keys GDPO normalises separately; missing keys are errors.
         policy_loss (`str`, *optional*, defaults to `"ppo"`):
             Registered loss: `ppo` (alias `vanilla`), `gspo`, `gspo_token`, `cispo` or your own.
-        clip_ratio_low (`float`, *optional*, defaults to `0.2`) / clip_ratio_high (`float`, *optional*, defaults to `0.28`):
-            Ratio clip range `[1 - low, 1 + high]`; `high > low` is DAPO's clip-higher. With one
+        clip_ratio_low (`float`, *optional*, defaults to `0.2`):
+            Lower clip: the ratio is clipped to `[1 - clip_ratio_low, 1 + clip_ratio_high]`.
+        clip_ratio_high (`float`, *optional*, defaults to `0.28`):
+            Upper clip; `clip_ratio_high > clip_ratio_low` is DAPO's clip-higher. With one
             update per rollout batch the ratio is 1 and clipping never binds (as in the reference's run).
         clip_ratio_dual (`float` or `None`, *optional*, defaults to `3.0`):
             Dual-clip bound `c > 1` for negative advantages; `None` disables it.

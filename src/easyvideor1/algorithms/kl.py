@@ -95,7 +95,9 @@ def kl_penalty(
     zero = torch.zeros((), dtype=log_prob.dtype, device=log_prob.device)
     # Select the inputs, not just the output: -inf - -inf at padding is NaN, and squaring it would
     # send NaN through backward even though the forward value is masked out.
-    kl = estimator(torch.where(mask, log_prob, zero), torch.where(mask, ref_log_prob, zero.to(ref_log_prob.dtype)))
+    kl = estimator(
+        torch.where(mask, log_prob, zero), torch.where(mask, ref_log_prob, zero.to(ref_log_prob.dtype))
+    )
     return torch.where(mask, kl, torch.zeros((), dtype=kl.dtype, device=kl.device))
 
 
@@ -115,7 +117,7 @@ def kl_loss(
 
 
 class KLRewardOutput(NamedTuple):
-    """`token_rewards` `[B, T]` after the penalty, the per-token `kl` `[B, T]`, and its token-mean `mean_kl`."""
+    """`token_rewards` `[B, T]` after the penalty, per-token `kl` `[B, T]` and its token-mean `mean_kl`."""
 
     token_rewards: torch.Tensor
     kl: torch.Tensor

@@ -83,7 +83,9 @@ def _checked_advantages(
     as 0 * NaN through the products below)."""
     shapes = {tuple(t.shape) for t in (log_prob, old_log_prob, advantages, mask)}
     if len(shapes) != 1 or log_prob.dim() != 2:
-        raise ValueError(f"log_prob, old_log_prob, advantages and response_mask must share one [B, T] shape: {shapes}")
+        raise ValueError(
+            f"log_prob, old_log_prob, advantages and response_mask must share one [B, T] shape: {shapes}"
+        )
     return torch.where(mask, advantages, torch.zeros((), dtype=advantages.dtype, device=advantages.device))
 
 

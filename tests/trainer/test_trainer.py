@@ -1,0 +1,106 @@
+"""The RL loop: hybrid groups, preflight, checkpoints and exact resume."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+import torch
+from transformers import AutoModelForImageTextToText
+
+from easyvideor1.data.dataset import encode_prompts
+from easyvideor1.media.cache import CacheError
+from easyvideor1.rewards import UnknownTaskError
+from easyvideor1.trainer.experience import collect
+from easyvideor1.trainer.loop import Trainer
+
+
+def _metrics(path):
+    return [json.loads(line) for line in open(path)]
+
+
+def test_hybrid_groups_generate_only_n_minus_k(make_cfg):
+    cfg = make_cfg("rollout.hybrid=always", "rollout.offline_k=1")
+    t = Trainer(cfg)
+    samples = [t.train_set[i] for i in range(3)]
+    batch = encode_prompts(t.processor, samples, cfg.data, t.train_set.loader)
+    calls = []
+    original = t.engine.generate
+    t.engine.generate = lambda b, repeats, s: calls.append(list(repeats)) or original(b, repeats, s)
+    exp = collect(t.engine, t.processor.tokenizer, batch, samples, cfg.rollout, t.sampling, cfg.reward)
+    assert calls == [[3, 3, 3]], "only n - k responses are generated"
+    assert len(exp) == 12 and int(exp.offline.sum()) == 3
+    for i in exp.offline.nonzero().flatten().tolist():
+        n = int(exp.mask[i].sum())
+        assert exp.ids[i, n - 1] == t.engine.eos_ids[0], "offline responses end with the end-of-turn token"
+        assert exp.scores["accuracy"][i] == 1.0 and exp.texts[i].startswith("<answer>")
+    # groups stay together, in prompt order
+    assert exp.prompt_of == [0] * 4 + [1] * 4 + [2] * 4
+
+
+def test_offline_responses_are_truncated_and_flagged(make_cfg):
+    cfg = make_cfg("rollout.hybrid=always", "rollout.max_new_tokens=2")
+    t = Trainer(cfg)
+    samples = [t.train_set[0]]
+    batch = encode_prompts(t.processor, samples, cfg.data, t.train_set.loader)
+    exp = collect(t.engine, t.processor.tokenizer, batch, samples, cfg.rollout, t.sampling, cfg.reward)
+    off = exp.offline.nonzero().flatten().tolist()
+    assert off and all(bool(exp.truncated[i]) and int(exp.mask[i].sum()) == 2 for i in off)
+
+
+def test_below_threshold_mode_completes_confident_groups_online(make_cfg):
+    cfg = make_cfg("rollout.hybrid=below_threshold", "rollout.hybrid_threshold=0.0")  # never below 0
+    t = Trainer(cfg)
+    samples = [t.train_set[i] for i in range(2)]
+    batch = encode_prompts(t.processor, samples, cfg.data, t.train_set.loader)
+    exp = collect(t.engine, t.processor.tokenizer, batch, samples, cfg.rollout, t.sampling, cfg.reward)
+    assert len(exp) == 8 and not exp.offline.any()
+    cfg = make_cfg("rollout.hybrid=below_threshold", "rollout.hybrid_threshold=1.01")  # always below
+    t = Trainer(cfg)
+    exp = collect(t.engine, t.processor.tokenizer, batch, samples, cfg.rollout, t.sampling, cfg.reward)
+    assert len(exp) == 8 and int(exp.offline.sum()) == 2
+
+
+def test_preflight_drops_overlong_prompts_and_checks_the_cache(make_cfg, demo_assets):
+    t = Trainer(make_cfg("data.max_prompt_length=10000"))
+    assert len(t.train_idx) == 24
+    with pytest.raises(ValueError, match="no prompt fits"):
+        Trainer(make_cfg("data.max_prompt_length=5"))
+    empty = demo_assets["dir"] / "empty_cache"
+    with pytest.raises(CacheError, match="does not exist"):
+        Trainer(make_cfg(f"data.cache_dir={empty}", "data.cache_mode=cache_only"))
+    empty.mkdir(exist_ok=True)
+    with pytest.raises(CacheError, match="have no cache entry"):
+        Trainer(make_cfg(f"data.cache_dir={empty}", "data.cache_mode=cache_only"))
+
+
+def test_unknown_task_fails_at_start_up(make_cfg, demo_assets, tmp_path):
+    bad = tmp_path / "bad.jsonl"
+    line = json.loads(open(demo_assets["train"]).readline())
+    line["problem_type"] = "telepathy"
+    line["videos"] = [str(demo_assets["dir"] / "data" / line["videos"][0])]
+    bad.write_text(json.dumps(line) + "\n")
+    with pytest.raises(UnknownTaskError, match="telepathy"):
+        Trainer(make_cfg(f"data.train_files=[{bad}]"))
+
+
+def test_resume_reproduces_the_uninterrupted_run(make_cfg, tmp_path):
+    straight = make_cfg("trainer.max_steps=4", f"trainer.output_dir={tmp_path / 'a'}", "rollout.hybrid=always")
+    Trainer(straight).train()
+    first = make_cfg("trainer.max_steps=2", "trainer.save_every=2", f"trainer.output_dir={tmp_path / 'b'}",
+                     "rollout.hybrid=always")
+    Trainer(first).train()
+    second = make_cfg("trainer.max_steps=4", f"trainer.output_dir={tmp_path / 'b'}", "rollout.hybrid=always")
+    resumed = Trainer(second)
+    resumed.train()
+    a = {m["step"]: m for m in _metrics(tmp_path / "a" / "metrics.jsonl") if "actor/pg_loss" in m}
+    b = {m["step"]: m for m in _metrics(tmp_path / "b" / "metrics.jsonl") if "actor/pg_loss" in m}
+    assert sorted(a) == sorted(b) == [1, 2, 3, 4]
+    for step in (3, 4):
+        for key in ("reward/overall", "actor/pg_loss", "response/length", "actor/grad_norm"):
+            assert a[step][key] == pytest.approx(b[step][key], rel=1e-5, abs=1e-7), (step, key)
+    # the checkpoint is a plain Hugging Face model directory
+    ckpt = tmp_path / "b" / "checkpoints" / "step_4"
+    model = AutoModelForImageTextToText.from_pretrained(ckpt)
+    assert isinstance(model, torch.nn.Module)
+    assert not list((tmp_path / "b" / "checkpoints").glob("*.pt"))
