@@ -104,3 +104,17 @@ def test_resume_reproduces_the_uninterrupted_run(make_cfg, tmp_path):
     model = AutoModelForImageTextToText.from_pretrained(ckpt)
     assert isinstance(model, torch.nn.Module)
     assert not list((tmp_path / "b" / "checkpoints").glob("*.pt"))
+
+
+@pytest.mark.parametrize("estimator,loss", [("grpo", "ppo"), ("dr_grpo", "gspo"), ("rloo", "cispo"),
+                                            ("reinforce_plus_plus", "gspo_token"), ("remax", "ppo"),
+                                            ("gdpo", "ppo")])
+def test_every_estimator_and_loss_runs_a_step(make_cfg, estimator, loss):
+    t = Trainer(make_cfg(f"algorithm.adv_estimator={estimator}", f"algorithm.policy_loss={loss}",
+                         "rollout.hybrid=always", "algorithm.online_filtering.enable=true",
+                         "algorithm.kl.type=k3", "algorithm.kl.coef=0.01", "algorithm.overlong.enable=true",
+                         "algorithm.overlong.buffer=2"))
+    m = t.rl_step()
+    assert all(v == v for v in m.values()), "no NaN metric"
+    assert m["actor/skipped_steps"] == 0 and m["actor/grad_norm"] > 0
+    assert "filter/kept_groups" in m and "actor/kl_loss" in m and "reward/overlong_penalty" in m

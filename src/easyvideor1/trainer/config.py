@@ -55,6 +55,9 @@ class RolloutConfig:
     val_temperature: float = 0.0
 
     def __post_init__(self) -> None:
+        # YAML reads a bare `off` as the boolean false; accept it as the mode it was meant to be
+        if str(self.hybrid).lower() in ("false", "no", "0", "none"):
+            self.hybrid = "off"
         if self.hybrid not in ("off", "always", "below_threshold"):
             raise ValueError(f"rollout.hybrid must be off, always or below_threshold, got {self.hybrid!r}")
         if self.n < 1 or not 0 <= self.offline_k <= self.n:

@@ -165,14 +165,16 @@ class Trainer:
         return metrics
 
     def _filter(self, exp: Experience, metrics: dict) -> Experience:
+        """DAPO dynamic sampling, one round: drop the groups whose rewards carry no signal."""
         f = self.alg.online_filtering
         if not f.enable:
             return exp
         res = filter_groups(exp.scores, exp.prompt_of, criterion=f.criterion, low=f.low, high=f.high, key=f.key)
-        keep = res.keep_mask.nonzero().flatten().tolist() if hasattr(res, "keep_mask") else list(range(len(exp)))
-        metrics["filter/kept_sequences"] = float(len(keep))
+        metrics["filter/kept_groups"] = float(res.kept_groups)
+        metrics["filter/dropped_groups"] = float(res.dropped_groups)
+        keep = res.keep.nonzero().flatten().tolist()
         if len(keep) == len(exp) or not keep:
-            return exp
+            return exp  # nothing to drop, or nothing left: the advantages are all zero anyway
         return dataclasses.replace(
             exp, prompt_of=[exp.prompt_of[i] for i in keep], ids=exp.ids[keep], mask=exp.mask[keep],
             texts=[exp.texts[i] for i in keep], offline=exp.offline[keep], truncated=exp.truncated[keep],
