@@ -96,7 +96,9 @@ def main() -> None:
     results["cache_vs_decode"] = decode_s / cache_s
     print(f"[1] 30 s 640x360 clip -> {tuple(video.frames.shape)} uint8")
     print(f"    on-the-fly decode: {decode_s * 1000:8.1f} ms/sample")
-    print(f"    cache load:        {cache_s * 1000:8.1f} ms/sample   -> {results['cache_vs_decode']:.1f}x faster")
+    print(
+        f"    cache load:        {cache_s * 1000:8.1f} ms/sample   -> {results['cache_vs_decode']:.1f}x faster"
+    )
 
     # 2. ours vs qwen-vl-utils on a 2-minute clip, qwen-vl-utils defaults (fps 2 -> 240 frames)
     long_clip = make_clip(str(work / "clip120.mp4"), 120.0, size=(640, 360))
@@ -106,13 +108,20 @@ def main() -> None:
     try:
         out = subprocess.run(
             [sys.executable, "-c", QWEN_TIMER, long_clip, json.dumps(params), "32", str(max(1, repeat // 2))],
-            capture_output=True, text=True, check=True, timeout=900,
+            capture_output=True,
+            text=True,
+            check=True,
+            timeout=900,
         )
         ref = json.loads(out.stdout.strip().splitlines()[-1])
         results["ours_vs_qwen_vl_utils"] = ref["seconds"] / ours_s
-        print(f"[2] 2-minute 640x360 clip, fps 2 -> ours {tuple(ours.frames.shape)}, qwen-vl-utils {ref['shape']}")
+        print(
+            f"[2] 2-minute 640x360 clip, fps 2 -> ours {tuple(ours.frames.shape)}, qwen-vl-utils {ref['shape']}"
+        )
         print(f"    qwen-vl-utils fetch_video (decord): {ref['seconds']:.3f} s/sample")
-        print(f"    ours (PyAV, uint8 resize):          {ours_s:.3f} s/sample -> {results['ours_vs_qwen_vl_utils']:.2f}x faster")
+        print(
+            f"    ours (PyAV, uint8 resize):          {ours_s:.3f} s/sample -> {results['ours_vs_qwen_vl_utils']:.2f}x faster"
+        )
     except (subprocess.CalledProcessError, FileNotFoundError) as e:
         print(f"[2] qwen-vl-utils not runnable here ({e}); skipped")
 
@@ -127,8 +136,10 @@ def main() -> None:
         assert rep["built"] == len(vids), rep
         rates[workers] = len(vids) / rep["seconds"]
     results["preprocess_2_vs_1_workers"] = rates[2] / rates[1]
-    print(f"[3] preprocess {len(vids)} videos (20 s, 640x360, fps 2): 1 worker {rates[1]:.2f} videos/s, 2 workers {rates[2]:.2f} "
-          f"videos/s -> {results['preprocess_2_vs_1_workers']:.2f}x")
+    print(
+        f"[3] preprocess {len(vids)} videos (20 s, 640x360, fps 2): 1 worker {rates[1]:.2f} videos/s, 2 workers {rates[2]:.2f} "
+        f"videos/s -> {results['preprocess_2_vs_1_workers']:.2f}x"
+    )
     print(json.dumps({k: round(v, 2) for k, v in results.items()}))
 
 

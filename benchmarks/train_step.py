@@ -47,11 +47,22 @@ def realistic_set(src: Path, out: Path, n: int) -> str:
 
 
 def step_times(train: str, model: str, cache: str, mode: str, steps: int, work: Path) -> tuple[float, float]:
-    cfg: RunConfig = load_config(RunConfig, demo_config_path(), [
-        f"data.train_files=[{train}]", "data.val_files=[]", f"model.path={model}", f"data.cache_dir={cache}",
-        f"data.cache_mode={mode}", f"trainer.output_dir={work / mode}", "trainer.loggers=[]",
-        "trainer.sft_warmup_steps=0", f"trainer.max_steps={steps + 1}", "trainer.resume=never",
-    ])
+    cfg: RunConfig = load_config(
+        RunConfig,
+        demo_config_path(),
+        [
+            f"data.train_files=[{train}]",
+            "data.val_files=[]",
+            f"model.path={model}",
+            f"data.cache_dir={cache}",
+            f"data.cache_mode={mode}",
+            f"trainer.output_dir={work / mode}",
+            "trainer.loggers=[]",
+            "trainer.sft_warmup_steps=0",
+            f"trainer.max_steps={steps + 1}",
+            "trainer.resume=never",
+        ],
+    )
     t = Trainer(cfg)
     times, data = [], []
     for i in range(steps + 1):
@@ -78,8 +89,10 @@ def main() -> None:
         cached, cached_data = step_times(train, model, cache, "cache_only", args.steps, work)
         decoded, decoded_data = step_times(train, model, cache, "decode_only", args.steps, work)
         results[name] = decoded / cached
-        print(f"{name}: step {decoded:.3f} s on the fly (data {decoded_data:.3f} s) vs {cached:.3f} s cached "
-              f"(data {cached_data:.3f} s) -> {decoded / cached:.2f}x")
+        print(
+            f"{name}: step {decoded:.3f} s on the fly (data {decoded_data:.3f} s) vs {cached:.3f} s cached "
+            f"(data {cached_data:.3f} s) -> {decoded / cached:.2f}x"
+        )
     print(json.dumps({k: round(v, 2) for k, v in results.items()}))
 
 

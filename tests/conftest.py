@@ -43,7 +43,9 @@ def make_video(
     rate = Fraction(fps).limit_denominator(1001)
     n = max(2, round(duration * float(rate)))
     path = os.path.join(str(directory), name + CODECS[codec][2])
-    encode_video(path, gradient_frames(n, h, w), rate, codec=codec, gop=gop, bframes=bframes, rotation=rotation)
+    encode_video(
+        path, gradient_frames(n, h, w), rate, codec=codec, gop=gop, bframes=bframes, rotation=rotation
+    )
     return path
 
 

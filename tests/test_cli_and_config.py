@@ -23,8 +23,13 @@ def test_yaml_then_dotted_overrides(tmp_path):
 
 @pytest.mark.parametrize(
     "override,fragment",
-    [("data.vidoe_fps=1", "vidoe_fps"), ("data.video_fps=fast", "video_fps"), ("data.model_family=llama", "llama"),
-     ("data.cache_mode=sometimes", "cache_mode"), ("data.video_max_pixels=100", "below min_pixels")],
+    [
+        ("data.vidoe_fps=1", "vidoe_fps"),
+        ("data.video_fps=fast", "video_fps"),
+        ("data.model_family=llama", "llama"),
+        ("data.cache_mode=sometimes", "cache_mode"),
+        ("data.video_max_pixels=100", "below min_pixels"),
+    ],
 )
 def test_bad_config_is_a_clear_error(override, fragment):
     with pytest.raises((ConfigError, ValueError), match=fragment):
@@ -33,8 +38,11 @@ def test_bad_config_is_a_clear_error(override, fragment):
 
 def test_synth_then_preprocess_from_the_command_line(tmp_path):
     out = tmp_path / "syn"
-    r = subprocess.run([sys.executable, "-m", "easyvideor1", "synth", "--out", str(out), "--n", "3"],
-                       capture_output=True, text=True)
+    r = subprocess.run(
+        [sys.executable, "-m", "easyvideor1", "synth", "--out", str(out), "--n", "3"],
+        capture_output=True,
+        text=True,
+    )
     assert r.returncode == 0, r.stderr
     records = [json.loads(line) for line in open(out / "records.jsonl")]
     types = {rec["problem_type"] for rec in records}
@@ -42,12 +50,38 @@ def test_synth_then_preprocess_from_the_command_line(tmp_path):
     cfg = tmp_path / "c.yaml"
     cfg.write_text("data:\n  video_min_pixels: 4096\n  video_max_pixels: 16384\n")
     r = subprocess.run(
-        [sys.executable, "-m", "easyvideor1", "preprocess", "--data",
-         str(out / "records.jsonl"), "--cache-dir", str(tmp_path / "cache"), "--quiet", f"config={cfg}",
-         "data.video_fps=1"], capture_output=True, text=True)
+        [
+            sys.executable,
+            "-m",
+            "easyvideor1",
+            "preprocess",
+            "--data",
+            str(out / "records.jsonl"),
+            "--cache-dir",
+            str(tmp_path / "cache"),
+            "--quiet",
+            f"config={cfg}",
+            "data.video_fps=1",
+        ],
+        capture_output=True,
+        text=True,
+    )
     assert r.returncode == 0, r.stderr
     report = json.loads((tmp_path / "cache" / "report.json").read_text())
     assert report["built"] == 3 and report["failed"] == 0
-    r = subprocess.run([sys.executable, "-m", "easyvideor1", "preprocess", "--data", str(out / "records.jsonl"),
-                        "--cache-dir", str(tmp_path / "c2"), "data.nope=1"], capture_output=True, text=True)
+    r = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "easyvideor1",
+            "preprocess",
+            "--data",
+            str(out / "records.jsonl"),
+            "--cache-dir",
+            str(tmp_path / "c2"),
+            "data.nope=1",
+        ],
+        capture_output=True,
+        text=True,
+    )
     assert r.returncode == 2 and "nope" in r.stderr

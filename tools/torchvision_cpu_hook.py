@@ -68,7 +68,9 @@ def _torchvision_imports() -> tuple[bool, str]:
         capture_output=True,
         text=True,
     )
-    return proc.returncode == 0, proc.stderr.strip().splitlines()[-1:] and proc.stderr.strip().splitlines()[-1] or ""
+    return proc.returncode == 0, proc.stderr.strip().splitlines()[-1:] and proc.stderr.strip().splitlines()[
+        -1
+    ] or ""
 
 
 def install() -> int:

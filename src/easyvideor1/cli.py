@@ -53,7 +53,11 @@ def _run_config(args: argparse.Namespace, extra: list[str]) -> RunConfig:
     config_file, overrides, rest = split_overrides(extra)
     if rest:
         raise ConfigError(f"unrecognised arguments: {' '.join(rest)}")
-    data = {key: getattr(args, flag) for flag, key in _FLAG_TO_KEY.items() if getattr(args, flag, None) is not None}
+    data = {
+        key: getattr(args, flag)
+        for flag, key in _FLAG_TO_KEY.items()
+        if getattr(args, flag, None) is not None
+    }
     if data.get("video_nframes") is not None:
         data["video_fps"] = None
     return load_config(RunConfig, config_file, overrides, values={"data": data} if data else None)
@@ -78,7 +82,9 @@ def cmd_preprocess(args: argparse.Namespace, extra: list[str]) -> int:
     cache_dir = args.cache_dir or cfg.data.cache_dir
     if not cache_dir:
         raise ConfigError("no cache directory: give --cache-dir DIR (or data.cache_dir)")
-    report = preprocess(files, cfg.data, cache_dir, workers=args.workers, shard=args.shard, progress=not args.quiet)
+    report = preprocess(
+        files, cfg.data, cache_dir, workers=args.workers, shard=args.shard, progress=not args.quiet
+    )
     print(format_report(report))
     if report["failed"] or report["bad_records"]:
         print("some inputs failed; see failures.jsonl" + (" (--strict: exit 1)" if args.strict else ""))
@@ -134,7 +140,9 @@ def build_parser() -> argparse.ArgumentParser:
     p = sub.add_parser("preprocess", help="decode the videos of data files once, into the frame cache")
     p.add_argument("--data", action="append", help="data file (JSON, JSONL, Parquet); repeatable")
     p.add_argument("--cache-dir", help="cache directory (data.cache_dir)")
-    p.add_argument("--workers", type=int, default=max(1, (__import__("os").cpu_count() or 2)), help="processes")
+    p.add_argument(
+        "--workers", type=int, default=max(1, (__import__("os").cpu_count() or 2)), help="processes"
+    )
     p.add_argument("--shard", type=_shard, help="I/N: process only this machine's share of the videos")
     p.add_argument("--strict", action="store_true", help="exit non-zero when any input failed")
     p.add_argument("--quiet", action="store_true", help="no progress bar")

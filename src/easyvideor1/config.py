@@ -51,7 +51,9 @@ def split_overrides(args: list[str]) -> tuple[str | None, list[str], list[str]]:
 
 
 def load_config(
-    cls: type[T] = RunConfig, config_file: str | None = None, overrides: list[str] | None = None,
+    cls: type[T] = RunConfig,
+    config_file: str | None = None,
+    overrides: list[str] | None = None,
     values: dict[str, Any] | None = None,
 ) -> T:
     """Build ``cls`` from its defaults, a YAML file, a dict of values and dotted overrides (in that order)."""

@@ -24,8 +24,13 @@ def demo_config_path() -> str:
     return str(resources.files("easyvideor1") / "configs" / "demo.yaml")
 
 
-def run_demo(out: str, overrides: list[str] | None = None, cold_start: bool = False, n_train: int = 256,
-             n_val: int = 64) -> dict:
+def run_demo(
+    out: str,
+    overrides: list[str] | None = None,
+    cold_start: bool = False,
+    n_train: int = 256,
+    n_val: int = 64,
+) -> dict:
     t0 = time.time()
     os.makedirs(out, exist_ok=True)
     data_dir, cache_dir, model_dir = (os.path.join(out, d) for d in ("data", "cache", "model"))
@@ -36,8 +41,11 @@ def run_demo(out: str, overrides: list[str] | None = None, cold_start: bool = Fa
         make_tiny_model(model_dir, "qwen3vl")
     run_name = "cold_start" if cold_start else "hybrid"
     base = [
-        f"data.train_files=[{train}]", f"data.val_files=[{val}]", f"data.cache_dir={cache_dir}",
-        f"model.path={model_dir}", f"trainer.output_dir={os.path.join(out, run_name)}",
+        f"data.train_files=[{train}]",
+        f"data.val_files=[{val}]",
+        f"data.cache_dir={cache_dir}",
+        f"model.path={model_dir}",
+        f"trainer.output_dir={os.path.join(out, run_name)}",
     ]
     if cold_start:  # the cold start the hybrid interface exists for: no warm-up, no offline responses
         base += ["rollout.hybrid=off", "trainer.sft_warmup_steps=0"]
@@ -89,7 +97,9 @@ def plot_curves(out: str) -> str | None:
         val = [(c["step"], c["val/accuracy"]) for c in r["curve"] if "val/accuracy" in c]
         label = "hybrid GRPO (+ warm-up)" if r["variant"] == "hybrid" else "pure GRPO (cold start)"
         if train:
-            ax.plot(*zip(*train, strict=True), color=colour, alpha=0.35, lw=1, label=f"{label}: rollout accuracy")
+            ax.plot(
+                *zip(*train, strict=True), color=colour, alpha=0.35, lw=1, label=f"{label}: rollout accuracy"
+            )
         if val:
             ax.plot(*zip(*val, strict=True), "o-", color=colour, label=f"{label}: held-out accuracy")
     ax.axhline(CHANCE, color="grey", ls="--", lw=1, label="chance")
@@ -106,8 +116,13 @@ def plot_curves(out: str) -> str | None:
 
 
 def print_table(r: dict) -> None:
-    rows = [("variant", r["variant"]), ("accuracy before", f"{r['accuracy_before']:.3f}"),
-            ("accuracy after", f"{r['accuracy_after']:.3f}"), ("chance", f"{r['chance']:.2f}"),
-            ("RL steps", r["steps"]), ("wall time", f"{r['wall_seconds']:.0f} s")]
+    rows = [
+        ("variant", r["variant"]),
+        ("accuracy before", f"{r['accuracy_before']:.3f}"),
+        ("accuracy after", f"{r['accuracy_after']:.3f}"),
+        ("chance", f"{r['chance']:.2f}"),
+        ("RL steps", r["steps"]),
+        ("wall time", f"{r['wall_seconds']:.0f} s"),
+    ]
     width = max(len(k) for k, _ in rows)
     print("\n".join(f"{k:<{width}}  {v}" for k, v in rows))

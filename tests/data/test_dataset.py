@@ -40,7 +40,9 @@ def dataset_files(tmp_path_factory):
 
 
 def test_content_placeholders_and_fallback():
-    r = parse_record({"problem": "Look <image> then <video> and say", "videos": ["v"], "images": ["i"]}, "f[0]")
+    r = parse_record(
+        {"problem": "Look <image> then <video> and say", "videos": ["v"], "images": ["i"]}, "f[0]"
+    )
     assert [c["type"] for c in build_content(r)] == ["text", "image", "text", "video", "text"]
     r = parse_record({"problem": "No placeholder", "videos": ["v"], "images": ["i"]}, "f[0]")
     assert [c["type"] for c in build_content(r)] == ["image", "video", "text"]
@@ -102,7 +104,9 @@ def test_qwen2_5_family_uses_factor_28(dataset_files):
     data = str(dataset_files / "data.jsonl")
     from easyvideor1.data.records import load_records
 
-    cfg = DataConfig(model_family="qwen2_5vl", video_fps=2.0, video_min_pixels=4 * 28 * 28, video_max_pixels=16 * 28 * 28)
+    cfg = DataConfig(
+        model_family="qwen2_5vl", video_fps=2.0, video_min_pixels=4 * 28 * 28, video_max_pixels=16 * 28 * 28
+    )
     ds = RecordDataset(load_records(data), cfg, data)
     out = encode_sample(build_processor("qwen2_5vl"), ds[0], cfg, ds.loader)
     t, gh, gw = out["video_grid_thw"][0].tolist()
@@ -110,8 +114,9 @@ def test_qwen2_5_family_uses_factor_28(dataset_files):
 
 
 def test_qwen2_5_second_per_grid_ts_follows_the_sample_fps_in_clip_windows(dataset_files):
-    cfg = DataConfig(model_family="qwen2_5vl", video_fps=4.0, video_min_pixels=4 * 28 * 28,
-                     video_max_pixels=16 * 28 * 28)
+    cfg = DataConfig(
+        model_family="qwen2_5vl", video_fps=4.0, video_min_pixels=4 * 28 * 28, video_max_pixels=16 * 28 * 28
+    )
     rec = parse_record({"problem": "q", "videos": ["clip.mp4"], "video_start": 0.5, "video_end": 2.5}, "f[0]")
     ds = RecordDataset([rec], cfg, str(dataset_files / "data.jsonl"))
     sample = ds[0]

@@ -12,10 +12,24 @@ from tests.conftest import ANNOTATIONS
 
 def test_json_jsonl_and_parquet_load_the_same_records(tmp_path):
     rows = [
-        {"problem": "<video>What colour?", "answer": "A", "videos": ["a.mp4"], "options": ["A. red", "B. blue"],
-         "problem_type": "multiple choice", "problem_id": 7},
-        {"problem": "How many?", "answer": 3, "videos": "b.mp4", "fps": 1, "max_frames": 16,
-         "video_start": 1.5, "video_end": 4.0, "data_source": "x"},
+        {
+            "problem": "<video>What colour?",
+            "answer": "A",
+            "videos": ["a.mp4"],
+            "options": ["A. red", "B. blue"],
+            "problem_type": "multiple choice",
+            "problem_id": 7,
+        },
+        {
+            "problem": "How many?",
+            "answer": 3,
+            "videos": "b.mp4",
+            "fps": 1,
+            "max_frames": 16,
+            "video_start": 1.5,
+            "video_end": 4.0,
+            "data_source": "x",
+        },
         {"problem": "Text only", "answer": "yes"},
     ]
     (tmp_path / "d.json").write_text(json.dumps(rows))
@@ -24,15 +38,26 @@ def test_json_jsonl_and_parquet_load_the_same_records(tmp_path):
     import pyarrow.parquet as pq
 
     # parquet needs one type per column: normalise the row shapes for it
-    prows = [{**r, "answer": str(r["answer"]), "videos": [r["videos"]] if isinstance(r.get("videos"), str)
-              else r.get("videos", [])} for r in rows]
+    prows = [
+        {
+            **r,
+            "answer": str(r["answer"]),
+            "videos": [r["videos"]] if isinstance(r.get("videos"), str) else r.get("videos", []),
+        }
+        for r in rows
+    ]
     keys = {k for r in prows for k in r}
     pq.write_table(pa.Table.from_pylist([{k: r.get(k) for k in keys} for r in prows]), tmp_path / "d.parquet")
     loaded = [load_records(str(tmp_path / f"d.{ext}")) for ext in ("json", "jsonl", "parquet")]
     for recs in loaded:
         assert [r.problem_id for r in recs][0] == "7"
         assert recs[1].videos == ["b.mp4"] and recs[1].answer == "3"
-        assert (recs[1].fps, recs[1].max_frames, recs[1].video_start, recs[1].video_end) == (1.0, 16, 1.5, 4.0)
+        assert (recs[1].fps, recs[1].max_frames, recs[1].video_start, recs[1].video_end) == (
+            1.0,
+            16,
+            1.5,
+            4.0,
+        )
         assert recs[2].modalities == ("text",) and recs[2].data_type == "text"
     assert loaded[1][1].source.endswith("d.jsonl:2") and loaded[0][1].source.endswith("d.json[1]")
     assert loaded[0][1].extra == {"data_source": "x"}

@@ -20,7 +20,9 @@ def main() -> None:
     for case in json.load(sys.stdin):
         ele = {"video": case["path"], **case["params"]}
         try:
-            video, meta = qv.fetch_video(ele, image_patch_size=case["factor"] // 2, return_video_metadata=True)
+            video, meta = qv.fetch_video(
+                ele, image_patch_size=case["factor"] // 2, return_video_metadata=True
+            )
             results.append(
                 {
                     "indices": [int(i) for i in meta["frames_indices"]],

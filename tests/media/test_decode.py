@@ -23,7 +23,14 @@ def _bar_position(frame: np.ndarray) -> int:
 
 @pytest.mark.parametrize(
     "codec,gop,bframes",
-    [("h264", 250, 0), ("h264", 12, 2), ("hevc", 30, 3), ("vp9", 20, None), ("mpeg4", 15, 0), ("mjpeg", None, None)],
+    [
+        ("h264", 250, 0),
+        ("h264", 12, 2),
+        ("hevc", 30, 3),
+        ("vp9", 20, None),
+        ("mpeg4", 15, 0),
+        ("mjpeg", None, None),
+    ],
 )
 def test_seek_and_sequential_give_the_same_frames(tmp_path, codec, gop, bframes):
     path = make_video(tmp_path, "v", fps=30, duration=8, size=(96, 64), codec=codec, gop=gop, bframes=bframes)
@@ -77,7 +84,9 @@ def test_variable_frame_rate_indexes_every_frame(tmp_path):
     assert means[0] < means[1] < means[2]
 
 
-@pytest.mark.parametrize("rotation,expect_hw", [(90, (64, 48)), (-90, (64, 48)), (180, (48, 64)), (0, (48, 64))])
+@pytest.mark.parametrize(
+    "rotation,expect_hw", [(90, (64, 48)), (-90, (64, 48)), (180, (48, 64)), (0, (48, 64))]
+)
 def test_rotation_metadata_is_applied(tmp_path, rotation, expect_hw):
     frame = np.zeros((48, 64, 3), np.uint8)
     frame[:8, :8] = 255  # a white corner block, top-left as stored

@@ -12,7 +12,6 @@ from pathlib import Path
 
 import av
 import numpy as np
-import pytest
 
 from easyvideor1.data.config import DataConfig
 from easyvideor1.media.cache import read_entry, read_header
@@ -105,8 +104,23 @@ def test_cli_exit_status_and_strict(tmp_path):
         tmp_path / "d.jsonl",
         [{"problem": "q", "videos": [good]}, {"problem": "q", "videos": [str(tmp_path / "missing.mp4")]}],
     )
-    base = [sys.executable, "-m", "easyvideor1", "preprocess", "--data", data, "--cache-dir", str(tmp_path / "c"),
-            "--workers", "1", "--quiet", "--max-pixels", str(64 * 32 * 32), "--min-pixels", "4096"]
+    base = [
+        sys.executable,
+        "-m",
+        "easyvideor1",
+        "preprocess",
+        "--data",
+        data,
+        "--cache-dir",
+        str(tmp_path / "c"),
+        "--workers",
+        "1",
+        "--quiet",
+        "--max-pixels",
+        str(64 * 32 * 32),
+        "--min-pixels",
+        "4096",
+    ]
     ok = subprocess.run(base, capture_output=True, text=True)
     assert ok.returncode == 0, ok.stderr
     assert "1 built" in ok.stdout and "1 failed" in ok.stdout
@@ -118,8 +132,25 @@ def test_sigkill_midway_then_rerun_gives_a_complete_valid_cache(tmp_path):
     videos = [make_video(tmp_path, f"v{i}", fps=30, duration=6, size=(320, 240)) for i in range(10)]
     data = _write_jsonl(tmp_path / "d.jsonl", [{"problem": "q", "videos": [v]} for v in videos])
     cache = tmp_path / "cache"
-    cmd = [sys.executable, "-m", "easyvideor1", "preprocess", "--data", data, "--cache-dir", str(cache),
-           "--workers", "2", "--quiet", "--fps", "4", "--max-pixels", str(240 * 320), "--min-pixels", "4096"]
+    cmd = [
+        sys.executable,
+        "-m",
+        "easyvideor1",
+        "preprocess",
+        "--data",
+        data,
+        "--cache-dir",
+        str(cache),
+        "--workers",
+        "2",
+        "--quiet",
+        "--fps",
+        "4",
+        "--max-pixels",
+        str(240 * 320),
+        "--min-pixels",
+        "4096",
+    ]
     proc = subprocess.Popen(cmd, start_new_session=True, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
     deadline = time.monotonic() + 60
     while time.monotonic() < deadline and len(_entries(cache)) < 3:
@@ -148,7 +179,9 @@ def test_rerun_reuses_and_parameter_or_content_change_rebuilds(tmp_path):
     assert preprocess([data], CFG, cache, workers=1, progress=False)["built"] == 3
     again = preprocess([data], CFG, cache, workers=1, progress=False)
     assert (again["built"], again["reused"]) == (0, 3)
-    other_fps = DataConfig(video_fps=1.0, video_min_pixels=CFG.video_min_pixels, video_max_pixels=CFG.video_max_pixels)
+    other_fps = DataConfig(
+        video_fps=1.0, video_min_pixels=CFG.video_min_pixels, video_max_pixels=CFG.video_max_pixels
+    )
     assert preprocess([data], other_fps, cache, workers=1, progress=False)["built"] == 3
     make_video(tmp_path, "v0", fps=10, duration=3)  # replace one video's content
     r = preprocess([data], CFG, cache, workers=1, progress=False)
@@ -176,8 +209,12 @@ def _sleepy(x):
 
 def test_time_limit_kills_a_hung_task_and_the_rest_completes():
     t0 = time.monotonic()
-    results = {tid: (ok, r) for tid, ok, r in run_tasks(_sleepy, [(0, "a"), (1, "hang"), (2, "b"), (3, "crash"),
-                                                                  (4, "c")], workers=2, time_limit=1.0)}
+    results = {
+        tid: (ok, r)
+        for tid, ok, r in run_tasks(
+            _sleepy, [(0, "a"), (1, "hang"), (2, "b"), (3, "crash"), (4, "c")], workers=2, time_limit=1.0
+        )
+    }
     assert time.monotonic() - t0 < 10
     assert results[0] == (True, "aa") and results[2] == (True, "bb") and results[4] == (True, "cc")
     assert results[1][0] is False and "time limit" in results[1][1]

@@ -55,7 +55,12 @@ PARAM_SETS = {
     "defaults": {},
     "fps1_max8": {"fps": 1.0, "max_frames": 8, "min_pixels": 16 * 28 * 28, "max_pixels": 64 * 28 * 28},
     "nframes6": {"nframes": 6},
-    "fps4_min8_budget": {"fps": 4.0, "min_frames": 8, "min_pixels": 4 * 28 * 28, "total_pixels": 2048 * 28 * 28},
+    "fps4_min8_budget": {
+        "fps": 4.0,
+        "min_frames": 8,
+        "min_pixels": 4 * 28 * 28,
+        "total_pixels": 2048 * 28 * 28,
+    },
     "window": {"fps": 3.0, "video_start": "1/3", "video_end": "2/3"},
     "small_pixels": {"fps": 2.0, "min_pixels": 8 * 32 * 32, "max_pixels": 24 * 32 * 32},
 }
@@ -70,8 +75,15 @@ def cases(tmp_path_factory):
         path = make_video(d, name, fps=fps, duration=duration, size=size, codec=codec, **extra)
         for param_name, params in PARAM_SETS.items():
             for factor in (28, 32):
-                out.append({"video": name, "set": param_name, "path": path, "factor": factor,
-                            "params": _resolve(params, duration)})
+                out.append(
+                    {
+                        "video": name,
+                        "set": param_name,
+                        "path": path,
+                        "factor": factor,
+                        "params": _resolve(params, duration),
+                    }
+                )
     proc = subprocess.run(
         [sys.executable, str(WORKER)], input=json.dumps(out), capture_output=True, text=True, timeout=600
     )
@@ -102,7 +114,9 @@ def test_indices_and_sizes_equal_qwen_vl_utils(cases, param_name, factor):
         params = SamplingParams(factor=factor, **c["params"])
         if "error" in ref:
             # (decord cannot read a few frame sizes, e.g. 72x40 and 48x32; the set avoids them)
-            assert ref["error"].startswith(("ValueError", "AssertionError")), f"reference crashed on {c['video']}: {ref['error']}"
+            assert ref["error"].startswith(("ValueError", "AssertionError")), (
+                f"reference crashed on {c['video']}: {ref['error']}"
+            )
             # qwen-vl-utils refuses this combination (e.g. more frames asked than exist): so must we
             with pytest.raises(Exception) as info:  # noqa: B017
                 sample_video(c["path"], params)
@@ -113,6 +127,8 @@ def test_indices_and_sizes_equal_qwen_vl_utils(cases, param_name, factor):
         ours = sample_video(c["path"], params)
         got_hw = list(ours.frames.shape[1:3])
         if ours.meta["frame_indices"] != ref["indices"] or got_hw != ref["hw"]:
-            mismatches.append((c["video"], ours.meta["frame_indices"][:6], ref["indices"][:6], got_hw, ref["hw"]))
+            mismatches.append(
+                (c["video"], ours.meta["frame_indices"][:6], ref["indices"][:6], got_hw, ref["hw"])
+            )
     assert not mismatches, f"{len(mismatches)} of {len(mine)} differ from qwen-vl-utils: {mismatches}"
     assert refused < len(mine) // 2, "most cases must be real comparisons"

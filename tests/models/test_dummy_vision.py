@@ -28,15 +28,24 @@ def _inputs(processor, family, kind, video_path):
         kwargs["images"] = [Image.new("RGB", (2 * factor, 2 * factor), "red")]
     if kind in ("video", "mixed"):
         content.append({"type": "video"})
-        v = sample_video(video_path, SamplingParams(factor=factor, nframes=4, min_pixels=factor**2 * 4,
-                                                    max_pixels=factor**2 * 4))
+        v = sample_video(
+            video_path,
+            SamplingParams(factor=factor, nframes=4, min_pixels=factor**2 * 4, max_pixels=factor**2 * 4),
+        )
         from transformers.video_utils import VideoMetadata
 
-        kwargs.update(videos=[v.frames], video_metadata=[VideoMetadata(**v.processor_metadata())],
-                      do_sample_frames=False)
+        kwargs.update(
+            videos=[v.frames],
+            video_metadata=[VideoMetadata(**v.processor_metadata())],
+            do_sample_frames=False,
+        )
     content.append({"type": "text", "text": "What is shown?"})
-    text = processor.apply_chat_template([{"role": "user", "content": content}], tokenize=False,
-                                         add_generation_prompt=True) + "A red square"
+    text = (
+        processor.apply_chat_template(
+            [{"role": "user", "content": content}], tokenize=False, add_generation_prompt=True
+        )
+        + "A red square"
+    )
     return processor(text=[text], do_resize=False, return_tensors="pt", **kwargs)
 
 

@@ -49,12 +49,19 @@ def test_batched_rollout_never_samples_vision_tokens_and_logprobs_align(setup):
     # greedy decoding must pick the argmax of the recomputed distribution at every step
     greedy = engine.generate(batch, [1, 1, 1], SamplingConfig(temperature=0, max_new_tokens=6))
     seq_inputs = expand(batch, [1, 1, 1])
-    logp, entropy = response_logprobs(model, seq_inputs, greedy.ids, greedy.mask, engine.banned,
-                                      dummy=DummyVisionPass(model))
-    full_logits = model(**{**seq_inputs, "input_ids": torch.cat([seq_inputs["input_ids"], greedy.ids], 1),
-                           "attention_mask": torch.cat([seq_inputs["attention_mask"], greedy.mask], 1),
-                           "mm_token_type_ids": torch.cat([seq_inputs["mm_token_type_ids"],
-                                                           torch.zeros_like(greedy.ids)], 1)}).logits
+    logp, entropy = response_logprobs(
+        model, seq_inputs, greedy.ids, greedy.mask, engine.banned, dummy=DummyVisionPass(model)
+    )
+    full_logits = model(
+        **{
+            **seq_inputs,
+            "input_ids": torch.cat([seq_inputs["input_ids"], greedy.ids], 1),
+            "attention_mask": torch.cat([seq_inputs["attention_mask"], greedy.mask], 1),
+            "mm_token_type_ids": torch.cat(
+                [seq_inputs["mm_token_type_ids"], torch.zeros_like(greedy.ids)], 1
+            ),
+        }
+    ).logits
     P = seq_inputs["input_ids"].shape[1]
     step_logits = full_logits[:, P - 1 : P - 1 + greedy.ids.shape[1]].clone()
     step_logits[..., engine.banned] = float("-inf")

@@ -19,11 +19,22 @@ def demo_assets(tmp_path_factory):
 def make_cfg(demo_assets, tmp_path):
     def build(*overrides: str) -> RunConfig:
         base = [
-            f"data.train_files=[{demo_assets['train']}]", f"data.val_files=[{demo_assets['val']}]",
-            f"model.path={demo_assets['model']}", f"trainer.output_dir={tmp_path / 'run'}",
-            "data.video_nframes=4", "data.video_fps=null", "data.video_min_pixels=1024", "data.video_max_pixels=1024",
-            "rollout.n=4", "rollout.max_new_tokens=6", "trainer.prompts_per_step=4", "trainer.mini_batch_prompts=2",
-            "trainer.micro_batch_size=3", "trainer.max_steps=2", "trainer.lr=1e-3", "trainer.loggers=[jsonl]",
+            f"data.train_files=[{demo_assets['train']}]",
+            f"data.val_files=[{demo_assets['val']}]",
+            f"model.path={demo_assets['model']}",
+            f"trainer.output_dir={tmp_path / 'run'}",
+            "data.video_nframes=4",
+            "data.video_fps=null",
+            "data.video_min_pixels=1024",
+            "data.video_max_pixels=1024",
+            "rollout.n=4",
+            "rollout.max_new_tokens=6",
+            "trainer.prompts_per_step=4",
+            "trainer.mini_batch_prompts=2",
+            "trainer.micro_batch_size=3",
+            "trainer.max_steps=2",
+            "trainer.lr=1e-3",
+            "trainer.loggers=[jsonl]",
             "trainer.val_size=4",
         ]
         return load_config(RunConfig, None, base + list(overrides))

@@ -85,10 +85,16 @@ def test_unknown_task_fails_at_start_up(make_cfg, demo_assets, tmp_path):
 
 
 def test_resume_reproduces_the_uninterrupted_run(make_cfg, tmp_path):
-    straight = make_cfg("trainer.max_steps=4", f"trainer.output_dir={tmp_path / 'a'}", "rollout.hybrid=always")
+    straight = make_cfg(
+        "trainer.max_steps=4", f"trainer.output_dir={tmp_path / 'a'}", "rollout.hybrid=always"
+    )
     Trainer(straight).train()
-    first = make_cfg("trainer.max_steps=2", "trainer.save_every=2", f"trainer.output_dir={tmp_path / 'b'}",
-                     "rollout.hybrid=always")
+    first = make_cfg(
+        "trainer.max_steps=2",
+        "trainer.save_every=2",
+        f"trainer.output_dir={tmp_path / 'b'}",
+        "rollout.hybrid=always",
+    )
     Trainer(first).train()
     second = make_cfg("trainer.max_steps=4", f"trainer.output_dir={tmp_path / 'b'}", "rollout.hybrid=always")
     resumed = Trainer(second)
@@ -106,14 +112,30 @@ def test_resume_reproduces_the_uninterrupted_run(make_cfg, tmp_path):
     assert not list((tmp_path / "b" / "checkpoints").glob("*.pt"))
 
 
-@pytest.mark.parametrize("estimator,loss", [("grpo", "ppo"), ("dr_grpo", "gspo"), ("rloo", "cispo"),
-                                            ("reinforce_plus_plus", "gspo_token"), ("remax", "ppo"),
-                                            ("gdpo", "ppo")])
+@pytest.mark.parametrize(
+    "estimator,loss",
+    [
+        ("grpo", "ppo"),
+        ("dr_grpo", "gspo"),
+        ("rloo", "cispo"),
+        ("reinforce_plus_plus", "gspo_token"),
+        ("remax", "ppo"),
+        ("gdpo", "ppo"),
+    ],
+)
 def test_every_estimator_and_loss_runs_a_step(make_cfg, estimator, loss):
-    t = Trainer(make_cfg(f"algorithm.adv_estimator={estimator}", f"algorithm.policy_loss={loss}",
-                         "rollout.hybrid=always", "algorithm.online_filtering.enable=true",
-                         "algorithm.kl.type=k3", "algorithm.kl.coef=0.01", "algorithm.overlong.enable=true",
-                         "algorithm.overlong.buffer=2"))
+    t = Trainer(
+        make_cfg(
+            f"algorithm.adv_estimator={estimator}",
+            f"algorithm.policy_loss={loss}",
+            "rollout.hybrid=always",
+            "algorithm.online_filtering.enable=true",
+            "algorithm.kl.type=k3",
+            "algorithm.kl.coef=0.01",
+            "algorithm.overlong.enable=true",
+            "algorithm.overlong.buffer=2",
+        )
+    )
     m = t.rl_step()
     assert all(v == v for v in m.values()), "no NaN metric"
     assert m["actor/skipped_steps"] == 0 and m["actor/grad_norm"] > 0

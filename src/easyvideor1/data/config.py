@@ -68,7 +68,9 @@ class DataConfig:
         if self.model_family not in MODEL_FAMILIES:
             factor_for_family(self.model_family)  # raises a clear error for unknown families
         if self.cache_mode not in CACHE_MODES:
-            raise ValueError(f"data.cache_mode must be one of {', '.join(CACHE_MODES)}, got {self.cache_mode!r}")
+            raise ValueError(
+                f"data.cache_mode must be one of {', '.join(CACHE_MODES)}, got {self.cache_mode!r}"
+            )
         if self.video_nframes is not None:
             self.video_fps = None  # a fixed count replaces the fps rule
         self.sampling_params()  # validate the budgets now, not at the first video

@@ -38,8 +38,12 @@ def build_content(record: Record, text: str | None = None) -> list[dict[str, Any
     n_video, n_image = kinds.count("video"), kinds.count("image")
     for kind, n, have in (("video", n_video, len(record.videos)), ("image", n_image, len(record.images))):
         if n and n != have:
-            raise RecordError(record.source, f"{n} <{kind}> placeholder(s) but {have} {kind}(s)", "problem",
-                              record.problem_id)
+            raise RecordError(
+                record.source,
+                f"{n} <{kind}> placeholder(s) but {have} {kind}(s)",
+                "problem",
+                record.problem_id,
+            )
     content: list[dict[str, Any]] = []
     # media without placeholders of their kind go before the text
     if not n_image:
@@ -73,7 +77,11 @@ class RecordDataset(Dataset):
     """Records of one data file as :class:`Sample` objects (paths only; cheap to pickle to workers)."""
 
     def __init__(
-        self, records: list[Record], cfg: DataConfig, data_file: str | list[str], loader: VideoLoader | None = None
+        self,
+        records: list[Record],
+        cfg: DataConfig,
+        data_file: str | list[str],
+        loader: VideoLoader | None = None,
     ):
         # one data file for all records, or one per record (relative media paths resolve against it)
         self.records, self.cfg = records, cfg
@@ -83,7 +91,9 @@ class RecordDataset(Dataset):
         self.loader = loader or VideoLoader(cfg.cache_dir, cfg.cache_mode, cfg.decode_time_limit)
 
     @classmethod
-    def from_files(cls, files: list[str], cfg: DataConfig, loader: VideoLoader | None = None) -> RecordDataset:
+    def from_files(
+        cls, files: list[str], cfg: DataConfig, loader: VideoLoader | None = None
+    ) -> RecordDataset:
         records, owners = [], []
         for f in files:
             recs = load_records(f)
@@ -124,8 +134,13 @@ def load_image(path: str, cfg: DataConfig):
 
 
 def encode_batch(
-    processor, samples: list[Sample], cfg: DataConfig, loader: VideoLoader, add_generation_prompt: bool = True,
-    padding_side: str = "left", responses: list[str] | None = None,
+    processor,
+    samples: list[Sample],
+    cfg: DataConfig,
+    loader: VideoLoader,
+    add_generation_prompt: bool = True,
+    padding_side: str = "left",
+    responses: list[str] | None = None,
 ):
     """Processor inputs for several samples at once (left-padded prompts, ready for ``generate``)."""
     from transformers.video_utils import VideoMetadata
@@ -133,7 +148,9 @@ def encode_batch(
     texts, videos, metadata, images = [], [], [], []
     for i, sample in enumerate(samples):
         messages = [{"role": "user", "content": sample.content}]
-        text = processor.apply_chat_template(messages, add_generation_prompt=add_generation_prompt, tokenize=False)
+        text = processor.apply_chat_template(
+            messages, add_generation_prompt=add_generation_prompt, tokenize=False
+        )
         texts.append(text + (responses[i] if responses else ""))
         for v, e in zip(sample.videos, sample.video_entries, strict=True):
             video = loader.load(v, sample.video_params, entry=e)
@@ -146,8 +163,9 @@ def encode_batch(
     if images:
         kwargs["images"] = images
     # our frames and images are already on the factor grid within their budgets
-    return processor(text=texts, do_resize=False, return_tensors="pt", padding=True, padding_side=padding_side,
-                     **kwargs)
+    return processor(
+        text=texts, do_resize=False, return_tensors="pt", padding=True, padding_side=padding_side, **kwargs
+    )
 
 
 def encode_prompts(processor, samples: list[Sample], cfg: DataConfig, loader: VideoLoader):
@@ -158,6 +176,8 @@ def encode_prompts(processor, samples: list[Sample], cfg: DataConfig, loader: Vi
     return PromptBatch(dict(inputs), [len(s.videos) for s in samples], [len(s.images) for s in samples])
 
 
-def encode_sample(processor, sample: Sample, cfg: DataConfig, loader: VideoLoader, add_generation_prompt=True):
+def encode_sample(
+    processor, sample: Sample, cfg: DataConfig, loader: VideoLoader, add_generation_prompt=True
+):
     """Processor inputs (``input_ids``, ``pixel_values_videos``, ``video_grid_thw``, ...) for one sample."""
     return encode_batch(processor, [sample], cfg, loader, add_generation_prompt)

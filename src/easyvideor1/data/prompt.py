@@ -39,7 +39,9 @@ def format_question(record: Record, template: str = "plain") -> str:
     parts = [record.problem.strip()]
     if record.options:
         parts.append("Options:\n" + "\n".join(record.options))
-    instruction = _INSTRUCTION.get(_norm(record.problem_type), "Give the final answer inside <answer></answer>.")
+    instruction = _INSTRUCTION.get(
+        _norm(record.problem_type), "Give the final answer inside <answer></answer>."
+    )
     if template == "reasoning":
         instruction = _THINK + instruction[0].lower() + instruction[1:]
     parts.append(instruction)

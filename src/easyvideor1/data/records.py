@@ -148,7 +148,9 @@ def parse_record(raw: Any, source: str) -> Record:
     options = values.get("options")
     if options is not None:
         if not isinstance(options, list):
-            raise RecordError(source, f"expected a list of strings or null, got {type(options).__name__}", "options", rid)
+            raise RecordError(
+                source, f"expected a list of strings or null, got {type(options).__name__}", "options", rid
+            )
         options = [_as_str(o, source, f"options[{i}]", rid) for i, o in enumerate(options)] or None
     videos = _as_paths(values.get("videos"), source, "videos", rid)
     images = _as_paths(values.get("images"), source, "images", rid)
@@ -171,7 +173,8 @@ def parse_record(raw: Any, source: str) -> Record:
         data_type=data_type or ("video" if videos else "image" if images else "text"),
         problem_type=problem_type.strip(),
         options=options,
-        offline_output=_as_str(values.get("offline_output"), source, "offline_output", rid, allow_none=True) or None,
+        offline_output=_as_str(values.get("offline_output"), source, "offline_output", rid, allow_none=True)
+        or None,
         problem_id=rid if rid is not None else source,
         video_start=start,
         video_end=end,
@@ -217,7 +220,10 @@ def iter_raw(path: str) -> Iterator[tuple[str, Any]]:
             try:
                 row = json.loads(line)
             except json.JSONDecodeError as e:
-                yield f"{path}:{lineno}", RecordError(f"{path}:{lineno}", f"invalid JSON ({e.msg} at column {e.colno})")
+                yield (
+                    f"{path}:{lineno}",
+                    RecordError(f"{path}:{lineno}", f"invalid JSON ({e.msg} at column {e.colno})"),
+                )
                 continue
             yield f"{path}:{lineno}", row
 

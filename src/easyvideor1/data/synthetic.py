@@ -50,7 +50,9 @@ def random_scene(rng: random.Random, width: int, height: int, fps: float, durati
     has_circle = rng.random() < 0.75
     a = rng.uniform(0.0, duration * 0.5)
     b = rng.uniform(a + duration * 0.2, duration)
-    flashes = sorted(rng.uniform(0.1, duration - 0.1) for _ in range(rng.randint(0, 3))) if duration > 0.5 else []
+    flashes = (
+        sorted(rng.uniform(0.1, duration - 0.1) for _ in range(rng.randint(0, 3))) if duration > 0.5 else []
+    )
     w0 = rng.uniform(0, duration * 0.4)
     return Scene(
         width=width,
@@ -199,7 +201,12 @@ def write_synthetic_set(
 
 
 def write_demo_set(
-    out_dir: str, n_train: int = 256, n_val: int = 64, size: int = 32, n_frames: int = 4, fps: float = 4.0,
+    out_dir: str,
+    n_train: int = 256,
+    n_val: int = 64,
+    size: int = 32,
+    n_frames: int = 4,
+    fps: float = 4.0,
     seed: int = 0,
 ) -> tuple[str, str]:
     """The embedded demo's task: the colour of a square moving over noise, four fixed options.
@@ -229,11 +236,18 @@ def write_demo_set(
             rel = f"videos/{split}_{i:05d}.mp4"
             encode_video(os.path.join(out_dir, rel), frames, Fraction(fps).limit_denominator(1001), crf=10)
             letter = OPTION_LETTERS[colours.index(colour)]
-            rows.append({
-                "problem_id": f"{split}-{i}", "problem": "What colour is the moving square?",
-                "problem_type": "multiple choice", "options": options, "videos": [rel], "data_type": "video",
-                "answer": letter, "offline_output": f"<answer>{letter}</answer>",
-            })
+            rows.append(
+                {
+                    "problem_id": f"{split}-{i}",
+                    "problem": "What colour is the moving square?",
+                    "problem_type": "multiple choice",
+                    "options": options,
+                    "videos": [rel],
+                    "data_type": "video",
+                    "answer": letter,
+                    "offline_output": f"<answer>{letter}</answer>",
+                }
+            )
         path = os.path.join(out_dir, f"{split}.jsonl")
         with open(path, "w", encoding="utf-8") as f:
             f.writelines(json.dumps(r) + "\n" for r in rows)

@@ -202,7 +202,9 @@ class VideoLoader:
     - ``decode_only``: ignore the cache.
     """
 
-    def __init__(self, cache_dir: str | None = None, mode: str = "prefer_cache", time_limit: float | None = 300.0):
+    def __init__(
+        self, cache_dir: str | None = None, mode: str = "prefer_cache", time_limit: float | None = 300.0
+    ):
         if mode not in CACHE_MODES:
             raise ValueError(f"unknown cache mode {mode!r}; expected one of {', '.join(CACHE_MODES)}")
         if mode == "cache_only" and not cache_dir:
@@ -237,7 +239,9 @@ class VideoLoader:
                             self._manifest[(row["source_path"], row["params_key"])] = row["entry"]
         return self._manifest
 
-    def load(self, video_path: str, params: SamplingParams, entry: str | os.PathLike | None = None) -> SampledVideo:
+    def load(
+        self, video_path: str, params: SamplingParams, entry: str | os.PathLike | None = None
+    ) -> SampledVideo:
         """Frames for (video, params). ``entry`` skips the lookup when the caller already has it."""
         if self.mode != "decode_only":
             entry = entry or self.locate(video_path, params)

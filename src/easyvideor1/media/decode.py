@@ -27,7 +27,6 @@ from fractions import Fraction
 import av
 import numpy as np
 
-
 # Decoder threads per video: 0 lets FFmpeg choose (all cores). Worker pools set 1, since they
 # already run one process per core and extra threads would only contend.
 _DECODE_THREADS = 0
@@ -152,7 +151,9 @@ def read_frames(
     if not indices:
         raise ValueError("no frame indices requested")
     if indices != sorted(indices) or indices[0] < 0 or indices[-1] >= info.total_frames:
-        raise ValueError(f"frame indices must be sorted within [0, {info.total_frames}), got {indices[:3]}...")
+        raise ValueError(
+            f"frame indices must be sorted within [0, {info.total_frames}), got {indices[:3]}..."
+        )
     wanted = sorted(set(indices))
     got: dict[int, np.ndarray] = {}
     try:

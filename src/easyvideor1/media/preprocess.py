@@ -93,7 +93,9 @@ def collect_jobs(
             try:
                 params = cfg.sampling_params(rec)
             except ValueError as e:
-                failures.append({"record": rec.problem_id, "source": rec.source, "path": None, "reason": str(e)})
+                failures.append(
+                    {"record": rec.problem_id, "source": rec.source, "path": None, "reason": str(e)}
+                )
                 continue
             for video in rec.videos:
                 path = resolve_media_path(video, data_file, cfg.video_root)

@@ -36,11 +36,16 @@ MODEL_FAMILIES = tuple(PATCH_SIZE_BY_FAMILY)
 def factor_for_family(model_family: str) -> int:
     """Resize factor (patch size x spatial merge) of a model family: 28 or 32."""
     key = model_family.lower().replace("-", "_").replace(".", "_")
-    key = {"qwen2_vl": "qwen2vl", "qwen2_5_vl": "qwen2_5vl", "qwen25vl": "qwen2_5vl", "qwen3_vl": "qwen3vl"}.get(
-        key, key
-    )
+    key = {
+        "qwen2_vl": "qwen2vl",
+        "qwen2_5_vl": "qwen2_5vl",
+        "qwen25vl": "qwen2_5vl",
+        "qwen3_vl": "qwen3vl",
+    }.get(key, key)
     if key not in PATCH_SIZE_BY_FAMILY:
-        raise ValueError(f"unknown model family {model_family!r}; expected one of {', '.join(MODEL_FAMILIES)}")
+        raise ValueError(
+            f"unknown model family {model_family!r}; expected one of {', '.join(MODEL_FAMILIES)}"
+        )
     return PATCH_SIZE_BY_FAMILY[key] * SPATIAL_MERGE_SIZE
 
 
@@ -106,7 +111,15 @@ class SamplingParams:
             raise ValueError("give either fps or nframes, not both")
         if self.factor not in (28, 32):
             raise ValueError(f"factor must be 28 (Qwen2/2.5-VL) or 32 (Qwen3-VL), got {self.factor}")
-        for name in ("fps", "nframes", "min_frames", "max_frames", "min_pixels", "max_pixels", "total_pixels"):
+        for name in (
+            "fps",
+            "nframes",
+            "min_frames",
+            "max_frames",
+            "min_pixels",
+            "max_pixels",
+            "total_pixels",
+        ):
             value = getattr(self, name)
             if value is not None and not value > 0:
                 raise ValueError(f"{name} must be positive, got {value}")
@@ -130,7 +143,9 @@ class SamplingParams:
         if d["nframes"] is None:
             d["fps"] = float(d["fps"] if d["fps"] is not None else DEFAULT_FPS)
             d["min_frames"] = d["min_frames"] if d["min_frames"] is not None else FPS_MIN_FRAMES
-        d["min_pixels"] = d["min_pixels"] if d["min_pixels"] is not None else VIDEO_MIN_TOKEN_NUM * self.factor**2
+        d["min_pixels"] = (
+            d["min_pixels"] if d["min_pixels"] is not None else VIDEO_MIN_TOKEN_NUM * self.factor**2
+        )
         if d["total_pixels"] is None:
             d["total_pixels"] = MODEL_SEQ_LEN * self.factor**2 * 0.9
         return d

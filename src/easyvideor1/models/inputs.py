@@ -74,7 +74,9 @@ def append_responses(seq_inputs: dict[str, Any], response_ids: torch.Tensor, res
     """Full sequences for a training forward: prompt rows followed by (right-padded) responses."""
     out = dict(seq_inputs)
     out["input_ids"] = torch.cat([seq_inputs["input_ids"], response_ids], dim=1)
-    out["attention_mask"] = torch.cat([seq_inputs["attention_mask"], response_mask.to(seq_inputs["attention_mask"].dtype)], dim=1)
+    out["attention_mask"] = torch.cat(
+        [seq_inputs["attention_mask"], response_mask.to(seq_inputs["attention_mask"].dtype)], dim=1
+    )
     if seq_inputs.get("mm_token_type_ids") is not None:
         # responses are text: type 0 (transformers uses these ids for M-RoPE positions)
         zeros = torch.zeros_like(response_ids, dtype=seq_inputs["mm_token_type_ids"].dtype)

@@ -6,15 +6,23 @@ import os
 
 import torch
 
-_DTYPES = {"float32": torch.float32, "fp32": torch.float32, "bfloat16": torch.bfloat16, "bf16": torch.bfloat16}
+_DTYPES = {
+    "float32": torch.float32,
+    "fp32": torch.float32,
+    "bfloat16": torch.bfloat16,
+    "bf16": torch.bfloat16,
+}
 
 
-def load_policy(path: str, dtype: str = "float32", gradient_checkpointing: bool = False,
-                freeze_vision_tower: bool = False):
+def load_policy(
+    path: str, dtype: str = "float32", gradient_checkpointing: bool = False, freeze_vision_tower: bool = False
+):
     from transformers import AutoModelForImageTextToText, AutoProcessor
 
     if not path or not os.path.isdir(path):
-        raise FileNotFoundError(f"model.path {path!r} is not a model directory (build one: easyvideor1 make-tiny-model)")
+        raise FileNotFoundError(
+            f"model.path {path!r} is not a model directory (build one: easyvideor1 make-tiny-model)"
+        )
     if dtype not in _DTYPES:
         raise ValueError(f"model.dtype must be one of {', '.join(_DTYPES)}, got {dtype!r}")
     model = AutoModelForImageTextToText.from_pretrained(path, dtype=_DTYPES[dtype])

@@ -61,7 +61,8 @@ class DummyVisionPass:
         """Within the block, the next forward gets dummy passes for the modalities ``inputs`` lacks."""
         if enabled:
             self.missing = tuple(
-                m for m, key in (("image", "pixel_values"), ("video", "pixel_values_videos"))
+                m
+                for m, key in (("image", "pixel_values"), ("video", "pixel_values_videos"))
                 if inputs.get(key) is None
             )
         try:

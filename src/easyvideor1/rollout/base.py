@@ -55,11 +55,15 @@ def banned_token_ids(tokenizer) -> list[int]:
     return [i for i in ids if i is not None and i != tokenizer.unk_token_id]
 
 
-def cut_at_eos(seqs: torch.Tensor, eos_ids: list[int], pad_id: int) -> tuple[torch.Tensor, torch.Tensor, list[bool]]:
+def cut_at_eos(
+    seqs: torch.Tensor, eos_ids: list[int], pad_id: int
+) -> tuple[torch.Tensor, torch.Tensor, list[bool]]:
     """Keep each row up to and including its first EOS; pad the rest. Returns ids, mask, truncated."""
     is_eos = torch.isin(seqs, torch.tensor(eos_ids))
     has_eos = is_eos.any(dim=1)
-    first = torch.where(has_eos, is_eos.int().argmax(dim=1), torch.full_like(has_eos, seqs.shape[1] - 1, dtype=torch.long))
+    first = torch.where(
+        has_eos, is_eos.int().argmax(dim=1), torch.full_like(has_eos, seqs.shape[1] - 1, dtype=torch.long)
+    )
     positions = torch.arange(seqs.shape[1]).unsqueeze(0)
     mask = (positions <= first.unsqueeze(1)).long()
     ids = torch.where(mask.bool(), seqs, torch.full_like(seqs, pad_id))

@@ -46,8 +46,14 @@ def _unflatten_optimizer(tensors: dict[str, torch.Tensor], meta: dict) -> dict:
 
 
 def save_checkpoint(
-    output_dir: str | os.PathLike, step: int, model, processor, optimizer, scheduler,
-    extra: dict[str, Any], keep_last: int = 2,
+    output_dir: str | os.PathLike,
+    step: int,
+    model,
+    processor,
+    optimizer,
+    scheduler,
+    extra: dict[str, Any],
+    keep_last: int = 2,
 ) -> Path:
     root = Path(output_dir) / "checkpoints"
     final = root / f"step_{step}"

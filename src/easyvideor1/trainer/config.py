@@ -61,7 +61,9 @@ class RolloutConfig:
         if self.hybrid not in ("off", "always", "below_threshold"):
             raise ValueError(f"rollout.hybrid must be off, always or below_threshold, got {self.hybrid!r}")
         if self.n < 1 or not 0 <= self.offline_k <= self.n:
-            raise ValueError(f"need n >= 1 and 0 <= offline_k <= n, got n={self.n}, offline_k={self.offline_k}")
+            raise ValueError(
+                f"need n >= 1 and 0 <= offline_k <= n, got n={self.n}, offline_k={self.offline_k}"
+            )
 
 
 @dataclass

@@ -58,20 +58,37 @@ def tokenize_offline(tokenizer, text: str, eos_id: int, max_tokens: int) -> tupl
     return torch.tensor(ids[:max_tokens], dtype=torch.long), truncated
 
 
-def score(texts: list[str], samples: list[Sample], prompt_of: list[int], lengths: list[int], reward_cfg) -> tuple:
+def score(
+    texts: list[str], samples: list[Sample], prompt_of: list[int], lengths: list[int], reward_cfg
+) -> tuple:
     """Rewards of each response from the record it answers (one implementation for train and eval)."""
     rows: list[dict[str, Any]] = []
     for text, p, n_tokens in zip(texts, prompt_of, lengths, strict=True):
         rec = samples[p].record
-        rows.append(compute_score(text, rec.answer, rec.problem_type, rec.options, config=reward_cfg,
-                                  response_length=n_tokens, **rec.extra))
+        rows.append(
+            compute_score(
+                text,
+                rec.answer,
+                rec.problem_type,
+                rec.options,
+                config=reward_cfg,
+                response_length=n_tokens,
+                **rec.extra,
+            )
+        )
     keys = ("overall", "accuracy", "format")
     scores = {k: torch.tensor([float(r[k]) for r in rows], dtype=torch.float32) for k in keys}
     return scores, [r["task"] for r in rows], sum(1 for r in rows if r.get("error"))
 
 
 def collect(
-    engine, tokenizer, batch: PromptBatch, samples: list[Sample], rollout_cfg, sampling: SamplingConfig, reward_cfg,
+    engine,
+    tokenizer,
+    batch: PromptBatch,
+    samples: list[Sample],
+    rollout_cfg,
+    sampling: SamplingConfig,
+    reward_cfg,
 ) -> Experience:
     """Generate, add offline responses, and score: the groups of one step (prompt order kept)."""
     n, k, mode = rollout_cfg.n, rollout_cfg.offline_k, rollout_cfg.hybrid
@@ -109,7 +126,9 @@ def collect(
                     row += 1
     for p, sample in enumerate(samples):
         if use_offline[p]:
-            ids, trunc = tokenize_offline(tokenizer, sample.record.offline_output, eos_id, sampling.max_new_tokens)
+            ids, trunc = tokenize_offline(
+                tokenizer, sample.record.offline_output, eos_id, sampling.max_new_tokens
+            )
             for _ in range(k):
                 per_prompt[p].append((ids, sample.record.offline_output, True, trunc))
     prompt_of = [p for p, group in enumerate(per_prompt) for _ in group]
@@ -119,9 +138,15 @@ def collect(
     texts = [r[1] for r in flat]
     scores, tasks, errors = score(texts, samples, prompt_of, mask.sum(1).tolist(), reward_cfg)
     exp = Experience(
-        batch=batch, prompt_of=prompt_of, ids=ids, mask=mask, texts=texts,
-        offline=torch.tensor([r[2] for r in flat]), truncated=torch.tensor([bool(r[3]) for r in flat]),
-        scores=scores, tasks=tasks,
+        batch=batch,
+        prompt_of=prompt_of,
+        ids=ids,
+        mask=mask,
+        texts=texts,
+        offline=torch.tensor([r[2] for r in flat]),
+        truncated=torch.tensor([bool(r[3]) for r in flat]),
+        scores=scores,
+        tasks=tasks,
     )
     exp.metrics["reward/errors"] = float(errors)
     exp.metrics["hybrid/groups_with_offline"] = float(sum(use_offline))

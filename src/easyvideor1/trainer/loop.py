@@ -55,14 +55,18 @@ class Trainer:
         tc, self.alg = cfg.trainer, cfg.algorithm
         torch.manual_seed(tc.seed)
         random.seed(tc.seed)
-        self.model, self.processor = load_policy(cfg.model.path, cfg.model.dtype, cfg.model.gradient_checkpointing,
-                                                 cfg.model.freeze_vision_tower)
+        self.model, self.processor = load_policy(
+            cfg.model.path, cfg.model.dtype, cfg.model.gradient_checkpointing, cfg.model.freeze_vision_tower
+        )
         self.model.train()
         self.dummy = DummyVisionPass(self.model)
         self.engine = HFRolloutEngine(self.model, self.processor)
         self.train_set = RecordDataset.from_files(cfg.data.train_files, cfg.data)
-        self.val_set = (RecordDataset.from_files(cfg.data.val_files, cfg.data, self.train_set.loader)
-                        if cfg.data.val_files else None)
+        self.val_set = (
+            RecordDataset.from_files(cfg.data.val_files, cfg.data, self.train_set.loader)
+            if cfg.data.val_files
+            else None
+        )
         self.logger = MetricsLogger(tc.output_dir, tc.loggers, dataclasses.asdict(cfg), tc.max_steps)
         self.train_idx = self.preflight(self.train_set, "train")
         self.val_idx = self.preflight(self.val_set, "val")[: tc.val_size] if self.val_set else []
@@ -71,19 +75,26 @@ class Trainer:
             self.ref_model = copy.deepcopy(self.model).eval().requires_grad_(False)
             self.ref_dummy = None
         params = [p for p in self.model.parameters() if p.requires_grad]
-        self.optimizer = torch.optim.AdamW(params, lr=tc.lr, betas=tuple(tc.betas), weight_decay=tc.weight_decay)
+        self.optimizer = torch.optim.AdamW(
+            params, lr=tc.lr, betas=tuple(tc.betas), weight_decay=tc.weight_decay
+        )
         updates_per_step = tc.ppo_epochs * (tc.prompts_per_step // tc.mini_batch_prompts)
         self.scheduler = torch.optim.lr_scheduler.LambdaLR(
-            self.optimizer, _lr_lambda(tc.warmup_steps, tc.max_steps * updates_per_step, tc.lr_schedule))
+            self.optimizer, _lr_lambda(tc.warmup_steps, tc.max_steps * updates_per_step, tc.lr_schedule)
+        )
         self.sampler = PromptSampler(len(self.train_idx), tc.prompts_per_step, seed=tc.seed)
         r = cfg.rollout
         self.sampling = SamplingConfig(r.temperature, r.top_p, r.top_k, r.max_new_tokens)
         self.val_sampling = SamplingConfig(r.val_temperature, r.top_p, r.top_k, r.max_new_tokens)
         self.settings = UpdateSettings(
-            policy_loss=self.alg.policy_loss, loss_options=self.alg.policy_loss_options(),
-            loss_agg_mode=self.alg.loss_agg_mode, norm_length=self.alg.loss_norm_length or r.max_new_tokens,
+            policy_loss=self.alg.policy_loss,
+            loss_options=self.alg.policy_loss_options(),
+            loss_agg_mode=self.alg.loss_agg_mode,
+            norm_length=self.alg.loss_norm_length or r.max_new_tokens,
             kl_loss_coef=self.alg.kl.coef if self.alg.kl.enabled and self.alg.kl.apply_as == "loss" else 0.0,
-            kl_kind=self.alg.kl.type, temperature=r.temperature, micro_batch_size=tc.micro_batch_size,
+            kl_kind=self.alg.kl.type,
+            temperature=r.temperature,
+            micro_batch_size=tc.micro_batch_size,
             max_grad_norm=tc.max_grad_norm,
         )
         self.step, self.history = 0, []
@@ -102,16 +113,24 @@ class Trainer:
             if self.cfg.data.cache_mode == "cache_only":
                 missing = [s.videos[j] for s in samples for j, e in enumerate(s.video_entries) if e is None]
                 if missing:
-                    raise CacheError(f"{split}: {len(missing)} video(s) have no cache entry, e.g. {missing[0]} "
-                                     "(cache_only mode; run `easyvideor1 preprocess` with the same settings)")
-            lengths = encode_prompts(self.processor, samples, dataset.cfg, dataset.loader).inputs["attention_mask"].sum(1)
+                    raise CacheError(
+                        f"{split}: {len(missing)} video(s) have no cache entry, e.g. {missing[0]} "
+                        "(cache_only mode; run `easyvideor1 preprocess` with the same settings)"
+                    )
+            lengths = (
+                encode_prompts(self.processor, samples, dataset.cfg, dataset.loader)
+                .inputs["attention_mask"]
+                .sum(1)
+            )
             for i, n in zip(idx, lengths.tolist(), strict=True):
                 if n <= limit:
                     keep.append(i)
                 else:
                     dropped += 1
-        self.logger.write(f"preflight {split}: {len(keep)} prompts kept, {dropped} dropped as longer than "
-                          f"data.max_prompt_length={limit} tokens")
+        self.logger.write(
+            f"preflight {split}: {len(keep)} prompts kept, {dropped} dropped as longer than "
+            f"data.max_prompt_length={limit} tokens"
+        )
         if not keep:
             raise ValueError(f"{split}: no prompt fits data.max_prompt_length={limit}")
         return keep
@@ -122,23 +141,46 @@ class Trainer:
         samples = [self.train_set[self.train_idx[i]] for i in self.sampler.next_batch()]
         batch = encode_prompts(self.processor, samples, self.cfg.data, self.train_set.loader)
         t_data = time.perf_counter()
-        exp = collect(self.engine, self.processor.tokenizer, batch, samples, self.cfg.rollout, self.sampling,
-                      self.cfg.reward)
+        exp = collect(
+            self.engine,
+            self.processor.tokenizer,
+            batch,
+            samples,
+            self.cfg.rollout,
+            self.sampling,
+            self.cfg.reward,
+        )
         t_rollout = time.perf_counter()
         metrics = dict(exp.metrics)
         metrics.update(self._reward_metrics(exp))
         exp = self._filter(exp, metrics)
         scores = exp.scores["overall"].clone()
         if self.alg.overlong.enable:
-            pen = overlong_penalty(exp.mask, max_length=self.alg.overlong.max_length or self.sampling.max_new_tokens,
-                                   buffer=self.alg.overlong.buffer, factor=self.alg.overlong.factor)
+            pen = overlong_penalty(
+                exp.mask,
+                max_length=self.alg.overlong.max_length or self.sampling.max_new_tokens,
+                buffer=self.alg.overlong.buffer,
+                factor=self.alg.overlong.factor,
+            )
             scores += pen
             metrics["reward/overlong_penalty"] = float(pen.mean())
-        exp.old_logp, entropy = experience_logprobs(self.model, exp, self.engine.banned, self.dummy,
-                                                    self.sampling.temperature, self.cfg.trainer.micro_batch_size)
+        exp.old_logp, entropy = experience_logprobs(
+            self.model,
+            exp,
+            self.engine.banned,
+            self.dummy,
+            self.sampling.temperature,
+            self.cfg.trainer.micro_batch_size,
+        )
         if self.ref_model is not None:
-            exp.ref_logp, _ = experience_logprobs(self.ref_model, exp, self.engine.banned, None,
-                                                  self.sampling.temperature, self.cfg.trainer.micro_batch_size)
+            exp.ref_logp, _ = experience_logprobs(
+                self.ref_model,
+                exp,
+                self.engine.banned,
+                None,
+                self.sampling.temperature,
+                self.cfg.trainer.micro_batch_size,
+            )
             if self.alg.kl.apply_as == "reward":
                 from ..algorithms.kl import kl_penalty
 
@@ -156,12 +198,30 @@ class Trainer:
             for g in range(0, len(groups), per_mini):
                 chosen = set(groups[g : g + per_mini])
                 mini.append([i for i, p in enumerate(exp.prompt_of) if p in chosen])
-        metrics.update(policy_update(self.model, self.optimizer, self.scheduler, exp, mini, self.settings,
-                                     self.engine.banned, self.dummy))
+        metrics.update(
+            policy_update(
+                self.model,
+                self.optimizer,
+                self.scheduler,
+                exp,
+                mini,
+                self.settings,
+                self.engine.banned,
+                self.dummy,
+            )
+        )
         t_end = time.perf_counter()
         tokens = int(exp.mask.sum()) + int(batch.inputs["attention_mask"].sum()) * self.cfg.rollout.n
-        metrics.update({"time/data": t_data - t0, "time/rollout": t_rollout - t_data, "time/logprobs": t_logp - t_rollout,
-                        "time/update": t_end - t_logp, "time/step": t_end - t0, "perf/tokens_per_s": tokens / (t_end - t0)})
+        metrics.update(
+            {
+                "time/data": t_data - t0,
+                "time/rollout": t_rollout - t_data,
+                "time/logprobs": t_logp - t_rollout,
+                "time/update": t_end - t_logp,
+                "time/step": t_end - t0,
+                "perf/tokens_per_s": tokens / (t_end - t0),
+            }
+        )
         return metrics
 
     def _filter(self, exp: Experience, metrics: dict) -> Experience:
@@ -169,16 +229,25 @@ class Trainer:
         f = self.alg.online_filtering
         if not f.enable:
             return exp
-        res = filter_groups(exp.scores, exp.prompt_of, criterion=f.criterion, low=f.low, high=f.high, key=f.key)
+        res = filter_groups(
+            exp.scores, exp.prompt_of, criterion=f.criterion, low=f.low, high=f.high, key=f.key
+        )
         metrics["filter/kept_groups"] = float(res.kept_groups)
         metrics["filter/dropped_groups"] = float(res.dropped_groups)
         keep = res.keep.nonzero().flatten().tolist()
         if len(keep) == len(exp) or not keep:
             return exp  # nothing to drop, or nothing left: the advantages are all zero anyway
         return dataclasses.replace(
-            exp, prompt_of=[exp.prompt_of[i] for i in keep], ids=exp.ids[keep], mask=exp.mask[keep],
-            texts=[exp.texts[i] for i in keep], offline=exp.offline[keep], truncated=exp.truncated[keep],
-            scores={k: v[keep] for k, v in exp.scores.items()}, tasks=[exp.tasks[i] for i in keep])
+            exp,
+            prompt_of=[exp.prompt_of[i] for i in keep],
+            ids=exp.ids[keep],
+            mask=exp.mask[keep],
+            texts=[exp.texts[i] for i in keep],
+            offline=exp.offline[keep],
+            truncated=exp.truncated[keep],
+            scores={k: v[keep] for k, v in exp.scores.items()},
+            tasks=[exp.tasks[i] for i in keep],
+        )
 
     def _advantages(self, exp: Experience, scores: torch.Tensor, batch, samples) -> torch.Tensor:
         name = self.alg.adv_estimator
@@ -188,9 +257,12 @@ class Trainer:
         else:
             values = scores
         if name == "remax":
-            greedy = self.engine.generate(batch, [1] * len(samples), dataclasses.replace(self.sampling, temperature=0))
-            base, _, _ = score(greedy.texts, samples, list(range(len(samples))), greedy.mask.sum(1).tolist(),
-                               self.cfg.reward)
+            greedy = self.engine.generate(
+                batch, [1] * len(samples), dataclasses.replace(self.sampling, temperature=0)
+            )
+            base, _, _ = score(
+                greedy.texts, samples, list(range(len(samples))), greedy.mask.sum(1).tolist(), self.cfg.reward
+            )
             opts["baseline_scores"] = base["overall"][torch.tensor(exp.prompt_of)]
         out = compute_advantages(name, values, exp.mask, exp.prompt_of, **opts)
         return out.advantages.float()
@@ -233,15 +305,20 @@ class Trainer:
             pick = torch.randint(len(with_offline), (tc.sft_batch_size,), generator=g).tolist()
             samples = [self.train_set[with_offline[i]] for i in pick]
             batch = encode_prompts(self.processor, samples, self.cfg.data, self.train_set.loader)
-            rows = [tokenize_offline(self.processor.tokenizer, s.record.offline_output, eos,
-                                     self.sampling.max_new_tokens)[0] for s in samples]
+            rows = [
+                tokenize_offline(
+                    self.processor.tokenizer, s.record.offline_output, eos, self.sampling.max_new_tokens
+                )[0]
+                for s in samples
+            ]
             width = max(len(r) for r in rows)
             ids = torch.full((len(rows), width), self.engine.pad_id, dtype=torch.long)
             mask = torch.zeros_like(ids)
             for i, r in enumerate(rows):
                 ids[i, : len(r)], mask[i, : len(r)] = r, 1
-            logp, _ = response_logprobs(self.model, expand(batch, [1] * len(samples)), ids, mask,
-                                        self.engine.banned, 1.0, self.dummy)
+            logp, _ = response_logprobs(
+                self.model, expand(batch, [1] * len(samples)), ids, mask, self.engine.banned, 1.0, self.dummy
+            )
             loss = -(logp * mask).sum() / mask.sum()
             opt.zero_grad(set_to_none=True)
             loss.backward()
@@ -253,8 +330,9 @@ class Trainer:
     def validate(self) -> dict[str, float]:
         if not self.val_idx:
             return {}
-        metrics, generations = evaluate(self.engine, self.processor, self.val_set, self.val_idx, self.val_sampling,
-                                        self.cfg.reward)
+        metrics, generations = evaluate(
+            self.engine, self.processor, self.val_set, self.val_idx, self.val_sampling, self.cfg.reward
+        )
         path = os.path.join(self.cfg.trainer.output_dir, "generations.jsonl")
         with open(path, "a", encoding="utf-8") as f:
             for g in generations[:8]:
@@ -264,7 +342,11 @@ class Trainer:
     # ----------------------------------------------------------------------------------- the loop
     def _resume(self) -> None:
         tc = self.cfg.trainer
-        ckpt = None if tc.resume == "never" else (find_latest(tc.output_dir) if tc.resume == "auto" else tc.resume)
+        ckpt = (
+            None
+            if tc.resume == "never"
+            else (find_latest(tc.output_dir) if tc.resume == "auto" else tc.resume)
+        )
         if ckpt is None:
             return
         from safetensors.torch import load_file
@@ -277,9 +359,16 @@ class Trainer:
         self.logger.write(f"resumed from {ckpt} at step {self.step}")
 
     def save(self) -> None:
-        save_checkpoint(self.cfg.trainer.output_dir, self.step, self.model, self.processor, self.optimizer,
-                        self.scheduler, {"sampler": self.sampler.state_dict(), "history": self.history},
-                        keep_last=self.cfg.trainer.keep_last)
+        save_checkpoint(
+            self.cfg.trainer.output_dir,
+            self.step,
+            self.model,
+            self.processor,
+            self.optimizer,
+            self.scheduler,
+            {"sampler": self.sampler.state_dict(), "history": self.history},
+            keep_last=self.cfg.trainer.keep_last,
+        )
 
     def train(self) -> dict[str, float]:
         tc = self.cfg.trainer
@@ -294,8 +383,12 @@ class Trainer:
             self.step += 1
             if tc.val_every and self.step % tc.val_every == 0 and self.step < tc.max_steps:
                 metrics.update(self.validate())
-            self.history.append({"step": self.step, **{k: v for k, v in metrics.items() if "/" in k and
-                                                        k.split("/")[0] in ("reward", "val")}})
+            self.history.append(
+                {
+                    "step": self.step,
+                    **{k: v for k, v in metrics.items() if "/" in k and k.split("/")[0] in ("reward", "val")},
+                }
+            )
             self.logger.log(self.step, metrics, ("reward/overall", "reward/accuracy", "val/accuracy"))
             if tc.save_every and self.step % tc.save_every == 0:
                 self.save()

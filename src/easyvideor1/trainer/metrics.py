@@ -11,7 +11,11 @@ from typing import Any
 class MetricsLogger:
     def __init__(self, output_dir: str, loggers: list[str], config: dict | None = None, total_steps: int = 0):
         os.makedirs(output_dir, exist_ok=True)
-        self.jsonl = open(os.path.join(output_dir, "metrics.jsonl"), "a", encoding="utf-8") if "jsonl" in loggers else None
+        self.jsonl = (
+            open(os.path.join(output_dir, "metrics.jsonl"), "a", encoding="utf-8")
+            if "jsonl" in loggers
+            else None
+        )
         self.tb = None
         if "tensorboard" in loggers:
             try:
@@ -35,7 +39,9 @@ class MetricsLogger:
             self.bar = tqdm(total=total_steps, desc="train", unit="step", dynamic_ncols=True)
 
     def log(self, step: int, metrics: dict[str, Any], console_keys: tuple[str, ...] = ()) -> None:
-        clean = {k: float(v) for k, v in metrics.items() if isinstance(v, (int, float)) and math.isfinite(float(v))}
+        clean = {
+            k: float(v) for k, v in metrics.items() if isinstance(v, (int, float)) and math.isfinite(float(v))
+        }
         if self.jsonl:
             self.jsonl.write(json.dumps({"step": step, **clean}) + "\n")
             self.jsonl.flush()
@@ -46,7 +52,9 @@ class MetricsLogger:
             self.wandb.log(clean, step=step)
         if self.bar is not None:
             self.bar.n = step
-            self.bar.set_postfix({k.split("/")[-1]: f"{clean[k]:.3g}" for k in console_keys if k in clean}, refresh=True)
+            self.bar.set_postfix(
+                {k.split("/")[-1]: f"{clean[k]:.3g}" for k in console_keys if k in clean}, refresh=True
+            )
 
     def write(self, text: str) -> None:
         if self.bar is not None:

@@ -52,8 +52,14 @@ def experience_logprobs(model, exp: Experience, banned, dummy, temperature: floa
 
 
 def policy_update(
-    model, optimizer, scheduler, exp: Experience, mini_batches: list[list[int]], settings: UpdateSettings,
-    banned, dummy,
+    model,
+    optimizer,
+    scheduler,
+    exp: Experience,
+    mini_batches: list[list[int]],
+    settings: UpdateSettings,
+    banned,
+    dummy,
 ) -> dict[str, float]:
     """One optimizer step per mini-batch (lists of sequence indices); returns averaged metrics."""
     sums: dict[str, float] = {}
@@ -64,22 +70,40 @@ def policy_update(
         optimizer.zero_grad(set_to_none=True)
         for idx in micros:
             seq_inputs, ids, mask, width = _micro_inputs(exp, idx)
-            logp, entropy = response_logprobs(model, seq_inputs, ids, mask, banned, settings.temperature, dummy)
+            logp, entropy = response_logprobs(
+                model, seq_inputs, ids, mask, banned, settings.temperature, dummy
+            )
             out = compute_policy_loss(
-                settings.policy_loss, logp, exp.old_logp[idx, :width], exp.advantages[idx, :width], mask,
+                settings.policy_loss,
+                logp,
+                exp.old_logp[idx, :width],
+                exp.advantages[idx, :width],
+                mask,
                 **(settings.loss_options or {}),
             )
-            loss = aggregate_loss(out.loss, mask, settings.loss_agg_mode, global_stats=stats,
-                                  norm_length=settings.norm_length)
+            loss = aggregate_loss(
+                out.loss, mask, settings.loss_agg_mode, global_stats=stats, norm_length=settings.norm_length
+            )
             if settings.kl_loss_coef and exp.ref_logp is not None:
-                kl = kl_loss(logp, exp.ref_logp[idx, :width], mask, settings.kl_kind, settings.loss_agg_mode,
-                             global_stats=stats, norm_length=settings.norm_length)
+                kl = kl_loss(
+                    logp,
+                    exp.ref_logp[idx, :width],
+                    mask,
+                    settings.kl_kind,
+                    settings.loss_agg_mode,
+                    global_stats=stats,
+                    norm_length=settings.norm_length,
+                )
                 loss = loss + settings.kl_loss_coef * kl
                 _add(sums, "actor/kl_loss", float(kl.detach()))
             loss.backward()
             share = float(mask.sum()) / max(stats.num_tokens, 1)
             _add(sums, "actor/pg_loss", float(loss.detach()))
-            _add(sums, "actor/entropy", float((entropy.detach() * mask).sum()) / max(float(mask.sum()), 1) * share)
+            _add(
+                sums,
+                "actor/entropy",
+                float((entropy.detach() * mask).sum()) / max(float(mask.sum()), 1) * share,
+            )
             for k, v in out.metrics.items():
                 _add(sums, f"actor/{k}", float(v) * share)
         grad_norm = torch.nn.utils.clip_grad_norm_(model.parameters(), settings.max_grad_norm)
