@@ -292,12 +292,12 @@ class Trainer:
         return m
 
     # ------------------------------------------------------------------------------- warm-up, eval
-    def sft_warmup(self) -> None:
+    def sft_warmup(self) -> bool:
         """Supervised steps on the records' offline responses (a cold-start remedy for tiny models)."""
         tc = self.cfg.trainer
         with_offline = [i for i in self.train_idx if self.train_set.records[i].offline_output]
         if not tc.sft_warmup_steps or not with_offline:
-            return
+            return False
         opt = torch.optim.AdamW([p for p in self.model.parameters() if p.requires_grad], lr=tc.sft_lr)
         g = torch.Generator().manual_seed(tc.seed + 1)
         eos = self.engine.eos_ids[0]
@@ -326,6 +326,7 @@ class Trainer:
             opt.step()
             if step % 10 == 0 or step == tc.sft_warmup_steps - 1:
                 self.logger.log(0, {"sft/loss": float(loss.detach()), "sft/step": step}, ("sft/loss",))
+        return True
 
     def validate(self) -> dict[str, float]:
         if not self.val_idx:
@@ -377,7 +378,10 @@ class Trainer:
             before = self.validate()
             self.history.append({"step": 0, **before})
             self.logger.log(0, before)
-            self.sft_warmup()
+            if self.sft_warmup():
+                warm = {f"{k}_after_warmup": v for k, v in self.validate().items()}
+                self.history.append({"step": 0, **warm})
+                self.logger.log(0, warm)
         while self.step < tc.max_steps:
             metrics = self.rl_step()
             self.step += 1
