@@ -63,8 +63,9 @@ def run_demo(
     result = {
         "variant": run_name,
         "accuracy_before": before.get("val/accuracy"),
-        "accuracy_after_warmup": next((h["val/accuracy_after_warmup"] for h in hist
-                                       if "val/accuracy_after_warmup" in h), None),
+        "accuracy_after_warmup": next(
+            (h["val/accuracy_after_warmup"] for h in hist if "val/accuracy_after_warmup" in h), None
+        ),
         "accuracy_after": after.get("val/accuracy"),
         "chance": CHANCE,
         "steps": trainer.step,

@@ -140,3 +140,54 @@ def test_every_estimator_and_loss_runs_a_step(make_cfg, estimator, loss):
     assert all(v == v for v in m.values()), "no NaN metric"
     assert m["actor/skipped_steps"] == 0 and m["actor/grad_norm"] > 0
     assert "filter/kept_groups" in m and "actor/kl_loss" in m and "reward/overlong_penalty" in m
+
+
+def test_joint_image_video_text_batch_trains(make_cfg, demo_assets, tmp_path):
+    from PIL import Image
+
+    video_rows = [json.loads(line) for line in open(demo_assets["train"])][:2]
+    for r in video_rows:
+        r["videos"] = [str(demo_assets["dir"] / "data" / r["videos"][0])]
+    rows = list(video_rows)
+    for i, colour in enumerate(["red", "blue"]):
+        path = tmp_path / f"{colour}.png"
+        Image.new("RGB", (40, 30), colour).save(path)
+        letter = "A" if colour == "red" else "C"
+        rows.append(
+            {
+                "problem_id": f"img{i}",
+                "problem": "What colour is the image?",
+                "images": [str(path)],
+                "options": ["A. red", "B. green", "C. blue", "D. yellow"],
+                "problem_type": "multiple choice",
+                "answer": letter,
+                "offline_output": f"<answer>{letter}</answer>",
+            }
+        )
+    rows += [
+        {
+            "problem_id": f"txt{i}",
+            "problem": f"What is {i} + 2?",
+            "problem_type": "numerical",
+            "answer": str(i + 2),
+            "offline_output": f"<answer>{i + 2}</answer>",
+        }
+        for i in range(2)
+    ]
+    data = tmp_path / "mixed.jsonl"
+    data.write_text("".join(json.dumps(r) + "\n" for r in rows))
+    t = Trainer(
+        make_cfg(
+            f"data.train_files=[{data}]",
+            "data.val_files=[]",
+            "trainer.prompts_per_step=6",
+            "trainer.mini_batch_prompts=3",
+            "rollout.hybrid=always",
+            "data.image_max_pixels=8192",
+        )
+    )
+    m = t.rl_step()
+    assert m["actor/skipped_steps"] == 0 and m["actor/grad_norm"] > 0
+    assert "reward/multiple_choice/accuracy" in m and "reward/numerical/accuracy" in m
+    missing = [n for n, p in t.model.named_parameters() if p.requires_grad and p.grad is None]
+    assert not missing, "the vision tower is part of every backward, whatever the batch holds"

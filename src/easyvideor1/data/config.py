@@ -74,6 +74,12 @@ class DataConfig:
         if self.video_nframes is not None:
             self.video_fps = None  # a fixed count replaces the fps rule
         self.sampling_params()  # validate the budgets now, not at the first video
+        image_min = self.image_min_pixels if self.image_min_pixels is not None else 4 * self.factor**2
+        if self.image_max_pixels is not None and self.image_max_pixels < image_min:
+            raise ValueError(
+                f"data.image_max_pixels ({self.image_max_pixels}) is below data.image_min_pixels "
+                f"({image_min}{'' if self.image_min_pixels is not None else ', the default 4 x factor^2'})"
+            )
 
     @property
     def factor(self) -> int:

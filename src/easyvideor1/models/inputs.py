@@ -41,6 +41,9 @@ def _split_items(inputs: dict[str, Any], kind: str, counts: list[int]) -> list[d
     rows = grids.prod(dim=1).tolist()
     out, item, row = [], 0, 0
     for c in counts:
+        if c == 0:
+            out.append({})  # this prompt has no item of this kind: its rows must not mention it at all
+            continue
         n_rows = sum(rows[item : item + c])
         piece = {pix_key: inputs[pix_key][row : row + n_rows], grid_key: grids[item : item + c]}
         if extra_key and inputs.get(extra_key) is not None:

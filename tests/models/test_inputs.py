@@ -1,0 +1,41 @@
+"""Prompt batches expand into sequence batches with each prompt's own vision tensors."""
+
+from __future__ import annotations
+
+import torch
+from PIL import Image
+
+from easyvideor1.data.config import DataConfig
+from easyvideor1.data.dataset import RecordDataset, encode_prompts
+from easyvideor1.data.records import parse_record
+from easyvideor1.models.inputs import gather_prompts
+from easyvideor1.models.tiny import build_processor
+from tests.conftest import make_video
+
+
+def test_gather_prompts_keeps_each_prompts_media(tmp_path):
+    video = make_video(tmp_path, "v", fps=10, duration=1, size=(64, 64))
+    Image.new("RGB", (64, 64), "red").save(tmp_path / "i.png")
+    records = [
+        parse_record({"problem": "video", "videos": [video]}, "f[0]"),
+        parse_record({"problem": "text only"}, "f[1]"),
+        parse_record({"problem": "both", "videos": [video], "images": [str(tmp_path / "i.png")]}, "f[2]"),
+        parse_record({"problem": "image", "images": [str(tmp_path / "i.png")]}, "f[3]"),
+    ]
+    cfg = DataConfig(
+        video_nframes=2, video_fps=None, video_min_pixels=1024, video_max_pixels=4096, image_max_pixels=4096
+    )
+    ds = RecordDataset(records, cfg, str(tmp_path / "d.jsonl"))
+    processor = build_processor()
+    batch = encode_prompts(processor, [ds[i] for i in range(4)], cfg, ds.loader)
+    assert (batch.video_counts, batch.image_counts) == ([1, 0, 1, 0], [0, 0, 1, 1])
+    for order in ([2, 0, 0, 1], [1, 1], [3, 2]):
+        got = gather_prompts(batch, order)
+        singles = [encode_prompts(processor, [ds[i]], cfg, ds.loader).inputs for i in order]
+        for key in ("pixel_values_videos", "pixel_values"):
+            parts = [s[key] for s in singles if key in s]
+            if parts:
+                assert torch.equal(got[key], torch.cat(parts)), (order, key)
+            else:
+                assert key not in got, (order, key)
+        assert got["input_ids"].shape[0] == len(order)
