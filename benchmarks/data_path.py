@@ -130,11 +130,13 @@ def main() -> None:
     data = work / "data.jsonl"
     data.write_text("".join(json.dumps({"problem": "q", "videos": [v]}) + "\n" for v in vids))
     cfg = DataConfig(video_fps=2.0)
-    rates = {}
-    for workers in (1, 2):
-        rep = preprocess([str(data)], cfg, str(work / f"cache_w{workers}"), workers=workers, progress=False)
-        assert rep["built"] == len(vids), rep
-        rates[workers] = len(vids) / rep["seconds"]
+    rates = {1: 0.0, 2: 0.0}
+    for rep in range(1 if args.quick else 2):  # alternate, keep each setting's best run (VM noise)
+        for workers in (1, 2):
+            out = work / f"cache_w{workers}_{rep}"
+            report = preprocess([str(data)], cfg, str(out), workers=workers, progress=False)
+            assert report["built"] == len(vids), report
+            rates[workers] = max(rates[workers], len(vids) / report["seconds"])
     results["preprocess_2_vs_1_workers"] = rates[2] / rates[1]
     print(
         f"[3] preprocess {len(vids)} videos (20 s, 640x360, fps 2): 1 worker {rates[1]:.2f} videos/s, 2 workers {rates[2]:.2f} "

@@ -12,6 +12,7 @@ from pathlib import Path
 
 import av
 import numpy as np
+import pytest
 
 from easyvideor1.data.config import DataConfig
 from easyvideor1.media.cache import read_entry, read_header
@@ -219,3 +220,22 @@ def test_time_limit_kills_a_hung_task_and_the_rest_completes():
     assert results[0] == (True, "aa") and results[2] == (True, "bb") and results[4] == (True, "cc")
     assert results[1][0] is False and "time limit" in results[1][1]
     assert results[3][0] is False and "died" in results[3][1]
+
+
+@pytest.mark.parametrize("workers", [0, 1])
+def test_a_failed_background_write_is_reported_not_trusted(tmp_path, workers):
+    from easyvideor1.media.cache import entry_key
+
+    good = [make_video(tmp_path, f"w{i}", fps=10, duration=1) for i in range(2)]
+    data = _write_jsonl(
+        tmp_path / "d.jsonl",
+        [{"problem_id": f"r{i}", "problem": "q", "videos": [v]} for i, v in enumerate(good)],
+    )
+    cache = tmp_path / "cache"
+    cache.mkdir()
+    key = entry_key(good[0], CFG.sampling_params())
+    (cache / key[:2]).write_text("a file where the entry's directory should be")
+    report = preprocess([data], CFG, str(cache), workers=workers, progress=False)
+    assert (report["built"], report["failed"]) == (1, 1)
+    failures = {f["record"]: f["reason"] for f in map(json.loads, open(cache / "failures.jsonl"))}
+    assert "r0" in failures and failures["r0"]

@@ -18,7 +18,9 @@ from multiprocessing.connection import Connection, wait
 from typing import Any
 
 
-def _worker_main(fn: Callable[[Any], Any], conn: Connection) -> None:
+def _worker_main(
+    fn: Callable[[Any], Any], conn: Connection, on_exit: Callable[[], None] | None = None
+) -> None:
     import torch
 
     from .decode import set_decode_threads
@@ -29,8 +31,10 @@ def _worker_main(fn: Callable[[Any], Any], conn: Connection) -> None:
         try:
             msg = conn.recv()
         except (EOFError, OSError):
-            return  # parent gone (finished or killed): exit quietly
+            msg = None  # parent gone (finished or killed)
         if msg is None:
+            if on_exit is not None:
+                on_exit()  # e.g. finish background writes before the process ends
             return
         task_id, arg = msg
         try:
@@ -41,9 +45,9 @@ def _worker_main(fn: Callable[[Any], Any], conn: Connection) -> None:
 
 
 class _Worker:
-    def __init__(self, ctx, fn):
+    def __init__(self, ctx, fn, on_exit=None):
         self.conn, child = ctx.Pipe()
-        self.proc = ctx.Process(target=_worker_main, args=(fn, child), daemon=True)
+        self.proc = ctx.Process(target=_worker_main, args=(fn, child, on_exit), daemon=True)
         self.proc.start()
         child.close()
         self.task: Any = None
@@ -60,11 +64,13 @@ def run_tasks(
     tasks: Iterable[tuple[Any, Any]],
     workers: int,
     time_limit: float | None,
+    on_exit: Callable[[], None] | None = None,
 ) -> Iterator[tuple[Any, bool, Any]]:
     """Run ``fn(arg)`` for each ``(task_id, arg)``; yield ``(task_id, ok, result_or_error)`` as they finish.
 
-    ``fn`` must be a module-level function. ``workers=0`` runs in this process (no time limit
-    enforcement beyond what ``fn`` does itself; useful for debugging).
+    ``fn`` must be a module-level function; ``on_exit`` runs in each worker before it exits normally.
+    ``workers=0`` runs in this process (no time limit enforcement beyond what ``fn`` does itself;
+    useful for debugging).
     """
     queue = deque(tasks)
     if workers <= 0:
@@ -73,9 +79,11 @@ def run_tasks(
                 yield task_id, True, fn(arg)
             except Exception as e:
                 yield task_id, False, f"{type(e).__name__}: {e}"
+        if on_exit is not None:
+            on_exit()
         return
     ctx = mp.get_context("fork" if os.name == "posix" else "spawn")
-    pool = [_Worker(ctx, fn) for _ in range(min(workers, max(1, len(queue))))]
+    pool = [_Worker(ctx, fn, on_exit) for _ in range(min(workers, max(1, len(queue))))]
     try:
         while queue or any(w.task is not None for w in pool):
             for w in pool:
@@ -101,11 +109,11 @@ def run_tasks(
                 if w.conn in ready or w.proc.sentinel in ready or not w.proc.is_alive():
                     code = w.proc.exitcode
                     w.kill()
-                    pool[i] = _Worker(ctx, fn)
+                    pool[i] = _Worker(ctx, fn, on_exit)
                     yield task_id, False, f"worker process died (exit code {code}) while processing this item"
                 elif time_limit is not None and now - w.started > time_limit:
                     w.kill()
-                    pool[i] = _Worker(ctx, fn)
+                    pool[i] = _Worker(ctx, fn, on_exit)
                     yield task_id, False, f"time limit exceeded ({time_limit:g} s); worker killed"
     finally:
         for w in pool:
@@ -114,6 +122,6 @@ def run_tasks(
             except (OSError, BrokenPipeError):
                 pass
         for w in pool:
-            w.proc.join(2)
+            w.proc.join(60)  # workers finish their background work (a pending write) first
             if w.proc.is_alive():
                 w.kill()
