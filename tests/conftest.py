@@ -11,7 +11,16 @@ import pytest
 
 from easyvideor1.media.encode import CODECS, encode_video
 
-SHARED = Path(__file__).resolve().parents[2] / "shared"
+
+def _find_shared() -> Path:
+    """The project's read-only reference folder: $EASYVIDEOR1_SHARED, else ../shared from the checkout."""
+    env = os.environ.get("EASYVIDEOR1_SHARED")
+    candidates = [Path(env)] if env else []
+    candidates += [Path(__file__).resolve().parents[2] / "shared", Path("/work/shared")]
+    return next((c for c in candidates if c.is_dir()), candidates[0])
+
+
+SHARED = _find_shared()
 ANNOTATIONS = SHARED / "benchmarks" / "annotations"
 
 

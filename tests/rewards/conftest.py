@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 from collections.abc import Callable
-from pathlib import Path
 from typing import Any
 
 import pytest
@@ -11,7 +10,8 @@ import pytest
 from easyvideor1.rewards import RewardConfig, compute_score
 
 # The shared benchmark annotation files sit next to the checkout (tests skip cleanly without them).
-ANNOTATIONS = Path(__file__).resolve().parents[3] / "shared" / "benchmarks" / "annotations"
+from tests.conftest import ANNOTATIONS  # noqa: F401  (re-exported: one place finds ../shared)
+
 COLOURS = ["A. red", "B. green", "C. blue", "D. yellow"]
 
 Scorer = Callable[..., dict[str, Any]]
