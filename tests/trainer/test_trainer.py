@@ -191,3 +191,59 @@ def test_joint_image_video_text_batch_trains(make_cfg, demo_assets, tmp_path):
     assert "reward/multiple_choice/accuracy" in m and "reward/numerical/accuracy" in m
     missing = [n for n, p in t.model.named_parameters() if p.requires_grad and p.grad is None]
     assert not missing, "the vision tower is part of every backward, whatever the batch holds"
+
+
+def test_dynamic_sampling_draws_more_prompts_until_groups_carry_signal(make_cfg):
+    t = Trainer(
+        make_cfg(
+            "rollout.hybrid=always",
+            "algorithm.online_filtering.enable=true",
+            "algorithm.online_filtering.max_tries=3",
+        )
+    )
+    # an untrained model fails every online response and the offline one is right: every group has
+    # signal, so one round suffices
+    m = t.rl_step()
+    assert m["filter/rounds"] == 1 and m["filter/kept_groups"] == 4
+    # without offline responses almost every reward is 0: rounds continue until the retry budget is
+    # spent (or, by luck, enough groups got a right answer)
+    t = Trainer(
+        make_cfg(
+            "rollout.hybrid=off",
+            "algorithm.online_filtering.enable=true",
+            "algorithm.online_filtering.max_tries=3",
+            "algorithm.online_filtering.key=accuracy",
+        )
+    )
+    m = t.rl_step()
+    rounds, kept, dropped = m["filter/rounds"], m["filter/kept_groups"], m["filter/dropped_groups"]
+    assert rounds == 3 or kept == 4
+    assert kept < 4 and rounds == 3, "an untrained model rarely answers right"
+    assert dropped == 4 * rounds - kept
+
+
+def test_merge_groups_keeps_whole_groups_in_order(make_cfg):
+    from easyvideor1.trainer.experience import merge_groups
+
+    t = Trainer(make_cfg("rollout.hybrid=always"))
+    parts = []
+    for _ in range(2):
+        samples, batch = t._next_samples()
+        exp = collect(
+            t.engine, t.processor.tokenizer, batch, samples, t.cfg.rollout, t.sampling, t.cfg.reward
+        )
+        parts.append((exp, samples, [1, 3]))
+    kept = [s[p] for _, s, keep in parts for p in keep]
+    merged = merge_groups(parts, encode_prompts(t.processor, kept, t.cfg.data, t.train_set.loader))
+    assert merged.prompt_of == [0] * 4 + [1] * 4 + [2] * 4 + [3] * 4
+    first = [i for i, p in enumerate(parts[0][0].prompt_of) if p == 1]
+    assert merged.texts[:4] == [parts[0][0].texts[i] for i in first]
+    # the merged experience goes through a full update
+    from easyvideor1.trainer.update import experience_logprobs, policy_update
+
+    merged.old_logp, _ = experience_logprobs(t.model, merged, t.engine.banned, t.dummy, 1.0, 5)
+    merged.advantages = t._advantages(merged, merged.scores["overall"], None, kept)
+    m = policy_update(
+        t.model, t.optimizer, None, merged, [list(range(16))], t.settings, t.engine.banned, t.dummy
+    )
+    assert m["actor/skipped_steps"] == 0 and m["actor/ppo_kl"] == pytest.approx(0.0, abs=1e-5)

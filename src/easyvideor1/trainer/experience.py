@@ -151,3 +151,37 @@ def collect(
     exp.metrics["reward/errors"] = float(errors)
     exp.metrics["hybrid/groups_with_offline"] = float(sum(use_offline))
     return exp
+
+
+def merge_groups(parts: list[tuple[Experience, list[Sample], list[int]]], batch: PromptBatch) -> Experience:
+    """One experience from the chosen groups of several rounds.
+
+    ``parts`` holds (experience, its samples, the prompt indices to keep); ``batch`` encodes the kept
+    samples in the same order. Responses do not depend on how the prompts were padded, so they are
+    carried over as they are; log-probs are computed afterwards on the merged batch.
+    """
+    rows, prompt_of = [], []
+    new_p = 0
+    for exp, _, keep in parts:
+        for p in keep:
+            for i, q in enumerate(exp.prompt_of):
+                if q == p:
+                    rows.append((exp, i))
+                    prompt_of.append(new_p)
+            new_p += 1
+    ids = _pad_stack([e.ids[i][e.mask[i].bool()] for e, i in rows], 0)  # padding is masked out
+    mask = _pad_stack([torch.ones(int(e.mask[i].sum()), dtype=torch.long) for e, i in rows], 0)
+    merged = Experience(
+        batch=batch,
+        prompt_of=prompt_of,
+        ids=ids,
+        mask=mask,
+        texts=[e.texts[i] for e, i in rows],
+        offline=torch.tensor([bool(e.offline[i]) for e, i in rows]),
+        truncated=torch.tensor([bool(e.truncated[i]) for e, i in rows]),
+        scores={k: torch.stack([e.scores[k][i] for e, i in rows]) for k in parts[0][0].scores},
+        tasks=[e.tasks[i] for e, i in rows],
+    )
+    for key in parts[0][0].metrics:
+        merged.metrics[key] = sum(e.metrics.get(key, 0.0) for e, _, _ in parts)
+    return merged

@@ -31,7 +31,7 @@ from ..rollout.base import SamplingConfig
 from ..rollout.hf import HFRolloutEngine
 from .checkpoint import find_latest, load_trainer_state, save_checkpoint
 from .evaluate import evaluate
-from .experience import Experience, collect, score, tokenize_offline
+from .experience import Experience, collect, merge_groups, score, tokenize_offline
 from .metrics import MetricsLogger
 from .sampler import PromptSampler
 from .update import UpdateSettings, experience_logprobs, policy_update
@@ -138,22 +138,9 @@ class Trainer:
     # ------------------------------------------------------------------------------------- one step
     def rl_step(self) -> dict[str, float]:
         t0 = time.perf_counter()
-        samples = [self.train_set[self.train_idx[i]] for i in self.sampler.next_batch()]
-        batch = encode_prompts(self.processor, samples, self.cfg.data, self.train_set.loader)
-        t_data = time.perf_counter()
-        exp = collect(
-            self.engine,
-            self.processor.tokenizer,
-            batch,
-            samples,
-            self.cfg.rollout,
-            self.sampling,
-            self.cfg.reward,
-        )
+        metrics: dict[str, float] = {}
+        exp, samples, batch, t_data = self._collect_groups(metrics)
         t_rollout = time.perf_counter()
-        metrics = dict(exp.metrics)
-        metrics.update(self._reward_metrics(exp))
-        exp = self._filter(exp, metrics)
         scores = exp.scores["overall"].clone()
         if self.alg.overlong.enable:
             pen = overlong_penalty(
@@ -224,30 +211,68 @@ class Trainer:
         )
         return metrics
 
-    def _filter(self, exp: Experience, metrics: dict) -> Experience:
-        """DAPO dynamic sampling, one round: drop the groups whose rewards carry no signal."""
+    def _next_samples(self):
+        samples = [self.train_set[self.train_idx[i]] for i in self.sampler.next_batch()]
+        return samples, encode_prompts(self.processor, samples, self.cfg.data, self.train_set.loader)
+
+    def _collect_groups(self, metrics: dict):
+        """Rollouts for one step. With DAPO dynamic sampling, groups whose rewards carry no signal
+        are dropped and new prompts are drawn, round after round, until ``prompts_per_step`` groups
+        are kept or ``algorithm.online_filtering.max_tries`` rounds have run."""
+        t0 = time.perf_counter()
+        samples, batch = self._next_samples()
+        t_data = time.perf_counter() - t0
         f = self.alg.online_filtering
+        exp = collect(
+            self.engine,
+            self.processor.tokenizer,
+            batch,
+            samples,
+            self.cfg.rollout,
+            self.sampling,
+            self.cfg.reward,
+        )
+        metrics.update(exp.metrics)
+        metrics.update(self._reward_metrics(exp))  # rewards as sampled, before any filtering
         if not f.enable:
-            return exp
-        res = filter_groups(
-            exp.scores, exp.prompt_of, criterion=f.criterion, low=f.low, high=f.high, key=f.key
+            return exp, samples, batch, t0 + t_data
+        target = self.cfg.trainer.prompts_per_step
+        parts, kept, rounds, dropped = [], 0, 0, 0
+        while True:
+            res = filter_groups(
+                exp.scores, exp.prompt_of, criterion=f.criterion, low=f.low, high=f.high, key=f.key
+            )
+            keep = sorted({exp.prompt_of[i] for i in res.keep.nonzero().flatten().tolist()})[: target - kept]
+            parts.append((exp, samples, keep))
+            kept, rounds, dropped = kept + len(keep), rounds + 1, dropped + res.dropped_groups
+            if kept >= target or (f.max_tries > 0 and rounds >= f.max_tries):
+                break
+            t = time.perf_counter()
+            samples, batch = self._next_samples()
+            t_data += time.perf_counter() - t
+            exp = collect(
+                self.engine,
+                self.processor.tokenizer,
+                batch,
+                samples,
+                self.cfg.rollout,
+                self.sampling,
+                self.cfg.reward,
+            )
+        metrics.update(
+            {
+                "filter/rounds": float(rounds),
+                "filter/kept_groups": float(kept),
+                "filter/dropped_groups": float(dropped),
+            }
         )
-        metrics["filter/kept_groups"] = float(res.kept_groups)
-        metrics["filter/dropped_groups"] = float(res.dropped_groups)
-        keep = res.keep.nonzero().flatten().tolist()
-        if len(keep) == len(exp) or not keep:
-            return exp  # nothing to drop, or nothing left: the advantages are all zero anyway
-        return dataclasses.replace(
-            exp,
-            prompt_of=[exp.prompt_of[i] for i in keep],
-            ids=exp.ids[keep],
-            mask=exp.mask[keep],
-            texts=[exp.texts[i] for i in keep],
-            offline=exp.offline[keep],
-            truncated=exp.truncated[keep],
-            scores={k: v[keep] for k, v in exp.scores.items()},
-            tasks=[exp.tasks[i] for i in keep],
-        )
+        if kept == 0:  # nothing carries signal: train on the last round (its advantages are all zero)
+            return exp, samples, batch, t0 + t_data
+        kept_samples = [s[p] for _, s, keep in parts for p in keep]
+        t = time.perf_counter()
+        batch = encode_prompts(self.processor, kept_samples, self.cfg.data, self.train_set.loader)
+        t_data += time.perf_counter() - t
+        return merge_groups(parts, batch), kept_samples, batch, t0 + t_data
 
     def _advantages(self, exp: Experience, scores: torch.Tensor, batch, samples) -> torch.Tensor:
         name = self.alg.adv_estimator
