@@ -18,7 +18,7 @@ import torch
 from ..data.dataset import Sample
 from ..models.inputs import PromptBatch
 from ..rewards import compute_score
-from ..rollout.base import SamplingConfig
+from ..rollout.base import Responses, SamplingConfig
 
 
 @dataclass
@@ -81,6 +81,18 @@ def score(
     return scores, [r["task"] for r in rows], sum(1 for r in rows if r.get("error"))
 
 
+def _append_online(per_prompt: list[list[tuple]], responses: Responses, counts: list[int]) -> None:
+    """Distribute generated responses (prompt order, ``counts[p]`` each) to their groups."""
+    row = 0
+    for p, count in enumerate(counts):
+        for _ in range(count):
+            m = responses.mask[row].bool()
+            per_prompt[p].append(
+                (responses.ids[row][m], responses.texts[row], False, responses.truncated[row])
+            )
+            row += 1
+
+
 def collect(
     engine,
     tokenizer,
@@ -98,12 +110,7 @@ def collect(
     first = engine.generate(batch, online_n, sampling)
     # responses per prompt: list of (ids, text, offline, truncated)
     per_prompt: list[list[tuple]] = [[] for _ in samples]
-    row = 0
-    for p, count in enumerate(online_n):
-        for _ in range(count):
-            m = first.mask[row].bool()
-            per_prompt[p].append((first.ids[row][m], first.texts[row], False, first.truncated[row]))
-            row += 1
+    _append_online(per_prompt, first, online_n)
     use_offline = list(has_offline)
     if mode == "below_threshold" and any(has_offline):
         # score the online part first; confident groups are completed online instead
@@ -117,13 +124,7 @@ def collect(
                 use_offline[p] = mean < rollout_cfg.hybrid_threshold
         extra = [k if has_offline[p] and not use_offline[p] else 0 for p in range(len(samples))]
         if any(extra):
-            more = engine.generate(batch, extra, sampling)
-            row = 0
-            for p, count in enumerate(extra):
-                for _ in range(count):
-                    m = more.mask[row].bool()
-                    per_prompt[p].append((more.ids[row][m], more.texts[row], False, more.truncated[row]))
-                    row += 1
+            _append_online(per_prompt, engine.generate(batch, extra, sampling), extra)
     for p, sample in enumerate(samples):
         if use_offline[p]:
             ids, trunc = tokenize_offline(

@@ -13,7 +13,6 @@ import math
 import os
 import random
 import time
-from collections import defaultdict
 
 import torch
 
@@ -32,7 +31,7 @@ from ..rollout.hf import HFRolloutEngine
 from .checkpoint import find_latest, load_trainer_state, save_checkpoint
 from .evaluate import evaluate
 from .experience import Experience, collect, merge_groups, score, tokenize_offline
-from .metrics import MetricsLogger
+from .metrics import MetricsLogger, hybrid_metrics, reward_metrics
 from .sampler import PromptSampler
 from .update import UpdateSettings, experience_logprobs, policy_update
 
@@ -176,7 +175,7 @@ class Trainer:
                 metrics["actor/reward_kl"] = float(masked_mean(kl, exp.mask.bool()))
         t_logp = time.perf_counter()
         exp.advantages = self._advantages(exp, scores, batch, samples)
-        metrics.update(self._split_metrics(exp))
+        metrics.update(hybrid_metrics(exp))
         metrics["actor/entropy_rollout"] = float(masked_mean(entropy, exp.mask.bool()))
         groups = sorted(set(exp.prompt_of))
         per_mini = self.cfg.trainer.mini_batch_prompts
@@ -215,15 +214,8 @@ class Trainer:
         samples = [self.train_set[self.train_idx[i]] for i in self.sampler.next_batch()]
         return samples, encode_prompts(self.processor, samples, self.cfg.data, self.train_set.loader)
 
-    def _collect_groups(self, metrics: dict):
-        """Rollouts for one step. With DAPO dynamic sampling, groups whose rewards carry no signal
-        are dropped and new prompts are drawn, round after round, until ``prompts_per_step`` groups
-        are kept or ``algorithm.online_filtering.max_tries`` rounds have run."""
-        t0 = time.perf_counter()
-        samples, batch = self._next_samples()
-        t_data = time.perf_counter() - t0
-        f = self.alg.online_filtering
-        exp = collect(
+    def _rollout(self, samples, batch) -> Experience:
+        return collect(
             self.engine,
             self.processor.tokenizer,
             batch,
@@ -232,8 +224,18 @@ class Trainer:
             self.sampling,
             self.cfg.reward,
         )
+
+    def _collect_groups(self, metrics: dict):
+        """Rollouts for one step. With DAPO dynamic sampling, groups whose rewards carry no signal
+        are dropped and new prompts are drawn, round after round, until ``prompts_per_step`` groups
+        are kept or ``algorithm.online_filtering.max_tries`` rounds have run."""
+        t0 = time.perf_counter()
+        samples, batch = self._next_samples()
+        t_data = time.perf_counter() - t0
+        f = self.alg.online_filtering
+        exp = self._rollout(samples, batch)
         metrics.update(exp.metrics)
-        metrics.update(self._reward_metrics(exp))  # rewards as sampled, before any filtering
+        metrics.update(reward_metrics(exp))  # rewards as sampled, before any filtering
         if not f.enable:
             return exp, samples, batch, t0 + t_data
         target = self.cfg.trainer.prompts_per_step
@@ -250,15 +252,7 @@ class Trainer:
             t = time.perf_counter()
             samples, batch = self._next_samples()
             t_data += time.perf_counter() - t
-            exp = collect(
-                self.engine,
-                self.processor.tokenizer,
-                batch,
-                samples,
-                self.cfg.rollout,
-                self.sampling,
-                self.cfg.reward,
-            )
+            exp = self._rollout(samples, batch)
         metrics.update(
             {
                 "filter/rounds": float(rounds),
@@ -292,31 +286,6 @@ class Trainer:
         out = compute_advantages(name, values, exp.mask, exp.prompt_of, **opts)
         return out.advantages.float()
 
-    def _reward_metrics(self, exp: Experience) -> dict[str, float]:
-        m: dict[str, float] = {}
-        by_task: dict[str, list[int]] = defaultdict(list)
-        for i, t in enumerate(exp.tasks):
-            by_task[t].append(i)
-        for key, v in exp.scores.items():
-            m[f"reward/{key}"] = float(v.mean())
-            for t, idx in by_task.items():
-                m[f"reward/{t}/{key}"] = float(v[idx].mean())
-        m["response/length"] = float(exp.mask.sum(1).float().mean())
-        m["response/truncated"] = float(exp.truncated.float().mean())
-        return m
-
-    def _split_metrics(self, exp: Experience) -> dict[str, float]:
-        m: dict[str, float] = {}
-        seq_adv = (exp.advantages * exp.mask).sum(1) / exp.mask.sum(1).clamp(min=1)
-        for name, sel in (("online", ~exp.offline), ("offline", exp.offline)):
-            if sel.any():
-                m[f"hybrid/{name}_accuracy"] = float(exp.scores["accuracy"][sel].mean())
-                m[f"hybrid/{name}_advantage"] = float(seq_adv[sel].mean())
-                m[f"hybrid/{name}_length"] = float(exp.mask[sel].sum(1).float().mean())
-        m["hybrid/offline_truncated"] = float((exp.truncated & exp.offline).sum())
-        return m
-
-    # ------------------------------------------------------------------------------- warm-up, eval
     def sft_warmup(self) -> bool:
         """Supervised steps on the records' offline responses (a cold-start remedy for tiny models)."""
         tc = self.cfg.trainer

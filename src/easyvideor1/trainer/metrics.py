@@ -5,7 +5,10 @@ from __future__ import annotations
 import json
 import math
 import os
+from collections import defaultdict
 from typing import Any
+
+from .experience import Experience
 
 
 class MetricsLogger:
@@ -71,3 +74,34 @@ class MetricsLogger:
             self.tb.close()
         if self.wandb:
             self.wandb.finish()
+
+
+def reward_metrics(exp: Experience) -> dict[str, float]:
+    """Mean reward, accuracy and format overall and per task type; response length and truncation."""
+    m: dict[str, float] = {}
+    by_task: dict[str, list[int]] = defaultdict(list)
+    for i, t in enumerate(exp.tasks):
+        by_task[t].append(i)
+    for key, v in exp.scores.items():
+        m[f"reward/{key}"] = float(v.mean())
+        for t, idx in by_task.items():
+            m[f"reward/{t}/{key}"] = float(v[idx].mean())
+    m["response/length"] = float(exp.mask.sum(1).float().mean())
+    m["response/truncated"] = float(exp.truncated.float().mean())
+    return m
+
+
+def hybrid_metrics(exp: Experience) -> dict[str, float]:
+    """Online versus offline responses: accuracy, advantage and length."""
+    m: dict[str, float] = {}
+    seq_adv = (exp.advantages * exp.mask).sum(1) / exp.mask.sum(1).clamp(min=1)
+    for name, sel in (("online", ~exp.offline), ("offline", exp.offline)):
+        if sel.any():
+            m[f"hybrid/{name}_accuracy"] = float(exp.scores["accuracy"][sel].mean())
+            m[f"hybrid/{name}_advantage"] = float(seq_adv[sel].mean())
+            m[f"hybrid/{name}_length"] = float(exp.mask[sel].sum(1).float().mean())
+    m["hybrid/offline_truncated"] = float((exp.truncated & exp.offline).sum())
+    return m
+
+
+# ------------------------------------------------------------------------------- warm-up, eval
