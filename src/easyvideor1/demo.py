@@ -105,6 +105,8 @@ def plot_curves(out: str) -> str | None:
             )
         if val:
             ax.plot(*zip(*val, strict=True), "o-", color=colour, label=f"{label}: held-out accuracy")
+        if r.get("accuracy_after_warmup") is not None:
+            ax.plot([0], [r["accuracy_after_warmup"]], "*", ms=12, color=colour, label="after the supervised warm-up")
     ax.axhline(CHANCE, color="grey", ls="--", lw=1, label="chance")
     ax.set_xlabel("RL step")
     ax.set_ylabel("accuracy")
@@ -119,9 +121,11 @@ def plot_curves(out: str) -> str | None:
 
 
 def print_table(r: dict) -> None:
+    warm = r.get("accuracy_after_warmup")
     rows = [
         ("variant", r["variant"]),
         ("accuracy before", f"{r['accuracy_before']:.3f}"),
+        ("after warm-up", "-" if warm is None else f"{warm:.3f}"),
         ("accuracy after", f"{r['accuracy_after']:.3f}"),
         ("chance", f"{r['chance']:.2f}"),
         ("RL steps", r["steps"]),
