@@ -85,3 +85,64 @@ def test_synth_then_preprocess_from_the_command_line(tmp_path):
         text=True,
     )
     assert r.returncode == 2 and "nope" in r.stderr
+
+
+def test_demo_config_trains_directly_from_the_command_line(tmp_path):
+    from easyvideor1.demo import demo_config_path
+
+    r = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "easyvideor1",
+            "train",
+            f"config={demo_config_path()}",
+            "trainer.max_steps=2",
+            f"trainer.output_dir={tmp_path / 'run'}",
+            f"demo.data_dir={tmp_path / 'data'}",
+            "demo.n_train=16",
+            "demo.n_val=8",
+            f"model.path={tmp_path / 'model'}",
+            f"data.cache_dir={tmp_path / 'cache'}",
+            "trainer.sft_warmup_steps=2",
+            "trainer.sft_batch_size=8",
+            "trainer.val_size=8",
+            "trainer.loggers=[jsonl]",
+        ],
+        capture_output=True,
+        text=True,
+        cwd=tmp_path,
+    )
+    assert r.returncode == 0, r.stderr[-2000:]
+    final = json.loads(r.stdout.strip().splitlines()[-1])
+    assert 0.0 <= final["val/accuracy"] <= 1.0
+    assert (tmp_path / "run" / "checkpoints" / "step_2" / "model.safetensors").exists()
+    assert (tmp_path / "run" / "metrics.jsonl").exists()
+
+
+def test_demo_command_writes_its_report_and_plot(tmp_path):
+    r = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "easyvideor1",
+            "demo",
+            "--out",
+            str(tmp_path / "demo"),
+            "trainer.max_steps=2",
+            "trainer.sft_warmup_steps=2",
+            "demo.n_train=16",
+            "demo.n_val=8",
+            "trainer.val_size=8",
+            "trainer.val_every=0",
+            "trainer.loggers=[jsonl]",
+        ],
+        capture_output=True,
+        text=True,
+    )
+    assert r.returncode == 0, r.stderr[-2000:]
+    report = json.loads((tmp_path / "demo" / "report.json").read_text())
+    assert set(report) >= {"accuracy_before", "accuracy_after", "chance", "steps", "wall_seconds"}
+    assert report["steps"] == 2 and report["chance"] == 0.25
+    assert (tmp_path / "demo" / "reward_curve.png").stat().st_size > 1000
+    assert "accuracy after" in r.stdout

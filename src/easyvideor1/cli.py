@@ -111,6 +111,10 @@ def cmd_train(args: argparse.Namespace, extra: list[str]) -> int:
     if rest:
         raise ConfigError(f"unrecognised arguments: {' '.join(rest)}")
     cfg = load_config(RunConfig, config_file, overrides)
+    if cfg.demo.prepare:
+        from .demo import prepare_demo_assets
+
+        prepare_demo_assets(cfg)
     final = Trainer(cfg).train()
     print(json.dumps({k: round(v, 4) for k, v in final.items() if k.count("/") == 1}))
     return 0

@@ -16,7 +16,7 @@ from omegaconf.errors import OmegaConfBaseException
 from .algorithms.config import AlgorithmConfig
 from .data.config import DataConfig
 from .rewards.config import RewardConfig
-from .trainer.config import ModelConfig, RolloutConfig, TrainerConfig
+from .trainer.config import DemoConfig, ModelConfig, RolloutConfig, TrainerConfig
 
 T = TypeVar("T")
 
@@ -31,6 +31,7 @@ class RunConfig:
     algorithm: AlgorithmConfig = field(default_factory=AlgorithmConfig)
     reward: RewardConfig = field(default_factory=RewardConfig)
     trainer: TrainerConfig = field(default_factory=TrainerConfig)
+    demo: DemoConfig = field(default_factory=DemoConfig)
 
 
 class ConfigError(ValueError):

@@ -24,6 +24,21 @@ def demo_config_path() -> str:
     return str(resources.files("easyvideor1") / "configs" / "demo.yaml")
 
 
+def prepare_demo_assets(cfg: RunConfig) -> RunConfig:
+    """Create the demo's videos, records and tiny model where ``cfg`` expects them (if missing)."""
+    d = cfg.demo
+    train, val = os.path.join(d.data_dir, "train.jsonl"), os.path.join(d.data_dir, "val.jsonl")
+    if not os.path.exists(val):
+        write_demo_set(d.data_dir, d.n_train, d.n_val)
+    if not cfg.data.train_files:
+        cfg.data.train_files = [train]
+    if not cfg.data.val_files:
+        cfg.data.val_files = [val]
+    if not os.path.exists(os.path.join(cfg.model.path, "config.json")):
+        make_tiny_model(cfg.model.path, cfg.data.model_family)
+    return cfg
+
+
 def run_demo(
     out: str,
     overrides: list[str] | None = None,
@@ -34,22 +49,21 @@ def run_demo(
     t0 = time.time()
     os.makedirs(out, exist_ok=True)
     data_dir, cache_dir, model_dir = (os.path.join(out, d) for d in ("data", "cache", "model"))
-    if not os.path.exists(os.path.join(data_dir, "val.jsonl")):
-        write_demo_set(data_dir, n_train, n_val)
-    train, val = os.path.join(data_dir, "train.jsonl"), os.path.join(data_dir, "val.jsonl")
-    if not os.path.exists(os.path.join(model_dir, "config.json")):
-        make_tiny_model(model_dir, "qwen3vl")
     run_name = "cold_start" if cold_start else "hybrid"
     base = [
-        f"data.train_files=[{train}]",
-        f"data.val_files=[{val}]",
+        f"demo.data_dir={data_dir}",
+        f"demo.n_train={n_train}",
+        f"demo.n_val={n_val}",
         f"data.cache_dir={cache_dir}",
         f"model.path={model_dir}",
         f"trainer.output_dir={os.path.join(out, run_name)}",
     ]
     if cold_start:  # the cold start the hybrid interface exists for: no warm-up, no offline responses
         base += ["rollout.hybrid=off", "trainer.sft_warmup_steps=0"]
-    cfg: RunConfig = load_config(RunConfig, demo_config_path(), base + list(overrides or []))
+    cfg: RunConfig = prepare_demo_assets(
+        load_config(RunConfig, demo_config_path(), base + list(overrides or []))
+    )
+    train, val = cfg.data.train_files[0], cfg.data.val_files[0]
     report = preprocess([train, val], cfg.data, cache_dir, workers=2, progress=False)
     print(format_report(report))
 
@@ -106,7 +120,14 @@ def plot_curves(out: str) -> str | None:
         if val:
             ax.plot(*zip(*val, strict=True), "o-", color=colour, label=f"{label}: held-out accuracy")
         if r.get("accuracy_after_warmup") is not None:
-            ax.plot([0], [r["accuracy_after_warmup"]], "*", ms=12, color=colour, label="after the supervised warm-up")
+            ax.plot(
+                [0],
+                [r["accuracy_after_warmup"]],
+                "*",
+                ms=12,
+                color=colour,
+                label="after the supervised warm-up",
+            )
     ax.axhline(CHANCE, color="grey", ls="--", lw=1, label="chance")
     ax.set_xlabel("RL step")
     ax.set_ylabel("accuracy")

@@ -118,3 +118,21 @@ class TrainerConfig:
             raise ValueError("trainer.prompts_per_step must be a multiple of trainer.mini_batch_prompts")
         if self.lr_schedule not in ("constant", "cosine"):
             raise ValueError(f"trainer.lr_schedule must be constant or cosine, got {self.lr_schedule!r}")
+
+
+@dataclass
+class DemoConfig:
+    """The embedded demo's assets, created on demand so ``configs/demo.yaml`` trains directly.
+
+    Parameters:
+        prepare: When true, ``train`` writes the synthetic task set to ``data_dir`` and a tiny
+            Qwen3-VL to ``model.path`` if they are missing, and points ``data.train_files`` /
+            ``data.val_files`` at them when those are empty.
+        data_dir: Where the synthetic videos and ``train.jsonl`` / ``val.jsonl`` go.
+        n_train: Training videos. n_val: Held-out videos.
+    """
+
+    prepare: bool = False
+    data_dir: str = "runs/demo/data"
+    n_train: int = 256
+    n_val: int = 64
