@@ -70,6 +70,35 @@ QWEN_TIMER = textwrap.dedent(
 )
 
 
+def _decode_only(path: str, repeat: int) -> None:
+    from easyvideor1.media.decode import probe_video, read_frames, set_decode_threads
+    from easyvideor1.media.sampling import frame_indices
+
+    torch.set_num_threads(1)
+    set_decode_threads(1)
+    info = probe_video(path)
+    idx, _ = frame_indices(SamplingParams(factor=32, fps=2.0), info.total_frames, info.fps)
+    for _ in range(repeat):
+        read_frames(info, idx)
+
+
+def decode_scaling_ceiling(path: str, repeat: int = 8) -> float:
+    """Throughput of 2 processes that only decode, relative to 1: what this machine's cores allow."""
+    import multiprocessing as mp
+
+    ctx = mp.get_context("fork")
+    t = time.perf_counter()
+    _decode_only(path, repeat)
+    one = time.perf_counter() - t
+    procs = [ctx.Process(target=_decode_only, args=(path, repeat)) for _ in range(2)]
+    t = time.perf_counter()
+    for p in procs:
+        p.start()
+    for p in procs:
+        p.join()
+    return 2 * one / (time.perf_counter() - t)
+
+
 def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("--quick", action="store_true", help="fewer repeats")
@@ -138,9 +167,14 @@ def main() -> None:
             assert report["built"] == len(vids), report
             rates[workers] = max(rates[workers], len(vids) / report["seconds"])
     results["preprocess_2_vs_1_workers"] = rates[2] / rates[1]
+    results["decode_only_2_vs_1_processes"] = decode_scaling_ceiling(vids[0])
     print(
         f"[3] preprocess {len(vids)} videos (20 s, 640x360, fps 2): 1 worker {rates[1]:.2f} videos/s, 2 workers {rates[2]:.2f} "
         f"videos/s -> {results['preprocess_2_vs_1_workers']:.2f}x"
+    )
+    print(
+        "    this machine's ceiling: 2 processes that only decode reach "
+        f"{results['decode_only_2_vs_1_processes']:.2f}x the throughput of 1"
     )
     print(json.dumps({k: round(v, 2) for k, v in results.items()}))
 
