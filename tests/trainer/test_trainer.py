@@ -247,3 +247,25 @@ def test_merge_groups_keeps_whole_groups_in_order(make_cfg):
         t.model, t.optimizer, None, merged, [list(range(16))], t.settings, t.engine.banned, t.dummy
     )
     assert m["actor/skipped_steps"] == 0 and m["actor/ppo_kl"] == pytest.approx(0.0, abs=1e-5)
+
+
+def test_offline_policy_shaping_strengthens_unlikely_offline_tokens():
+    from easyvideor1.trainer.update import _shape_offline
+
+    logp = torch.log(torch.tensor([[0.01, 0.9], [0.01, 0.9]])).requires_grad_(True)
+    adv = torch.ones(2, 2)
+    mask = torch.ones(2, 2)
+    plain = -adv * logp.exp()  # ratio-1 surrogate: gradient proportional to p
+    shaped = _shape_offline(plain, logp, adv, mask, torch.tensor([True, False]), gamma=0.1)
+    shaped.sum().backward()
+    g = logp.grad
+    # offline row: d/dlogp of -p/(p+0.1) = -0.1 p/(p+0.1)^2; online row keeps -p
+    assert g[0, 0] == pytest.approx(-0.1 * 0.01 / 0.11**2, rel=1e-4)
+    assert g[0, 1] == pytest.approx(-0.1 * 0.9 / 1.0**2, rel=1e-4)
+    assert g[1].tolist() == pytest.approx([-0.01, -0.9], rel=1e-4)
+    assert abs(g[0, 0] / g[0, 1]) > abs(g[1, 0] / g[1, 1]), "relatively more push on the unlikely token"
+
+
+def test_a_step_with_offline_shaping(make_cfg):
+    m = Trainer(make_cfg("rollout.hybrid=always", "rollout.offline_shaping=0.1")).rl_step()
+    assert m["actor/skipped_steps"] == 0 and m["actor/grad_norm"] > 0

@@ -41,6 +41,10 @@ class RolloutConfig:
         offline_k: Offline responses per hybrid group (the rest, n - k, are generated).
         hybrid_threshold: Accuracy threshold of the ``below_threshold`` mode.
         val_temperature: Sampling temperature for validation (0 = greedy).
+        offline_shaping: Off-policy correction for offline responses: 0 keeps the reference's
+            behaviour (old log-probs from the current policy, plain clipped loss); a value gamma > 0
+            trains offline tokens with LUFFY's policy shaping ``-A * p / (p + gamma)`` (e.g. 0.1),
+            which strengthens the gradient of tokens the policy finds unlikely.
     """
 
     engine: str = "hf"
@@ -53,6 +57,7 @@ class RolloutConfig:
     offline_k: int = 1
     hybrid_threshold: float = 0.5
     val_temperature: float = 0.0
+    offline_shaping: float = 0.0
 
     def __post_init__(self) -> None:
         # YAML reads a bare `off` as the boolean false; accept it as the mode it was meant to be
@@ -60,6 +65,8 @@ class RolloutConfig:
             self.hybrid = "off"
         if self.hybrid not in ("off", "always", "below_threshold"):
             raise ValueError(f"rollout.hybrid must be off, always or below_threshold, got {self.hybrid!r}")
+        if self.offline_shaping < 0:
+            raise ValueError(f"rollout.offline_shaping must be >= 0, got {self.offline_shaping}")
         if self.n < 1 or not 0 <= self.offline_k <= self.n:
             raise ValueError(
                 f"need n >= 1 and 0 <= offline_k <= n, got n={self.n}, offline_k={self.offline_k}"

@@ -95,6 +95,7 @@ class Trainer:
             temperature=r.temperature,
             micro_batch_size=tc.micro_batch_size,
             max_grad_norm=tc.max_grad_norm,
+            offline_shaping=r.offline_shaping,
         )
         self.step, self.history = 0, []
 

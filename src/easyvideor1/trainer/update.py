@@ -26,6 +26,7 @@ class UpdateSettings:
     temperature: float = 1.0
     micro_batch_size: int = 16
     max_grad_norm: float = 1.0
+    offline_shaping: float = 0.0  # LUFFY-style policy shaping gamma for offline responses (0 = off)
 
 
 def micro_batches(indices: list[int], size: int) -> list[list[int]]:
@@ -81,8 +82,18 @@ def policy_update(
                 mask,
                 **(settings.loss_options or {}),
             )
+            token_loss = out.loss
+            if settings.offline_shaping > 0 and bool(exp.offline[idx].any()):
+                token_loss = _shape_offline(
+                    token_loss,
+                    logp,
+                    exp.advantages[idx, :width],
+                    mask,
+                    exp.offline[idx],
+                    settings.offline_shaping,
+                )
             loss = aggregate_loss(
-                out.loss, mask, settings.loss_agg_mode, global_stats=stats, norm_length=settings.norm_length
+                token_loss, mask, settings.loss_agg_mode, global_stats=stats, norm_length=settings.norm_length
             )
             if settings.kl_loss_coef and exp.ref_logp is not None:
                 kl = kl_loss(
@@ -124,3 +135,18 @@ def policy_update(
 
 def _add(d: dict[str, float], key: str, value: float) -> None:
     d[key] = d.get(key, 0.0) + value
+
+
+def _shape_offline(token_loss, logp, advantages, mask, offline_rows, gamma: float) -> torch.Tensor:
+    """Offline rows: loss ``-A * p / (p + gamma)`` with ``p`` the current token probability.
+
+    Offline responses were not sampled from the policy, so their PPO ratio is 1 at the first update
+    and the clip never acts; the plain gradient is proportional to ``p``, so the tokens the policy
+    finds unlikely (the ones it has to learn) barely move. ``p / (p + gamma)`` has gradient
+    ``gamma / (p + gamma)^2`` w.r.t. ``p``: large for unlikely tokens, small for likely ones
+    (LUFFY's policy shaping). Online rows keep the configured policy loss.
+    """
+    p = logp.exp()
+    shaped = -advantages * p / (p + gamma)
+    rows = offline_rows.to(torch.bool).unsqueeze(-1) & mask.to(torch.bool)
+    return torch.where(rows, shaped, token_loss)
