@@ -42,6 +42,9 @@ class Responses:
     mask: torch.Tensor
     texts: list[str]
     truncated: list[bool] = field(default_factory=list)  # hit max_new_tokens without EOS
+    logprobs: torch.Tensor | None = (
+        None  # [N, T] log-prob of each sampled token under the sampling distribution
+    )
 
 
 class RolloutEngine(Protocol):
