@@ -88,4 +88,3 @@ def test_rollout_logprobs_equal_the_training_forward(setup, temperature):
     )
     m = out.mask.bool()
     torch.testing.assert_close(out.logprobs[m], recomputed[m], atol=2e-5, rtol=0)
-    print(f"max |rollout - training| log-prob gap: {float((out.logprobs[m] - recomputed[m]).abs().max()):.2e}")
