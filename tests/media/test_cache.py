@@ -138,3 +138,20 @@ def test_replaced_video_is_not_served_from_a_stale_entry(tmp_path):
     fresh = loader.load(path, P)
     assert loader.stats.hits == 1 and loader.stats.decoded == 1
     assert fresh.meta["total_frames"] == 30
+
+
+def test_malformed_metadata_is_a_cache_error(tmp_path):
+    bad = tmp_path / "bad.safetensors"
+    header = json.dumps(
+        {
+            "__metadata__": {METADATA_KEY: "{not json"},
+            "frames": {"dtype": "U8", "shape": [1, 1, 1, 3], "data_offsets": [0, 3]},
+        }
+    ).encode()
+    bad.write_bytes(struct.pack("<Q", len(header)) + header + b"abc")
+    with pytest.raises(CacheError, match="corrupt entry header"):
+        read_header(bad)
+    header = json.dumps(["not", "a", "table"]).encode()
+    bad.write_bytes(struct.pack("<Q", len(header)) + header)
+    with pytest.raises(CacheError):
+        read_header(bad)

@@ -76,7 +76,9 @@ def test_rollout_logprobs_equal_the_training_forward(setup, temperature):
     engine = HFRolloutEngine(model, processor)
     batch = encode_prompts(processor, [ds[0], ds[1]], ds.cfg, ds.loader)
     torch.manual_seed(1)
-    out = engine.generate(batch, [3, 2], SamplingConfig(temperature=temperature, max_new_tokens=10))
+    out = engine.generate(
+        batch, [3, 2], SamplingConfig(temperature=temperature, max_new_tokens=10, return_logprobs=True)
+    )
     recomputed, _ = response_logprobs(
         model,
         expand(batch, [3, 2]),

@@ -46,6 +46,8 @@ def test_offline_responses_are_truncated_and_flagged(make_cfg):
     exp = collect(t.engine, t.processor.tokenizer, batch, samples, cfg.rollout, t.sampling, cfg.reward)
     off = exp.offline.nonzero().flatten().tolist()
     assert off and all(bool(exp.truncated[i]) and int(exp.mask[i].sum()) == 2 for i in off)
+    # scored on the kept tokens, not on the full offline text
+    assert all(exp.texts[i] != samples[0].record.offline_output for i in off)
 
 
 def test_below_threshold_mode_completes_confident_groups_online(make_cfg):
@@ -124,22 +126,29 @@ def test_resume_reproduces_the_uninterrupted_run(make_cfg, tmp_path):
     ],
 )
 def test_every_estimator_and_loss_runs_a_step(make_cfg, estimator, loss):
+    raw_keys = estimator in ("remax", "gdpo")  # they work on raw reward keys / a greedy baseline
+    extra = [] if raw_keys else ["algorithm.overlong.enable=true", "algorithm.overlong.buffer=2"]
     t = Trainer(
         make_cfg(
-            f"algorithm.adv_estimator={estimator}",
+            f"algorithm.adv_estimator={estimator.upper()}",
             f"algorithm.policy_loss={loss}",
             "rollout.hybrid=always",
             "algorithm.online_filtering.enable=true",
             "algorithm.kl.type=k3",
             "algorithm.kl.coef=0.01",
-            "algorithm.overlong.enable=true",
-            "algorithm.overlong.buffer=2",
+            "algorithm.kl.controller=adaptive",
+            *extra,
         )
     )
     m = t.rl_step()
     assert all(v == v for v in m.values()), "no NaN metric"
     assert m["actor/skipped_steps"] == 0 and m["actor/grad_norm"] > 0
-    assert "filter/kept_groups" in m and "actor/kl_loss" in m and "reward/overlong_penalty" in m
+    assert "filter/kept_groups" in m and "actor/kl_loss" in m
+    assert m["actor/kl_coef"] != 0.01, "the adaptive controller moved the coefficient"
+    assert raw_keys or "reward/overlong_penalty" in m
+    if raw_keys:
+        with pytest.raises(ValueError, match="overlong"):
+            Trainer(make_cfg(f"algorithm.adv_estimator={estimator}", "algorithm.overlong.enable=true"))
 
 
 def test_joint_image_video_text_batch_trains(make_cfg, demo_assets, tmp_path):
@@ -269,3 +278,31 @@ def test_offline_policy_shaping_strengthens_unlikely_offline_tokens():
 def test_a_step_with_offline_shaping(make_cfg):
     m = Trainer(make_cfg("rollout.hybrid=always", "rollout.offline_shaping=0.1")).rl_step()
     assert m["actor/skipped_steps"] == 0 and m["actor/grad_norm"] > 0
+
+
+@pytest.mark.parametrize("family", ["qwen3vl", "qwen2_5vl"])
+def test_checkpoint_weights_load_back_exactly(tmp_path, family):
+    from easyvideor1.models.tiny import make_tiny_model
+    from easyvideor1.trainer.checkpoint import load_model_weights
+
+    src = make_tiny_model(str(tmp_path / "m"), family)
+    trained = AutoModelForImageTextToText.from_pretrained(src)
+    with torch.no_grad():
+        for p in trained.parameters():
+            p.add_(0.5)
+    trained.save_pretrained(tmp_path / "ckpt")  # Qwen2.5-VL stores other key names than it uses
+    fresh = AutoModelForImageTextToText.from_pretrained(src)
+    load_model_weights(fresh, tmp_path / "ckpt")
+    for (name, a), (_, b) in zip(trained.state_dict().items(), fresh.state_dict().items(), strict=True):
+        assert torch.equal(a, b), name
+
+
+def test_record_fields_named_like_score_arguments_do_not_collide(make_cfg):
+    from easyvideor1.data.records import parse_record
+    from easyvideor1.trainer.experience import score
+
+    t = Trainer(make_cfg())
+    sample = t.train_set[0]
+    sample.record = parse_record({**sample.record.to_dict(), "response": "a field", "config": 3}, "f[0]")
+    scores, tasks, errors = score(["<answer>A</answer>"], [sample], [0], [4], t.cfg.reward)
+    assert errors == 0 and tasks == ["multiple_choice"]

@@ -36,7 +36,6 @@ class DataConfig:
         cache_mode: ``prefer_cache`` (decode on a miss and count it), ``cache_only`` (a miss is an
             error) or ``decode_only`` (ignore the cache).
         decode_time_limit: Seconds one video may take to decode before it is reported as failed.
-        num_workers: Data-loader worker processes (they carry file paths, never frame tensors).
         max_prompt_length: Prompts longer than this (in tokens, after media expansion) are dropped
             and counted at start-up instead of failing mid-run.
         prompt_template: How a question becomes the model's text: ``none`` (as written), ``plain``
@@ -60,7 +59,6 @@ class DataConfig:
     cache_dir: str | None = None
     cache_mode: str = "prefer_cache"
     decode_time_limit: float = 300.0
-    num_workers: int = 2
     prompt_template: str = "plain"
     max_prompt_length: int = 4096
 

@@ -130,7 +130,15 @@ def _write_safetensors(path: Path, frames: np.ndarray, metadata: dict[str, str])
 
 def read_header(path: str | os.PathLike) -> tuple[dict[str, Any], dict[str, Any], int]:
     """Parse and check a safetensors header: (tensor table, our metadata, data offset)."""
-    path = str(path)
+    try:
+        return _read_header(str(path))
+    except CacheError:
+        raise
+    except (ValueError, TypeError, KeyError, AttributeError, IndexError) as e:  # any malformed structure
+        raise CacheError(f"{path}: corrupt entry header ({type(e).__name__}: {e})") from e
+
+
+def _read_header(path: str) -> tuple[dict[str, Any], dict[str, Any], int]:
     try:
         size = os.path.getsize(path)
         with open(path, "rb") as f:

@@ -113,6 +113,39 @@ def _flush_writes() -> None:
         print(f"preprocess: writing {error}", file=sys.stderr)
 
 
+_LOST_WRITE = "entry was not written completely"
+
+
+def _run_builds(jobs: list[VideoJob], todo: list, root: Path, workers: int, time_limit: float, bar) -> int:
+    """Build ``todo`` in the pool, then trust only entries that are really there and complete."""
+    built_frames = 0
+    write_errors: dict[str, str] = {}
+    for i, ok, result in run_tasks(_build, todo, workers, time_limit, on_exit=_flush_writes):
+        job = jobs[i]
+        if ok:
+            job.status = "built"
+            built_frames += result["frames"]
+            if result.get("previous_write_error"):
+                entry, reason = result["previous_write_error"].split("\t", 1)
+                write_errors[entry] = reason
+        else:
+            job.status, job.reason = "failed", result
+        bar.update(1)
+        bar.set_postfix(failed=sum(j.status == "failed" for j in jobs), refresh=False)
+    for i, _ in todo:
+        job = jobs[i]
+        if job.status != "built":
+            continue
+        entry = root / job.entry
+        try:
+            read_header(entry)
+            job.bytes = entry.stat().st_size
+        except (CacheError, OSError) as e:
+            job.status = "failed"
+            job.reason = write_errors.get(str(entry)) or f"{_LOST_WRITE} ({e})"
+    return built_frames
+
+
 def _params_for_worker(params: SamplingParams) -> dict:
     # The raw dataclass fields (None = default), so the worker rebuilds exactly the same params.
     return {k: getattr(params, k) for k in params.__dataclass_fields__}
@@ -221,31 +254,16 @@ def preprocess(
 
     bar = tqdm(total=len(todo), unit="video", desc="preprocess", disable=not progress, dynamic_ncols=True)
     built_frames = 0
-    write_errors: dict[str, str] = {}
-    for i, ok, result in run_tasks(_build, todo, workers, cfg.decode_time_limit, on_exit=_flush_writes):
-        job = jobs[i]
-        if ok:
-            job.status = "built"
-            built_frames += result["frames"]
-            if result.get("previous_write_error"):
-                entry, reason = result["previous_write_error"].split("\t", 1)
-                write_errors[entry] = reason
-        else:
-            job.status, job.reason = "failed", result
-        bar.update(1)
-        bar.set_postfix(failed=sum(j.status == "failed" for j in jobs), refresh=False)
+    for attempt in range(2):
+        built_frames += _run_builds(jobs, todo, root, workers, cfg.decode_time_limit, bar)
+        # A worker killed (time limit, crash) while its previous entry was still being written loses
+        # that write; such videos decoded fine, so they get one more try.
+        todo = [t for t in todo if jobs[t[0]].reason.startswith(_LOST_WRITE)]
+        if not todo or attempt == 1:
+            break
+        for i, _ in todo:
+            jobs[i].status, jobs[i].reason = "pending", ""
     bar.close()
-    # Writes finish in the background: trust only entries that are really there and complete.
-    for job in jobs:
-        if job.status != "built":
-            continue
-        entry = root / job.entry
-        try:
-            read_header(entry)
-            job.bytes = entry.stat().st_size
-        except (CacheError, OSError) as e:
-            job.status = "failed"
-            job.reason = write_errors.get(str(entry)) or f"entry was not written completely ({e})"
 
     for job in jobs:
         if job.status == "failed":

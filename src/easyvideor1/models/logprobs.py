@@ -10,7 +10,9 @@ from .inputs import append_responses
 from .vision import DummyVisionPass
 
 
-def token_logprobs(logits: torch.Tensor, ids: torch.Tensor, banned: list[int] | None = None):
+def token_logprobs(
+    logits: torch.Tensor, ids: torch.Tensor, banned: list[int] | None = None, mask: torch.Tensor | None = None
+):
     """log p(ids) and entropy from ``logits [N, T, V]`` (float32), with ``banned`` token ids at -inf.
 
     Generation never samples banned ids (vision placeholders), so the training distribution must
@@ -24,8 +26,10 @@ def token_logprobs(logits: torch.Tensor, ids: torch.Tensor, banned: list[int] | 
     p = logp_all.exp()
     # 0 * -inf is NaN: mask the banned entries out of the entropy sum explicitly
     entropy = -torch.where(p > 0, p * logp_all, torch.zeros_like(p)).sum(-1)
-    # a padded position may hold a banned id: its -inf must not turn into NaN after masking
-    logp = torch.where(torch.isfinite(logp), logp, torch.full_like(logp, -1e4))
+    if mask is not None:
+        # padding may hold a banned id (-inf): zero it so masking never makes NaN; a non-finite value
+        # on a real token stays visible (the update then skips the step and counts it)
+        logp = torch.where(mask.bool(), logp, torch.zeros_like(logp))
     return logp, entropy
 
 
@@ -46,4 +50,4 @@ def response_logprobs(
         out = model(**full, use_cache=False)
     T = response_ids.shape[1]
     logits = out.logits[:, prompt_len - 1 : prompt_len - 1 + T] / temperature
-    return token_logprobs(logits, response_ids, banned)
+    return token_logprobs(logits, response_ids, banned, response_mask)

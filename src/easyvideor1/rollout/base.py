@@ -26,12 +26,15 @@ class SamplingConfig:
         top_p: Nucleus sampling mass (1.0 keeps all).
         top_k: Keep the k most likely tokens; 0 keeps the whole vocabulary (HF's default is 50).
         max_new_tokens: Response length limit, in tokens.
+        return_logprobs: Also return each sampled token's log-prob (keeps every step's scores,
+            N x T x vocab floats, in memory during generation; the trainer recomputes them instead).
     """
 
     temperature: float = 1.0
     top_p: float = 1.0
     top_k: int = 0
     max_new_tokens: int = 64
+    return_logprobs: bool = False
 
 
 @dataclass

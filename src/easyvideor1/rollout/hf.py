@@ -38,16 +38,18 @@ class HFRolloutEngine:
                 suppress_tokens=self.banned,
                 eos_token_id=self.eos_ids,
                 pad_token_id=self.pad_id,
-                output_scores=True,
+                output_scores=sampling.return_logprobs,
                 return_dict_in_generate=True,
             )
         finally:
             self.model.train(was_training)
         ids, mask, truncated = cut_at_eos(out.sequences[:, prompt_len:], self.eos_ids, self.pad_id)
-        # out.scores: the processed logits each token was sampled from (temperature, top-k/p, banned ids)
-        scores = torch.stack(out.scores, dim=1)[:, : ids.shape[1]].float()
-        logprobs = torch.log_softmax(scores, dim=-1).gather(-1, ids.unsqueeze(-1)).squeeze(-1)
-        logprobs = torch.where(mask.bool(), logprobs, torch.zeros_like(logprobs))
+        logprobs = None
+        if sampling.return_logprobs:
+            # out.scores: the processed logits each token was sampled from (temperature, top-k/p, banned)
+            scores = torch.stack(out.scores, dim=1)[:, : ids.shape[1]].float()
+            logprobs = torch.log_softmax(scores, dim=-1).gather(-1, ids.unsqueeze(-1)).squeeze(-1)
+            logprobs = torch.where(mask.bool(), logprobs, torch.zeros_like(logprobs))
         texts = [self.decode(row[m.bool()]) for row, m in zip(ids, mask, strict=True)]
         return Responses(ids=ids, mask=mask, texts=texts, truncated=truncated, logprobs=logprobs)
 

@@ -87,11 +87,32 @@ def save_checkpoint(
 
 
 def find_latest(output_dir: str | os.PathLike) -> Path | None:
-    latest = Path(output_dir) / "checkpoints" / "latest"
-    if not latest.exists():
-        return None
-    path = latest.parent / latest.read_text().strip()
-    return path if (path / "trainer_state.json").exists() else None
+    """The newest complete checkpoint: the one ``latest`` names, else the highest complete step."""
+    root = Path(output_dir) / "checkpoints"
+    latest = root / "latest"
+    if latest.exists():
+        path = root / latest.read_text().strip()
+        if (path / "trainer_state.json").exists():
+            return path
+    steps = [
+        p
+        for p in root.glob("step_*")
+        if p.name.split("_")[1].isdigit() and (p / "trainer_state.json").exists()
+    ]
+    return max(steps, key=lambda p: int(p.name.split("_")[1])) if steps else None
+
+
+def load_model_weights(model, ckpt: str | os.PathLike) -> None:
+    """Copy a checkpoint's weights into ``model``, through transformers' own loader.
+
+    ``save_pretrained`` may store other key names than the live module uses (Qwen2/2.5-VL keep
+    their pre-refactor names on disk), so reading the safetensors file directly would silently
+    miss them; every key must match here.
+    """
+    from transformers import AutoModelForImageTextToText
+
+    saved = AutoModelForImageTextToText.from_pretrained(ckpt, dtype=next(model.parameters()).dtype)
+    model.load_state_dict(saved.state_dict(), strict=True)
 
 
 def load_trainer_state(ckpt: str | os.PathLike, optimizer, scheduler) -> dict[str, Any]:

@@ -65,6 +65,14 @@ class RolloutConfig:
             self.hybrid = "off"
         if self.hybrid not in ("off", "always", "below_threshold"):
             raise ValueError(f"rollout.hybrid must be off, always or below_threshold, got {self.hybrid!r}")
+        if self.temperature <= 0:
+            raise ValueError(
+                "rollout.temperature must be > 0 for training rollouts (use val_temperature=0 for greedy)"
+            )
+        if self.engine != "hf":
+            raise ValueError(
+                f"rollout.engine={self.engine!r}: only 'hf' exists so far (vLLM comes with scale-out)"
+            )
         if self.offline_shaping < 0:
             raise ValueError(f"rollout.offline_shaping must be >= 0, got {self.offline_shaping}")
         if self.n < 1 or not 0 <= self.offline_k <= self.n:

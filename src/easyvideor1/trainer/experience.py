@@ -58,6 +58,10 @@ def tokenize_offline(tokenizer, text: str, eos_id: int, max_tokens: int) -> tupl
     return torch.tensor(ids[:max_tokens], dtype=torch.long), truncated
 
 
+# compute_score's own parameters: a record field with one of these names must not reach it twice
+_RESERVED = {"response", "ground_truth", "problem_type", "options", "config", "response_length"}
+
+
 def score(
     texts: list[str], samples: list[Sample], prompt_of: list[int], lengths: list[int], reward_cfg
 ) -> tuple:
@@ -73,7 +77,7 @@ def score(
                 rec.options,
                 config=reward_cfg,
                 response_length=n_tokens,
-                **rec.extra,
+                **{k: v for k, v in rec.extra.items() if k not in _RESERVED},
             )
         )
     keys = ("overall", "accuracy", "format")
@@ -130,8 +134,10 @@ def collect(
             ids, trunc = tokenize_offline(
                 tokenizer, sample.record.offline_output, eos_id, sampling.max_new_tokens
             )
+            # a truncated offline response is scored on what is trained: the kept tokens only
+            text = engine.decode(ids) if trunc else sample.record.offline_output
             for _ in range(k):
-                per_prompt[p].append((ids, sample.record.offline_output, True, trunc))
+                per_prompt[p].append((ids, text, True, trunc))
     prompt_of = [p for p, group in enumerate(per_prompt) for _ in group]
     flat = [r for group in per_prompt for r in group]
     ids = _pad_stack([r[0] for r in flat], pad_id)

@@ -16,8 +16,10 @@ import time
 
 import torch
 
+from ..algorithms._registry import normalize_name
 from ..algorithms.advantages import compute_advantages
 from ..algorithms.filtering import filter_groups, overlong_penalty
+from ..algorithms.kl import kl_penalty
 from ..algorithms.masked import masked_mean
 from ..data.dataset import RecordDataset, encode_prompts
 from ..media.cache import CacheError
@@ -28,7 +30,7 @@ from ..models.vision import DummyVisionPass
 from ..rewards import validate_problem_types
 from ..rollout.base import SamplingConfig
 from ..rollout.hf import HFRolloutEngine
-from .checkpoint import find_latest, load_trainer_state, save_checkpoint
+from .checkpoint import find_latest, load_model_weights, load_trainer_state, save_checkpoint
 from .evaluate import evaluate
 from .experience import Experience, collect, merge_groups, score, tokenize_offline
 from .metrics import MetricsLogger, hybrid_metrics, reward_metrics
@@ -69,6 +71,14 @@ class Trainer:
         self.logger = MetricsLogger(tc.output_dir, tc.loggers, dataclasses.asdict(cfg), tc.max_steps)
         self.train_idx = self.preflight(self.train_set, "train")
         self.val_idx = self.preflight(self.val_set, "val")[: tc.val_size] if self.val_set else []
+        if normalize_name(self.alg.adv_estimator) in ("gdpo", "remax") and (
+            self.alg.overlong.enable or (self.alg.kl.enabled and self.alg.kl.apply_as == "reward")
+        ):
+            raise ValueError(
+                f"algorithm.adv_estimator={self.alg.adv_estimator} works on the raw reward keys / a greedy "
+                "baseline: use it without algorithm.overlong and without kl.apply_as=reward"
+            )
+        self.kl_ctl = self.alg.make_kl_controller()
         self.ref_model = None
         if self.alg.kl.enabled:
             self.ref_model = copy.deepcopy(self.model).eval().requires_grad_(False)
@@ -169,11 +179,17 @@ class Trainer:
                 self.cfg.trainer.micro_batch_size,
             )
             if self.alg.kl.apply_as == "reward":
-                from ..algorithms.kl import kl_penalty
-
                 kl = kl_penalty(exp.old_logp, exp.ref_logp, self.alg.kl.type, exp.mask)
-                scores = scores - self.alg.kl.coef * (kl * exp.mask).sum(1)
+                scores = scores - self.kl_ctl.value * (kl * exp.mask).sum(1)
                 metrics["actor/reward_kl"] = float(masked_mean(kl, exp.mask.bool()))
+            mean_kl = float(
+                masked_mean(
+                    kl_penalty(exp.old_logp, exp.ref_logp, self.alg.kl.type, exp.mask), exp.mask.bool()
+                )
+            )
+            self.kl_ctl.update(mean_kl, len(exp))
+            self.settings.kl_loss_coef = self.kl_ctl.value if self.alg.kl.apply_as == "loss" else 0.0
+            metrics["actor/kl_coef"] = self.kl_ctl.value
         t_logp = time.perf_counter()
         exp.advantages = self._advantages(exp, scores, batch, samples)
         metrics.update(hybrid_metrics(exp))
@@ -261,7 +277,7 @@ class Trainer:
                 "filter/dropped_groups": float(dropped),
             }
         )
-        if kept == 0:  # nothing carries signal: train on the last round (its advantages are all zero)
+        if kept == 0:  # no group passed the filter: train on the last round as it is
             return exp, samples, batch, t0 + t_data
         kept_samples = [s[p] for _, s, keep in parts for p in keep]
         t = time.perf_counter()
@@ -270,7 +286,7 @@ class Trainer:
         return merge_groups(parts, batch), kept_samples, batch, t0 + t_data
 
     def _advantages(self, exp: Experience, scores: torch.Tensor, batch, samples) -> torch.Tensor:
-        name = self.alg.adv_estimator
+        name = normalize_name(self.alg.adv_estimator)
         opts = self.alg.advantage_options()
         if name == "gdpo":
             values = {k: exp.scores[k] for k in self.alg.gdpo_reward_keys}
@@ -345,10 +361,7 @@ class Trainer:
         )
         if ckpt is None:
             return
-        from safetensors.torch import load_file
-
-        state_dict = load_file(os.path.join(ckpt, "model.safetensors"))
-        self.model.load_state_dict(state_dict, strict=False)
+        load_model_weights(self.model, ckpt)
         state = load_trainer_state(ckpt, self.optimizer, self.scheduler)
         self.sampler.load_state_dict(state["sampler"])
         self.step, self.history = state["step"], state.get("history", [])
@@ -394,6 +407,6 @@ class Trainer:
         final = self.validate()
         self.logger.log(self.step, final)
         self.history.append({"step": self.step, **final})
-        self.save()
+        self.save()  # (re)saves the last step with the final validation in its history
         self.logger.close()
         return final
