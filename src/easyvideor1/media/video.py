@@ -76,7 +76,8 @@ def sample_video(path: str, params: SamplingParams, time_limit: float | None = N
     path = os.path.abspath(path)
     t0 = time.monotonic()
     deadline = t0 + time_limit if time_limit else None
-    info = probe_video(path, deadline=deadline)
+    size, mtime_ns = source_stat(path) if os.path.exists(path) else (0, 0)  # before reading: the frames
+    info = probe_video(path, deadline=deadline)  # must never be paired with a newer file's stats
     try:
         indices, sample_fps = frame_indices(params, info.total_frames, info.fps)
         window_frames = frame_range(params, info.total_frames, info.fps)[2]
@@ -89,7 +90,6 @@ def sample_video(path: str, params: SamplingParams, time_limit: float | None = N
     except ValueError as e:
         raise DecodeError(f"{path}: {e}") from e
     frames = resize_frames(raw, height, width)
-    size, mtime_ns = source_stat(path)
     meta = {
         "source_path": path,
         "source_size": size,

@@ -95,6 +95,7 @@ def policy_update(
             loss = aggregate_loss(
                 token_loss, mask, settings.loss_agg_mode, global_stats=stats, norm_length=settings.norm_length
             )
+            _add(sums, "actor/pg_loss", float(loss.detach()))  # the policy term alone
             if settings.kl_loss_coef and exp.ref_logp is not None:
                 kl = kl_loss(
                     logp,
@@ -109,7 +110,6 @@ def policy_update(
                 _add(sums, "actor/kl_loss", float(kl.detach()))
             loss.backward()
             share = float(mask.sum()) / max(stats.num_tokens, 1)
-            _add(sums, "actor/pg_loss", float(loss.detach()))
             _add(
                 sums,
                 "actor/entropy",
