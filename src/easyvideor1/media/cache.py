@@ -15,6 +15,7 @@ nothing is ever unpickled).
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import json
 import os
@@ -51,7 +52,9 @@ def params_key(params: SamplingParams) -> str:
     return hashlib.sha256(blob.encode()).hexdigest()[:16]
 
 
-def _fingerprint(path: str, size: int) -> str:
+@functools.lru_cache(maxsize=65536)
+def _fingerprint(path: str, size: int, mtime_ns: int = 0) -> str:
+    # cached per (path, size, mtime): data loaders look entries up every epoch
     h = hashlib.sha256()
     with open(path, "rb") as f:
         h.update(f.read(_FINGERPRINT_BYTES))
@@ -70,7 +73,7 @@ def entry_key(video_path: str, params: SamplingParams) -> str:
             "path": path,
             "size": st.st_size,
             "mtime_ns": st.st_mtime_ns,
-            "fingerprint": _fingerprint(path, st.st_size),
+            "fingerprint": _fingerprint(path, st.st_size, st.st_mtime_ns),
             "params": params.to_dict(),
             "version": FORMAT_VERSION,
         },

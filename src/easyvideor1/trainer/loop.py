@@ -70,7 +70,7 @@ class Trainer:
         )
         self.logger = MetricsLogger(tc.output_dir, tc.loggers, dataclasses.asdict(cfg), tc.max_steps)
         self.train_idx = self.preflight(self.train_set, "train")
-        self.val_idx = self.preflight(self.val_set, "val")[: tc.val_size] if self.val_set else []
+        self.val_idx = self.preflight(self.val_set, "val", max_count=tc.val_size) if self.val_set else []
         if normalize_name(self.alg.adv_estimator) in ("gdpo", "remax") and (
             self.alg.overlong.enable or (self.alg.kl.enabled and self.alg.kl.apply_as == "reward")
         ):
@@ -110,7 +110,7 @@ class Trainer:
         self.step, self.history = 0, []
 
     # ---------------------------------------------------------------------------------------- checks
-    def preflight(self, dataset: RecordDataset | None, split: str) -> list[int]:
+    def preflight(self, dataset: RecordDataset | None, split: str, max_count: int | None = None) -> list[int]:
         """Fail early on what would fail mid-run: unknown tasks, missing cache entries, overlong prompts."""
         if dataset is None:
             return []
@@ -118,6 +118,8 @@ class Trainer:
         keep, dropped = [], 0
         limit = self.cfg.data.max_prompt_length
         for start in range(0, len(dataset), 32):
+            if max_count is not None and len(keep) >= max_count:
+                break  # only the first `max_count` fitting prompts are used
             idx = list(range(start, min(start + 32, len(dataset))))
             samples = [dataset[i] for i in idx]
             if self.cfg.data.cache_mode == "cache_only":
@@ -137,6 +139,7 @@ class Trainer:
                     keep.append(i)
                 else:
                     dropped += 1
+        keep = keep[:max_count] if max_count is not None else keep
         self.logger.write(
             f"preflight {split}: {len(keep)} prompts kept, {dropped} dropped as longer than "
             f"data.max_prompt_length={limit} tokens"
