@@ -1,0 +1,85 @@
+"""Aggregation of per-sample scores into a benchmark's official numbers and breakdowns.
+
+Every function takes the scored samples of one benchmark: ``(record, result)`` pairs where
+``result`` is what :func:`easyvideor1.rewards.compute_score` returned (``accuracy`` in [0, 1],
+plus task details such as ``tiou``). Samples that failed (undecodable video, failed request) are
+passed with ``accuracy`` 0, so they count as wrong: denominators never shrink.
+"""
+
+from __future__ import annotations
+
+from collections import defaultdict
+from collections.abc import Callable, Iterable
+from typing import Any
+
+from ..data.records import Record
+
+Scored = tuple[Record, dict[str, Any]]
+
+
+def _mean(values: Iterable[float]) -> float:
+    values = list(values)
+    return sum(values) / len(values) if values else 0.0
+
+
+def _groups(rows: list[Scored], key: Callable[[Record], str]) -> dict[str, list[Scored]]:
+    out: dict[str, list[Scored]] = defaultdict(list)
+    for rec, res in rows:
+        out[key(rec)].append((rec, res))
+    return dict(sorted(out.items()))
+
+
+def accuracy(rows: list[Scored]) -> float:
+    return _mean(float(res["accuracy"]) for _, res in rows)
+
+
+def micro_with_breakdown(key: Callable[[Record], str], name: str) -> Callable[[list[Scored]], dict]:
+    """Score = mean over samples; breakdown = mean per group (e.g. Video-MME by duration)."""
+
+    def aggregate(rows: list[Scored]) -> dict:
+        return {"score": accuracy(rows), name: {g: accuracy(r) for g, r in _groups(rows, key).items()}}
+
+    return aggregate
+
+
+def macro_over(key: Callable[[Record], str], name: str) -> Callable[[list[Scored]], dict]:
+    """Score = unweighted mean of the per-group means (VSI-Bench over task types, MVBench over tasks)."""
+
+    def aggregate(rows: list[Scored]) -> dict:
+        per = {g: accuracy(r) for g, r in _groups(rows, key).items()}
+        return {"score": _mean(per.values()), "micro": accuracy(rows), name: per}
+
+    return aggregate
+
+
+def multi_binary(rows: list[Scored]) -> dict:
+    """VideoMathQA: the multiple-choice score over five-option questions, and the multi-binary score,
+    where a question split into binary pairs (records sharing a ``problem_id``) counts only if every
+    pair is right."""
+    mcq = [(rec, res) for rec, res in rows if "mbinary_id" not in rec.extra]
+    binary = [(rec, res) for rec, res in rows if "mbinary_id" in rec.extra]
+    groups = _groups(binary, lambda r: r.problem_id)
+    mbin = _mean(float(all(res["accuracy"] >= 1.0 for _, res in g)) for g in groups.values())
+    return {"score": mbin, "mbin": mbin, "mcq": accuracy(mcq), "mbin_questions": len(groups)}
+
+
+def temporal_recall(thresholds: tuple[float, ...] = (0.3, 0.5, 0.7)) -> Callable[[list[Scored]], dict]:
+    """Charades-STA: mean tIoU and recall at tIoU thresholds (R@0.3/0.5/0.7)."""
+
+    def aggregate(rows: list[Scored]) -> dict:
+        tious = [float(res.get("tiou", res["accuracy"])) for _, res in rows]
+        out = {"score": _mean(tious), "miou": _mean(tious)}
+        for t in thresholds:
+            out[f"R@{t}"] = _mean(float(x >= t) for x in tious)
+        return out
+
+    return aggregate
+
+
+def spatio_temporal(rows: list[Scored]) -> dict:
+    """STVG: the combined score (0.5 tIoU + 0.5 box IoU over ground-truth seconds) and its parts."""
+    return {
+        "score": accuracy(rows),
+        "m_tiou": _mean(float(res.get("tiou", 0.0)) for _, res in rows),
+        "m_box_iou": _mean(float(res.get("box_iou", 0.0)) for _, res in rows),
+    }

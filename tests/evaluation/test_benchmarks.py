@@ -1,0 +1,134 @@
+"""Every shipped benchmark record loads, renders a prompt, scores its gold answer as right and a
+wrong one as wrong (through the training reward library); metrics match hand-computed values."""
+
+from __future__ import annotations
+
+import json
+import re
+
+import pytest
+
+from easyvideor1.data.records import parse_record
+from easyvideor1.evaluation import get_benchmark, list_benchmarks, render_prompt
+from easyvideor1.rewards import compute_score
+from tests.conftest import ANNOTATIONS
+
+_INNER = re.compile(r"<(answer|think)>(.*?)</\1>", re.S)
+
+
+def gold_and_wrong(rec) -> tuple[str, str]:
+    """The gold answer as a model would write it, and a wrong one of the same shape."""
+    m = _INNER.search(rec.answer)
+    inner = (m.group(2) if m else rec.answer).strip()
+    if rec.options:
+        letters = [o.strip()[0] for o in rec.options]
+        # another listed letter; a one-option question (MotionBench has some) gets the next letter
+        wrong = next((x for x in letters if x != inner), chr(ord(inner[0]) + 1))
+    elif inner.startswith("{"):
+        gt = json.loads(inner)
+        gt["time"] = [gt["time"][0] + 1000, gt["time"][1] + 1001]
+        wrong = json.dumps(gt)
+    else:
+        try:
+            wrong = str(float(inner) * 3 + 7)
+        except ValueError:
+            wrong = "zebra quantum harmonica"
+    return f"<answer>{inner}</answer>", f"<answer>{wrong}</answer>"
+
+
+@pytest.mark.skipif(not ANNOTATIONS.exists(), reason="../shared/benchmarks/annotations is not present")
+@pytest.mark.parametrize("name", list_benchmarks())
+def test_every_record_loads_renders_and_scores(name):
+    spec = get_benchmark(name)
+    records = spec.load(str(ANNOTATIONS))
+    assert records
+    wrong_scored_right = []
+    for rec in records:
+        prompt = render_prompt(rec, "direct")
+        assert "<answer></answer>" in prompt and len(prompt) > 40
+        gold, wrong = gold_and_wrong(rec)
+        extra = {k: v for k, v in rec.extra.items() if k not in ("response", "config")}
+        right = compute_score(gold, rec.answer, rec.problem_type, rec.options, **extra)
+        assert right["accuracy"] == 1.0, (rec.source, gold, right)
+        bad = compute_score(wrong, rec.answer, rec.problem_type, rec.options, **extra)
+        if bad["accuracy"] >= 1.0:
+            wrong_scored_right.append(rec.source)
+    assert not wrong_scored_right, wrong_scored_right[:5]
+    rows = [(r, {"accuracy": 1.0, "tiou": 1.0, "box_iou": 1.0}) for r in records]
+    assert spec.aggregate(rows)["score"] == pytest.approx(1.0)
+
+
+def _rec(i, **fields):
+    return parse_record(
+        {"problem_id": str(i), "problem": "q", "videos": ["./task/v.mp4"], **fields}, f"f[{i}]"
+    )
+
+
+def test_videomme_by_duration():
+    rows = [
+        (_rec(0, duration="short"), {"accuracy": 1.0}),
+        (_rec(1, duration="short"), {"accuracy": 0.0}),
+        (_rec(2, duration="long"), {"accuracy": 1.0}),
+    ]
+    out = get_benchmark("videomme").aggregate(rows)
+    assert out["score"] == pytest.approx(2 / 3) and out["by_duration"] == {"long": 1.0, "short": 0.5}
+
+
+def test_vsibench_macro_over_task_types():
+    rows = [
+        (_rec(0, original_question_type="count"), {"accuracy": 1.0}),
+        (_rec(1, original_question_type="count"), {"accuracy": 1.0}),
+        (_rec(2, original_question_type="count"), {"accuracy": 1.0}),
+        (_rec(3, original_question_type="size"), {"accuracy": 0.2}),
+    ]
+    out = get_benchmark("vsibench").aggregate(rows)
+    assert out["score"] == pytest.approx((1.0 + 0.2) / 2) and out["micro"] == pytest.approx(3.2 / 4)
+
+
+def test_videomathqa_multi_binary_is_all_or_nothing():
+    rows = [
+        (_rec("a", problem_id="q1", mbinary_id=1), {"accuracy": 1.0}),
+        (_rec("b", problem_id="q1", mbinary_id=2), {"accuracy": 1.0}),
+        (_rec("c", problem_id="q2", mbinary_id=3), {"accuracy": 1.0}),
+        (_rec("d", problem_id="q2", mbinary_id=4), {"accuracy": 0.0}),
+        (_rec("e", problem_id="q3"), {"accuracy": 1.0}),
+        (_rec("f", problem_id="q4"), {"accuracy": 0.0}),
+    ]
+    out = get_benchmark("videomathqa").aggregate(rows)
+    assert (out["mbin"], out["mcq"], out["mbin_questions"]) == (0.5, 0.5, 2)
+
+
+def test_charades_miou_and_recall():
+    tious = [0.1, 0.35, 0.55, 0.9]
+    rows = [(_rec(i), {"accuracy": t, "tiou": t}) for i, t in enumerate(tious)]
+    out = get_benchmark("charades_sta").aggregate(rows)
+    assert out["miou"] == pytest.approx(sum(tious) / 4)
+    assert (out["R@0.3"], out["R@0.5"], out["R@0.7"]) == (0.75, 0.5, 0.25)
+
+
+def test_mvbench_tasks_and_clip_windows():
+    rows = [
+        (_rec(0, videos=["./sta/sta_video/a.mp4"]), {"accuracy": 1.0}),
+        (_rec(1, videos=["./sta/sta_video/b.mp4"]), {"accuracy": 0.0}),
+        (_rec(2, videos=["./clevrer/video/c.mp4"]), {"accuracy": 1.0}),
+    ]
+    out = get_benchmark("mvbench").aggregate(rows)
+    assert out["by_task"] == {"clevrer": 1.0, "sta": 0.5} and out["score"] == pytest.approx(0.75)
+    clip = get_benchmark("mvbench").adapt(_rec(3, start=1.5, end=9.0))
+    assert (clip.video_start, clip.video_end) == (1.5, 9.0)
+
+
+def test_stvg_parts():
+    rows = [(_rec(0), {"accuracy": 0.75, "tiou": 1.0, "box_iou": 0.5}), (_rec(1), {"accuracy": 0.0})]
+    out = get_benchmark("stvg").aggregate(rows)
+    assert (out["score"], out["m_tiou"], out["m_box_iou"]) == (0.375, 0.5, 0.25)
+
+
+def test_prompt_lists_the_real_option_letters():
+    rec = _rec(0, options=[f"{c}. x" for c in "ABCDEF"], problem_type="multiple choice")
+    assert "(A, B, C, D, E, or F)" in render_prompt(rec)
+    assert "<think>" not in render_prompt(rec, "thinking") and "Think briefly" in render_prompt(
+        rec, "thinking"
+    )
+    with pytest.raises(KeyError, match="unknown benchmark"):
+        get_benchmark("nope")
