@@ -23,7 +23,7 @@ def _shard(text: str) -> tuple[int, int]:
     return i, n
 
 
-def _add_sampling_flags(p: argparse.ArgumentParser) -> None:
+def _add_sampling_flags(p: argparse.ArgumentParser, video_root: bool = True) -> None:
     g = p.add_argument_group("frame sampling (data.* config keys)")
     g.add_argument("--model-family", choices=["qwen2vl", "qwen2_5vl", "qwen3vl"], help="data.model_family")
     g.add_argument("--fps", type=float, help="data.video_fps")
@@ -33,7 +33,8 @@ def _add_sampling_flags(p: argparse.ArgumentParser) -> None:
     g.add_argument("--min-pixels", type=int, help="data.video_min_pixels")
     g.add_argument("--max-pixels", type=int, help="data.video_max_pixels")
     g.add_argument("--total-pixels", type=int, help="data.video_total_pixels")
-    g.add_argument("--video-root", help="data.video_root: base for relative video paths")
+    if video_root:
+        g.add_argument("--video-root", help="data.video_root: base for relative video paths")
 
 
 _FLAG_TO_KEY = {
@@ -128,6 +129,54 @@ def cmd_make_tiny_model(args: argparse.Namespace, extra: list[str]) -> int:
     return 0
 
 
+def cmd_eval(args: argparse.Namespace, extra: list[str]) -> int:
+    import dataclasses
+    import os
+
+    from .evaluation import get_benchmark
+    from .evaluation.pipeline import EvalSettings, run_benchmark
+    from .evaluation.report import write_summary
+    from .media.cache import VideoLoader
+    from .models.loading import load_policy
+    from .rollout.hf import HFRolloutEngine
+
+    cfg = _run_config(args, extra)
+    model, processor = load_policy(args.model)
+    engine = HFRolloutEngine(model, processor)
+    settings = EvalSettings(
+        style=args.style,
+        max_new_tokens=args.max_new_tokens,
+        batch_size=args.batch_size,
+        load_workers=args.load_workers,
+        max_samples=args.max_samples,
+    )
+    results = {}
+    for name in args.benchmarks.split(","):
+        spec = get_benchmark(name)
+        ann_dir = args.video_root if spec.name == "synthetic" else args.annotations
+        data = dataclasses.replace(cfg.data, video_root=os.path.join(args.video_root, spec.video_dir))
+        loader = VideoLoader(data.cache_dir, data.cache_mode, data.decode_time_limit)
+        annotation = os.path.join(ann_dir, spec.annotation)
+        results[spec.name] = run_benchmark(
+            spec,
+            spec.load(ann_dir),
+            annotation,
+            engine,
+            processor,
+            data,
+            settings,
+            args.out,
+            args.model,
+            loader,
+        )
+        print(
+            f"{spec.name}: {results[spec.name]['score']:.4f} ({results[spec.name]['evaluated']} samples, "
+            f"{results[spec.name]['failures']} failures)"
+        )
+    write_summary(results, args.out)
+    return 0
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="easyvideor1", description=__doc__.splitlines()[0])
     sub = parser.add_subparsers(dest="command", required=True)
@@ -161,6 +210,24 @@ def build_parser() -> argparse.ArgumentParser:
 
     p = sub.add_parser("train", help="RL training: easyvideor1 train config=FILE.yaml key=value ...")
     p.set_defaults(func=cmd_train)
+
+    p = sub.add_parser("eval", help="evaluate a model on video benchmarks (resumable)")
+    p.add_argument("--model", required=True, help="a Hugging Face Qwen-VL model directory")
+    p.add_argument("--benchmarks", required=True, help="comma-separated names (see evaluation/specs.py)")
+    p.add_argument(
+        "--video-root", required=True, help="root of the benchmarks' videos (synthetic: the synth dir)"
+    )
+    p.add_argument(
+        "--annotations", default=str(__import__("pathlib").Path("../shared/benchmarks/annotations"))
+    )
+    p.add_argument("--out", required=True)
+    p.add_argument("--style", choices=["direct", "thinking"], default="direct")
+    p.add_argument("--max-new-tokens", type=int, default=32)
+    p.add_argument("--batch-size", type=int, default=4)
+    p.add_argument("--load-workers", type=int, default=2)
+    p.add_argument("--max-samples", type=int)
+    _add_sampling_flags(p, video_root=False)
+    p.set_defaults(func=cmd_eval)
 
     p = sub.add_parser("make-tiny-model", help="a tiny random-weight Qwen-VL model built offline")
     p.add_argument("--family", choices=["qwen3vl", "qwen2_5vl"], default="qwen3vl")

@@ -71,6 +71,7 @@ class Sample:
     video_entries: list[str | None] = field(default_factory=list)  # cache entry per video, or None
     video_params: SamplingParams | None = None
     images: list[str] = field(default_factory=list)
+    loaded: tuple[list, list] | None = None  # (videos, images) filled by load_media, e.g. in a loader thread
 
 
 class RecordDataset(Dataset):
@@ -133,6 +134,15 @@ def load_image(path: str, cfg: DataConfig):
         return im.resize((w, h), Image.BICUBIC) if (h, w) != (im.height, im.width) else im.copy()
 
 
+def load_media(sample: Sample, cfg: DataConfig, loader: VideoLoader) -> tuple[list, list]:
+    """The sample's videos (cache entries or decoded) and images, ready for the processor."""
+    videos = [
+        loader.load(v, sample.video_params, entry=e)
+        for v, e in zip(sample.videos, sample.video_entries, strict=True)
+    ]
+    return videos, [load_image(p, cfg) for p in sample.images]
+
+
 def encode_batch(
     processor,
     samples: list[Sample],
@@ -152,11 +162,11 @@ def encode_batch(
             messages, add_generation_prompt=add_generation_prompt, tokenize=False
         )
         texts.append(text + (responses[i] if responses else ""))
-        for v, e in zip(sample.videos, sample.video_entries, strict=True):
-            video = loader.load(v, sample.video_params, entry=e)
+        sample_videos, sample_images = sample.loaded or load_media(sample, cfg, loader)
+        for video in sample_videos:
             videos.append(video.frames)
             metadata.append(VideoMetadata(**video.processor_metadata()))
-        images.extend(load_image(p, cfg) for p in sample.images)
+        images.extend(sample_images)
     kwargs: dict[str, Any] = {}
     if videos:
         kwargs.update(videos=videos, video_metadata=metadata, do_sample_frames=False)

@@ -92,6 +92,10 @@ _SPECS = [
     ),
     BenchmarkSpec("stvg", "stvg.json", "ST-Align-Benchmark", spatio_temporal),
     BenchmarkSpec("videommlu", "videommlu.json", "Video-MMLU"),
+    # `easyvideor1 synth --out DIR` output: DIR is both the annotation directory and the video root
+    BenchmarkSpec(
+        "synthetic", "records.jsonl", "", micro_with_breakdown(lambda r: r.problem_type, "by_task")
+    ),
 ]
 
 for _spec in _SPECS:

@@ -1,0 +1,218 @@
+"""The evaluation pipeline: media loading overlapped with generation, resumable, failures counted.
+
+Stages: a pool of loader threads reads each sample's media (cache entry or decode; PyAV and file
+I/O release the GIL) into a bounded queue -> the engine generates for batches of ready samples ->
+the reward library scores -> one JSON line per sample is appended to ``predictions.jsonl`` and
+flushed. The queue bound keeps memory flat on long videos (back-pressure). A rerun skips exactly
+the samples already recorded under the same settings hash; a sample whose media cannot be loaded is
+recorded as a failure and counts as wrong.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import queue
+import threading
+import time
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import asdict, dataclass
+from typing import Any
+
+from ..data.config import DataConfig
+from ..data.dataset import RecordDataset, encode_prompts, load_media
+from ..data.records import Record
+from ..rewards import compute_score
+from ..rollout.base import SamplingConfig
+from .prompts import render_prompt
+from .registry import BenchmarkSpec
+
+_DONE = object()
+_RESERVED = {"response", "ground_truth", "problem_type", "options", "config", "response_length"}
+
+
+@dataclass
+class EvalSettings:
+    """What makes two runs comparable (hashed into every prediction line)."""
+
+    style: str = "direct"
+    max_new_tokens: int = 32
+    temperature: float = 0.0
+    batch_size: int = 4
+    load_workers: int = 2
+    queue_size: int = 8
+    max_samples: int | None = None
+
+    def digest(self, data: DataConfig, model: str) -> str:
+        keep = {
+            k: v for k, v in asdict(self).items() if k not in ("batch_size", "load_workers", "queue_size")
+        }
+        blob = json.dumps(
+            {"eval": keep, "data": asdict(data), "model": os.path.abspath(model)}, sort_keys=True, default=str
+        )
+        return hashlib.sha256(blob.encode()).hexdigest()[:16]
+
+
+def _recorded(path: str, digest: str) -> dict[str, dict]:
+    done: dict[str, dict] = {}
+    if os.path.exists(path):
+        with open(path, encoding="utf-8") as f:
+            for line in f:
+                try:
+                    row = json.loads(line)
+                except json.JSONDecodeError:
+                    continue  # a line cut by a kill: that sample is simply redone
+                if row.get("settings") == digest:
+                    done[row["sample_id"]] = row
+    return done
+
+
+def _with_prompt(rec: Record, style: str) -> Record:
+    import dataclasses
+
+    return dataclasses.replace(rec, problem=render_prompt(rec, style))
+
+
+def run_benchmark(
+    spec: BenchmarkSpec,
+    records: list[Record],
+    annotation_file: str,
+    engine,
+    processor,
+    data: DataConfig,
+    settings: EvalSettings,
+    out_dir: str,
+    model_path: str,
+    loader=None,
+) -> dict[str, Any]:
+    """Evaluate one benchmark; returns its results (also written to ``<out>/<name>/results.json``)."""
+    t0 = time.perf_counter()
+    bench_dir = os.path.join(out_dir, spec.name)
+    os.makedirs(bench_dir, exist_ok=True)
+    pred_path = os.path.join(bench_dir, "predictions.jsonl")
+    digest = settings.digest(data, model_path)
+    records = records[: settings.max_samples] if settings.max_samples else records
+    prompted = [_with_prompt(r, settings.style) for r in records]
+    dataset = RecordDataset(prompted, dataclasses_replace_template(data), annotation_file, loader)
+    done = _recorded(pred_path, digest)
+    todo = [i for i, r in enumerate(records) if r.problem_id not in done]
+    sampling = SamplingConfig(temperature=settings.temperature, max_new_tokens=settings.max_new_tokens)
+    ready: queue.Queue = queue.Queue(maxsize=settings.queue_size)
+    timing = {"load": 0.0, "generate": 0.0}
+
+    def load(i: int):
+        t = time.perf_counter()
+        sample = dataset[i]
+        try:
+            sample.loaded = load_media(sample, dataset.cfg, dataset.loader)
+            item = (i, sample, None)
+        except Exception as e:  # recorded as a failure, counted as wrong
+            item = (i, sample, f"{type(e).__name__}: {e}")
+        timing["load"] += time.perf_counter() - t
+        return item
+
+    def produce():
+        with ThreadPoolExecutor(max_workers=max(1, settings.load_workers)) as pool:
+            for item in pool.map(load, todo):  # in order: resumes stay deterministic
+                ready.put(item)
+        ready.put(_DONE)
+
+    threading.Thread(target=produce, daemon=True).start()
+    with open(pred_path, "a", encoding="utf-8") as out:
+        if out.tell() and not _ends_with_newline(pred_path):
+            out.write("\n")  # a kill cut the last line: never glue a new row onto it
+        finished = False
+        while not finished:
+            batch = []
+            item = ready.get()
+            while True:
+                if item is _DONE:
+                    finished = True
+                    break
+                batch.append(item)
+                if len(batch) >= settings.batch_size:
+                    break
+                try:
+                    item = ready.get_nowait()
+                except queue.Empty:
+                    break
+            rows = _generate_and_score(batch, engine, processor, dataset, sampling, digest, timing)
+            for row in rows:
+                out.write(json.dumps(row) + "\n")
+            out.flush()
+            os.fsync(out.fileno())
+    return write_results(spec, records, pred_path, digest, bench_dir, time.perf_counter() - t0, timing)
+
+
+def _ends_with_newline(path: str) -> bool:
+    with open(path, "rb") as f:
+        f.seek(-1, os.SEEK_END)
+        return f.read(1) == b"\n"
+
+
+def dataclasses_replace_template(data: DataConfig) -> DataConfig:
+    import dataclasses
+
+    return dataclasses.replace(data, prompt_template="none")  # the evaluation prompt is already rendered
+
+
+def _generate_and_score(batch, engine, processor, dataset, sampling, digest, timing) -> list[dict]:
+    rows = []
+    good = [(i, s) for i, s, err in batch if err is None]
+    for i, s, err in batch:
+        if err is not None:
+            rows.append(
+                {
+                    "sample_id": s.record.problem_id,
+                    "index": i,
+                    "settings": digest,
+                    "failed": True,
+                    "error": err,
+                    "prediction": None,
+                    "accuracy": 0.0,
+                }
+            )
+    if good:
+        t = time.perf_counter()
+        prompts = encode_prompts(processor, [s for _, s in good], dataset.cfg, dataset.loader)
+        out = engine.generate(prompts, [1] * len(good), sampling)
+        timing["generate"] += time.perf_counter() - t
+        for (i, s), text, n in zip(good, out.texts, out.mask.sum(1).tolist(), strict=True):
+            rec = s.record
+            extra = {k: v for k, v in rec.extra.items() if k not in _RESERVED}
+            res = compute_score(text, rec.answer, rec.problem_type, rec.options, response_length=n, **extra)
+            rows.append(
+                {
+                    "sample_id": rec.problem_id,
+                    "index": i,
+                    "settings": digest,
+                    "failed": False,
+                    "prediction": text,
+                    "extracted": res.get("prediction"),
+                    "output_tokens": n,
+                    **{k: res[k] for k in ("accuracy", "format", "overall", "tiou", "box_iou") if k in res},
+                }
+            )
+    return sorted(rows, key=lambda r: r["index"])
+
+
+def write_results(spec, records, pred_path, digest, bench_dir, seconds, timing) -> dict[str, Any]:
+    rows = _recorded(pred_path, digest)
+    scored = [(r, rows[r.problem_id]) for r in records if r.problem_id in rows]
+    results = {
+        "benchmark": spec.name,
+        **spec.aggregate(scored),
+        "samples": len(records),
+        "evaluated": len(scored),
+        "failures": sum(1 for _, r in scored if r.get("failed")),
+        "extraction_failures": sum(
+            1 for _, r in scored if not r.get("failed") and r.get("extracted") is None
+        ),
+        "seconds": round(seconds, 2),
+        "stage_seconds": {k: round(v, 2) for k, v in timing.items()},
+        "settings": digest,
+    }
+    with open(os.path.join(bench_dir, "results.json"), "w", encoding="utf-8") as f:
+        json.dump(results, f, indent=1)
+    return results

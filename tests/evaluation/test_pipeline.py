@@ -1,0 +1,104 @@
+"""The evaluation pipeline on real synthetic videos and the tiny model: resume after SIGKILL,
+failures in the denominator, reports."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+
+import pytest
+
+from easyvideor1.data.synthetic import write_synthetic_set
+from easyvideor1.models.tiny import make_tiny_model
+
+
+@pytest.fixture(scope="module")
+def assets(tmp_path_factory):
+    d = tmp_path_factory.mktemp("eval")
+    write_synthetic_set(str(d / "syn"), 10, size=(64, 48), duration=(1.0, 2.0))
+    make_tiny_model(str(d / "model"))
+    return d
+
+
+def _cmd(assets, out, *extra):
+    return [
+        sys.executable,
+        "-m",
+        "easyvideor1",
+        "eval",
+        "--model",
+        str(assets / "model"),
+        "--benchmarks",
+        "synthetic",
+        "--video-root",
+        str(assets / "syn"),
+        "--out",
+        str(out),
+        "--min-pixels",
+        "1024",
+        "--max-pixels",
+        "4096",
+        "--nframes",
+        "4",
+        "--batch-size",
+        "1",
+        "--max-new-tokens",
+        "24",
+        *extra,
+    ]
+
+
+def _predictions(out):
+    return [json.loads(line) for line in open(out / "synthetic" / "predictions.jsonl") if line.strip()]
+
+
+def test_sigkill_then_rerun_equals_an_uninterrupted_run(assets, tmp_path):
+    full = subprocess.run(_cmd(assets, tmp_path / "full"), capture_output=True, text=True)
+    assert full.returncode == 0, full.stderr[-2000:]
+    reference = {p["sample_id"]: p["prediction"] for p in _predictions(tmp_path / "full")}
+    total = sum(1 for _ in open(assets / "syn" / "records.jsonl"))
+    assert len(reference) == total
+
+    out = tmp_path / "killed"
+    proc = subprocess.Popen(
+        _cmd(assets, out), start_new_session=True, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL
+    )
+    pred = out / "synthetic" / "predictions.jsonl"
+    deadline = time.monotonic() + 120
+    while time.monotonic() < deadline and (not pred.exists() or sum(1 for _ in open(pred)) < 5):
+        time.sleep(0.01)
+    os.killpg(proc.pid, signal.SIGKILL)
+    proc.wait()
+    before = sum(1 for _ in open(pred))
+    assert 0 < before < total, "the kill must land midway"
+    again = subprocess.run(_cmd(assets, out), capture_output=True, text=True)
+    assert again.returncode == 0, again.stderr[-2000:]
+    rows = _predictions(out)
+    ids = [r["sample_id"] for r in rows]
+    assert len(ids) == len(set(ids)) == total, "no duplicated and no missing sample"
+    assert {r["sample_id"]: r["prediction"] for r in rows} == reference
+    results = json.loads((out / "results.json").read_text())["synthetic"]
+    assert results["evaluated"] == total and "by_task" in results
+    assert (out / "results.md").read_text().count("synthetic") == 1
+
+
+def test_undecodable_videos_count_as_wrong(assets, tmp_path):
+    syn = tmp_path / "syn"
+    syn.mkdir()
+    rows = [json.loads(line) for line in open(assets / "syn" / "records.jsonl")][:4]
+    for r in rows:
+        r["videos"] = [str(assets / "syn" / r["videos"][0])]
+    rows[1]["videos"] = [str(tmp_path / "missing.mp4")]
+    (syn / "records.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
+    cmd = _cmd(assets, tmp_path / "out")
+    cmd[cmd.index("--video-root") + 1] = str(syn)
+    r = subprocess.run(cmd, capture_output=True, text=True)
+    assert r.returncode == 0, r.stderr[-2000:]
+    results = json.loads((tmp_path / "out" / "results.json").read_text())["synthetic"]
+    assert results["failures"] == 1 and results["evaluated"] == 4 and results["samples"] == 4
+    failed = [p for p in _predictions(tmp_path / "out") if p["failed"]]
+    assert len(failed) == 1 and "not found" in failed[0]["error"] and failed[0]["accuracy"] == 0.0
