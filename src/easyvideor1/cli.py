@@ -141,6 +141,11 @@ def cmd_eval(args: argparse.Namespace, extra: list[str]) -> int:
     from .rollout.hf import HFRolloutEngine
 
     cfg = _run_config(args, extra)
+    import torch
+
+    # on a CPU-only machine, leave the loader processes their cores
+    if not torch.cuda.is_available():
+        torch.set_num_threads(max(1, (os.cpu_count() or 2) - args.load_workers))
     model, processor = load_policy(args.model)
     engine = HFRolloutEngine(model, processor)
     settings = EvalSettings(

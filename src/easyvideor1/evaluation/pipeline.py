@@ -1,7 +1,7 @@
 """The evaluation pipeline: media loading overlapped with generation, resumable, failures counted.
 
-Stages: a pool of loader threads reads each sample's media (cache entry or decode; PyAV and file
-I/O release the GIL) into a bounded queue -> the engine generates for batches of ready samples ->
+Stages: a pool of loader processes reads each sample's media (cache entry or decode) into a
+bounded queue -> the engine generates for batches of ready samples ->
 the reward library scores -> one JSON line per sample is appended to ``predictions.jsonl`` and
 flushed. The queue bound keeps memory flat on long videos (back-pressure). A rerun skips exactly
 the samples already recorded under the same settings hash; a sample whose media cannot be loaded is
@@ -12,11 +12,12 @@ from __future__ import annotations
 
 import hashlib
 import json
+import multiprocessing
 import os
 import queue
 import threading
 import time
-from concurrent.futures import ThreadPoolExecutor
+from concurrent.futures import ProcessPoolExecutor
 from dataclasses import asdict, dataclass
 from typing import Any
 
@@ -101,20 +102,16 @@ def run_benchmark(
     ready: queue.Queue = queue.Queue(maxsize=settings.queue_size)
     timing = {"load": 0.0, "generate": 0.0}
 
-    def load(i: int):
-        t = time.perf_counter()
-        sample = dataset[i]
-        try:
-            sample.loaded = load_media(sample, dataset.cfg, dataset.loader)
-            item = (i, sample, None)
-        except Exception as e:  # recorded as a failure, counted as wrong
-            item = (i, sample, f"{type(e).__name__}: {e}")
-        timing["load"] += time.perf_counter() - t
-        return item
-
     def produce():
-        with ThreadPoolExecutor(max_workers=max(1, settings.load_workers)) as pool:
-            for item in pool.map(load, todo):  # in order: resumes stay deterministic
+        # Loader processes, not threads: decoding holds the GIL long enough to stall generation.
+        global _LOADER_DATASET
+        _LOADER_DATASET = dataset  # inherited by the forked loaders
+        ctx = multiprocessing.get_context("fork")
+        with ProcessPoolExecutor(
+            max_workers=max(1, settings.load_workers), mp_context=ctx, initializer=_loader_init
+        ) as pool:
+            for item, seconds in pool.map(_load_one, todo):  # in order: resumes stay deterministic
+                timing["load"] += seconds
                 ready.put(item)
         ready.put(_DONE)
 
@@ -143,6 +140,27 @@ def run_benchmark(
             out.flush()
             os.fsync(out.fileno())
     return write_results(spec, records, pred_path, digest, bench_dir, time.perf_counter() - t0, timing)
+
+
+_LOADER_DATASET = None
+
+
+def _loader_init() -> None:
+    import torch
+
+    torch.set_num_threads(1)
+
+
+def _load_one(i: int):
+    """Loader process body: one sample with its media loaded (or the reason it could not be)."""
+    t = time.perf_counter()
+    sample = _LOADER_DATASET[i]
+    try:
+        sample.loaded = load_media(sample, _LOADER_DATASET.cfg, _LOADER_DATASET.loader)
+        item = (i, sample, None)
+    except Exception as e:  # recorded as a failure, counted as wrong
+        item = (i, sample, f"{type(e).__name__}: {e}")
+    return item, time.perf_counter() - t
 
 
 def _ends_with_newline(path: str) -> bool:
