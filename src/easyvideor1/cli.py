@@ -135,7 +135,7 @@ def cmd_eval(args: argparse.Namespace, extra: list[str]) -> int:
 
     from .evaluation import get_benchmark
     from .evaluation.pipeline import EvalSettings, run_benchmark
-    from .evaluation.report import write_summary
+    from .evaluation.report import plot_scores, write_summary
     from .media.cache import VideoLoader
     from .models.loading import load_policy
     from .rollout.hf import HFRolloutEngine
@@ -179,6 +179,14 @@ def cmd_eval(args: argparse.Namespace, extra: list[str]) -> int:
             f"{results[spec.name]['failures']} failures)"
         )
     write_summary(results, args.out)
+    plot_scores(results, args.out)
+    return 0
+
+
+def cmd_eval_compare(args: argparse.Namespace, extra: list[str]) -> int:
+    from .evaluation.report import compare_runs
+
+    print(compare_runs(args.run_a, args.run_b))
     return 0
 
 
@@ -234,6 +242,11 @@ def build_parser() -> argparse.ArgumentParser:
     _add_sampling_flags(p, video_root=False)
     p.set_defaults(func=cmd_eval)
 
+    p = sub.add_parser("eval-compare", help="per-benchmark score deltas of two eval runs")
+    p.add_argument("run_a")
+    p.add_argument("run_b")
+    p.set_defaults(func=cmd_eval_compare)
+
     p = sub.add_parser("make-tiny-model", help="a tiny random-weight Qwen-VL model built offline")
     p.add_argument("--family", choices=["qwen3vl", "qwen2_5vl"], default="qwen3vl")
     p.add_argument("--out", required=True)
@@ -243,6 +256,9 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def main(argv: list[str] | None = None) -> int:
+    argv = list(sys.argv[1:] if argv is None else argv)
+    if argv[:2] == ["eval", "compare"]:  # `easyvideor1 eval compare RUN_A RUN_B`
+        argv = ["eval-compare", *argv[2:]]
     parser = build_parser()
     args, extra = parser.parse_known_args(argv)
     try:

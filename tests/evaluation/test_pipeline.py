@@ -84,6 +84,15 @@ def test_sigkill_then_rerun_equals_an_uninterrupted_run(assets, tmp_path):
     results = json.loads((out / "results.json").read_text())["synthetic"]
     assert results["evaluated"] == total and "by_task" in results
     assert (out / "results.md").read_text().count("synthetic") == 1
+    assert (out / "scores.png").stat().st_size > 1000
+    page = (out / "synthetic" / "samples.html").read_text()
+    assert page.count("<img") >= 4 and "accuracy" in page
+    cmp = subprocess.run(
+        [sys.executable, "-m", "easyvideor1", "eval", "compare", str(tmp_path / "full"), str(out)],
+        capture_output=True,
+        text=True,
+    )
+    assert cmp.returncode == 0 and "| synthetic |" in cmp.stdout and "+0.00" in cmp.stdout
 
 
 def test_undecodable_videos_count_as_wrong(assets, tmp_path):

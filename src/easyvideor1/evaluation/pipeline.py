@@ -139,7 +139,11 @@ def run_benchmark(
                 out.write(json.dumps(row) + "\n")
             out.flush()
             os.fsync(out.fileno())
-    return write_results(spec, records, pred_path, digest, bench_dir, time.perf_counter() - t0, timing)
+    results = write_results(spec, records, pred_path, digest, bench_dir, time.perf_counter() - t0, timing)
+    from .report import write_sample_pages
+
+    write_sample_pages(bench_dir, records, dataset)
+    return results
 
 
 _LOADER_DATASET = None

@@ -23,3 +23,93 @@ def write_summary(results: dict[str, dict[str, Any]], out_dir: str) -> str:
     with open(path, "w", encoding="utf-8") as f:
         f.write("\n".join(lines) + "\n")
     return path
+
+
+def plot_scores(results: dict[str, dict[str, Any]], out_dir: str) -> str | None:
+    """``scores.png``: one bar per benchmark."""
+    try:
+        import matplotlib
+
+        matplotlib.use("Agg")
+        import matplotlib.pyplot as plt
+    except ImportError:
+        return None
+    names = list(results)
+    fig, ax = plt.subplots(figsize=(max(4, 0.8 * len(names) + 2), 3.5))
+    bars = ax.bar(names, [100 * results[n]["score"] for n in names], color="tab:blue")
+    ax.bar_label(bars, fmt="%.1f", fontsize=8)
+    ax.set_ylabel("score (%)")
+    ax.set_ylim(0, 105)
+    ax.tick_params(axis="x", rotation=30)
+    fig.tight_layout()
+    path = os.path.join(out_dir, "scores.png")
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+    return path
+
+
+def compare_runs(run_a: str, run_b: str) -> str:
+    """A table of per-benchmark scores of two runs and their difference (B - A), in points."""
+    a = json.load(open(os.path.join(run_a, "results.json"), encoding="utf-8"))
+    b = json.load(open(os.path.join(run_b, "results.json"), encoding="utf-8"))
+    lines = [
+        f"| benchmark | {os.path.basename(run_a.rstrip('/'))} | {os.path.basename(run_b.rstrip('/'))} | delta |",
+        "|---|---|---|---|",
+    ]
+    for name in sorted(set(a) | set(b)):
+        sa, sb = (100 * r[name]["score"] if name in r else None for r in (a, b))
+        delta = f"{sb - sa:+.2f}" if sa is not None and sb is not None else "-"
+        fmt = lambda v: "-" if v is None else f"{v:.2f}"  # noqa: E731
+        lines.append(f"| {name} | {fmt(sa)} | {fmt(sb)} | {delta} |")
+    return "\n".join(lines)
+
+
+def write_sample_pages(bench_dir: str, records: list, dataset, n: int = 6) -> str:
+    """``samples.html``: for a handful of samples, sampled frames, the prompt, the response and the score."""
+    import base64
+    import html
+    import io
+
+    from PIL import Image
+
+    rows = {}
+    with open(os.path.join(bench_dir, "predictions.jsonl"), encoding="utf-8") as f:
+        for line in f:
+            try:
+                row = json.loads(line)
+            except json.JSONDecodeError:
+                continue
+            rows[row["sample_id"]] = row
+    parts = [
+        "<html><head><meta charset='utf-8'><title>samples</title></head><body style='font-family:sans-serif'>"
+    ]
+    shown = 0
+    for i, rec in enumerate(records):
+        row = rows.get(rec.problem_id)
+        if row is None or shown >= n:
+            continue
+        shown += 1
+        thumbs = ""
+        sample = dataset[i]
+        try:
+            for video in (
+                dataset.loader.load(sample.videos[0], sample.video_params).frames[::4][:4]
+                if sample.videos
+                else []
+            ):
+                buf = io.BytesIO()
+                Image.fromarray(video.numpy()).save(buf, format="PNG")
+                thumbs += f"<img height=96 src='data:image/png;base64,{base64.b64encode(buf.getvalue()).decode()}'> "
+        except Exception as e:  # a page without frames beats no page
+            thumbs = f"<i>frames unavailable: {html.escape(str(e))}</i>"
+        parts.append(
+            f"<h3>{html.escape(str(rec.problem_id))} - accuracy {row.get('accuracy', 0):.2f}</h3><div>{thumbs}</div>"
+            f"<pre>{html.escape(sample.record.problem)}</pre><p><b>response</b></p>"
+            f"<pre>{html.escape(str(row.get('prediction') or row.get('error')))}</pre>"
+            f"<p><b>answer</b> {html.escape(rec.answer)}</p><hr>"
+        )
+    parts.append("</body></html>")
+    path = os.path.join(bench_dir, "samples.html")
+    with open(path, "w", encoding="utf-8") as f:
+        f.write("\n".join(parts))
+    return path
