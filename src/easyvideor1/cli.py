@@ -135,11 +135,25 @@ def cmd_eval(args: argparse.Namespace, extra: list[str]) -> int:
 
     from .evaluation import get_benchmark
     from .evaluation.pipeline import EvalSettings, run_benchmark
+    from .evaluation.presets import get_preset
     from .evaluation.report import plot_scores, write_summary
     from .media.cache import VideoLoader
     from .models.loading import load_policy
     from .rollout.hf import HFRolloutEngine
 
+    if args.preset:
+        preset = get_preset(args.preset)
+        for key, flag in (
+            ("video_fps", "fps"),
+            ("video_min_frames", "min_frames"),
+            ("video_max_frames", "max_frames"),
+            ("video_min_pixels", "min_pixels"),
+            ("video_max_pixels", "max_pixels"),
+            ("video_total_pixels", "total_pixels"),
+            ("model_family", "model_family"),
+        ):
+            if getattr(args, flag, None) is None and key in preset["data"]:
+                setattr(args, flag, preset["data"][key])  # explicit flags win over the preset
     cfg = _run_config(args, extra)
     import torch
 
@@ -154,6 +168,8 @@ def cmd_eval(args: argparse.Namespace, extra: list[str]) -> int:
         batch_size=args.batch_size,
         load_workers=args.load_workers,
         max_samples=args.max_samples,
+        preset=args.preset,
+        **(get_preset(args.preset)["sampling"] if args.preset else {}),
     )
     results = {}
     for name in args.benchmarks.split(","):
@@ -235,6 +251,7 @@ def build_parser() -> argparse.ArgumentParser:
     )
     p.add_argument("--out", required=True)
     p.add_argument("--style", choices=["direct", "thinking"], default="direct")
+    p.add_argument("--preset", help="named settings, e.g. qwen3vl-official or greedy (flags override them)")
     p.add_argument("--max-new-tokens", type=int, default=32)
     p.add_argument("--batch-size", type=int, default=4)
     p.add_argument("--load-workers", type=int, default=2)

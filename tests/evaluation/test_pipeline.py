@@ -111,3 +111,15 @@ def test_undecodable_videos_count_as_wrong(assets, tmp_path):
     assert results["failures"] == 1 and results["evaluated"] == 4 and results["samples"] == 4
     failed = [p for p in _predictions(tmp_path / "out") if p["failed"]]
     assert len(failed) == 1 and "not found" in failed[0]["error"] and failed[0]["accuracy"] == 0.0
+
+
+def test_preset_sets_the_frame_budget_and_flags_override_it(assets, tmp_path):
+    cmd = _cmd(assets, tmp_path / "out", "--preset", "greedy", "--max-samples", "2")
+    r = subprocess.run(cmd, capture_output=True, text=True)  # explicit --nframes/pixels override the preset
+    assert r.returncode == 0, r.stderr[-2000:]
+    bad = subprocess.run(_cmd(assets, tmp_path / "o2", "--preset", "nope"), capture_output=True, text=True)
+    assert bad.returncode == 2 and "unknown preset" in bad.stderr
+    from easyvideor1.evaluation.presets import get_preset
+
+    official = get_preset("qwen3vl-official")
+    assert official["data"]["video_max_frames"] == 512 and official["sampling"]["top_k"] == 20

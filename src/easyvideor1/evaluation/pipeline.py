@@ -40,6 +40,9 @@ class EvalSettings:
     style: str = "direct"
     max_new_tokens: int = 32
     temperature: float = 0.0
+    top_p: float = 1.0
+    top_k: int = 0
+    preset: str | None = None
     batch_size: int = 4
     load_workers: int = 2
     queue_size: int = 8
@@ -98,7 +101,12 @@ def run_benchmark(
     dataset = RecordDataset(prompted, dataclasses_replace_template(data), annotation_file, loader)
     done = _recorded(pred_path, digest)
     todo = [i for i, r in enumerate(records) if r.problem_id not in done]
-    sampling = SamplingConfig(temperature=settings.temperature, max_new_tokens=settings.max_new_tokens)
+    sampling = SamplingConfig(
+        temperature=settings.temperature,
+        top_p=settings.top_p,
+        top_k=settings.top_k,
+        max_new_tokens=settings.max_new_tokens,
+    )
     ready: queue.Queue = queue.Queue(maxsize=settings.queue_size)
     timing = {"load": 0.0, "generate": 0.0}
 

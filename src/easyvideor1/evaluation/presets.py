@@ -1,0 +1,37 @@
+"""Named evaluation settings (frame budget + sampling), applied before explicit flags.
+
+``qwen3vl-official`` is the Qwen3-VL team's video evaluation setting (their VideoMME scripts):
+fps 2, 4-512 frames, 3,584-401,408 pixels per frame, 19,267,584 pixels per video, and their
+instruct sampling (temperature 0.7, top_p 0.8, top_k 20). Their presence penalty of 1.5 has no
+equivalent in transformers' ``generate`` and is not applied by the HF engine (results.json says so).
+``greedy`` keeps the frame budget and decodes greedily (deterministic, resumable bit for bit).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+_QWEN3VL_FRAMES = {
+    "model_family": "qwen3vl",
+    "video_fps": 2.0,
+    "video_min_frames": 4,
+    "video_max_frames": 512,
+    "video_min_pixels": 3584,
+    "video_max_pixels": 401408,
+    "video_total_pixels": 19267584,
+}
+
+PRESETS: dict[str, dict[str, Any]] = {
+    "qwen3vl-official": {
+        "data": _QWEN3VL_FRAMES,
+        "sampling": {"temperature": 0.7, "top_p": 0.8, "top_k": 20},
+        "unsupported": {"presence_penalty": 1.5},
+    },
+    "greedy": {"data": _QWEN3VL_FRAMES, "sampling": {"temperature": 0.0}},
+}
+
+
+def get_preset(name: str) -> dict[str, Any]:
+    if name not in PRESETS:
+        raise ValueError(f"unknown preset {name!r}; known: {', '.join(sorted(PRESETS))}")
+    return PRESETS[name]
