@@ -40,6 +40,8 @@ def gold_and_wrong(rec) -> tuple[str, str]:
 @pytest.mark.parametrize("name", [n for n in list_benchmarks() if n != "synthetic"])
 def test_every_record_loads_renders_and_scores(name):
     spec = get_benchmark(name)
+    if not (ANNOTATIONS / spec.annotation).exists():
+        pytest.skip(f"{spec.annotation} is not among the shipped annotation files")
     records = spec.load(str(ANNOTATIONS))
     assert records
     wrong_scored_right = []
@@ -132,3 +134,35 @@ def test_prompt_lists_the_real_option_letters():
     )
     with pytest.raises(KeyError, match="unknown benchmark"):
         get_benchmark("nope")
+
+
+def test_ovobench_task_category_total_macro():
+    rows = [
+        (_rec(0, ovo_task="EPM", ovo_category="backward"), {"accuracy": 1.0}),
+        (_rec(1, ovo_task="EPM", ovo_category="backward"), {"accuracy": 0.0}),
+        (_rec(2, ovo_task="ASI", ovo_category="backward"), {"accuracy": 1.0}),
+        (_rec(3, ovo_task="REC", ovo_category="forward"), {"accuracy": 0.0}),
+    ]
+    out = get_benchmark("ovobench").aggregate(rows)
+    assert out["by_task"] == {"ASI": 1.0, "EPM": 0.5, "REC": 0.0}
+    assert out["by_category"] == {"backward": 0.75, "forward": 0.0} and out["score"] == pytest.approx(0.375)
+
+
+def test_livesports_and_odv_breakdowns():
+    rows = [
+        (_rec(0, q_type_livesports="Who", ocr_livesports="ocr"), {"accuracy": 1.0}),
+        (_rec(1, q_type_livesports="Who", ocr_livesports="non-ocr"), {"accuracy": 0.0}),
+        (_rec(2, q_type_livesports="When", ocr_livesports="non-ocr"), {"accuracy": 1.0}),
+    ]
+    out = get_benchmark("livesports3k_qa").aggregate(rows)
+    assert out["by_question_type"] == {"When": 1.0, "Who": 0.5} and out["by_ocr"] == {
+        "non-ocr": 0.5,
+        "ocr": 1.0,
+    }
+    rows = [
+        (_rec(0, odv_task="t1", odv_subtask="a"), {"accuracy": 1.0}),
+        (_rec(1, odv_task="t1", odv_subtask="b"), {"accuracy": 0.0}),
+    ]
+    out = get_benchmark("odvbench").aggregate(rows)
+    assert out["by_task"] == {"t1": 0.5} and out["by_subtask"] == {"a": 1.0, "b": 0.0}
+    assert len(list_benchmarks()) >= 25  # 24 video benchmarks + synthetic

@@ -83,3 +83,30 @@ def spatio_temporal(rows: list[Scored]) -> dict:
         "m_tiou": _mean(float(res.get("tiou", 0.0)) for _, res in rows),
         "m_box_iou": _mean(float(res.get("box_iou", 0.0)) for _, res in rows),
     }
+
+
+def nested_macro(inner: Callable[[Record], str], outer: Callable[[Record], str], names: tuple[str, str]):
+    """OVO-Bench: accuracy per task, macro-averaged per category, then over categories."""
+
+    def aggregate(rows: list[Scored]) -> dict:
+        per_task = {t: accuracy(r) for t, r in _groups(rows, inner).items()}
+        task_category = {inner(rec): outer(rec) for rec, _ in rows}
+        per_category: dict[str, list[float]] = defaultdict(list)
+        for task, acc in per_task.items():
+            per_category[task_category[task]].append(acc)
+        categories = {c: _mean(v) for c, v in sorted(per_category.items())}
+        return {"score": _mean(categories.values()), names[0]: per_task, names[1]: categories}
+
+    return aggregate
+
+
+def several_breakdowns(**keys: Callable[[Record], str]) -> Callable[[list[Scored]], dict]:
+    """Micro accuracy with several independent breakdowns (e.g. LiveSports by question type and OCR)."""
+
+    def aggregate(rows: list[Scored]) -> dict:
+        out: dict[str, Any] = {"score": accuracy(rows)}
+        for name, key in keys.items():
+            out[name] = {g: accuracy(r) for g, r in _groups(rows, key).items()}
+        return out
+
+    return aggregate

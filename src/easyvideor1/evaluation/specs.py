@@ -6,7 +6,15 @@ from __future__ import annotations
 import dataclasses
 
 from ..data.records import Record
-from .metrics import macro_over, micro_with_breakdown, multi_binary, spatio_temporal, temporal_recall
+from .metrics import (
+    macro_over,
+    micro_with_breakdown,
+    multi_binary,
+    nested_macro,
+    several_breakdowns,
+    spatio_temporal,
+    temporal_recall,
+)
 from .registry import BenchmarkSpec, register_benchmark
 
 
@@ -92,6 +100,40 @@ _SPECS = [
     ),
     BenchmarkSpec("stvg", "stvg.json", "ST-Align-Benchmark", spatio_temporal),
     BenchmarkSpec("videommlu", "videommlu.json", "Video-MMLU"),
+    # Not shipped in ../shared; their documented unified formats (reference section 7.1):
+    BenchmarkSpec(
+        "ovobench",
+        "ovobench.json",
+        "OVO-Bench/chunked_videos",
+        nested_macro(_field("ovo_task"), _field("ovo_category"), ("by_task", "by_category")),
+        breakdown_note="accuracy per task -> macro per category (backward/realtime/forward) -> macro",
+    ),
+    BenchmarkSpec(
+        "odvbench",
+        "odvbench.json",
+        "ODV-Bench/clips",
+        several_breakdowns(by_task=_field("odv_task"), by_subtask=_field("odv_subtask")),
+    ),
+    BenchmarkSpec(
+        "livesports3k_qa",
+        "livesports3k_qa.json",
+        "LiveSports-3K-QA/clips",
+        several_breakdowns(by_question_type=_field("q_type_livesports"), by_ocr=_field("ocr_livesports")),
+    ),
+    BenchmarkSpec("minerva", "minerva.json", "Minderva"),
+    BenchmarkSpec(
+        "vcrbench",
+        "vcrbench.json",
+        "VCR-Bench/v1/videos",
+        micro_with_breakdown(lambda r: r.problem_type, "by_type"),
+    ),
+    BenchmarkSpec("videoreasonbench", "videoreasonbench.json", "VideoReasonBench/videos"),
+    BenchmarkSpec(
+        "tempcompass",
+        "tempcompass.json",
+        "TempCompass",
+        micro_with_breakdown(_field("original_question_type"), "by_dimension"),
+    ),
     # `easyvideor1 synth --out DIR` output: DIR is both the annotation directory and the video root
     BenchmarkSpec(
         "synthetic", "records.jsonl", "", micro_with_breakdown(lambda r: r.problem_type, "by_task")
