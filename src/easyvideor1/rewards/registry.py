@@ -197,8 +197,16 @@ def load_task_files(paths: Iterable[str]) -> None:
 
 
 def load_callable(spec: str, default_name: str = "compute_score") -> Callable[..., Any]:
-    """Load `"path/to/file.py:function"` (EasyR1 convention); the function name defaults to `default_name`."""
+    """Load `"path/to/file.py:function"` (EasyR1 convention) or `"package.module:function"`; the
+    function name defaults to `default_name`."""
     path, separator, name = spec.rpartition(":")
+    if separator and not path.endswith(".py") and "/" not in path and "\\" not in path:
+        import importlib
+
+        function = getattr(importlib.import_module(path), name, None)
+        if not callable(function):
+            raise AttributeError(f"{path} has no callable {name!r}")
+        return function
     if not separator or not path.endswith(".py"):
         path, name = spec, default_name
     module = _load_module_from_file(path)
