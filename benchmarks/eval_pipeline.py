@@ -62,11 +62,11 @@ def main() -> None:
     ann = str(syn / "records.jsonl")
 
     # serial: decode, then generate, one sample at a time
-    from easyvideor1.evaluation.pipeline import _with_prompt, dataclasses_replace_template  # noqa: E402
+    from easyvideor1.evaluation.pipeline import _with_prompt, eval_data_config  # noqa: E402
 
     ds = RecordDataset(
         [_with_prompt(r, "direct") for r in records],
-        dataclasses_replace_template(data),
+        eval_data_config(data),
         ann,
         VideoLoader(None, "decode_only"),
     )

@@ -10,7 +10,7 @@ import pytest
 
 from easyvideor1.data.records import parse_record
 from easyvideor1.evaluation import get_benchmark, list_benchmarks, render_prompt
-from easyvideor1.rewards import compute_score
+from easyvideor1.rewards import score_record
 from tests.conftest import ANNOTATIONS
 
 _INNER = re.compile(r"<(answer|think)>(.*?)</\1>", re.S)
@@ -49,10 +49,9 @@ def test_every_record_loads_renders_and_scores(name):
         prompt = render_prompt(rec, "direct")
         assert "<answer></answer>" in prompt and len(prompt) > 40
         gold, wrong = gold_and_wrong(rec)
-        extra = {k: v for k, v in rec.extra.items() if k not in ("response", "config")}
-        right = compute_score(gold, rec.answer, rec.problem_type, rec.options, **extra)
+        right = score_record(gold, rec)
         assert right["accuracy"] == 1.0, (rec.source, gold, right)
-        bad = compute_score(wrong, rec.answer, rec.problem_type, rec.options, **extra)
+        bad = score_record(wrong, rec)
         if bad["accuracy"] >= 1.0:
             wrong_scored_right.append(rec.source)
     assert not wrong_scored_right, wrong_scored_right[:5]

@@ -10,6 +10,7 @@ recorded as a failure and counts as wrong.
 
 from __future__ import annotations
 
+import dataclasses
 import hashlib
 import json
 import multiprocessing
@@ -18,22 +19,20 @@ import queue
 import threading
 import time
 from concurrent.futures import ProcessPoolExecutor
-from dataclasses import asdict, dataclass
 from typing import Any
 
 from ..data.config import DataConfig
 from ..data.dataset import RecordDataset, encode_prompts, load_media
 from ..data.records import Record
-from ..rewards import compute_score
+from ..rewards import score_record
 from ..rollout.base import SamplingConfig
 from .prompts import render_prompt
 from .registry import BenchmarkSpec
 
 _DONE = object()
-_RESERVED = {"response", "ground_truth", "problem_type", "options", "config", "response_length"}
 
 
-@dataclass
+@dataclasses.dataclass
 class EvalSettings:
     """What makes two runs comparable (hashed into every prediction line)."""
 
@@ -50,10 +49,14 @@ class EvalSettings:
 
     def digest(self, data: DataConfig, model: str) -> str:
         keep = {
-            k: v for k, v in asdict(self).items() if k not in ("batch_size", "load_workers", "queue_size")
+            k: v
+            for k, v in dataclasses.asdict(self).items()
+            if k not in ("batch_size", "load_workers", "queue_size")
         }
         blob = json.dumps(
-            {"eval": keep, "data": asdict(data), "model": os.path.abspath(model)}, sort_keys=True, default=str
+            {"eval": keep, "data": dataclasses.asdict(data), "model": os.path.abspath(model)},
+            sort_keys=True,
+            default=str,
         )
         return hashlib.sha256(blob.encode()).hexdigest()[:16]
 
@@ -73,8 +76,6 @@ def _recorded(path: str, digest: str) -> dict[str, dict]:
 
 
 def _with_prompt(rec: Record, style: str) -> Record:
-    import dataclasses
-
     return dataclasses.replace(rec, problem=render_prompt(rec, style))
 
 
@@ -98,7 +99,7 @@ def run_benchmark(
     digest = settings.digest(data, model_path)
     records = records[: settings.max_samples] if settings.max_samples else records
     prompted = [_with_prompt(r, settings.style) for r in records]
-    dataset = RecordDataset(prompted, dataclasses_replace_template(data), annotation_file, loader)
+    dataset = RecordDataset(prompted, eval_data_config(data), annotation_file, loader)
     done = _recorded(pred_path, digest)
     todo = [i for i, r in enumerate(records) if r.problem_id not in done]
     sampling = SamplingConfig(
@@ -181,9 +182,7 @@ def _ends_with_newline(path: str) -> bool:
         return f.read(1) == b"\n"
 
 
-def dataclasses_replace_template(data: DataConfig) -> DataConfig:
-    import dataclasses
-
+def eval_data_config(data: DataConfig) -> DataConfig:
     return dataclasses.replace(data, prompt_template="none")  # the evaluation prompt is already rendered
 
 
@@ -210,8 +209,7 @@ def _generate_and_score(batch, engine, processor, dataset, sampling, digest, tim
         timing["generate"] += time.perf_counter() - t
         for (i, s), text, n in zip(good, out.texts, out.mask.sum(1).tolist(), strict=True):
             rec = s.record
-            extra = {k: v for k, v in rec.extra.items() if k not in _RESERVED}
-            res = compute_score(text, rec.answer, rec.problem_type, rec.options, response_length=n, **extra)
+            res = score_record(text, rec, response_length=n)
             rows.append(
                 {
                     "sample_id": rec.problem_id,

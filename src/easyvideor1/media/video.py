@@ -27,10 +27,6 @@ class SampledVideo:
     frames: torch.Tensor
     meta: dict[str, Any]
 
-    @property
-    def fps(self) -> float:
-        return float(self.meta["source_fps"])
-
     def processor_metadata(self) -> dict[str, Any]:
         """Keyword arguments for ``transformers.video_utils.VideoMetadata``.
 

@@ -77,25 +77,22 @@ def build_tokenizer(vocab_size: int = 512):
 
 def build_processor(model_family: str = "qwen3vl"):
     """A real transformers Qwen-VL processor around the tiny tokenizer."""
-    from transformers import Qwen2VLImageProcessor
+    import transformers
 
-    tokenizer = build_tokenizer()
-    if model_family == "qwen3vl":
-        from transformers import Qwen3VLProcessor, Qwen3VLVideoProcessor
-
-        patch = 16
-        image = Qwen2VLImageProcessor(patch_size=patch, merge_size=2, temporal_patch_size=2)
-        video = Qwen3VLVideoProcessor(patch_size=patch, merge_size=2, temporal_patch_size=2)
-        return Qwen3VLProcessor(
-            image_processor=image, video_processor=video, tokenizer=tokenizer, chat_template=CHAT_TEMPLATE
-        )
-    from transformers import Qwen2_5_VLProcessor, Qwen2VLVideoProcessor
-
-    patch = 14
-    image = Qwen2VLImageProcessor(patch_size=patch, merge_size=2, temporal_patch_size=2)
-    video = Qwen2VLVideoProcessor(patch_size=patch, merge_size=2, temporal_patch_size=2)
-    return Qwen2_5_VLProcessor(
-        image_processor=image, video_processor=video, tokenizer=tokenizer, chat_template=CHAT_TEMPLATE
+    # family -> (processor class, video processor class, patch size)
+    families = {
+        "qwen3vl": ("Qwen3VLProcessor", "Qwen3VLVideoProcessor", 16),
+        "qwen2_5vl": ("Qwen2_5_VLProcessor", "Qwen2VLVideoProcessor", 14),
+    }
+    if model_family not in families:
+        raise ValueError(f"tiny models exist for {', '.join(families)}, not {model_family!r}")
+    processor_cls, video_cls, patch = families[model_family]
+    sizes = dict(patch_size=patch, merge_size=2, temporal_patch_size=2)
+    return getattr(transformers, processor_cls)(
+        image_processor=transformers.Qwen2VLImageProcessor(**sizes),
+        video_processor=getattr(transformers, video_cls)(**sizes),
+        tokenizer=build_tokenizer(),
+        chat_template=CHAT_TEMPLATE,
     )
 
 

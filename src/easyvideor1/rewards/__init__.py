@@ -21,7 +21,7 @@ from easyvideor1.rewards.registry import (
     validate_problem_types,
 )
 from easyvideor1.rewards.sample import GroundTruthError, Sample, TaskScore
-from easyvideor1.rewards.scoring import compute_score, error_counts, reset_error_counts
+from easyvideor1.rewards.scoring import compute_score, error_counts, reset_error_counts, score_record
 from easyvideor1.rewards.tasks.multiple_choice import ChoiceExtraction, extract_choice
 
 __all__ = [
@@ -44,6 +44,7 @@ __all__ = [
     "register_task",
     "registered_tasks",
     "reset_error_counts",
+    "score_record",
     "resolve_task",
     "shutdown_pool",
     "validate_problem_types",

@@ -251,3 +251,21 @@ def reset_error_counts() -> None:
     with _error_lock:
         _error_counts.clear()
         _logged_error_kinds.clear()
+
+
+# compute_score's own parameters: a record field with one of these names must not reach it twice
+_SCORE_ARGUMENTS = frozenset(
+    {"response", "ground_truth", "problem_type", "options", "config", "response_length"}
+)
+
+
+def score_record(
+    response: str, record: Any, *, config: RewardConfig | None = None, response_length: int | None = None
+) -> dict[str, Any]:
+    """Score a response against a record (anything with ``answer``, ``problem_type``, ``options`` and
+    ``extra``): the one call training rollouts and evaluation predictions share. Record fields
+    reach the task as metadata, except those named like ``compute_score``'s own parameters."""
+    meta = {k: v for k, v in record.extra.items() if k not in _SCORE_ARGUMENTS}
+    if response_length is not None:
+        meta["response_length"] = response_length
+    return compute_score(response, record.answer, record.problem_type, record.options, config=config, **meta)

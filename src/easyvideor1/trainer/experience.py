@@ -17,7 +17,7 @@ import torch
 
 from ..data.dataset import Sample
 from ..models.inputs import PromptBatch
-from ..rewards import compute_score
+from ..rewards import score_record
 from ..rollout.base import Responses, SamplingConfig
 
 
@@ -58,10 +58,6 @@ def tokenize_offline(tokenizer, text: str, eos_id: int, max_tokens: int) -> tupl
     return torch.tensor(ids[:max_tokens], dtype=torch.long), truncated
 
 
-# compute_score's own parameters: a record field with one of these names must not reach it twice
-_RESERVED = {"response", "ground_truth", "problem_type", "options", "config", "response_length"}
-
-
 def score(
     texts: list[str], samples: list[Sample], prompt_of: list[int], lengths: list[int], reward_cfg
 ) -> tuple:
@@ -69,17 +65,7 @@ def score(
     rows: list[dict[str, Any]] = []
     for text, p, n_tokens in zip(texts, prompt_of, lengths, strict=True):
         rec = samples[p].record
-        rows.append(
-            compute_score(
-                text,
-                rec.answer,
-                rec.problem_type,
-                rec.options,
-                config=reward_cfg,
-                response_length=n_tokens,
-                **{k: v for k, v in rec.extra.items() if k not in _RESERVED},
-            )
-        )
+        rows.append(score_record(text, rec, config=reward_cfg, response_length=n_tokens))
     keys = ("overall", "accuracy", "format")
     scores = {k: torch.tensor([float(r[k]) for r in rows], dtype=torch.float32) for k in keys}
     return scores, [r["task"] for r in rows], sum(1 for r in rows if r.get("error"))
