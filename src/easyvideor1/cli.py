@@ -106,18 +106,27 @@ def cmd_demo(args: argparse.Namespace, extra: list[str]) -> int:
 
 
 def cmd_train(args: argparse.Namespace, extra: list[str]) -> int:
+    from .trainer.distributed import barrier, init_distributed
     from .trainer.loop import Trainer
 
     config_file, overrides, rest = split_overrides(extra)
     if rest:
         raise ConfigError(f"unrecognised arguments: {' '.join(rest)}")
     cfg = load_config(RunConfig, config_file, overrides)
+    state = init_distributed(cfg.distributed)  # a no-op outside torchrun
     if cfg.demo.prepare:
         from .demo import prepare_demo_assets
 
+        if not state.is_main:
+            barrier()  # rank 0 writes the demo assets; the others then only find them
         prepare_demo_assets(cfg)
-    final = Trainer(cfg).train()
-    print(json.dumps({k: round(v, 4) for k, v in final.items() if k.count("/") == 1}))
+        if state.is_main:
+            barrier()
+    trainer = Trainer(cfg)
+    final = trainer.train()
+    if state.is_main:
+        print(json.dumps({k: round(v, 4) for k, v in final.items() if k.count("/") == 1}))
+    trainer.close()
     return 0
 
 

@@ -17,6 +17,7 @@ from .algorithms.config import AlgorithmConfig
 from .data.config import DataConfig
 from .rewards.config import RewardConfig
 from .trainer.config import DemoConfig, ModelConfig, RolloutConfig, TrainerConfig
+from .trainer.distributed import DistributedConfig
 
 T = TypeVar("T")
 
@@ -31,6 +32,7 @@ class RunConfig:
     algorithm: AlgorithmConfig = field(default_factory=AlgorithmConfig)
     reward: RewardConfig = field(default_factory=RewardConfig)
     trainer: TrainerConfig = field(default_factory=TrainerConfig)
+    distributed: DistributedConfig = field(default_factory=DistributedConfig)
     demo: DemoConfig = field(default_factory=DemoConfig)
 
 

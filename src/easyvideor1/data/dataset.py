@@ -143,26 +143,49 @@ def load_media(sample: Sample, cfg: DataConfig, loader: VideoLoader) -> tuple[li
     return videos, [load_image(p, cfg) for p in sample.images]
 
 
-def encode_batch(
-    processor,
-    samples: list[Sample],
-    cfg: DataConfig,
-    loader: VideoLoader,
-    add_generation_prompt: bool = True,
-    padding_side: str = "left",
-    responses: list[str] | None = None,
-):
-    """Processor inputs for several samples at once (left-padded prompts, ready for ``generate``)."""
+def render_text(processor, sample: Sample, add_generation_prompt: bool = True) -> str:
+    """The sample's user turn rendered by the chat template (vision placeholders unexpanded)."""
+    messages = [{"role": "user", "content": sample.content}]
+    return processor.apply_chat_template(
+        messages, add_generation_prompt=add_generation_prompt, tokenize=False
+    )
+
+
+def raw_media(videos: list, images: list) -> dict[str, list]:
+    """Media as engines with their own processor take them (vLLM's ``multi_modal_data``).
+
+    Frames are uint8 ``[T, H, W, 3]`` numpy views of the loaded frames (no copy); the metadata
+    says they are already sampled (``do_sample_frames=False``) and carries the source fps and
+    frame indices, so the engine's processor renders the same ``<t seconds>`` timestamps.
+    """
+    return {
+        "video": [(v.frames.numpy(), {**v.processor_metadata(), "do_sample_frames": False}) for v in videos],
+        "image": list(images),
+    }
+
+
+def prompt_parts(
+    processor, sample: Sample, cfg: DataConfig, loader: VideoLoader
+) -> tuple[str, dict[str, list]]:
+    """One prompt's text and :func:`raw_media`, without running the processor (vLLM evaluation)."""
+    videos, images = sample.loaded or load_media(sample, cfg, loader)
+    return render_text(processor, sample), raw_media(videos, images)
+
+
+def _render(processor, samples, cfg, loader, add_generation_prompt, responses):
+    texts, loaded = [], []
+    for i, sample in enumerate(samples):
+        text = render_text(processor, sample, add_generation_prompt)
+        texts.append(text + (responses[i] if responses else ""))
+        loaded.append(sample.loaded or load_media(sample, cfg, loader))
+    return texts, loaded
+
+
+def _process(processor, texts: list[str], loaded: list[tuple[list, list]], padding_side: str):
     from transformers.video_utils import VideoMetadata
 
-    texts, videos, metadata, images = [], [], [], []
-    for i, sample in enumerate(samples):
-        messages = [{"role": "user", "content": sample.content}]
-        text = processor.apply_chat_template(
-            messages, add_generation_prompt=add_generation_prompt, tokenize=False
-        )
-        texts.append(text + (responses[i] if responses else ""))
-        sample_videos, sample_images = sample.loaded or load_media(sample, cfg, loader)
+    videos, metadata, images = [], [], []
+    for sample_videos, sample_images in loaded:
         for video in sample_videos:
             videos.append(video.frames)
             metadata.append(VideoMetadata(**video.processor_metadata()))
@@ -178,12 +201,37 @@ def encode_batch(
     )
 
 
+def encode_batch(
+    processor,
+    samples: list[Sample],
+    cfg: DataConfig,
+    loader: VideoLoader,
+    add_generation_prompt: bool = True,
+    padding_side: str = "left",
+    responses: list[str] | None = None,
+):
+    """Processor inputs for several samples at once (left-padded prompts, ready for ``generate``)."""
+    texts, loaded = _render(processor, samples, cfg, loader, add_generation_prompt, responses)
+    return _process(processor, texts, loaded, padding_side)
+
+
 def encode_prompts(processor, samples: list[Sample], cfg: DataConfig, loader: VideoLoader):
-    """A :class:`~easyvideor1.models.inputs.PromptBatch` (left-padded, generation prompt added)."""
+    """A :class:`~easyvideor1.models.inputs.PromptBatch` (left-padded, generation prompt added).
+
+    It also keeps each prompt's text and raw media (``texts``, ``media``) for engines that run
+    their own processor; the frames are views of the loaded ones, so this costs no copy.
+    """
     from ..models.inputs import PromptBatch
 
-    inputs = encode_batch(processor, samples, cfg, loader)
-    return PromptBatch(dict(inputs), [len(s.videos) for s in samples], [len(s.images) for s in samples])
+    texts, loaded = _render(processor, samples, cfg, loader, True, None)
+    inputs = _process(processor, texts, loaded, "left")
+    return PromptBatch(
+        dict(inputs),
+        [len(s.videos) for s in samples],
+        [len(s.images) for s in samples],
+        texts=texts,
+        media=[raw_media(v, im) for v, im in loaded],
+    )
 
 
 def encode_sample(

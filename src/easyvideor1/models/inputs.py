@@ -22,11 +22,22 @@ _PER_ROW = ("input_ids", "attention_mask", "mm_token_type_ids")
 
 @dataclass
 class PromptBatch:
-    """Processor outputs for B prompts plus how many videos and images each prompt holds."""
+    """Processor outputs for B prompts plus how many videos and images each prompt holds.
+
+    ``texts`` and ``media`` are the same prompts before the processor ran, for engines that run
+    their own processor (vLLM takes prompt text and raw media, not ``pixel_values``):
+    ``texts[i]`` is prompt ``i``'s chat-rendered text (generation prompt included) and
+    ``media[i]`` holds ``{"video": [(frames, metadata), ...], "image": [PIL images]}`` with
+    uint8 ``[T, H, W, 3]`` numpy frames already sampled and resized, and each video's metadata
+    (source fps, frame indices, ``do_sample_frames=False``) so timestamps stay right.
+    Both are ``None`` when a batch was built without them.
+    """
 
     inputs: dict[str, Any]
     video_counts: list[int]
     image_counts: list[int]
+    texts: list[str] | None = None
+    media: list[dict[str, list]] | None = None
 
     def __len__(self) -> int:
         return len(self.video_counts)

@@ -43,7 +43,10 @@ def response_logprobs(
     dummy: DummyVisionPass | None = None,
 ):
     """(logp [N, T], entropy [N, T]) of each response token given its prompt."""
-    full = append_responses(seq_inputs, response_ids, response_mask)
+    device = next(model.parameters()).device  # inputs are built on the CPU; GPU runs move them here
+    full = {k: v.to(device) if isinstance(v, torch.Tensor) else v for k, v in seq_inputs.items()}
+    response_ids, response_mask = response_ids.to(device), response_mask.to(device)
+    full = append_responses(full, response_ids, response_mask)
     prompt_len = seq_inputs["input_ids"].shape[1]
     ctx = dummy.expect(full) if dummy is not None else nullcontext()
     with ctx:

@@ -1,6 +1,6 @@
 """The rollout interface: prompts (with media) in, sampled responses out.
 
-Engines (Hugging Face ``generate`` here; vLLM behind the same interface later) return token ids
+Engines (Hugging Face ``generate`` in ``hf.py``, vLLM in ``vllm.py``) return token ids
 cut after the first end-of-turn token and right-padded, so the trainer never sees text it did
 not generate. Vision placeholder tokens can never be sampled.
 """
@@ -28,6 +28,8 @@ class SamplingConfig:
         max_new_tokens: Response length limit, in tokens.
         return_logprobs: Also return each sampled token's log-prob (keeps every step's scores,
             N x T x vocab floats, in memory during generation; the trainer recomputes them instead).
+        min_new_tokens: End-of-turn tokens are suppressed before this many tokens (benchmarks set it
+            to ``max_new_tokens`` so every engine generates the same number of tokens).
     """
 
     temperature: float = 1.0
@@ -35,6 +37,7 @@ class SamplingConfig:
     top_k: int = 0
     max_new_tokens: int = 64
     return_logprobs: bool = False
+    min_new_tokens: int = 0
 
 
 @dataclass

@@ -22,7 +22,10 @@ class HFRolloutEngine:
         if sum(repeats) == 0:
             empty = torch.zeros((0, 0), dtype=torch.long)
             return Responses(ids=empty, mask=empty, texts=[], truncated=[])
-        inputs = expand(batch, repeats)
+        device = next(self.model.parameters()).device
+        inputs = {
+            k: v.to(device) if isinstance(v, torch.Tensor) else v for k, v in expand(batch, repeats).items()
+        }
         prompt_len = inputs["input_ids"].shape[1]
         greedy = sampling.temperature == 0
         was_training = self.model.training
@@ -31,6 +34,7 @@ class HFRolloutEngine:
             out = self.model.generate(
                 **inputs,
                 max_new_tokens=sampling.max_new_tokens,
+                min_new_tokens=sampling.min_new_tokens or None,
                 do_sample=not greedy,
                 temperature=None if greedy else sampling.temperature,
                 top_p=None if greedy else sampling.top_p,
@@ -43,11 +47,11 @@ class HFRolloutEngine:
             )
         finally:
             self.model.train(was_training)
-        ids, mask, truncated = cut_at_eos(out.sequences[:, prompt_len:], self.eos_ids, self.pad_id)
+        ids, mask, truncated = cut_at_eos(out.sequences[:, prompt_len:].cpu(), self.eos_ids, self.pad_id)
         logprobs = None
         if sampling.return_logprobs:
             # out.scores: the processed logits each token was sampled from (temperature, top-k/p, banned)
-            scores = torch.stack(out.scores, dim=1)[:, : ids.shape[1]].float()
+            scores = torch.stack(out.scores, dim=1)[:, : ids.shape[1]].float().cpu()
             logprobs = torch.log_softmax(scores, dim=-1).gather(-1, ids.unsqueeze(-1)).squeeze(-1)
             logprobs = torch.where(mask.bool(), logprobs, torch.zeros_like(logprobs))
         texts = [self.decode(row[m.bool()]) for row, m in zip(ids, mask, strict=True)]

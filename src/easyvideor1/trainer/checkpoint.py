@@ -1,13 +1,18 @@
-"""Checkpoints: a Hugging Face model directory plus the trainer state, with no pickles anywhere.
+"""Checkpoints: a Hugging Face model export plus a sharded training state, with no pickles anywhere.
 
 Layout of ``<output_dir>/checkpoints/step_<N>/``:
-- ``model.safetensors``, ``config.json``, processor/tokenizer files: loads with ``from_pretrained``;
-- ``trainer_state.safetensors``: optimizer moments and RNG states (tensors);
-- ``trainer_state.json``: step, optimizer hyper-parameters, scheduler, sampler position, Python RNG,
-  metrics history.
-A checkpoint is written into ``step_<N>.tmp`` and renamed when complete, and ``latest`` (a text file
-naming the newest step directory) is replaced atomically, so a crash mid-save leaves the previous
-checkpoint in charge. Only the last ``keep_last`` are kept.
+- ``model.safetensors``, ``config.json``, processor/tokenizer files: the full model, written by rank 0,
+  loads with ``from_pretrained`` (evaluate it, serve it, or start a new run from it);
+- ``sharded/``: model weights and optimizer moments as written by every rank
+  (``torch.distributed.checkpoint`` with its Hugging Face storage: safetensors files whose headers
+  record each shard's offsets), so a run resumes on *any* number of ranks, DCP resharding on load;
+- ``rng/rank_<R>.safetensors``: each rank's torch RNG state;
+- ``trainer_state.json``: step, world size, optimizer hyper-parameters, scheduler, sampler position,
+  Python RNG, metrics history.
+Every rank writes into ``step_<N>.tmp``; after a barrier rank 0 renames it and replaces ``latest``
+atomically, so a crash mid-save leaves the previous checkpoint in charge. Only the last
+``keep_last`` are kept. (The reference saved per-rank pickles that could only resume on the same
+number of ranks, and executed them on load.)
 """
 
 from __future__ import annotations
@@ -16,33 +21,48 @@ import json
 import os
 import random
 import shutil
+import warnings
 from pathlib import Path
 from typing import Any
 
 import torch
 from safetensors.torch import load_file, save_file
 
+# DCP warns that it "assumes a single process" whenever no process group exists: that is our intent
+warnings.filterwarnings("ignore", message="torch.distributed is disabled, unavailable or uninitialized")
 
-def _flatten_optimizer(state: dict) -> tuple[dict[str, torch.Tensor], dict]:
-    tensors: dict[str, torch.Tensor] = {}
-    meta_state: dict[str, dict] = {}
-    for pid, st in state["state"].items():
-        meta_state[str(pid)] = {}
-        for k, v in st.items():
-            if isinstance(v, torch.Tensor):
-                tensors[f"optim.{pid}.{k}"] = v.detach().cpu().contiguous()
-                meta_state[str(pid)][k] = "__tensor__"
-            else:
-                meta_state[str(pid)][k] = v
-    return tensors, {"state": meta_state, "param_groups": state["param_groups"]}
+from .distributed import DistState, barrier
 
 
-def _unflatten_optimizer(tensors: dict[str, torch.Tensor], meta: dict) -> dict:
-    state = {}
-    for pid, st in meta["state"].items():
-        state[int(pid)] = {k: tensors[f"optim.{pid}.{k}"] if v == "__tensor__" else v for k, v in st.items()}
-    groups = [{**g, "betas": tuple(g["betas"])} if "betas" in g else g for g in meta["param_groups"]]
-    return {"state": state, "param_groups": groups}
+def _state_dict_api():
+    from torch.distributed.checkpoint.state_dict import (
+        StateDictOptions,
+        get_model_state_dict,
+        get_optimizer_state_dict,
+        set_model_state_dict,
+        set_optimizer_state_dict,
+    )
+
+    return (
+        StateDictOptions,
+        get_model_state_dict,
+        get_optimizer_state_dict,
+        set_model_state_dict,
+        set_optimizer_state_dict,
+    )
+
+
+def _training_state(model, optimizer) -> tuple[dict[str, torch.Tensor], dict[str, Any]]:
+    """(tensors keyed ``model.<fqn>`` / ``optim.<key>``, optimizer non-tensor values) of this rank."""
+    options, get_model, get_optim, _, _ = _state_dict_api()
+    tensors = {f"model.{k}": v for k, v in get_model(model).items()}
+    plain: dict[str, Any] = {}
+    for k, v in get_optim(model, optimizer, options=options(flatten_optimizer_state_dict=True)).items():
+        if isinstance(v, torch.Tensor):
+            tensors[f"optim.{k}"] = v
+        else:
+            plain[k] = list(v) if isinstance(v, tuple) else v
+    return tensors, plain
 
 
 def save_checkpoint(
@@ -54,35 +74,51 @@ def save_checkpoint(
     scheduler,
     extra: dict[str, Any],
     keep_last: int = 2,
+    state: DistState | None = None,
 ) -> Path:
+    """Write step ``step``'s checkpoint (a collective under torchrun: every rank calls it)."""
+    import torch.distributed.checkpoint as dcp
+    from torch.distributed.checkpoint import HuggingFaceStorageWriter
+
+    state = state or DistState()
     root = Path(output_dir) / "checkpoints"
-    final = root / f"step_{step}"
-    tmp = root / f"step_{step}.tmp"
-    shutil.rmtree(tmp, ignore_errors=True)
-    tmp.mkdir(parents=True)
-    model.save_pretrained(tmp)
-    if processor is not None:
-        processor.save_pretrained(tmp)
-    tensors, optim_meta = _flatten_optimizer(optimizer.state_dict())
-    tensors["rng.torch"] = torch.get_rng_state()
-    save_file(tensors, str(tmp / "trainer_state.safetensors"))
-    py_state = random.getstate()
-    state = {
-        "step": step,
-        "optimizer": optim_meta,
-        "scheduler": scheduler.state_dict() if scheduler is not None else None,
-        "python_rng": [py_state[0], list(py_state[1]), py_state[2]],
-        **extra,
-    }
-    (tmp / "trainer_state.json").write_text(json.dumps(state, indent=1))
-    shutil.rmtree(final, ignore_errors=True)
-    os.replace(tmp, final)
-    latest_tmp = root / "latest.tmp"
-    latest_tmp.write_text(final.name)
-    os.replace(latest_tmp, root / "latest")
-    steps = sorted(int(p.name.split("_")[1]) for p in root.glob("step_*") if p.name.split("_")[1].isdigit())
-    for old in steps[:-keep_last] if keep_last > 0 else []:
-        shutil.rmtree(root / f"step_{old}", ignore_errors=True)
+    final, tmp = root / f"step_{step}", root / f"step_{step}.tmp"
+    if state.is_main:
+        shutil.rmtree(tmp, ignore_errors=True)
+        (tmp / "rng").mkdir(parents=True)
+    barrier()
+    options, get_model, _, _, _ = _state_dict_api()
+    full = get_model(model, options=options(full_state_dict=True, cpu_offload=True))  # rank 0 holds it
+    tensors, optim_plain = _training_state(model, optimizer)
+    dcp.save(
+        tensors, storage_writer=HuggingFaceStorageWriter(path=str(tmp / "sharded"), save_distributed=True)
+    )
+    save_file({"torch": torch.get_rng_state()}, str(tmp / "rng" / f"rank_{state.rank}.safetensors"))
+    if state.is_main:
+        model.save_pretrained(tmp, state_dict=full)
+        if processor is not None:
+            processor.save_pretrained(tmp)
+        py_state = random.getstate()
+        meta = {
+            "step": step,
+            "world_size": state.world,
+            "optimizer": optim_plain,
+            "scheduler": scheduler.state_dict() if scheduler is not None else None,
+            "python_rng": [py_state[0], list(py_state[1]), py_state[2]],
+            **extra,
+        }
+        (tmp / "trainer_state.json").write_text(json.dumps(meta, indent=1))
+    barrier()  # every rank's shards are on disk before the checkpoint is published
+    if state.is_main:
+        shutil.rmtree(final, ignore_errors=True)
+        os.replace(tmp, final)
+        latest_tmp = root / "latest.tmp"
+        latest_tmp.write_text(final.name)
+        os.replace(latest_tmp, root / "latest")
+        steps = sorted(int(p.name[5:]) for p in root.glob("step_*") if p.name[5:].isdigit())
+        for old in steps[:-keep_last] if keep_last > 0 else []:
+            shutil.rmtree(root / f"step_{old}", ignore_errors=True)
+    barrier()
     return final
 
 
@@ -94,16 +130,53 @@ def find_latest(output_dir: str | os.PathLike) -> Path | None:
         path = root / latest.read_text().strip()
         if (path / "trainer_state.json").exists():
             return path
-    steps = [
-        p
-        for p in root.glob("step_*")
-        if p.name.split("_")[1].isdigit() and (p / "trainer_state.json").exists()
-    ]
-    return max(steps, key=lambda p: int(p.name.split("_")[1])) if steps else None
+    steps = [p for p in root.glob("step_*") if p.name[5:].isdigit() and (p / "trainer_state.json").exists()]
+    return max(steps, key=lambda p: int(p.name[5:])) if steps else None
+
+
+def load_checkpoint(
+    ckpt: str | os.PathLike, model, optimizer, scheduler, state: DistState | None = None
+) -> dict[str, Any]:
+    """Restore weights, optimizer, scheduler and RNG states (resharding to this run's ranks).
+
+    Returns the JSON state (step, sampler, history). A rank without a saved RNG state (the run was
+    saved on fewer ranks) reseeds from the step and its rank, and says so.
+    """
+    import torch.distributed.checkpoint as dcp
+    from torch.distributed.checkpoint import HuggingFaceStorageReader
+
+    state = state or DistState()
+    ckpt = Path(ckpt)
+    meta = json.loads((ckpt / "trainer_state.json").read_text())
+    if not (ckpt / "sharded").is_dir():
+        raise FileNotFoundError(
+            f"{ckpt} has no sharded/ training state (not a resumable easyvideor1 checkpoint)"
+        )
+    options, _, get_optim, set_model, set_optim = _state_dict_api()
+    tensors, _ = _training_state(model, optimizer)  # the shapes and placements to load into
+    dcp.load(tensors, storage_reader=HuggingFaceStorageReader(path=str(ckpt / "sharded")))
+    set_model(model, {k[6:]: v for k, v in tensors.items() if k.startswith("model.")})
+    optim = {k[6:]: v for k, v in tensors.items() if k.startswith("optim.")}
+    for k, v in meta["optimizer"].items():
+        optim[k] = tuple(v) if k.endswith(".betas") else v
+    set_optim(model, optimizer, optim, options=options(flatten_optimizer_state_dict=True))
+    if scheduler is not None and meta.get("scheduler") is not None:
+        scheduler.load_state_dict(meta["scheduler"])
+    rng = ckpt / "rng" / f"rank_{state.rank}.safetensors"
+    if rng.exists():
+        torch.set_rng_state(load_file(str(rng))["torch"])
+    else:
+        torch.manual_seed(1_000_003 * state.rank + meta["step"])
+        print(
+            f"rank {state.rank}: {ckpt} holds no RNG state for this rank (saved on {meta.get('world_size')}); reseeded"
+        )
+    v, internal, gauss = meta["python_rng"]
+    random.setstate((v, tuple(internal), gauss))
+    return meta
 
 
 def load_model_weights(model, ckpt: str | os.PathLike) -> None:
-    """Copy a checkpoint's weights into ``model``, through transformers' own loader.
+    """Copy an exported model directory's weights into an (unsharded) ``model``, via transformers.
 
     ``save_pretrained`` may store other key names than the live module uses (Qwen2/2.5-VL keep
     their pre-refactor names on disk), so reading the safetensors file directly would silently
@@ -113,17 +186,3 @@ def load_model_weights(model, ckpt: str | os.PathLike) -> None:
 
     saved = AutoModelForImageTextToText.from_pretrained(ckpt, dtype=next(model.parameters()).dtype)
     model.load_state_dict(saved.state_dict(), strict=True)
-
-
-def load_trainer_state(ckpt: str | os.PathLike, optimizer, scheduler) -> dict[str, Any]:
-    """Restore optimizer, scheduler and RNG states; returns the JSON state (step, sampler, history)."""
-    ckpt = Path(ckpt)
-    state = json.loads((ckpt / "trainer_state.json").read_text())
-    tensors = load_file(str(ckpt / "trainer_state.safetensors"))
-    optimizer.load_state_dict(_unflatten_optimizer(tensors, state["optimizer"]))
-    if scheduler is not None and state.get("scheduler") is not None:
-        scheduler.load_state_dict(state["scheduler"])
-    torch.set_rng_state(tensors["rng.torch"])
-    v, internal, gauss = state["python_rng"]
-    random.setstate((v, tuple(internal), gauss))
-    return state

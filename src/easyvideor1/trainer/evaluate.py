@@ -15,9 +15,7 @@ from .experience import score
 def evaluate(
     engine, processor, dataset, indices: list[int], sampling: SamplingConfig, reward_cfg, batch_size: int = 16
 ) -> tuple[dict[str, float], list[dict]]:
-    """Mean reward / accuracy / format overall and per task, plus the generations."""
-    sums: dict[str, float] = defaultdict(float)
-    counts: dict[str, int] = defaultdict(int)
+    """Mean reward / accuracy / format overall and per task, plus one row per prompt (generations)."""
     generations = []
     for start in range(0, len(indices), batch_size):
         samples = [dataset[i] for i in indices[start : start + batch_size]]
@@ -27,22 +25,31 @@ def evaluate(
             out.texts, samples, list(range(len(samples))), out.mask.sum(1).tolist(), reward_cfg
         )
         for i, s in enumerate(samples):
-            for key in ("overall", "accuracy", "format"):
-                v = float(scores[key][i])
-                sums[f"val/{key}"] += v
-                sums[f"val/{tasks[i]}/{key}"] += v
-            counts["all"] += 1
-            counts[tasks[i]] += 1
             generations.append(
                 {
+                    "index": indices[start + i],
                     "problem_id": s.record.problem_id,
+                    "task": tasks[i],
                     "response": out.texts[i],
                     "answer": s.record.answer,
-                    "accuracy": float(scores["accuracy"][i]),
+                    **{k: float(scores[k][i]) for k in ("overall", "accuracy", "format")},
                 }
             )
+    return summarize(generations), generations
+
+
+def summarize(generations: list[dict]) -> dict[str, float]:
+    """``val/<key>`` and ``val/<task>/<key>`` means of the rows :func:`evaluate` returns."""
+    sums: dict[str, float] = defaultdict(float)
+    counts: dict[str, int] = defaultdict(int)
+    for g in generations:
+        for key in ("overall", "accuracy", "format"):
+            sums[f"val/{key}"] += g[key]
+            sums[f"val/{g['task']}/{key}"] += g[key]
+        counts["all"] += 1
+        counts[g["task"]] += 1
     metrics = {}
     for k, v in sums.items():
         parts = k.split("/")
         metrics[k] = v / counts["all" if len(parts) == 2 else parts[1]]
-    return metrics, generations
+    return metrics

@@ -23,19 +23,27 @@ from ..algorithms.kl import kl_penalty
 from ..algorithms.masked import masked_mean
 from ..data.dataset import RecordDataset, encode_prompts
 from ..media.cache import CacheError
-from ..models.inputs import expand
 from ..models.loading import load_policy
-from ..models.logprobs import response_logprobs
 from ..models.vision import DummyVisionPass
 from ..rewards import validate_problem_types
 from ..rollout.base import SamplingConfig
 from ..rollout.hf import HFRolloutEngine
-from .checkpoint import find_latest, load_model_weights, load_trainer_state, save_checkpoint
-from .evaluate import evaluate
-from .experience import Experience, collect, merge_groups, score, tokenize_offline
+from .checkpoint import find_latest, load_checkpoint, save_checkpoint
+from .distributed import (
+    all_gather,
+    init_distributed,
+    max_over_ranks,
+    mean_over_ranks,
+    shard_model,
+    shutdown_distributed,
+    sum_over_ranks,
+)
+from .evaluate import evaluate, summarize
+from .experience import Experience, collect, merge_groups, score
 from .metrics import MetricsLogger, hybrid_metrics, reward_metrics
 from .sampler import PromptSampler
 from .update import UpdateSettings, experience_logprobs, policy_update
+from .warmup import sft_warmup
 
 
 def _lr_lambda(warmup: int, total: int, schedule: str):
@@ -54,21 +62,43 @@ class Trainer:
     def __init__(self, cfg):
         self.cfg = cfg
         tc, self.alg = cfg.trainer, cfg.algorithm
+        self.dist = init_distributed(cfg.distributed)
+        if tc.prompts_per_step % self.dist.world or tc.mini_batch_prompts % self.dist.world:
+            raise ValueError(
+                f"trainer.prompts_per_step ({tc.prompts_per_step}) and trainer.mini_batch_prompts "
+                f"({tc.mini_batch_prompts}) must be multiples of the number of ranks ({self.dist.world})"
+            )
         torch.manual_seed(tc.seed)
         random.seed(tc.seed)
         self.model, self.processor = load_policy(
             cfg.model.path, cfg.model.dtype, cfg.model.gradient_checkpointing, cfg.model.freeze_vision_tower
         )
         self.model.train()
+        # copies made before sharding: the reference policy, and a full model for HF rollouts under
+        # FSDP (generation through a sharded model would all-gather every layer at every token)
+        self.ref_model = (
+            copy.deepcopy(self.model).eval().requires_grad_(False) if self.alg.kl.enabled else None
+        )
+        self.rollout_model = None
+        if self.dist.enabled and cfg.rollout.engine == "hf":
+            self.rollout_model = copy.deepcopy(self.model).eval().requires_grad_(False)
+        if self.dist.enabled:
+            shard_model(self.model, cfg.distributed, self.dist)
+            if self.ref_model is not None:
+                shard_model(self.ref_model, cfg.distributed, self.dist)
+            torch.manual_seed(tc.seed + 1_000_003 * self.dist.rank)  # independent sampling per rank
         self.dummy = DummyVisionPass(self.model)
-        self.engine = HFRolloutEngine(self.model, self.processor)
+        # under FSDP the reference forward is a collective too; alone, it needs no dummy passes
+        self.ref_dummy = DummyVisionPass(self.ref_model) if self.ref_model and self.dist.enabled else None
+        self.engine = self._make_engine()
         self.train_set = RecordDataset.from_files(cfg.data.train_files, cfg.data)
         self.val_set = (
             RecordDataset.from_files(cfg.data.val_files, cfg.data, self.train_set.loader)
             if cfg.data.val_files
             else None
         )
-        self.logger = MetricsLogger(tc.output_dir, tc.loggers, dataclasses.asdict(cfg), tc.max_steps)
+        loggers = tc.loggers if self.dist.is_main else []  # rank 0 reports; the others stay quiet
+        self.logger = MetricsLogger(tc.output_dir, loggers, dataclasses.asdict(cfg), tc.max_steps)
         self.train_idx = self.preflight(self.train_set, "train")
         self.val_idx = self.preflight(self.val_set, "val", max_count=tc.val_size) if self.val_set else []
         if normalize_name(self.alg.adv_estimator) in ("gdpo", "remax") and (
@@ -79,10 +109,6 @@ class Trainer:
                 "baseline: use it without algorithm.overlong and without kl.apply_as=reward"
             )
         self.kl_ctl = self.alg.make_kl_controller()
-        self.ref_model = None
-        if self.alg.kl.enabled:
-            self.ref_model = copy.deepcopy(self.model).eval().requires_grad_(False)
-            self.ref_dummy = None
         params = [p for p in self.model.parameters() if p.requires_grad]
         self.optimizer = torch.optim.AdamW(
             params, lr=tc.lr, betas=tuple(tc.betas), weight_decay=tc.weight_decay
@@ -111,16 +137,43 @@ class Trainer:
 
     # ---------------------------------------------------------------------------------------- checks
     def preflight(self, dataset: RecordDataset | None, split: str, max_count: int | None = None) -> list[int]:
-        """Fail early on what would fail mid-run: unknown tasks, missing cache entries, overlong prompts."""
+        """Fail early on what would fail mid-run: unknown tasks, missing cache entries, overlong prompts.
+
+        Under torchrun the ranks check disjoint blocks and share what they found, so every rank gets
+        the same prompt list, and a problem any rank finds stops every rank with the same message.
+        """
         if dataset is None:
             return []
         validate_problem_types({r.problem_type for r in dataset.records}, self.cfg.reward)
-        keep, dropped = [], 0
+        keep, lengths, dropped, block = [], {}, 0, 32
+        start, world, rank = 0, self.dist.world, self.dist.rank
+        while start < len(dataset) and (max_count is None or len(keep) < max_count):
+            mine = list(range(start + rank * block, min(start + (rank + 1) * block, len(dataset))))
+            found = self._check_prompts(dataset, split, mine)
+            for r, (k, n, d, error) in enumerate(all_gather(found)):
+                if error:  # every rank sees the same list, so every rank stops here
+                    raise RuntimeError(f"preflight failed on rank {r}: {error}")
+                keep += k
+                lengths.update(zip(k, n, strict=True))
+                dropped += d
+            start += block * world
+        keep = keep[:max_count] if max_count is not None else keep
+        if split == "train":
+            self.prompt_tokens = {int(i): int(n) for i, n in lengths.items()}
         limit = self.cfg.data.max_prompt_length
-        for start in range(0, len(dataset), 32):
-            if max_count is not None and len(keep) >= max_count:
-                break  # only the first `max_count` fitting prompts are used
-            idx = list(range(start, min(start + 32, len(dataset))))
+        self.logger.write(
+            f"preflight {split}: {len(keep)} prompts kept, {dropped} dropped as longer than "
+            f"data.max_prompt_length={limit} tokens"
+        )
+        if not keep:
+            raise ValueError(f"{split}: no prompt fits data.max_prompt_length={limit}")
+        return keep
+
+    def _check_prompts(self, dataset: RecordDataset, split: str, idx: list[int]):
+        """(kept indices, their token counts, dropped count, error message or None) for one block."""
+        if not idx:
+            return [], [], 0, None
+        try:
             samples = [dataset[i] for i in idx]
             if self.cfg.data.cache_mode == "cache_only":
                 missing = [s.videos[j] for s in samples for j, e in enumerate(s.video_entries) if e is None]
@@ -129,24 +182,35 @@ class Trainer:
                         f"{split}: {len(missing)} video(s) have no cache entry, e.g. {missing[0]} "
                         "(cache_only mode; run `easyvideor1 preprocess` with the same settings)"
                     )
-            lengths = (
-                encode_prompts(self.processor, samples, dataset.cfg, dataset.loader)
-                .inputs["attention_mask"]
-                .sum(1)
-            )
-            for i, n in zip(idx, lengths.tolist(), strict=True):
-                if n <= limit:
-                    keep.append(i)
-                else:
-                    dropped += 1
-        keep = keep[:max_count] if max_count is not None else keep
-        self.logger.write(
-            f"preflight {split}: {len(keep)} prompts kept, {dropped} dropped as longer than "
-            f"data.max_prompt_length={limit} tokens"
-        )
-        if not keep:
-            raise ValueError(f"{split}: no prompt fits data.max_prompt_length={limit}")
-        return keep
+            batch = encode_prompts(self.processor, samples, dataset.cfg, dataset.loader)
+        except Exception as e:
+            if not self.dist.enabled:
+                raise
+            return [], [], 0, f"{type(e).__name__}: {e}"
+        limit = self.cfg.data.max_prompt_length
+        counts = batch.inputs["attention_mask"].sum(1).tolist()
+        kept = [(i, n) for i, n in zip(idx, counts, strict=True) if n <= limit]
+        return [i for i, _ in kept], [n for _, n in kept], len(idx) - len(kept), None
+
+    def _make_engine(self):
+        model = self.rollout_model if self.rollout_model is not None else self.model
+        if self.cfg.rollout.engine == "vllm":
+            from ..rollout.vllm import VLLMRolloutEngine
+
+            return VLLMRolloutEngine.from_config(self.cfg, self.processor, self.dist)
+        return HFRolloutEngine(model, self.processor)
+
+    def sync_rollout_weights(self) -> None:
+        """Push the trainer's weights to a rollout engine that holds its own copy (after each update)."""
+        from .distributed import full_weights
+
+        if self.rollout_model is not None:
+            with torch.no_grad():
+                target = self.rollout_model.state_dict()
+                for name, tensor in full_weights(self.model):
+                    target[name].copy_(tensor)
+        elif hasattr(self.engine, "update_weights"):
+            self.engine.update_weights(full_weights(self.model))
 
     # ------------------------------------------------------------------------------------- one step
     def rl_step(self) -> dict[str, float]:
@@ -177,7 +241,7 @@ class Trainer:
                 self.ref_model,
                 exp,
                 self.engine.banned,
-                None,
+                self.ref_dummy,
                 self.sampling.temperature,
                 self.cfg.trainer.micro_batch_size,
             )
@@ -185,12 +249,10 @@ class Trainer:
                 kl = kl_penalty(exp.old_logp, exp.ref_logp, self.alg.kl.type, exp.mask)
                 scores = scores - self.kl_ctl.value * (kl * exp.mask).sum(1)
                 metrics["actor/reward_kl"] = float(masked_mean(kl, exp.mask.bool()))
-            mean_kl = float(
-                masked_mean(
-                    kl_penalty(exp.old_logp, exp.ref_logp, self.alg.kl.type, exp.mask), exp.mask.bool()
-                )
-            )
-            self.kl_ctl.update(mean_kl, len(exp))
+            kl = kl_penalty(exp.old_logp, exp.ref_logp, self.alg.kl.type, exp.mask)
+            totals = sum_over_ranks({"kl": float((kl * exp.mask).sum()), "tokens": float(exp.mask.sum())})
+            totals.update(sum_over_ranks({"n": float(len(exp))}))
+            self.kl_ctl.update(totals["kl"] / max(totals["tokens"], 1.0), int(totals["n"]))
             self.settings.kl_loss_coef = self.kl_ctl.value if self.alg.kl.apply_as == "loss" else 0.0
             metrics["actor/kl_coef"] = self.kl_ctl.value
         t_logp = time.perf_counter()
@@ -198,24 +260,23 @@ class Trainer:
         metrics.update(hybrid_metrics(exp))
         metrics["actor/entropy_rollout"] = float(masked_mean(entropy, exp.mask.bool()))
         groups = sorted(set(exp.prompt_of))
-        per_mini = self.cfg.trainer.mini_batch_prompts
+        per_mini = self.cfg.trainer.mini_batch_prompts // self.dist.world  # this rank's share
         mini = []
         for _ in range(self.cfg.trainer.ppo_epochs):
             for g in range(0, len(groups), per_mini):
                 chosen = set(groups[g : g + per_mini])
                 mini.append([i for i, p in enumerate(exp.prompt_of) if p in chosen])
-        metrics.update(
-            policy_update(
-                self.model,
-                self.optimizer,
-                self.scheduler,
-                exp,
-                mini,
-                self.settings,
-                self.engine.banned,
-                self.dummy,
-            )
-        )
+        update = policy_update(
+            self.model,
+            self.optimizer,
+            self.scheduler,
+            exp,
+            mini,
+            self.settings,
+            self.engine.banned,
+            self.dummy,
+        )  # already global
+        self.sync_rollout_weights()
         t_end = time.perf_counter()
         tokens = int(exp.mask.sum()) + int(batch.inputs["attention_mask"].sum()) * self.cfg.rollout.n
         metrics.update(
@@ -225,14 +286,38 @@ class Trainer:
                 "time/logprobs": t_logp - t_rollout,
                 "time/update": t_end - t_logp,
                 "time/step": t_end - t0,
-                "perf/tokens_per_s": tokens / (t_end - t0),
             }
         )
+        if self.dist.enabled:
+            per_rank = all_gather(tokens)
+            metrics["perf/rank_token_imbalance"] = max(per_rank) / max(sum(per_rank) / len(per_rank), 1)
+        metrics = mean_over_ranks(metrics)
+        metrics["perf/tokens_per_s"] = sum_over_ranks({"t": float(tokens)})["t"] / (t_end - t0)
+        metrics.update(update)
         return metrics
 
     def _next_samples(self):
-        samples = [self.train_set[self.train_idx[i]] for i in self.sampler.next_batch()]
+        """This rank's share of the next global batch (every rank draws it, so samplers stay in step)."""
+        chosen = [self.train_idx[i] for i in self.sampler.next_batch()]
+        chosen = self._my_share(chosen)
+        samples = [self.train_set[i] for i in chosen]
         return samples, encode_prompts(self.processor, samples, self.cfg.data, self.train_set.loader)
+
+    def _my_share(self, chosen: list[int]) -> list[int]:
+        """Contiguous blocks, or prompt-token balanced (longest first to the lightest rank) with equal
+        counts per rank, so every rank runs the same number of micro-batches."""
+        world, rank = self.dist.world, self.dist.rank
+        per = len(chosen) // world
+        if world == 1:
+            return chosen
+        if not self.cfg.distributed.balance_tokens:
+            return chosen[rank * per : (rank + 1) * per]
+        load, members = [0] * world, [[] for _ in range(world)]
+        for i in sorted(chosen, key=lambda i: -self.prompt_tokens.get(i, 0)):
+            r = min((r for r in range(world) if len(members[r]) < per), key=lambda r: load[r])
+            members[r].append(i)
+            load[r] += self.prompt_tokens.get(i, 0)
+        return members[rank]
 
     def _rollout(self, samples, batch) -> Experience:
         return collect(
@@ -258,21 +343,26 @@ class Trainer:
         metrics.update(reward_metrics(exp))  # rewards as sampled, before any filtering
         if not f.enable:
             return exp, samples, batch, t0 + t_data
-        target = self.cfg.trainer.prompts_per_step
+        target = self.cfg.trainer.prompts_per_step // self.dist.world  # this rank's share
         parts, kept, rounds, dropped = [], 0, 0, 0
         while True:
-            res = filter_groups(
-                exp.scores, exp.prompt_of, criterion=f.criterion, low=f.low, high=f.high, key=f.key
-            )
-            keep = sorted({exp.prompt_of[i] for i in res.keep.nonzero().flatten().tolist()})[: target - kept]
-            parts.append((exp, samples, keep))
-            kept, rounds, dropped = kept + len(keep), rounds + 1, dropped + res.dropped_groups
-            if kept >= target or (f.max_tries > 0 and rounds >= f.max_tries):
+            if exp is not None:
+                res = filter_groups(
+                    exp.scores, exp.prompt_of, criterion=f.criterion, low=f.low, high=f.high, key=f.key
+                )
+                chosen = {exp.prompt_of[i] for i in res.keep.nonzero().flatten().tolist()}
+                keep = sorted(chosen)[: target - kept]
+                parts.append((exp, samples, keep))
+                kept, dropped = kept + len(keep), dropped + res.dropped_groups
+            rounds += 1
+            # every rank draws every round (the samplers stay in step); a full rank skips the rollout
+            more = max_over_ranks(int(kept < target))
+            if not more or (f.max_tries > 0 and rounds >= f.max_tries):
                 break
             t = time.perf_counter()
             samples, batch = self._next_samples()
             t_data += time.perf_counter() - t
-            exp = self._rollout(samples, batch)
+            exp = self._rollout(samples, batch) if kept < target else None
         metrics.update(
             {
                 "filter/rounds": float(rounds),
@@ -303,51 +393,58 @@ class Trainer:
                 greedy.texts, samples, list(range(len(samples))), greedy.mask.sum(1).tolist(), self.cfg.reward
             )
             opts["baseline_scores"] = base["overall"][torch.tensor(exp.prompt_of)]
-        out = compute_advantages(name, values, exp.mask, exp.prompt_of, **opts)
-        return out.advantages.float()
+        if not self.dist.enabled:
+            return compute_advantages(name, values, exp.mask, exp.prompt_of, **opts).advantages.float()
+        return self._global_advantages(name, values, exp, len(samples), opts)
+
+    def _global_advantages(self, name, values, exp: Experience, n_prompts: int, opts: dict) -> torch.Tensor:
+        """Advantages computed on every rank's scores at once (a few floats per sequence), then this
+        rank's rows: identical to the single-process result for every estimator, batch-wide ones too."""
+        keyed = values if isinstance(values, dict) else {"": values}
+        mine = {
+            "values": {k: v.tolist() for k, v in keyed.items()},
+            "lengths": exp.mask.sum(1).tolist(),
+            "prompt_of": exp.prompt_of,
+            "n_prompts": n_prompts,
+            "baseline": opts["baseline_scores"].tolist() if "baseline_scores" in opts else None,
+        }
+        parts = all_gather(mine)
+        lengths = [n for p in parts for n in p["lengths"]]
+        mask = torch.zeros(len(lengths), max(max(lengths, default=1), 1), dtype=exp.mask.dtype)
+        for i, n in enumerate(lengths):
+            mask[i, :n] = 1
+        prompt_of, offset = [], 0
+        for p in parts:
+            prompt_of += [q + offset for q in p["prompt_of"]]
+            offset += p["n_prompts"]
+        every = {k: torch.tensor([x for p in parts for x in p["values"][k]]) for k in keyed}
+        if mine["baseline"] is not None:
+            opts["baseline_scores"] = torch.tensor([x for p in parts for x in p["baseline"]])
+        out = compute_advantages(
+            name, every if isinstance(values, dict) else every[""], mask, prompt_of, **opts
+        )
+        start = sum(len(p["lengths"]) for p in parts[: self.dist.rank])
+        rows = out.advantages.float()[start : start + len(exp)]
+        adv = torch.zeros(exp.mask.shape, dtype=torch.float32)
+        width = min(adv.shape[1], rows.shape[1])
+        adv[:, :width] = rows[:, :width]
+        return adv
 
     def sft_warmup(self) -> bool:
-        """Supervised steps on the records' offline responses (a cold-start remedy for tiny models)."""
-        tc = self.cfg.trainer
-        with_offline = [i for i in self.train_idx if self.train_set.records[i].offline_output]
-        if not tc.sft_warmup_steps or not with_offline:
-            return False
-        opt = torch.optim.AdamW([p for p in self.model.parameters() if p.requires_grad], lr=tc.sft_lr)
-        g = torch.Generator().manual_seed(tc.seed + 1)
-        eos = self.engine.eos_ids[0]
-        for step in range(tc.sft_warmup_steps):
-            pick = torch.randint(len(with_offline), (tc.sft_batch_size,), generator=g).tolist()
-            samples = [self.train_set[with_offline[i]] for i in pick]
-            batch = encode_prompts(self.processor, samples, self.cfg.data, self.train_set.loader)
-            rows = [
-                tokenize_offline(
-                    self.processor.tokenizer, s.record.offline_output, eos, self.sampling.max_new_tokens
-                )[0]
-                for s in samples
-            ]
-            width = max(len(r) for r in rows)
-            ids = torch.full((len(rows), width), self.engine.pad_id, dtype=torch.long)
-            mask = torch.zeros_like(ids)
-            for i, r in enumerate(rows):
-                ids[i, : len(r)], mask[i, : len(r)] = r, 1
-            logp, _ = response_logprobs(
-                self.model, expand(batch, [1] * len(samples)), ids, mask, self.engine.banned, 1.0, self.dummy
-            )
-            loss = -(logp * mask).sum() / mask.sum()
-            opt.zero_grad(set_to_none=True)
-            loss.backward()
-            torch.nn.utils.clip_grad_norm_(self.model.parameters(), tc.max_grad_norm)
-            opt.step()
-            if step % 10 == 0 or step == tc.sft_warmup_steps - 1:
-                self.logger.log(0, {"sft/loss": float(loss.detach()), "sft/step": step}, ("sft/loss",))
-        return True
+        return sft_warmup(self, self.dist)
 
     def validate(self) -> dict[str, float]:
         if not self.val_idx:
             return {}
-        metrics, generations = evaluate(
-            self.engine, self.processor, self.val_set, self.val_idx, self.val_sampling, self.cfg.reward
+        # each rank validates its slice with its own rollout engine; rank 0 writes the union
+        mine = self.val_idx[self.dist.rank :: self.dist.world]
+        _, rows = evaluate(
+            self.engine, self.processor, self.val_set, mine, self.val_sampling, self.cfg.reward
         )
+        generations = sorted((g for part in all_gather(rows) for g in part), key=lambda g: g["index"])
+        metrics = summarize(generations)
+        if not self.dist.is_main:
+            return metrics
         path = os.path.join(self.cfg.trainer.output_dir, "generations.jsonl")
         with open(path, "a", encoding="utf-8") as f:
             for g in generations[:8]:
@@ -364,8 +461,8 @@ class Trainer:
         )
         if ckpt is None:
             return
-        load_model_weights(self.model, ckpt)
-        state = load_trainer_state(ckpt, self.optimizer, self.scheduler)
+        state = load_checkpoint(ckpt, self.model, self.optimizer, self.scheduler, self.dist)
+        self.sync_rollout_weights()
         self.sampler.load_state_dict(state["sampler"])
         self.step, self.history = state["step"], state.get("history", [])
         self.logger.write(f"resumed from {ckpt} at step {self.step}")
@@ -380,6 +477,7 @@ class Trainer:
             self.scheduler,
             {"sampler": self.sampler.state_dict(), "history": self.history},
             keep_last=self.cfg.trainer.keep_last,
+            state=self.dist,
         )
 
     def train(self) -> dict[str, float]:
@@ -413,3 +511,9 @@ class Trainer:
         self.save()  # (re)saves the last step with the final validation in its history
         self.logger.close()
         return final
+
+    def close(self) -> None:
+        """Release the models and leave the process group (see ``shutdown_distributed``)."""
+        self.model = self.ref_model = self.rollout_model = self.optimizer = self.engine = None
+        self.dummy = self.ref_dummy = None
+        shutdown_distributed()

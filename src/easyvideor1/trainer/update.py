@@ -12,6 +12,7 @@ from ..algorithms.kl import kl_loss
 from ..algorithms.policy_losses import compute_policy_loss
 from ..models.inputs import gather_prompts
 from ..models.logprobs import response_logprobs
+from .distributed import max_over_ranks, sum_over_ranks
 from .experience import Experience
 
 
@@ -39,16 +40,31 @@ def _micro_inputs(exp: Experience, idx: list[int]):
     return seq_inputs, exp.ids[idx, :width], exp.mask[idx, :width], width
 
 
+def padded(chunks: list[list[int]]) -> list[tuple[list[int], bool]]:
+    """``chunks`` as (indices, real) pairs, plus filler chunks up to the most any rank has.
+
+    Under FSDP every forward is a collective, so all ranks must run the same number of them. A rank
+    with fewer micro-batches re-runs its first sequence as a filler whose result is discarded
+    (zero-weighted in the loss). Without a process group this returns the chunks as they are.
+    """
+    out = [(c, True) for c in chunks]
+    filler = chunks[0][:1] if chunks and chunks[0] else [0]
+    out += [(filler, False)] * (max_over_ranks(len(chunks)) - len(chunks))
+    return out
+
+
 @torch.no_grad()
 def experience_logprobs(model, exp: Experience, banned, dummy, temperature: float, micro_batch_size: int):
     """Per-token log-probs ``[N, T]`` and entropy of every response under ``model`` (no gradient)."""
     logp = torch.zeros(exp.ids.shape, dtype=torch.float32)
     entropy = torch.zeros(exp.ids.shape, dtype=torch.float32)
-    for idx in micro_batches(list(range(len(exp))), micro_batch_size):
+    for idx, real in padded(micro_batches(list(range(len(exp))), micro_batch_size)):
         seq_inputs, ids, mask, width = _micro_inputs(exp, idx)
         lp, ent = response_logprobs(model, seq_inputs, ids, mask, banned, temperature, dummy)
-        logp[idx, :width] = torch.where(mask.bool(), lp, torch.zeros_like(lp))
-        entropy[idx, :width] = torch.where(mask.bool(), ent, torch.zeros_like(ent))
+        if real:
+            lp, ent, m = lp.cpu(), ent.cpu(), mask.bool()
+            logp[idx, :width] = torch.where(m, lp, torch.zeros_like(lp))
+            entropy[idx, :width] = torch.where(m, ent, torch.zeros_like(ent))
     return logp, entropy
 
 
@@ -62,23 +78,35 @@ def policy_update(
     banned,
     dummy,
 ) -> dict[str, float]:
-    """One optimizer step per mini-batch (lists of sequence indices); returns averaged metrics."""
+    """One optimizer step per mini-batch (lists of sequence indices); returns averaged metrics.
+
+    Under data parallelism each rank passes its own sequences; the loss denominators are summed over
+    ranks first, so the step equals the single-process step on the union of the ranks' batches.
+    """
     sums: dict[str, float] = {}
+    replicated: dict[str, float] = {}
     steps = skipped = 0
-    for seqs in mini_batches:
+    for seqs, real_step in padded(mini_batches):
         micros = micro_batches(seqs, settings.micro_batch_size)
-        stats = GlobalBatchStats.from_masks([exp.mask[m] for m in micros])
+        local = [exp.mask[m] for m in micros] if real_step else []
+        stats = GlobalBatchStats.from_masks(local).all_reduce()
         optimizer.zero_grad(set_to_none=True)
-        for idx in micros:
+        for idx, real in padded(micros):
+            real = real and real_step
             seq_inputs, ids, mask, width = _micro_inputs(exp, idx)
             logp, entropy = response_logprobs(
                 model, seq_inputs, ids, mask, banned, settings.temperature, dummy
             )
+            mask = mask.to(logp.device)
+            old_logp, adv = (
+                exp.old_logp[idx, :width].to(logp.device),
+                exp.advantages[idx, :width].to(logp.device),
+            )
             out = compute_policy_loss(
                 settings.policy_loss,
                 logp,
-                exp.old_logp[idx, :width],
-                exp.advantages[idx, :width],
+                old_logp,
+                adv,
                 mask,
                 **(settings.loss_options or {}),
             )
@@ -87,19 +115,23 @@ def policy_update(
                 token_loss = _shape_offline(
                     token_loss,
                     logp,
-                    exp.advantages[idx, :width],
+                    adv,
                     mask,
-                    exp.offline[idx],
+                    exp.offline[idx].to(logp.device),
                     settings.offline_shaping,
                 )
             loss = aggregate_loss(
                 token_loss, mask, settings.loss_agg_mode, global_stats=stats, norm_length=settings.norm_length
             )
-            _add(sums, "actor/pg_loss", float(loss.detach()))  # the policy term alone
+            if not real:  # a filler forward: same collectives, no contribution
+                (loss * 0.0).backward()
+                continue
+            # aggregate_loss scales by dp_size (FSDP averages gradients); metrics are summed over ranks
+            _add(sums, "actor/pg_loss", float(loss.detach()) / stats.dp_size)  # the policy term alone
             if settings.kl_loss_coef and exp.ref_logp is not None:
                 kl = kl_loss(
                     logp,
-                    exp.ref_logp[idx, :width],
+                    exp.ref_logp[idx, :width].to(logp.device),
                     mask,
                     settings.kl_kind,
                     settings.loss_agg_mode,
@@ -107,7 +139,7 @@ def policy_update(
                     norm_length=settings.norm_length,
                 )
                 loss = loss + settings.kl_loss_coef * kl
-                _add(sums, "actor/kl_loss", float(kl.detach()))
+                _add(sums, "actor/kl_loss", float(kl.detach()) / stats.dp_size)
             loss.backward()
             share = float(mask.sum()) / max(stats.num_tokens, 1)
             _add(
@@ -118,6 +150,8 @@ def policy_update(
             for k, v in out.metrics.items():
                 _add(sums, f"actor/{k}", float(v) * share)
         grad_norm = torch.nn.utils.clip_grad_norm_(model.parameters(), settings.max_grad_norm)
+        if hasattr(grad_norm, "full_tensor"):  # a DTensor under FSDP2: the global norm
+            grad_norm = grad_norm.full_tensor()
         if not math.isfinite(float(grad_norm)):
             optimizer.zero_grad(set_to_none=True)  # never apply a NaN/inf update; count it instead
             skipped += 1
@@ -125,8 +159,10 @@ def policy_update(
             optimizer.step()
             if scheduler is not None:
                 scheduler.step()
-        _add(sums, "actor/grad_norm", float(grad_norm))
+        replicated["actor/grad_norm"] = replicated.get("actor/grad_norm", 0.0) + float(grad_norm)
         steps += 1
+    sums = sum_over_ranks(sums)  # per-rank shares of global quantities add up
+    sums.update(replicated)  # the same on every rank
     metrics = {k: v / max(steps, 1) for k, v in sums.items()}
     metrics["actor/skipped_steps"] = float(skipped)
     metrics["actor/lr"] = optimizer.param_groups[0]["lr"]

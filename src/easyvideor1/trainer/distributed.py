@@ -1,0 +1,222 @@
+"""Data-parallel training under ``torchrun``: the process group, FSDP2 sharding and the few collectives.
+
+``easyvideor1 train`` runs unchanged as one process or under ``torchrun`` (one or many nodes):
+:func:`init_distributed` reads torchrun's environment (``RANK``, ``WORLD_SIZE``, ``LOCAL_RANK``) and
+joins the process group (NCCL on GPUs, gloo on CPUs). How the work is split, and why:
+
+- Prompts are sharded over ranks and a prompt's whole group stays on one rank, so group advantages
+  need no communication; estimators with batch-wide statistics get the gathered scores instead
+  (they are small), so every estimator gives the single-process answer.
+- Rollouts never run through the sharded model: each rank generates with its own full copy (an HF
+  model or a vLLM engine), refreshed from the trainer after every optimizer step. Generation then
+  needs no collective at all, ranks may produce different lengths, and there is no per-token
+  all-gather.
+- Every FSDP forward is a collective. Ranks therefore run the same number of micro-batches
+  (:func:`max_over_ranks`; a rank with fewer runs zero-weighted ones) and the same vision-tower
+  calls (``models.vision.DummyVisionPass``).
+"""
+
+from __future__ import annotations
+
+import datetime
+import gc
+import logging
+import os
+from collections.abc import Iterator
+from dataclasses import dataclass
+from typing import Any
+
+import torch
+import torch.distributed as dist
+
+log = logging.getLogger(__name__)
+
+
+@dataclass
+class DistributedConfig:
+    """Data parallelism with FSDP2 (used when the run is launched with ``torchrun``).
+
+    Parameters:
+        backend: ``auto`` (NCCL when CUDA is available, else gloo), ``nccl`` or ``gloo``.
+        param_dtype: FSDP mixed precision: parameters are all-gathered and computed in this dtype
+            (``bfloat16`` on GPUs) while the sharded master weights and the optimizer stay in the
+            model's dtype. ``null`` computes in the model's dtype.
+        reduce_dtype: Gradient reduce-scatter dtype under mixed precision (``float32`` is safest).
+        cpu_offload: Keep sharded parameters, gradients and optimizer states in CPU memory
+            (GPU runs only; slower, for models that do not fit).
+        reshard_after_forward: Free the gathered parameters after each layer's forward (ZeRO-3);
+            false keeps them until the backward (ZeRO-2 style, more memory, fewer all-gathers).
+        balance_tokens: Assign each step's prompts to ranks so that their prompt-token counts are
+            balanced (greedy, longest first) instead of in contiguous blocks.
+        timeout_minutes: Collective timeout: a rank that stops answering fails the run after this.
+    """
+
+    backend: str = "auto"
+    param_dtype: str | None = None
+    reduce_dtype: str = "float32"
+    cpu_offload: bool = False
+    reshard_after_forward: bool = True
+    balance_tokens: bool = False
+    timeout_minutes: float = 30.0
+
+
+@dataclass
+class DistState:
+    """Where this process stands: ``rank`` of ``world`` (1 without torchrun), and its device."""
+
+    rank: int = 0
+    world: int = 1
+    local_rank: int = 0
+    device: torch.device = torch.device("cpu")
+
+    @property
+    def enabled(self) -> bool:
+        return self.world > 1
+
+    @property
+    def is_main(self) -> bool:
+        return self.rank == 0
+
+
+def init_distributed(cfg: DistributedConfig | None = None) -> DistState:
+    """Join torchrun's process group if there is one; a plain ``python`` run stays single-process."""
+    cfg = cfg or DistributedConfig()
+    world = int(os.environ.get("WORLD_SIZE", "1"))
+    local_rank = int(os.environ.get("LOCAL_RANK", "0"))
+    cuda = torch.cuda.is_available()
+    device = torch.device("cuda", local_rank) if cuda else torch.device("cpu")
+    if cuda:
+        torch.cuda.set_device(device)
+    if world <= 1:
+        return DistState(device=device)
+    if not dist.is_initialized():
+        backend = cfg.backend if cfg.backend != "auto" else ("nccl" if cuda else "gloo")
+        dist.init_process_group(backend, timeout=datetime.timedelta(minutes=cfg.timeout_minutes))
+    return DistState(dist.get_rank(), dist.get_world_size(), local_rank, device)
+
+
+def shutdown_distributed(*objects_to_free: Any) -> None:
+    """Leave the process group cleanly.
+
+    Destroying a gloo group while models and pending work objects are alive can deadlock the
+    interpreter's exit, so the caller drops its references, we collect, meet at a barrier, and only
+    then destroy the group.
+    """
+    del objects_to_free
+    gc.collect()
+    if dist.is_available() and dist.is_initialized():
+        dist.barrier()
+        dist.destroy_process_group()
+
+
+_DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}
+
+
+def decoder_layers(model) -> list[torch.nn.Module]:
+    """The transformer blocks FSDP shards one by one: LM decoder layers and vision blocks."""
+    inner = getattr(model, "model", model)
+    layers = list(getattr(getattr(inner, "language_model", None), "layers", []) or [])
+    layers += list(getattr(getattr(inner, "visual", None), "blocks", []) or [])
+    if not layers:
+        raise TypeError(f"{type(model).__name__}: found no decoder layers or vision blocks to shard")
+    return layers
+
+
+def shard_model(model: torch.nn.Module, cfg: DistributedConfig, state: DistState) -> torch.nn.Module:
+    """FSDP2: ``fully_shard`` each decoder layer and vision block, then the root (in place)."""
+    from torch.distributed.fsdp import CPUOffloadPolicy, MixedPrecisionPolicy, OffloadPolicy, fully_shard
+
+    mp = MixedPrecisionPolicy()
+    if cfg.param_dtype:
+        mp = MixedPrecisionPolicy(
+            param_dtype=_DTYPES[cfg.param_dtype], reduce_dtype=_DTYPES[cfg.reduce_dtype]
+        )
+    offload: OffloadPolicy = OffloadPolicy()
+    if cfg.cpu_offload:
+        if state.device.type != "cuda":
+            log.warning("distributed.cpu_offload ignored: parameters already live in CPU memory")
+        else:
+            offload = CPUOffloadPolicy()
+    if state.device.type == "cuda" and not cfg.cpu_offload:
+        model.to(state.device)
+    kwargs = {"mp_policy": mp, "offload_policy": offload, "reshard_after_forward": cfg.reshard_after_forward}
+    for layer in decoder_layers(model):
+        fully_shard(layer, **kwargs)
+    fully_shard(model, **kwargs)
+    return model
+
+
+def full_weights(model: torch.nn.Module) -> Iterator[tuple[str, torch.Tensor]]:
+    """``(name, full tensor)`` for every entry of the state dict, one at a time.
+
+    With FSDP2 each entry is all-gathered as it is reached (a collective: every rank must consume
+    the iterator to the end, in step), so peak extra memory is one tensor, which is what a
+    rollout engine's layer-wise reload wants. Names are Hugging Face's.
+    """
+    for name, value in model.state_dict().items():
+        full = value.full_tensor() if hasattr(value, "full_tensor") else value
+        yield name, full.detach()
+
+
+def max_over_ranks(value: int) -> int:
+    if not (dist.is_available() and dist.is_initialized()):
+        return value
+    t = torch.tensor([value], dtype=torch.int64, device=_comm_device())
+    dist.all_reduce(t, op=dist.ReduceOp.MAX)
+    return int(t.item())
+
+
+def sum_over_ranks(values: dict[str, float]) -> dict[str, float]:
+    """Element-wise sum of a metrics dict over ranks (the same keys on every rank, any order)."""
+    if not (dist.is_available() and dist.is_initialized()) or not values:
+        return dict(values)
+    keys = sorted(all_gather_union(list(values)))
+    t = torch.tensor([float(values.get(k, 0.0)) for k in keys], dtype=torch.float64, device=_comm_device())
+    dist.all_reduce(t)
+    return dict(zip(keys, t.tolist(), strict=True))
+
+
+def mean_over_ranks(values: dict[str, float]) -> dict[str, float]:
+    """Mean of a metrics dict over the ranks that report each key (per-task keys may be missing)."""
+    if not (dist.is_available() and dist.is_initialized()) or not values:
+        return dict(values)
+    keys = sorted(all_gather_union(list(values)))
+    t = torch.tensor(
+        [[float(values.get(k, 0.0)) for k in keys], [float(k in values) for k in keys]],
+        dtype=torch.float64,
+        device=_comm_device(),
+    )
+    dist.all_reduce(t)
+    return {k: float(t[0, i] / t[1, i]) for i, k in enumerate(keys)}
+
+
+def all_gather_union(items: list[str]) -> set[str]:
+    return {x for part in all_gather(items) for x in part}
+
+
+def all_gather(obj: Any) -> list[Any]:
+    """Every rank's ``obj`` (JSON-like Python values), in rank order; ``[obj]`` without a group."""
+    if not (dist.is_available() and dist.is_initialized()):
+        return [obj]
+    out: list[Any] = [None] * dist.get_world_size()
+    dist.all_gather_object(out, obj)
+    return out
+
+
+def raise_if_any(error: str | None) -> None:
+    """Start-up checks: if any rank found a problem, every rank raises it (rather than some hanging)."""
+    errors = [(r, e) for r, e in enumerate(all_gather(error)) if e]
+    if errors:
+        rank, msg = errors[0]
+        raise RuntimeError(f"rank {rank}: {msg}")
+
+
+def barrier() -> None:
+    if dist.is_available() and dist.is_initialized():
+        dist.barrier()
+
+
+def _comm_device() -> torch.device:
+    if dist.get_backend() == "nccl":
+        return torch.device("cuda", torch.cuda.current_device())
+    return torch.device("cpu")
