@@ -29,7 +29,7 @@ def prepare_demo_assets(cfg: RunConfig) -> RunConfig:
     d = cfg.demo
     train, val = os.path.join(d.data_dir, "train.jsonl"), os.path.join(d.data_dir, "val.jsonl")
     if not os.path.exists(val):
-        write_demo_set(d.data_dir, d.n_train, d.n_val)
+        write_demo_set(d.data_dir, d.n_train, d.n_val, mixed=d.mixed)
     if not cfg.data.train_files:
         cfg.data.train_files = [train]
     if not cfg.data.val_files:

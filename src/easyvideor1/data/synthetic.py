@@ -208,13 +208,18 @@ def write_demo_set(
     n_frames: int = 4,
     fps: float = 4.0,
     seed: int = 0,
+    mixed: bool = False,
 ) -> tuple[str, str]:
     """The embedded demo's task: the colour of a square moving over noise, four fixed options.
 
     Small enough for a sub-1M-parameter model to learn on a CPU (the colour must be read from the
     video; the option order is fixed, see environment notes). Every record carries an
     ``offline_output`` gold response for hybrid offline/online groups. Returns (train, val) paths.
+    ``mixed`` turns every fourth record into an image record (the last frame, as PNG) and every
+    fourth into a text-only one (the colour named in the question), so batches mix modalities.
     """
+    from PIL import Image
+
     rng = np.random.default_rng(seed)
     colours = list(COLOURS)
     options = [f"{OPTION_LETTERS[i]}. {c}" for i, c in enumerate(colours)]
@@ -233,21 +238,33 @@ def write_demo_set(
                 x = int(np.clip(x0 + direction * t * 2, 0, size - side))
                 f[y : y + side, x : x + side] = COLOURS[colour]
                 frames.append(f)
-            rel = f"videos/{split}_{i:05d}.mp4"
-            encode_video(os.path.join(out_dir, rel), frames, Fraction(fps).limit_denominator(1001), crf=10)
             letter = OPTION_LETTERS[colours.index(colour)]
-            rows.append(
-                {
-                    "problem_id": f"{split}-{i}",
-                    "problem": "What colour is the moving square?",
-                    "problem_type": "multiple choice",
-                    "options": options,
-                    "videos": [rel],
-                    "data_type": "video",
-                    "answer": letter,
-                    "offline_output": f"<answer>{letter}</answer>",
-                }
-            )
+            row = {
+                "problem_id": f"{split}-{i}",
+                "problem": "What colour is the moving square?",
+                "problem_type": "multiple choice",
+                "options": options,
+                "data_type": "video",
+                "answer": letter,
+                "offline_output": f"<answer>{letter}</answer>",
+            }
+            kind = i % 4 if mixed else 0
+            if kind == 1:  # image
+                rel = f"images/{split}_{i:05d}.png"
+                os.makedirs(os.path.join(out_dir, "images"), exist_ok=True)
+                Image.fromarray(frames[-1]).save(os.path.join(out_dir, rel))
+                row.update(problem="What colour is the square?", images=[rel], data_type="image")
+            elif kind == 3:  # text only
+                row.update(
+                    problem=f"A square is painted {colour}. What colour is the square?", data_type="text"
+                )
+            else:
+                rel = f"videos/{split}_{i:05d}.mp4"
+                encode_video(
+                    os.path.join(out_dir, rel), frames, Fraction(fps).limit_denominator(1001), crf=10
+                )
+                row["videos"] = [rel]
+            rows.append(row)
         path = os.path.join(out_dir, f"{split}.jsonl")
         with open(path, "w", encoding="utf-8") as f:
             f.writelines(json.dumps(r) + "\n" for r in rows)

@@ -145,9 +145,12 @@ class DemoConfig:
             ``data.val_files`` at them when those are empty.
         data_dir: Where the synthetic videos and ``train.jsonl`` / ``val.jsonl`` go.
         n_train: Training videos. n_val: Held-out videos.
+        mixed: Make every fourth record an image and every fourth a text-only question, so batches
+            (and, under torchrun, ranks) mix modalities.
     """
 
     prepare: bool = False
     data_dir: str = "runs/demo/data"
     n_train: int = 256
     n_val: int = 64
+    mixed: bool = False

@@ -1,0 +1,122 @@
+"""Run by tests under ``torchrun`` (or plain ``python`` for the single-process reference).
+
+Modes:
+  modalities MODEL RECORDS OUT [--no-dummy]
+      every (rank 0 kind, rank 1 kind) pair of video / image / text / mixed prompts: log-probs and one
+      FSDP2 update each; writes the pairs that completed to OUT.
+  update MODEL RECORDS OUT
+      one update on the global batch [video, image, text, mixed] split unevenly over the ranks
+      (rank 0: three prompts, rank 1: one, so filler micro-batches run); writes the loss and the
+      full updated weights to OUT (safetensors) from rank 0.
+"""
+
+from __future__ import annotations
+
+import itertools
+import json
+import sys
+
+import torch
+from safetensors.torch import save_file
+
+from easyvideor1.data.config import DataConfig
+from easyvideor1.data.dataset import RecordDataset, encode_prompts
+from easyvideor1.models.loading import load_policy
+from easyvideor1.models.vision import DummyVisionPass
+from easyvideor1.rollout.base import banned_token_ids
+from easyvideor1.trainer.distributed import (
+    DistributedConfig,
+    full_weights,
+    init_distributed,
+    shard_model,
+    shutdown_distributed,
+)
+from easyvideor1.trainer.experience import Experience
+from easyvideor1.trainer.update import UpdateSettings, experience_logprobs, policy_update
+
+KINDS = ("video", "image", "text", "mixed")
+RESPONSES = ("<answer>A</answer>", "<answer>B</answer>")
+
+
+def build_experience(processor, dataset, kinds: list[str]) -> Experience:
+    """Two fixed responses per prompt with advantages +1 / -1 (old log-probs filled in later)."""
+    by_id = {r.problem_id: i for i, r in enumerate(dataset.records)}
+    samples = [dataset[by_id[k]] for k in kinds]
+    batch = encode_prompts(processor, samples, dataset.cfg, dataset.loader)
+    tok = processor.tokenizer
+    eos = tok.convert_tokens_to_ids("<|im_end|>")
+    rows, prompt_of = [], []
+    for p in range(len(samples)):
+        for text in RESPONSES:
+            rows.append(tok(text, add_special_tokens=False)["input_ids"] + [eos])
+            prompt_of.append(p)
+    width = max(len(r) for r in rows)
+    ids = torch.zeros(len(rows), width, dtype=torch.long)
+    mask = torch.zeros_like(ids)
+    for i, r in enumerate(rows):
+        ids[i, : len(r)], mask[i, : len(r)] = torch.tensor(r), 1
+    signs = torch.tensor([1.0 if i % 2 == 0 else -1.0 for i in range(len(rows))])
+    n = len(rows)
+    return Experience(
+        batch=batch,
+        prompt_of=prompt_of,
+        ids=ids,
+        mask=mask,
+        texts=[RESPONSES[i % 2] for i in range(n)],
+        offline=torch.zeros(n, dtype=torch.bool),
+        truncated=torch.zeros(n, dtype=torch.bool),
+        scores={},
+        tasks=["multiple choice"] * n,
+        advantages=signs[:, None] * mask.float(),
+    )
+
+
+def one_update(model, optimizer, processor, dataset, kinds, dummy, micro: int) -> dict[str, float]:
+    exp = build_experience(processor, dataset, kinds)
+    banned = banned_token_ids(processor.tokenizer)
+    exp.old_logp, _ = experience_logprobs(model, exp, banned, dummy, 1.0, micro)
+    settings = UpdateSettings(micro_batch_size=micro, max_grad_norm=1e9)
+    return policy_update(model, optimizer, None, exp, [list(range(len(exp)))], settings, banned, dummy)
+
+
+def main() -> int:
+    mode, model_dir, records, out = sys.argv[1:5]
+    no_dummy = "--no-dummy" in sys.argv
+    state = init_distributed(DistributedConfig(timeout_minutes=1.0))
+    torch.manual_seed(0)
+    model, processor = load_policy(model_dir)
+    model.train()
+    if state.enabled:
+        shard_model(model, DistributedConfig(), state)
+    dummy = None if no_dummy else DummyVisionPass(model)
+    data_cfg = DataConfig(model_family="qwen3vl", video_fps=None, video_nframes=4)
+    dataset = RecordDataset.from_files([records], data_cfg)
+    # SGD: the updated weights are linear in the gradient, so they compare at float precision
+    optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+    if mode == "modalities":
+        done = []
+        for a, b in itertools.product(KINDS, KINDS):
+            mine = a if state.rank == 0 else b
+            one_update(model, optimizer, processor, dataset, [mine], dummy, micro=1)
+            done.append([a, b])
+            print(f"rank {state.rank}: pair {a}/{b} ok", flush=True)
+        if state.is_main:
+            with open(out, "w") as f:
+                json.dump(done, f)
+    elif mode == "update":
+        kinds = list(KINDS)
+        if state.enabled:
+            kinds = kinds[:3] if state.rank == 0 else kinds[3:]
+        metrics = one_update(model, optimizer, processor, dataset, kinds, dummy, micro=2)
+        weights = {k: v.clone().contiguous() for k, v in full_weights(model)}
+        if state.is_main:
+            save_file(weights, out, metadata={"metrics": json.dumps(metrics)})
+    else:
+        raise SystemExit(f"unknown mode {mode}")
+    model = optimizer = dummy = None
+    shutdown_distributed()
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

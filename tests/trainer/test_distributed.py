@@ -1,0 +1,252 @@
+"""torchrun + FSDP2 on the CPU (gloo): modality-safe ranks, 1-vs-2-rank equivalence, sharded
+checkpoints resumed on another number of ranks, a two-"node" launch over loopback, and start-up
+errors that stop every rank. Real subprocesses throughout; each launch costs ~10-15 s of imports."""
+
+from __future__ import annotations
+
+import json
+import os
+import socket
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import numpy as np
+import pytest
+import torch
+from PIL import Image
+from safetensors import safe_open
+
+from easyvideor1.media.encode import encode_video
+
+pytestmark = pytest.mark.slow
+HERE = Path(__file__).parent
+TORCHRUN = [sys.executable, "-m", "torch.distributed.run"]
+
+
+def _env() -> dict[str, str]:
+    env = dict(os.environ)
+    env.update(OMP_NUM_THREADS="1", TOKENIZERS_PARALLELISM="false", PYTHONUNBUFFERED="1")
+    env["PYTHONPATH"] = os.pathsep.join([str(HERE.parent.parent), env.get("PYTHONPATH", "")])
+    return env
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def _run(args: list[str], timeout: float = 300) -> subprocess.CompletedProcess:
+    return subprocess.run(args, capture_output=True, text=True, timeout=timeout, env=_env())
+
+
+def _torchrun(nproc: int, *args: str, timeout: float = 300) -> subprocess.CompletedProcess:
+    port = str(_free_port())
+    return _run(
+        [*TORCHRUN, f"--nproc-per-node={nproc}", "--master-addr=127.0.0.1", f"--master-port={port}", *args],
+        timeout,
+    )
+
+
+@pytest.fixture(scope="module")
+def records(tmp_path_factory, demo_assets) -> str:
+    """One prompt of each kind: a video, an image, text only, and video + image together."""
+    d = tmp_path_factory.mktemp("kinds")
+    rng = np.random.default_rng(0)
+    frames = [rng.integers(0, 255, (32, 32, 3), dtype=np.uint8) for _ in range(4)]
+    encode_video(str(d / "v.mp4"), frames, 4)
+    Image.fromarray(frames[0]).save(d / "i.png")
+    base = {
+        "problem": "What colour?",
+        "problem_type": "multiple choice",
+        "answer": "A",
+        "options": ["A. red", "B. blue"],
+    }
+    rows = [
+        {**base, "problem_id": "video", "videos": ["v.mp4"]},
+        {**base, "problem_id": "image", "images": ["i.png"]},
+        {**base, "problem_id": "text"},
+        {**base, "problem_id": "mixed", "videos": ["v.mp4"], "images": ["i.png"]},
+    ]
+    path = d / "kinds.jsonl"
+    path.write_text("".join(json.dumps(r) + "\n" for r in rows))
+    return str(path)
+
+
+def test_every_modality_pair_across_two_ranks_completes(demo_assets, records, tmp_path):
+    out = tmp_path / "pairs.json"
+    r = _torchrun(2, str(HERE / "dist_worker.py"), "modalities", str(demo_assets["model"]), records, str(out))
+    assert r.returncode == 0, r.stdout[-3000:] + r.stderr[-3000:]
+    pairs = json.loads(out.read_text())
+    assert len(pairs) == 16 and ["video", "text"] in pairs and ["text", "mixed"] in pairs
+
+
+def test_without_the_dummy_vision_pass_mismatched_ranks_fail_fast(demo_assets, records, tmp_path):
+    """The same run with the dummy pass disabled dies (not hangs) at the first pair whose ranks make
+    different vision-tower calls: video on rank 0, image on rank 1 still matches (one tower call
+    each), video/text does not."""
+    out = tmp_path / "pairs.json"
+    t0 = time.perf_counter()
+    r = _torchrun(
+        2,
+        str(HERE / "dist_worker.py"),
+        "modalities",
+        str(demo_assets["model"]),
+        records,
+        str(out),
+        "--no-dummy",
+    )
+    elapsed = time.perf_counter() - t0
+    assert r.returncode != 0
+    assert not out.exists()
+    log = r.stdout + r.stderr
+    assert "pair video/video ok" in log and "pair video/text ok" not in log
+    assert elapsed < 120, f"took {elapsed:.0f} s: a hang until the timeout, not a fast failure"
+
+
+def _load(path: Path) -> tuple[dict[str, torch.Tensor], dict]:
+    with safe_open(str(path), "pt") as f:
+        return {k: f.get_tensor(k) for k in f.keys()}, json.loads(f.metadata()["metrics"])
+
+
+def test_two_rank_update_equals_single_process_update(demo_assets, records, tmp_path):
+    """Same global batch (4 prompts, 8 sequences): 2 ranks with an uneven split (3 + 1 prompts, so
+    rank 1 runs filler micro-batches) versus one process. Loss and updated weights agree to
+    float32 rounding (reduction order differs)."""
+    single, double = tmp_path / "single.safetensors", tmp_path / "double.safetensors"
+    args = [str(HERE / "dist_worker.py"), "update", str(demo_assets["model"]), records]
+    r1 = _run([sys.executable, *args, str(single)])
+    assert r1.returncode == 0, r1.stderr[-3000:]
+    r2 = _torchrun(2, *args, str(double))
+    assert r2.returncode == 0, r2.stdout[-3000:] + r2.stderr[-3000:]
+    w1, m1 = _load(single)
+    w2, m2 = _load(double)
+    assert m1["actor/pg_loss"] == pytest.approx(m2["actor/pg_loss"], rel=1e-5, abs=1e-7)
+    assert m1["actor/grad_norm"] == pytest.approx(m2["actor/grad_norm"], rel=1e-5)
+    assert m1["actor/grad_norm"] > 0
+    assert w1.keys() == w2.keys()
+    worst = max(float((w1[k] - w2[k]).abs().max()) for k in w1)
+    assert worst < 1e-6, worst
+    base = _load_base(demo_assets["model"])
+    moved = max(float((w1[k] - base[k]).abs().max()) for k in w1 if k in base)
+    assert moved > 1e-4  # the update did something, so agreeing is not trivial
+
+
+def _load_base(model_dir) -> dict[str, torch.Tensor]:
+    from transformers import AutoModelForImageTextToText
+
+    return AutoModelForImageTextToText.from_pretrained(model_dir).state_dict()
+
+
+def _train_args(demo_assets, out: Path, *extra: str) -> list[str]:
+    return [
+        "-m",
+        "easyvideor1",
+        "train",
+        f"data.train_files=[{demo_assets['train']}]",
+        f"data.val_files=[{demo_assets['val']}]",
+        f"model.path={demo_assets['model']}",
+        f"trainer.output_dir={out}",
+        "data.video_nframes=4",
+        "data.video_fps=null",
+        "data.video_min_pixels=1024",
+        "data.video_max_pixels=1024",
+        "rollout.n=4",
+        "rollout.max_new_tokens=6",
+        "trainer.prompts_per_step=4",
+        "trainer.mini_batch_prompts=2",
+        "trainer.micro_batch_size=3",
+        "trainer.lr=1e-3",
+        "trainer.loggers=[jsonl]",
+        "trainer.val_size=4",
+        *extra,
+    ]
+
+
+def test_sharded_checkpoint_resumes_on_another_number_of_ranks(demo_assets, tmp_path):
+    out = tmp_path / "run"
+    r = _torchrun(2, *_train_args(demo_assets, out, "trainer.max_steps=2", "trainer.save_every=1"))
+    assert r.returncode == 0, r.stdout[-3000:] + r.stderr[-3000:]
+    ckpt = out / "checkpoints" / "step_2"
+    shards = sorted(p.name for p in (ckpt / "sharded").iterdir())
+    assert len(shards) == 2 and all(s.endswith(".safetensors") for s in shards)
+    assert sorted(p.name for p in (ckpt / "rng").iterdir()) == ["rank_0.safetensors", "rank_1.safetensors"]
+    assert not list(out.rglob("*.pt")) and not list(out.rglob("*.bin"))
+    assert json.loads((ckpt / "trainer_state.json").read_text())["world_size"] == 2
+
+    # the HF export equals what DCP reshards into a single process
+    from transformers import AutoModelForImageTextToText
+
+    from easyvideor1.trainer.checkpoint import load_checkpoint
+
+    exported = AutoModelForImageTextToText.from_pretrained(ckpt)
+    fresh = AutoModelForImageTextToText.from_pretrained(demo_assets["model"])
+    opt = torch.optim.AdamW(fresh.parameters(), lr=1e-3)
+    meta = load_checkpoint(ckpt, fresh, opt, None)
+    assert meta["step"] == 2
+    for (name, a), (_, b) in zip(exported.state_dict().items(), fresh.state_dict().items(), strict=True):
+        assert torch.equal(a, b), name
+    # 2 RL steps x 2 mini-batches: the AdamW step count and moments came back too
+    assert {float(s["step"]) for s in opt.state.values()} == {4.0}
+    assert all(float(s["exp_avg_sq"].abs().sum()) > 0 for s in opt.state.values())
+
+    # and a single process continues the 2-rank run
+    r = _run([sys.executable, *_train_args(demo_assets, out, "trainer.max_steps=3")])
+    assert r.returncode == 0, r.stdout[-3000:] + r.stderr[-3000:]
+    steps = [json.loads(line) for line in (out / "metrics.jsonl").read_text().splitlines()]
+    assert [m["step"] for m in steps if "actor/pg_loss" in m] == [1, 2, 3]
+
+
+def test_two_nodes_over_loopback_train_together(demo_assets, tmp_path):
+    """Two torchrun launchers, one process each, as node 0 and node 1 of a c10d rendezvous."""
+    port = _free_port()
+    out = tmp_path / "run"
+    args = _train_args(demo_assets, out, "trainer.max_steps=1")
+
+    def launcher(node: int) -> subprocess.Popen:
+        cmd = [
+            *TORCHRUN,
+            "--nnodes=2",
+            f"--node-rank={node}",
+            "--nproc-per-node=1",
+            "--rdzv-backend=c10d",
+            f"--rdzv-endpoint=127.0.0.1:{port}",
+            "--rdzv-id=loopback",
+            *args,
+        ]
+        return subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, env=_env())
+
+    procs = [launcher(0), launcher(1)]
+    logs = [p.communicate(timeout=300)[0] for p in procs]
+    assert [p.returncode for p in procs] == [0, 0], logs[0][-3000:] + logs[1][-3000:]
+    metrics = [json.loads(line) for line in (out / "metrics.jsonl").read_text().splitlines()]
+    step = next(m for m in metrics if m.get("step") == 1 and "actor/pg_loss" in m)
+    assert "perf/rank_token_imbalance" in step  # metrics came from two ranks
+    assert (out / "checkpoints" / "step_1" / "model.safetensors").exists()
+
+
+def test_a_missing_cache_entry_stops_every_rank_at_start_up(demo_assets, tmp_path):
+    """The 24 training prompts fall in rank 0's preflight block; rank 1, which checked nothing
+    wrong, must still stop with the same message instead of waiting in a collective."""
+    (tmp_path / "empty_cache").mkdir()
+    t0 = time.perf_counter()
+    r = _torchrun(
+        2,
+        *_train_args(
+            demo_assets,
+            tmp_path / "run",
+            "trainer.max_steps=1",
+            "data.cache_mode=cache_only",
+            f"data.cache_dir={tmp_path / 'empty_cache'}",
+        ),
+        timeout=240,
+    )
+    assert r.returncode != 0
+    log = r.stdout + r.stderr
+    # both ranks raise the same start-up error naming the missing entry (no rank waits for the other)
+    assert log.count("preflight failed on rank 0: CacheError: train: 24 video(s) have no cache entry") >= 2, (
+        log[-4000:]
+    )
+    assert time.perf_counter() - t0 < 120
