@@ -28,10 +28,10 @@ from typing import Any
 import torch
 from safetensors.torch import load_file, save_file
 
+from .distributed import DistState, barrier
+
 # DCP warns that it "assumes a single process" whenever no process group exists: that is our intent
 warnings.filterwarnings("ignore", message="torch.distributed is disabled, unavailable or uninitialized")
-
-from .distributed import DistState, barrier
 
 
 def _state_dict_api():
