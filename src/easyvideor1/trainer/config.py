@@ -25,11 +25,37 @@ class ModelConfig:
 
 
 @dataclass
+class VLLMConfig:
+    """The vLLM rollout engine (``rollout.engine=vllm``): one colocated engine per rank.
+
+    Parameters:
+        gpu_memory_utilization: Share of the GPU vLLM may take (weights + KV cache); leave the
+            trainer room. On CPUs the KV cache size comes from ``VLLM_CPU_KVCACHE_SPACE`` (GiB).
+        tensor_parallel_size: GPUs per engine.
+        enforce_eager: Skip CUDA-graph capture (faster start-up, slower decoding).
+        in_process: Run vLLM's engine core in the trainer process (starts in seconds, weights are
+            pushed by reference); false uses vLLM's worker processes (weights travel as bytes).
+        sleep_between_phases: Release the engine's GPU memory during the update (vLLM sleep mode;
+            ignored where the platform lacks it).
+        max_model_len: Prompt + response token limit (0: data.max_prompt_length + rollout.max_new_tokens).
+    """
+
+    gpu_memory_utilization: float = 0.5
+    tensor_parallel_size: int = 1
+    enforce_eager: bool = False
+    in_process: bool = True
+    sleep_between_phases: bool = False
+    max_model_len: int = 0
+
+
+@dataclass
 class RolloutConfig:
     """Sampling responses, and hybrid offline/online groups.
 
     Parameters:
-        engine: ``hf`` (transformers ``generate``, any machine).
+        engine: ``hf`` (transformers ``generate``, any machine) or ``vllm`` (``vllm`` on GPUs,
+            ``vllm-cpu`` on CPUs; settings under ``rollout.vllm``). Either way the engine's weights
+            follow the trainer's after every optimizer step.
         n: Responses per prompt (the group size).
         temperature: Sampling temperature for training rollouts.
         top_p: Nucleus mass.
@@ -58,6 +84,7 @@ class RolloutConfig:
     hybrid_threshold: float = 0.5
     val_temperature: float = 0.0
     offline_shaping: float = 0.0
+    vllm: VLLMConfig = field(default_factory=VLLMConfig)
 
     def __post_init__(self) -> None:
         # YAML reads a bare `off` as the boolean false; accept it as the mode it was meant to be
@@ -69,10 +96,8 @@ class RolloutConfig:
             raise ValueError(
                 "rollout.temperature must be > 0 for training rollouts (use val_temperature=0 for greedy)"
             )
-        if self.engine != "hf":
-            raise ValueError(
-                f"rollout.engine={self.engine!r}: only 'hf' exists so far (vLLM comes with scale-out)"
-            )
+        if self.engine not in ("hf", "vllm"):
+            raise ValueError(f"rollout.engine must be hf or vllm, got {self.engine!r}")
         if self.offline_shaping < 0:
             raise ValueError(f"rollout.offline_shaping must be >= 0, got {self.offline_shaping}")
         if self.n < 1 or not 0 <= self.offline_k <= self.n:

@@ -197,7 +197,19 @@ class Trainer:
         if self.cfg.rollout.engine == "vllm":
             from ..rollout.vllm import VLLMRolloutEngine
 
-            return VLLMRolloutEngine.from_config(self.cfg, self.processor, self.dist)
+            v, cfg = self.cfg.rollout.vllm, self.cfg
+            return VLLMRolloutEngine(
+                cfg.model.path,
+                self.processor,
+                dtype=cfg.model.dtype,
+                seed=cfg.trainer.seed + 1_000_003 * self.dist.rank,
+                max_model_len=v.max_model_len or cfg.data.max_prompt_length + cfg.rollout.max_new_tokens,
+                gpu_memory_utilization=v.gpu_memory_utilization,
+                tensor_parallel_size=v.tensor_parallel_size,
+                enforce_eager=v.enforce_eager,
+                in_process=v.in_process,
+                enable_sleep_mode=v.sleep_between_phases,
+            )
         return HFRolloutEngine(model, self.processor)
 
     def sync_rollout_weights(self) -> None:
@@ -266,6 +278,9 @@ class Trainer:
             for g in range(0, len(groups), per_mini):
                 chosen = set(groups[g : g + per_mini])
                 mini.append([i for i, p in enumerate(exp.prompt_of) if p in chosen])
+        sleeping = self.cfg.rollout.engine == "vllm" and self.cfg.rollout.vllm.sleep_between_phases
+        if sleeping:
+            self.engine.sleep()  # give the update the engine's GPU memory back
         update = policy_update(
             self.model,
             self.optimizer,
@@ -276,6 +291,8 @@ class Trainer:
             self.engine.banned,
             self.dummy,
         )  # already global
+        if sleeping:
+            self.engine.wake_up()
         self.sync_rollout_weights()
         t_end = time.perf_counter()
         tokens = int(exp.mask.sum()) + int(batch.inputs["attention_mask"].sum()) * self.cfg.rollout.n
