@@ -150,6 +150,11 @@ class VLLMRolloutEngine:
         )
         if limit_mm_per_prompt:
             kwargs["limit_mm_per_prompt"] = limit_mm_per_prompt
+        if not _same_normalisation(processor):
+            # vLLM 0.32 normalises every modality on the device with the *image* processor's
+            # mean/std; with different video settings let the processor normalise each itself
+            log.info("image and video processors normalise differently: mm_device_do_normalize=False")
+            kwargs["mm_device_do_normalize"] = False
         kwargs.update(engine_kwargs or {})
         self.llm = LLM(**kwargs)
         self._rng = random.Random(seed)
@@ -278,6 +283,19 @@ def vllm_prompt(text: str, media: dict[str, list]) -> dict[str, Any]:
         prompt["multi_modal_data"] = data
         prompt["mm_processor_kwargs"] = {"do_resize": False}
     return prompt
+
+
+def _same_normalisation(processor) -> bool:
+    """Whether images and videos are rescaled and normalised with the same constants."""
+    image, video = getattr(processor, "image_processor", None), getattr(processor, "video_processor", None)
+    if image is None or video is None:
+        return True
+    keys = ("do_rescale", "rescale_factor", "do_normalize", "image_mean", "image_std")
+    return all(_as_list(getattr(image, k, None)) == _as_list(getattr(video, k, None)) for k in keys)
+
+
+def _as_list(v):
+    return [float(x) for x in v] if isinstance(v, (list, tuple)) else v
 
 
 def _eos_ids(model_path: str, tokenizer) -> list[int]:

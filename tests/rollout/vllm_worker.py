@@ -1,0 +1,217 @@
+"""One process that runs every vLLM-vs-HF check and writes the measurements as JSON.
+
+Run by ``test_vllm_engine.py`` with ``sys.executable``: importing vLLM changes process state
+(OpenMP thread binding, environment, signal handlers), and the import plus engine start cost
+~20 s, so a single subprocess does all checks and the tests assert on its report.
+Usage: python vllm_worker.py MODEL_DIR DATA_FILE OUT_JSON [--multiprocess]
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import sys
+import time
+
+
+def _cpu_env() -> None:
+    cpus = sorted(os.sched_getaffinity(0))
+    os.environ.setdefault("HF_HUB_OFFLINE", "1")
+    os.environ.setdefault("VLLM_CPU_KVCACHE_SPACE", "1")
+    os.environ.setdefault("VLLM_CPU_OMP_THREADS_BIND", f"{cpus[0]}-{cpus[-1]}")
+
+
+def _max_diff(a, b, mask) -> float:
+    m = mask.bool()
+    return float((a[m] - b[m]).abs().max()) if m.any() else 0.0
+
+
+def main(model_dir: str, data_file: str, out_path: str, multiprocess: bool) -> None:
+    _cpu_env()
+    import torch
+    from transformers import AutoModelForImageTextToText, AutoProcessor
+
+    from easyvideor1.data.config import DataConfig
+    from easyvideor1.data.dataset import RecordDataset, encode_prompts
+    from easyvideor1.data.records import load_records
+    from easyvideor1.models.inputs import append_responses, expand
+    from easyvideor1.models.logprobs import response_logprobs
+    from easyvideor1.models.vision import DummyVisionPass
+    from easyvideor1.rollout.base import SamplingConfig
+    from easyvideor1.rollout.hf import HFRolloutEngine
+    from easyvideor1.rollout.vllm import VLLMRolloutEngine, vllm_prompt
+
+    report: dict = {}
+    cfg = DataConfig(video_nframes=4, video_fps=None, video_min_pixels=1024, video_max_pixels=4096)
+    ds = RecordDataset(load_records(data_file), cfg, data_file)
+    samples = [ds[i] for i in range(len(ds))]
+    report["kinds"] = [r.extra.get("kind", "") for r in ds.records]
+    model = AutoModelForImageTextToText.from_pretrained(model_dir, dtype=torch.float32).eval()
+    processor = AutoProcessor.from_pretrained(model_dir)
+    tok = processor.tokenizer
+    batch = encode_prompts(processor, samples, cfg, ds.loader)
+    dummy = DummyVisionPass(model)
+
+    t = time.perf_counter()
+    engine = VLLMRolloutEngine(
+        model_dir,
+        processor,
+        dtype="float32",
+        seed=0,
+        max_model_len=2048,
+        enforce_eager=True,
+        in_process=not multiprocess,
+        limit_mm_per_prompt={"video": 2, "image": 2},
+    )
+    report["start_seconds"] = time.perf_counter() - t
+    B = len(batch)
+
+    def parity(out, repeats, temperature) -> float:
+        with torch.no_grad():
+            hf, _ = response_logprobs(
+                model, expand(batch, repeats), out.ids, out.mask, engine.banned, temperature, dummy
+            )
+        return _max_diff(out.logprobs, hf, out.mask)
+
+    sample_cfg = SamplingConfig(temperature=1.0, max_new_tokens=16, return_logprobs=True)
+    repeats = [3 if i % 2 == 0 else 2 for i in range(B)]
+    if multiprocess:  # the update path over process boundaries: before / after a push
+        out = engine.generate(batch, repeats, sample_cfg)
+        report["parity_before"] = parity(out, repeats, 1.0)
+        _perturb(model, 1)
+        report["stale"] = parity(engine.generate(batch, repeats, sample_cfg), repeats, 1.0)
+        t = time.perf_counter()
+        engine.update_weights(model.state_dict().items())
+        report["update_seconds"] = time.perf_counter() - t
+        report["parity_after"] = parity(engine.generate(batch, repeats, sample_cfg), repeats, 1.0)
+        engine.close()
+        _write(out_path, report)
+        return
+
+    # (a) prompt token ids: vLLM's own processor vs the HF processor's (left padding removed)
+    outs = engine.llm.generate(
+        [vllm_prompt(t, m) for t, m in zip(batch.texts, batch.media, strict=True)],
+        engine.sampling_params(SamplingConfig(temperature=0, max_new_tokens=1)),
+        use_tqdm=False,
+    )
+    ids, attn = batch.inputs["input_ids"], batch.inputs["attention_mask"]
+    report["prompt_ids"] = [
+        {
+            "hf": ids[i][attn[i].bool()].tolist(),
+            "vllm": list(o.prompt_token_ids),
+        }
+        for i, o in enumerate(outs)
+    ]
+    report["tokens"] = {t: tok.convert_tokens_to_ids(t) for t in ("<|vision_start|>", "<|vision_end|>")}
+    report["tokens"].update({"video_pad": tok.convert_tokens_to_ids("<|video_pad|>")})
+    report["tokens"].update({"image_pad": tok.convert_tokens_to_ids("<|image_pad|>")})
+    report["prompt_text"] = [tok.convert_ids_to_tokens(p["vllm"]) for p in report["prompt_ids"]]
+
+    # (d) greedy: HF and vLLM engines token for token (zero and repeated greedy requests included)
+    hf_engine = HFRolloutEngine(model, processor)
+    greedy_cfg = SamplingConfig(temperature=0, max_new_tokens=24)
+    g_repeats = [2 if i == 0 else (0 if i == 1 else 1) for i in range(B)]
+    hf_g = hf_engine.generate(batch, g_repeats, greedy_cfg)
+    v_g = engine.generate(batch, g_repeats, greedy_cfg)
+    report["greedy"] = {
+        "hf_ids": hf_g.ids.tolist(),
+        "vllm_ids": v_g.ids.tolist(),
+        "hf_mask": hf_g.mask.tolist(),
+        "vllm_mask": v_g.mask.tolist(),
+        "hf_truncated": hf_g.truncated,
+        "vllm_truncated": v_g.truncated,
+        "hf_texts": hf_g.texts,
+        "vllm_texts": v_g.texts,
+    }
+
+    # (b) sampled tokens' log-probs: vLLM's vs the training forward's
+    out = engine.generate(batch, repeats, sample_cfg)
+    report["parity_t1"] = parity(out, repeats, 1.0)
+    report["sampled_rows"] = out.ids.shape[0]
+    out07 = engine.generate(
+        batch, repeats, SamplingConfig(temperature=0.7, max_new_tokens=16, return_logprobs=True)
+    )
+    report["parity_t07"] = parity(out07, repeats, 0.7)
+    engine._rng.seed(123)
+    a = engine.generate(batch, repeats, sample_cfg)
+    engine._rng.seed(123)
+    b = engine.generate(batch, repeats, sample_cfg)
+    report["seeded_reproducible"] = torch.equal(a.ids, b.ids)
+
+    # (e) vision tokens never sampled, and how many an unbanned sampler would have drawn
+    big_repeats = [8] * B
+    big = engine.generate(batch, big_repeats, SamplingConfig(temperature=1.0, max_new_tokens=32))
+    m = big.mask.bool()
+    report["banned_sampled"] = int(torch.isin(big.ids[m], torch.tensor(engine.banned)).sum())
+    with torch.no_grad():
+        full = append_responses(expand(batch, big_repeats), big.ids, big.mask)
+        logits = model(**full).logits
+    P = batch.inputs["input_ids"].shape[1]
+    probs = logits[:, P - 1 : P - 1 + big.ids.shape[1]].float().softmax(-1)[..., engine.banned].sum(-1)
+    report["banned_expected_unbanned"] = float(probs[m].sum())
+    report["eos"] = _eos_report(big, engine, 32)
+
+    # (c) a weight update: stale engine vs perturbed HF model, then after the push (both transports)
+    _perturb(model, 1)
+    report["stale"] = parity(engine.generate(batch, repeats, sample_cfg), repeats, 1.0)
+    t = time.perf_counter()
+    engine.update_weights(model.state_dict().items())
+    report["update_seconds"] = time.perf_counter() - t
+    report["parity_after_update"] = parity(engine.generate(batch, repeats, sample_cfg), repeats, 1.0)
+    hf_g2 = hf_engine.generate(batch, [1] * B, greedy_cfg)
+    v_g2 = engine.generate(batch, [1] * B, greedy_cfg)
+    report["greedy_after_update_equal"] = torch.equal(hf_g2.ids, v_g2.ids) and torch.equal(
+        hf_g2.mask, v_g2.mask
+    )
+    _perturb(model, 2)
+    engine.weight_transport = "bytes"
+    t = time.perf_counter()
+    engine.update_weights(model.state_dict().items())
+    report["update_bytes_seconds"] = time.perf_counter() - t
+    report["parity_after_bytes_update"] = parity(engine.generate(batch, repeats, sample_cfg), repeats, 1.0)
+    engine.sleep()
+    engine.wake_up()
+    engine.close()
+    _write(out_path, report)
+
+
+def _perturb(model, seed: int) -> None:
+    """Change every weight noticeably (a stand-in for an optimizer step)."""
+    import torch
+
+    g = torch.Generator().manual_seed(seed)
+    with torch.no_grad():
+        for p in model.parameters():
+            p.add_(torch.randn(p.shape, generator=g) * 0.05)
+
+
+def _eos_report(out, engine, max_new_tokens: int) -> dict:
+    """The HF engine's cut-at-EOS contract, checked row by row."""
+    rows_ok, with_eos, truncated = True, 0, 0
+    for row, mask, trunc, text in zip(
+        out.ids.tolist(), out.mask.tolist(), out.truncated, out.texts, strict=True
+    ):
+        k = sum(mask)
+        kept = row[:k]
+        eos_at = [j for j, t in enumerate(kept) if t in engine.eos_ids]
+        ok = mask == [1] * k + [0] * (len(row) - k) and all(t == engine.pad_id for t in row[k:])
+        if trunc:
+            ok &= not eos_at and k == max_new_tokens
+            truncated += 1
+        else:
+            ok &= eos_at == [k - 1]
+            with_eos += 1
+        import torch
+
+        ok &= text == engine.decode(torch.tensor(kept))
+        rows_ok &= ok
+    return {"rows_ok": rows_ok, "with_eos": with_eos, "truncated": truncated}
+
+
+def _write(path: str, report: dict) -> None:
+    with open(path, "w") as f:
+        json.dump(report, f)
+
+
+if __name__ == "__main__":
+    main(sys.argv[1], sys.argv[2], sys.argv[3], "--multiprocess" in sys.argv[4:])
