@@ -37,7 +37,7 @@ class VLLMConfig:
             pushed by reference); false uses vLLM's worker processes (weights travel as bytes).
         sleep_between_phases: Release the engine's GPU memory during the update (vLLM sleep mode;
             ignored where the platform lacks it).
-        max_model_len: Prompt + response token limit (0: data.max_prompt_length + rollout.max_new_tokens).
+        max_model_len: Prompt + response token limit (0: the model's own limit).
     """
 
     gpu_memory_utilization: float = 0.5

@@ -203,7 +203,7 @@ class Trainer:
                 self.processor,
                 dtype=cfg.model.dtype,
                 seed=cfg.trainer.seed + 1_000_003 * self.dist.rank,
-                max_model_len=v.max_model_len or cfg.data.max_prompt_length + cfg.rollout.max_new_tokens,
+                max_model_len=v.max_model_len or None,
                 gpu_memory_utilization=v.gpu_memory_utilization,
                 tensor_parallel_size=v.tensor_parallel_size,
                 enforce_eager=v.enforce_eager,

@@ -1,0 +1,110 @@
+"""RL step time on 1 process versus 2 torchrun ranks (gloo, FSDP2), and token balancing across ranks.
+
+Same demo config with mixed video/image/text records, same global batch (prompts_per_step) and
+cache, no warm-up and no validation; each variant runs a few RL steps and we report the mean step
+time after the first step, tokens per second, and the per-rank token imbalance (max over mean).
+On a 2-core CPU machine the 2-rank run has one core per rank (the single process has both), so its
+ratio shows the data-parallel overhead rather than a speed-up; on GPUs each rank has its own device.
+Usage: python benchmarks/distributed.py [--steps N]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import socket
+import statistics
+import subprocess
+import sys
+import tempfile
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT / "src"))
+
+from easyvideor1.config import RunConfig, load_config  # noqa: E402
+from easyvideor1.data.synthetic import write_demo_set  # noqa: E402
+from easyvideor1.demo import demo_config_path  # noqa: E402
+from easyvideor1.media.preprocess import preprocess  # noqa: E402
+from easyvideor1.models.tiny import make_tiny_model  # noqa: E402
+
+
+def _port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def run(work: Path, name: str, ranks: int, overrides: list[str]) -> dict[str, float]:
+    out = work / name
+    args = [
+        "-m",
+        "easyvideor1",
+        "train",
+        f"config={demo_config_path()}",
+        f"trainer.output_dir={out}",
+        *overrides,
+    ]
+    if ranks > 1:
+        cmd = [
+            sys.executable,
+            "-m",
+            "torch.distributed.run",
+            f"--nproc-per-node={ranks}",
+            f"--master-port={_port()}",
+        ]
+        cmd += args
+    else:
+        cmd = [sys.executable, *args]
+    env = {**os.environ, "PYTHONPATH": str(ROOT / "src")}
+    r = subprocess.run(cmd, capture_output=True, text=True, env=env)
+    if r.returncode:
+        raise SystemExit(f"{name} failed:\n{r.stdout[-2000:]}\n{r.stderr[-4000:]}")
+    rows = [json.loads(line) for line in (out / "metrics.jsonl").read_text().splitlines()]
+    steps = [m for m in rows if "time/step" in m][1:]  # the first step warms caches up
+    return {
+        "step_s": statistics.mean(m["time/step"] for m in steps),
+        "tokens_per_s": statistics.mean(m["perf/tokens_per_s"] for m in steps),
+        "imbalance": statistics.mean(m.get("perf/rank_token_imbalance", 1.0) for m in steps),
+    }
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--steps", type=int, default=6)
+    args = ap.parse_args()
+    with tempfile.TemporaryDirectory() as tmp:
+        work = Path(tmp)
+        train, _ = write_demo_set(str(work / "data"), n_train=64, n_val=4, mixed=True)
+        model = make_tiny_model(str(work / "model"), "qwen3vl")
+        base = [
+            f"data.train_files=[{train}]",
+            "data.val_files=[]",
+            f"model.path={model}",
+            f"data.cache_dir={work / 'cache'}",
+            "data.cache_mode=cache_only",
+            "demo.prepare=false",
+            "trainer.sft_warmup_steps=0",
+            f"trainer.max_steps={args.steps}",
+            "trainer.save_every=0",
+            "trainer.loggers=[jsonl]",
+        ]
+        cfg: RunConfig = load_config(RunConfig, demo_config_path(), base)
+        preprocess([train], cfg.data, str(work / "cache"), workers=2, progress=False)
+        one = run(work, "one", 1, base)
+        two = run(work, "two", 2, base)
+        balanced = run(work, "two_balanced", 2, [*base, "distributed.balance_tokens=true"])
+    print(f"{'variant':<28}{'step (s)':>10}{'tokens/s':>10}{'rank imbalance':>16}")
+    for name, r in (
+        ("1 process", one),
+        ("2 ranks (FSDP2, gloo)", two),
+        ("2 ranks, balance_tokens", balanced),
+    ):
+        print(f"{name:<28}{r['step_s']:>10.3f}{r['tokens_per_s']:>10.0f}{r['imbalance']:>16.3f}")
+    print(f"step time 2 ranks / 1 process: {two['step_s'] / one['step_s']:.2f}x")
+    print(f"imbalance without / with balancing: {two['imbalance']:.3f} / {balanced['imbalance']:.3f}")
+
+
+if __name__ == "__main__":
+    main()
