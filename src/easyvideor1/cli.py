@@ -147,8 +147,6 @@ def cmd_eval(args: argparse.Namespace, extra: list[str]) -> int:
     from .evaluation.presets import get_preset
     from .evaluation.report import plot_scores, write_summary
     from .media.cache import VideoLoader
-    from .models.loading import load_policy
-    from .rollout.hf import HFRolloutEngine
 
     if args.preset:
         preset = get_preset(args.preset)
@@ -169,43 +167,75 @@ def cmd_eval(args: argparse.Namespace, extra: list[str]) -> int:
     # on a CPU-only machine, leave the loader processes their cores
     if not torch.cuda.is_available():
         torch.set_num_threads(max(1, (os.cpu_count() or 2) - args.load_workers))
-    model, processor = load_policy(args.model)
-    engine = HFRolloutEngine(model, processor)
+    engine, processor = _eval_engine(args)
     settings = EvalSettings(
         style=args.style,
         max_new_tokens=args.max_new_tokens,
         batch_size=args.batch_size,
         load_workers=args.load_workers,
         max_samples=args.max_samples,
+        max_in_flight=args.max_in_flight,
         preset=args.preset,
         **(get_preset(args.preset)["sampling"] if args.preset else {}),
     )
     results = {}
-    for name in args.benchmarks.split(","):
-        spec = get_benchmark(name)
-        ann_dir = args.video_root if spec.name == "synthetic" else args.annotations
-        data = dataclasses.replace(cfg.data, video_root=os.path.join(args.video_root, spec.video_dir))
-        loader = VideoLoader(data.cache_dir, data.cache_mode, data.decode_time_limit)
-        annotation = os.path.join(ann_dir, spec.annotation)
-        results[spec.name] = run_benchmark(
-            spec,
-            spec.load(ann_dir),
-            annotation,
-            engine,
-            processor,
-            data,
-            settings,
-            args.out,
-            args.model,
-            loader,
-        )
-        print(
-            f"{spec.name}: {results[spec.name]['score']:.4f} ({results[spec.name]['evaluated']} samples, "
-            f"{results[spec.name]['failures']} failures)"
-        )
+    try:
+        for name in args.benchmarks.split(","):
+            spec = get_benchmark(name)
+            ann_dir = args.video_root if spec.name == "synthetic" else args.annotations
+            data = dataclasses.replace(cfg.data, video_root=os.path.join(args.video_root, spec.video_dir))
+            loader = VideoLoader(data.cache_dir, data.cache_mode, data.decode_time_limit)
+            annotation = os.path.join(ann_dir, spec.annotation)
+            results[spec.name] = run_benchmark(
+                spec,
+                spec.load(ann_dir),
+                annotation,
+                engine,
+                processor,
+                data,
+                settings,
+                args.out,
+                args.model,
+                loader,
+            )
+            print(
+                f"{spec.name}: {results[spec.name]['score']:.4f} ({results[spec.name]['evaluated']} samples, "
+                f"{results[spec.name]['failures']} failures)"
+            )
+    finally:
+        if hasattr(engine, "close"):
+            engine.close()
     write_summary(results, args.out)
     plot_scores(results, args.out)
     return 0
+
+
+def _eval_engine(args: argparse.Namespace):
+    """HF ``generate`` in batches, or vLLM ``AsyncLLM`` with one request per sample."""
+    if args.engine == "hf":
+        from .models.loading import load_policy
+        from .rollout.hf import HFRolloutEngine
+
+        model, processor = load_policy(args.model, dtype=args.dtype)
+        return HFRolloutEngine(model, processor), processor
+    from transformers import AutoProcessor
+
+    from .evaluation.engines import AsyncVLLMEvalEngine
+
+    processor = AutoProcessor.from_pretrained(args.model)
+    engine = AsyncVLLMEvalEngine(
+        args.model,
+        processor,
+        dtype=args.dtype,
+        max_model_len=args.max_model_len,
+        gpu_memory_utilization=args.gpu_memory_utilization,
+        tensor_parallel_size=args.tensor_parallel_size,
+        enforce_eager=args.enforce_eager,
+        engine_kwargs={"data_parallel_size": args.data_parallel_size}
+        if args.data_parallel_size > 1
+        else None,
+    )
+    return engine, processor
 
 
 def cmd_eval_compare(args: argparse.Namespace, extra: list[str]) -> int:
@@ -265,6 +295,17 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--batch-size", type=int, default=4)
     p.add_argument("--load-workers", type=int, default=2)
     p.add_argument("--max-samples", type=int)
+    p.add_argument("--dtype", default="float32", help="float32 or bfloat16 (both engines)")
+    g = p.add_argument_group("engine")
+    g.add_argument(
+        "--engine", choices=["hf", "vllm"], default="hf", help="hf: batched generate; vllm: AsyncLLM"
+    )
+    g.add_argument("--max-in-flight", type=int, default=64, help="vllm: requests submitted at once")
+    g.add_argument("--max-model-len", type=int, help="vllm: prompt + response token limit")
+    g.add_argument("--gpu-memory-utilization", type=float, default=0.9, help="vllm: share of GPU memory")
+    g.add_argument("--tensor-parallel-size", type=int, default=1, help="vllm: GPUs per engine copy")
+    g.add_argument("--enforce-eager", action="store_true", help="vllm: no compilation / CUDA graphs")
+    g.add_argument("--data-parallel-size", type=int, default=1, help="vllm: engine copies (GPUs = dp x tp)")
     _add_sampling_flags(p, video_root=False)
     p.set_defaults(func=cmd_eval)
 

