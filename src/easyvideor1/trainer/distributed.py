@@ -168,9 +168,11 @@ def max_over_ranks(value: int) -> int:
 
 def sum_over_ranks(values: dict[str, float]) -> dict[str, float]:
     """Element-wise sum of a metrics dict over ranks (the same keys on every rank, any order)."""
-    if not (dist.is_available() and dist.is_initialized()) or not values:
+    if not (dist.is_available() and dist.is_initialized()):
         return dict(values)
-    keys = sorted(all_gather_union(list(values)))
+    keys = sorted(all_gather_union(list(values)))  # every rank joins, even with nothing to add
+    if not keys:
+        return {}
     t = torch.tensor([float(values.get(k, 0.0)) for k in keys], dtype=torch.float64, device=_comm_device())
     dist.all_reduce(t)
     return dict(zip(keys, t.tolist(), strict=True))
@@ -178,9 +180,11 @@ def sum_over_ranks(values: dict[str, float]) -> dict[str, float]:
 
 def mean_over_ranks(values: dict[str, float]) -> dict[str, float]:
     """Mean of a metrics dict over the ranks that report each key (per-task keys may be missing)."""
-    if not (dist.is_available() and dist.is_initialized()) or not values:
+    if not (dist.is_available() and dist.is_initialized()):
         return dict(values)
     keys = sorted(all_gather_union(list(values)))
+    if not keys:
+        return {}
     t = torch.tensor(
         [[float(values.get(k, 0.0)) for k in keys], [float(k in values) for k in keys]],
         dtype=torch.float64,
@@ -220,3 +224,20 @@ def _comm_device() -> torch.device:
     if dist.get_backend() == "nccl":
         return torch.device("cuda", torch.cuda.current_device())
     return torch.device("cpu")
+
+
+def split_prompts(chosen: list[int], state: DistState, tokens: dict[int, int] | None = None) -> list[int]:
+    """This rank's share of a global batch: equal counts per rank (so every rank runs the same
+    number of micro-batches), in contiguous blocks, or, given prompt ``tokens``, balanced by
+    assigning the longest prompt first to the lightest rank."""
+    per = len(chosen) // state.world
+    if state.world == 1:
+        return chosen
+    if tokens is None:
+        return chosen[state.rank * per : (state.rank + 1) * per]
+    load, members = [0] * state.world, [[] for _ in range(state.world)]
+    for i in sorted(chosen, key=lambda i: -tokens.get(i, 0)):
+        r = min((r for r in range(state.world) if len(members[r]) < per), key=lambda r: load[r])
+        members[r].append(i)
+        load[r] += tokens.get(i, 0)
+    return members[state.rank]

@@ -17,17 +17,15 @@ import time
 import torch
 
 from ..algorithms._registry import normalize_name
-from ..algorithms.advantages import compute_advantages
 from ..algorithms.filtering import filter_groups, overlong_penalty
 from ..algorithms.kl import kl_penalty
 from ..algorithms.masked import masked_mean
 from ..data.dataset import RecordDataset, encode_prompts
-from ..media.cache import CacheError
 from ..models.loading import load_policy
 from ..models.vision import DummyVisionPass
-from ..rewards import validate_problem_types
 from ..rollout.base import SamplingConfig
 from ..rollout.hf import HFRolloutEngine
+from .advantages import step_advantages
 from .checkpoint import find_latest, load_checkpoint, save_checkpoint
 from .distributed import (
     all_gather,
@@ -36,11 +34,13 @@ from .distributed import (
     mean_over_ranks,
     shard_model,
     shutdown_distributed,
+    split_prompts,
     sum_over_ranks,
 )
 from .evaluate import evaluate, summarize
-from .experience import Experience, collect, merge_groups, score
+from .experience import Experience, collect, merge_groups
 from .metrics import MetricsLogger, hybrid_metrics, reward_metrics
+from .preflight import preflight
 from .sampler import PromptSampler
 from .update import UpdateSettings, experience_logprobs, policy_update
 from .warmup import sft_warmup
@@ -56,6 +56,16 @@ def _lr_lambda(warmup: int, total: int, schedule: str):
         return 1.0
 
     return f
+
+
+# metrics that count things per step (summed over ranks; every other metric is averaged)
+_COUNT_METRICS = (
+    "reward/errors",
+    "hybrid/groups_with_offline",
+    "hybrid/offline_truncated",
+    "filter/kept_groups",
+    "filter/dropped_groups",
+)
 
 
 class Trainer:
@@ -137,60 +147,12 @@ class Trainer:
 
     # ---------------------------------------------------------------------------------------- checks
     def preflight(self, dataset: RecordDataset | None, split: str, max_count: int | None = None) -> list[int]:
-        """Fail early on what would fail mid-run: unknown tasks, missing cache entries, overlong prompts.
-
-        Under torchrun the ranks check disjoint blocks and share what they found, so every rank gets
-        the same prompt list, and a problem any rank finds stops every rank with the same message.
-        """
-        if dataset is None:
-            return []
-        validate_problem_types({r.problem_type for r in dataset.records}, self.cfg.reward)
-        keep, lengths, dropped, block = [], {}, 0, 32
-        start, world, rank = 0, self.dist.world, self.dist.rank
-        while start < len(dataset) and (max_count is None or len(keep) < max_count):
-            mine = list(range(start + rank * block, min(start + (rank + 1) * block, len(dataset))))
-            found = self._check_prompts(dataset, split, mine)
-            for r, (k, n, d, error) in enumerate(all_gather(found)):
-                if error:  # every rank sees the same list, so every rank stops here
-                    raise RuntimeError(f"preflight failed on rank {r}: {error}")
-                keep += k
-                lengths.update(zip(k, n, strict=True))
-                dropped += d
-            start += block * world
-        keep = keep[:max_count] if max_count is not None else keep
-        if split == "train":
-            self.prompt_tokens = {int(i): int(n) for i, n in lengths.items()}
-        limit = self.cfg.data.max_prompt_length
-        self.logger.write(
-            f"preflight {split}: {len(keep)} prompts kept, {dropped} dropped as longer than "
-            f"data.max_prompt_length={limit} tokens"
+        keep, lengths = preflight(
+            dataset, split, self.cfg, self.processor, self.dist, self.logger.write, max_count
         )
-        if not keep:
-            raise ValueError(f"{split}: no prompt fits data.max_prompt_length={limit}")
+        if split == "train":
+            self.prompt_tokens = lengths
         return keep
-
-    def _check_prompts(self, dataset: RecordDataset, split: str, idx: list[int]):
-        """(kept indices, their token counts, dropped count, error message or None) for one block."""
-        if not idx:
-            return [], [], 0, None
-        try:
-            samples = [dataset[i] for i in idx]
-            if self.cfg.data.cache_mode == "cache_only":
-                missing = [s.videos[j] for s in samples for j, e in enumerate(s.video_entries) if e is None]
-                if missing:
-                    raise CacheError(
-                        f"{split}: {len(missing)} video(s) have no cache entry, e.g. {missing[0]} "
-                        "(cache_only mode; run `easyvideor1 preprocess` with the same settings)"
-                    )
-            batch = encode_prompts(self.processor, samples, dataset.cfg, dataset.loader)
-        except Exception as e:
-            if not self.dist.enabled:
-                raise
-            return [], [], 0, f"{type(e).__name__}: {e}"
-        limit = self.cfg.data.max_prompt_length
-        counts = batch.inputs["attention_mask"].sum(1).tolist()
-        kept = [(i, n) for i, n in zip(idx, counts, strict=True) if n <= limit]
-        return [i for i, _ in kept], [n for _, n in kept], len(idx) - len(kept), None
 
     def _make_engine(self):
         model = self.rollout_model if self.rollout_model is not None else self.model
@@ -308,7 +270,9 @@ class Trainer:
         if self.dist.enabled:
             per_rank = all_gather(tokens)
             metrics["perf/rank_token_imbalance"] = max(per_rank) / max(sum(per_rank) / len(per_rank), 1)
-        metrics = mean_over_ranks(metrics)
+        counts = {k: metrics.pop(k) for k in _COUNT_METRICS if k in metrics}
+        metrics = mean_over_ranks(metrics)  # rates and means: the mean over ranks
+        metrics.update(sum_over_ranks(counts))  # counts: the total over ranks
         metrics["perf/tokens_per_s"] = sum_over_ranks({"t": float(tokens)})["t"] / (t_end - t0)
         metrics.update(update)
         return metrics
@@ -321,20 +285,8 @@ class Trainer:
         return samples, encode_prompts(self.processor, samples, self.cfg.data, self.train_set.loader)
 
     def _my_share(self, chosen: list[int]) -> list[int]:
-        """Contiguous blocks, or prompt-token balanced (longest first to the lightest rank) with equal
-        counts per rank, so every rank runs the same number of micro-batches."""
-        world, rank = self.dist.world, self.dist.rank
-        per = len(chosen) // world
-        if world == 1:
-            return chosen
-        if not self.cfg.distributed.balance_tokens:
-            return chosen[rank * per : (rank + 1) * per]
-        load, members = [0] * world, [[] for _ in range(world)]
-        for i in sorted(chosen, key=lambda i: -self.prompt_tokens.get(i, 0)):
-            r = min((r for r in range(world) if len(members[r]) < per), key=lambda r: load[r])
-            members[r].append(i)
-            load[r] += self.prompt_tokens.get(i, 0)
-        return members[rank]
+        balance = self.cfg.distributed.balance_tokens
+        return split_prompts(chosen, self.dist, self.prompt_tokens if balance else None)
 
     def _rollout(self, samples, batch) -> Experience:
         return collect(
@@ -396,56 +348,12 @@ class Trainer:
         return merge_groups(parts, batch), kept_samples, batch, t0 + t_data
 
     def _advantages(self, exp: Experience, scores: torch.Tensor, batch, samples) -> torch.Tensor:
-        name = normalize_name(self.alg.adv_estimator)
-        opts = self.alg.advantage_options()
-        if name == "gdpo":
-            values = {k: exp.scores[k] for k in self.alg.gdpo_reward_keys}
-        else:
-            values = scores
-        if name == "remax":
+        greedy = None
+        if normalize_name(self.alg.adv_estimator) == "remax":  # ReMax's baseline: one greedy response
             greedy = self.engine.generate(
                 batch, [1] * len(samples), dataclasses.replace(self.sampling, temperature=0)
             )
-            base, _, _ = score(
-                greedy.texts, samples, list(range(len(samples))), greedy.mask.sum(1).tolist(), self.cfg.reward
-            )
-            opts["baseline_scores"] = base["overall"][torch.tensor(exp.prompt_of)]
-        if not self.dist.enabled:
-            return compute_advantages(name, values, exp.mask, exp.prompt_of, **opts).advantages.float()
-        return self._global_advantages(name, values, exp, len(samples), opts)
-
-    def _global_advantages(self, name, values, exp: Experience, n_prompts: int, opts: dict) -> torch.Tensor:
-        """Advantages computed on every rank's scores at once (a few floats per sequence), then this
-        rank's rows: identical to the single-process result for every estimator, batch-wide ones too."""
-        keyed = values if isinstance(values, dict) else {"": values}
-        mine = {
-            "values": {k: v.tolist() for k, v in keyed.items()},
-            "lengths": exp.mask.sum(1).tolist(),
-            "prompt_of": exp.prompt_of,
-            "n_prompts": n_prompts,
-            "baseline": opts["baseline_scores"].tolist() if "baseline_scores" in opts else None,
-        }
-        parts = all_gather(mine)
-        lengths = [n for p in parts for n in p["lengths"]]
-        mask = torch.zeros(len(lengths), max(max(lengths, default=1), 1), dtype=exp.mask.dtype)
-        for i, n in enumerate(lengths):
-            mask[i, :n] = 1
-        prompt_of, offset = [], 0
-        for p in parts:
-            prompt_of += [q + offset for q in p["prompt_of"]]
-            offset += p["n_prompts"]
-        every = {k: torch.tensor([x for p in parts for x in p["values"][k]]) for k in keyed}
-        if mine["baseline"] is not None:
-            opts["baseline_scores"] = torch.tensor([x for p in parts for x in p["baseline"]])
-        out = compute_advantages(
-            name, every if isinstance(values, dict) else every[""], mask, prompt_of, **opts
-        )
-        start = sum(len(p["lengths"]) for p in parts[: self.dist.rank])
-        rows = out.advantages.float()[start : start + len(exp)]
-        adv = torch.zeros(exp.mask.shape, dtype=torch.float32)
-        width = min(adv.shape[1], rows.shape[1])
-        adv[:, :width] = rows[:, :width]
-        return adv
+        return step_advantages(self.alg, exp, scores, samples, greedy, self.cfg.reward, self.dist)
 
     def sft_warmup(self) -> bool:
         return sft_warmup(self, self.dist)
