@@ -144,3 +144,15 @@ def test_weight_update_across_processes(assets, tmp_path):
     r = _run_worker(assets, tmp_path / "report.json", "--multiprocess")
     assert r["parity_before"] < LOGPROB_TOL and r["stale"] > 100 * LOGPROB_TOL
     assert r["parity_after"] < LOGPROB_TOL
+
+
+def test_one_engine_per_torchrun_rank_keeps_the_process_group(assets, tmp_path):
+    """vLLM in process joins torchrun's group; closing it must not destroy the trainer's group."""
+    out = tmp_path / "report.json"
+    cmd = [sys.executable, "-m", "torch.distributed.run", "--nproc_per_node", "2", str(WORKER)]
+    r = subprocess.run(
+        [*cmd, assets[0], assets[1], str(out), "--torchrun"], capture_output=True, text=True, timeout=600
+    )
+    assert r.returncode == 0, r.stderr[-4000:]
+    for rank in (0, 1):
+        assert json.loads(Path(f"{out}.rank{rank}").read_text()) == {"rows": 2, "sum": 3.0}

@@ -4,6 +4,7 @@ Run by ``test_vllm_engine.py`` with ``sys.executable``: importing vLLM changes p
 (OpenMP thread binding, environment, signal handlers), and the import plus engine start cost
 ~20 s, so a single subprocess does all checks and the tests assert on its report.
 Usage: python vllm_worker.py MODEL_DIR DATA_FILE OUT_JSON [--multiprocess]
+       torchrun --nproc_per_node 2 vllm_worker.py MODEL_DIR DATA_FILE OUT_JSON --torchrun
 """
 
 from __future__ import annotations
@@ -175,6 +176,37 @@ def main(model_dir: str, data_file: str, out_path: str, multiprocess: bool) -> N
     _write(out_path, report)
 
 
+def torchrun_check(model_dir: str, out_path: str) -> None:
+    """One in-process engine per torchrun rank, as the trainer runs them: generation, a weight push,
+    and the trainer's process group still usable after ``close()``."""
+    _cpu_env()
+    import torch
+    import torch.distributed as dist
+    from transformers import AutoModelForImageTextToText, AutoProcessor
+
+    from easyvideor1.models.inputs import PromptBatch
+    from easyvideor1.rollout.base import SamplingConfig
+    from easyvideor1.rollout.vllm import VLLMRolloutEngine
+
+    dist.init_process_group("gloo")
+    rank = dist.get_rank()
+    processor = AutoProcessor.from_pretrained(model_dir)
+    engine = VLLMRolloutEngine(
+        model_dir, processor, dtype="float32", seed=rank, max_model_len=1024, enforce_eager=True
+    )
+    messages = [{"role": "user", "content": [{"type": "text", "text": "What is two plus three?"}]}]
+    text = processor.apply_chat_template(messages, add_generation_prompt=True, tokenize=False)
+    batch = PromptBatch({}, [0], [0], texts=[text], media=[{"video": [], "image": []}])
+    rows = engine.generate(batch, [2], SamplingConfig(max_new_tokens=8)).ids.shape[0]
+    engine.update_weights(AutoModelForImageTextToText.from_pretrained(model_dir).state_dict().items())
+    engine.close()
+    total = torch.tensor([float(rank + 1)])
+    dist.all_reduce(total)  # the trainer's group survived vLLM's shutdown
+    dist.barrier()
+    dist.destroy_process_group()
+    _write(f"{out_path}.rank{rank}", {"rows": rows, "sum": float(total)})
+
+
 def _perturb(model, seed: int) -> None:
     """Change every weight noticeably (a stand-in for an optimizer step)."""
     import torch
@@ -214,4 +246,7 @@ def _write(path: str, report: dict) -> None:
 
 
 if __name__ == "__main__":
-    main(sys.argv[1], sys.argv[2], sys.argv[3], "--multiprocess" in sys.argv[4:])
+    if "--torchrun" in sys.argv[4:]:
+        torchrun_check(sys.argv[1], sys.argv[3])
+    else:
+        main(sys.argv[1], sys.argv[2], sys.argv[3], "--multiprocess" in sys.argv[4:])

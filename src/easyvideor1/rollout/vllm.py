@@ -20,6 +20,7 @@ otherwise reuse stale vision embeddings).
 
 from __future__ import annotations
 
+import gc
 import logging
 import os
 import random
@@ -205,6 +206,8 @@ class VLLMRolloutEngine(VLLMResponses):
         if limit_mm_per_prompt:
             kwargs["limit_mm_per_prompt"] = limit_mm_per_prompt
         kwargs.update(engine_kwargs or {})
+        if in_process and _torch_distributed_ready():
+            _keep_callers_process_group()
         self.llm = LLM(**kwargs)
 
     def generate(self, batch: PromptBatch, repeats: list[int], sampling: SamplingConfig) -> Responses:
@@ -296,6 +299,35 @@ def engine_args(model_path: str, processor, *, dtype: str = "auto", **kwargs: An
         # prefill is split over steps; unsplit prefills avoid it and cost nothing on a CPU
         out["enable_chunked_prefill"] = False
     return out
+
+
+def _torch_distributed_ready() -> bool:
+    return torch.distributed.is_available() and torch.distributed.is_initialized()
+
+
+def _keep_callers_process_group() -> None:
+    """Stop vLLM's in-process shutdown from destroying torch's default process group.
+
+    Under torchrun the trainer creates that group and each rank runs its own in-process engine;
+    vLLM joins the existing group, builds its own subgroups on it, and on shutdown (``close()`` or
+    garbage collection) would destroy the default group too, leaving the trainer without one.
+    Its own groups are still destroyed.
+    """
+    import vllm.v1.engine.core as core
+    from vllm.distributed import parallel_state
+
+    if getattr(core.cleanup_dist_env_and_memory, "keeps_default_group", False):
+        return
+
+    def cleanup(shutdown_ray: bool = False) -> None:
+        parallel_state.destroy_model_parallel()
+        if parallel_state._WORLD is not None:
+            parallel_state._WORLD.destroy()  # vLLM's groups over the world, not the default group
+            parallel_state._WORLD = None
+        gc.collect()
+
+    cleanup.keeps_default_group = True  # type: ignore[attr-defined]
+    core.cleanup_dist_env_and_memory = cleanup
 
 
 def vllm_prompt(text: str, media: dict[str, list]) -> dict[str, Any]:
