@@ -1,7 +1,8 @@
 """Video benchmark evaluation: a registry of benchmark specs, prompts and official metrics.
 
-The asynchronous generation pipeline is not here yet; scoring uses the same reward library as
-training (:func:`easyvideor1.rewards.compute_score`).
+``pipeline.py`` runs a benchmark (loaders overlapped with generation, resumable predictions) with
+the HF engine in batches or vLLM's ``AsyncLLM`` one request per sample (``engines.py``); scoring
+uses the same reward library as training (:func:`easyvideor1.rewards.compute_score`).
 """
 
 from .metrics import Scored
