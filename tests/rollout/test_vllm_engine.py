@@ -123,6 +123,7 @@ def test_sampled_logprobs_equal_the_training_forward(report):
     assert report["parity_t1"] < LOGPROB_TOL and report["parity_t07"] < LOGPROB_TOL
     assert report["sampled_rows"] == sum(3 if i % 2 == 0 else 2 for i in range(len(report["kinds"])))
     assert report["seeded_reproducible"]
+    assert report["global_rng_kept"], "starting the engine must not reseed the trainer's torch RNG"
 
 
 def test_weight_update_restores_parity_and_is_needed(report):

@@ -53,6 +53,8 @@ def main(model_dir: str, data_file: str, out_path: str, multiprocess: bool) -> N
     batch = encode_prompts(processor, samples, cfg, ds.loader)
     dummy = DummyVisionPass(model)
 
+    torch.manual_seed(1234)
+    rng_before = torch.get_rng_state()
     t = time.perf_counter()
     engine = VLLMRolloutEngine(
         model_dir,
@@ -65,6 +67,7 @@ def main(model_dir: str, data_file: str, out_path: str, multiprocess: bool) -> N
         limit_mm_per_prompt={"video": 2, "image": 2},
     )
     report["start_seconds"] = time.perf_counter() - t
+    report["global_rng_kept"] = torch.equal(torch.get_rng_state(), rng_before)
     B = len(batch)
 
     def parity(out, repeats, temperature) -> float:

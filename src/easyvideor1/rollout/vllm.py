@@ -24,7 +24,8 @@ import gc
 import logging
 import os
 import random
-from collections.abc import Iterable
+from collections.abc import Iterable, Iterator
+from contextlib import contextmanager
 from typing import Any
 
 import torch
@@ -144,11 +145,13 @@ class VLLMRolloutEngine(VLLMResponses):
             trainer room when colocated. Ignored on CPU (``VLLM_CPU_KVCACHE_SPACE`` in GiB there).
         tensor_parallel_size: GPUs per engine (> 1 needs ``in_process=False``).
         enforce_eager: Skip CUDA-graph capture / compilation (faster start, slower decoding).
-        in_process: Run engine core and worker in this process (``VLLM_ENABLE_V1_MULTIPROCESSING=0``,
-            ``distributed_executor_backend="uni"``; starts in seconds, weights pass by reference).
-            Otherwise vLLM's default worker processes (weights travel as safetensors bytes).
-        executor: Override ``distributed_executor_backend`` (e.g. ``"external_launcher"`` for one
-            engine per torchrun rank).
+        in_process: Run engine core and worker in this process (sets ``VLLM_ENABLE_V1_MULTIPROCESSING=0``
+            for the process, ``distributed_executor_backend="uni"``; starts in seconds, weights pass
+            by reference). Otherwise vLLM's default worker processes (weights travel as safetensors
+            bytes). vLLM seeds the global RNGs while it starts; the caller's states are restored.
+        executor: Override ``distributed_executor_backend`` (e.g. ``"external_launcher"`` for tensor
+            parallelism across torchrun ranks). Under torchrun the default in-process engine is one
+            full copy per rank; it joins the trainer's process group and leaves it intact on close.
         enable_prefix_caching: Share KV of common prefixes (the ``n`` samples of a prompt).
         enable_sleep_mode: Allow :meth:`sleep` (GPU only; ignored elsewhere).
         limit_mm_per_prompt: Max media per prompt, e.g. ``{"video": 2, "image": 4}``.
@@ -208,7 +211,8 @@ class VLLMRolloutEngine(VLLMResponses):
         kwargs.update(engine_kwargs or {})
         if in_process and _torch_distributed_ready():
             _keep_callers_process_group()
-        self.llm = LLM(**kwargs)
+        with _global_rng_kept():  # vLLM reseeds random/numpy/torch: the trainer's streams must not move
+            self.llm = LLM(**kwargs)
 
     def generate(self, batch: PromptBatch, repeats: list[int], sampling: SamplingConfig) -> Responses:
         """Sample ``repeats[i]`` responses for prompt ``i``, in prompt order (see the module doc)."""
@@ -299,6 +303,21 @@ def engine_args(model_path: str, processor, *, dtype: str = "auto", **kwargs: An
         # prefill is split over steps; unsplit prefills avoid it and cost nothing on a CPU
         out["enable_chunked_prefill"] = False
     return out
+
+
+@contextmanager
+def _global_rng_kept() -> Iterator[None]:
+    import numpy as np
+
+    states = random.getstate(), np.random.get_state()
+    with torch.random.fork_rng(
+        devices=range(torch.cuda.device_count()) if torch.cuda.is_initialized() else []
+    ):
+        try:
+            yield
+        finally:
+            random.setstate(states[0])
+            np.random.set_state(states[1])
 
 
 def _torch_distributed_ready() -> bool:
