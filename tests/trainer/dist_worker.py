@@ -8,6 +8,8 @@ Modes:
       one update on the global batch [video, image, text, mixed] split unevenly over the ranks
       (rank 0: three prompts, rank 1: one, so filler micro-batches run); writes the loss and the
       full updated weights to OUT (safetensors) from rank 0.
+  Flags: --no-dummy (no dummy vision passes), --bf16 (FSDP mixed precision, bfloat16 compute),
+  --checkpointing (gradient checkpointing).
 """
 
 from __future__ import annotations
@@ -39,7 +41,7 @@ RESPONSES = ("<answer>A</answer>", "<answer>B</answer>")
 
 
 def build_experience(processor, dataset, kinds: list[str]) -> Experience:
-    """Two fixed responses per prompt with advantages +1 / -1 (old log-probs filled in later)."""
+    """Two fixed responses per prompt with advantages +1 / -0.5 (old log-probs filled in later)."""
     by_id = {r.problem_id: i for i, r in enumerate(dataset.records)}
     samples = [dataset[by_id[k]] for k in kinds]
     batch = encode_prompts(processor, samples, dataset.cfg, dataset.loader)
@@ -55,7 +57,7 @@ def build_experience(processor, dataset, kinds: list[str]) -> Experience:
     mask = torch.zeros_like(ids)
     for i, r in enumerate(rows):
         ids[i, : len(r)], mask[i, : len(r)] = torch.tensor(r), 1
-    signs = torch.tensor([1.0 if i % 2 == 0 else -1.0 for i in range(len(rows))])
+    signs = torch.tensor([1.0 if i % 2 == 0 else -0.5 for i in range(len(rows))])  # a non-zero loss
     n = len(rows)
     return Experience(
         batch=batch,
@@ -84,10 +86,10 @@ def main() -> int:
     no_dummy = "--no-dummy" in sys.argv
     state = init_distributed(DistributedConfig(timeout_minutes=1.0))
     torch.manual_seed(0)
-    model, processor = load_policy(model_dir)
+    model, processor = load_policy(model_dir, gradient_checkpointing="--checkpointing" in sys.argv)
     model.train()
     if state.enabled:
-        shard_model(model, DistributedConfig(), state)
+        shard_model(model, DistributedConfig(param_dtype="bfloat16" if "--bf16" in sys.argv else None), state)
     dummy = None if no_dummy else DummyVisionPass(model)
     data_cfg = DataConfig(model_family="qwen3vl", video_fps=None, video_nframes=4)
     dataset = RecordDataset.from_files([records], data_cfg)

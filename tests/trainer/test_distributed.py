@@ -134,6 +134,24 @@ def test_two_rank_update_equals_single_process_update(demo_assets, records, tmp_
     assert moved > 1e-4  # the update did something, so agreeing is not trivial
 
 
+def test_bf16_mixed_precision_with_gradient_checkpointing_tracks_float32(demo_assets, records, tmp_path):
+    """FSDP2 with bfloat16 compute (float32 master weights, float32 gradient reduction) and
+    gradient checkpointing: the same update as float32 up to bfloat16 rounding."""
+    ref, mixed = tmp_path / "fp32.safetensors", tmp_path / "bf16.safetensors"
+    args = [str(HERE / "dist_worker.py"), "update", str(demo_assets["model"]), records]
+    r1 = _run([sys.executable, *args, str(ref)])
+    assert r1.returncode == 0, r1.stderr[-3000:]
+    r2 = _torchrun(2, *args, str(mixed), "--bf16", "--checkpointing")
+    assert r2.returncode == 0, r2.stdout[-3000:] + r2.stderr[-3000:]
+    w1, m1 = _load(ref)
+    w2, m2 = _load(mixed)
+    assert all(v.dtype == torch.float32 for v in w2.values())  # master weights stay float32
+    assert m2["actor/pg_loss"] == pytest.approx(m1["actor/pg_loss"], rel=0.05, abs=1e-3)
+    assert m2["actor/grad_norm"] == pytest.approx(m1["actor/grad_norm"], rel=0.05)
+    worst = max(float((w1[k] - w2[k]).abs().max()) for k in w1)
+    assert worst < 0.05, worst
+
+
 def _load_base(model_dir) -> dict[str, torch.Tensor]:
     from transformers import AutoModelForImageTextToText
 
