@@ -90,3 +90,14 @@ def test_rollout_logprobs_equal_the_training_forward(setup, temperature):
     )
     m = out.mask.bool()
     torch.testing.assert_close(out.logprobs[m], recomputed[m], atol=2e-5, rtol=0)
+
+
+def test_presence_penalty_counts_response_tokens_only():
+    from easyvideor1.rollout.hf import PresencePenalty
+
+    ids = torch.tensor([[5, 6, 7, 8], [5, 5, 9, 9]])  # prompt of 2 tokens, then 2 generated
+    scores = torch.zeros(2, 12)
+    out = PresencePenalty(1.5, prompt_len=2)(ids, scores)
+    assert out[0, 7] == out[0, 8] == -1.5 and out[0, 5] == 0 and out[0, 6] == 0  # prompt tokens free
+    assert out[1, 9] == -1.5 and (out[1] != 0).sum() == 1  # presence, not frequency: once per token
+    assert torch.equal(PresencePenalty(1.5, prompt_len=4)(ids, scores), scores)  # nothing generated yet

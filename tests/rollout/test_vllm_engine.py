@@ -119,6 +119,14 @@ def test_greedy_predictions_equal_the_hf_engine(report):
     assert report["greedy_after_update_equal"]
 
 
+def test_presence_penalty_applied_identically(report):
+    """Qwen3-VL's official evaluation samples with presence penalty 1.5: greedy with it, HF's
+    logits processor and vLLM's penalty give the same tokens, and the penalty changes the output."""
+    p = report["presence_penalty"]
+    assert p["vllm_ids"] == p["hf_ids"]
+    assert p["changed_outputs"]
+
+
 def test_sampled_logprobs_equal_the_training_forward(report):
     assert report["parity_t1"] < LOGPROB_TOL and report["parity_t07"] < LOGPROB_TOL
     assert report["sampled_rows"] == sum(3 if i % 2 == 0 else 2 for i in range(len(report["kinds"])))

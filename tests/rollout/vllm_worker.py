@@ -127,6 +127,15 @@ def main(model_dir: str, data_file: str, out_path: str, multiprocess: bool) -> N
         "hf_texts": hf_g.texts,
         "vllm_texts": v_g.texts,
     }
+    # greedy with the official evaluation's presence penalty: both engines penalise the same way
+    pen_cfg = SamplingConfig(temperature=0, max_new_tokens=24, presence_penalty=1.5)
+    hf_p = hf_engine.generate(batch, [1] * B, pen_cfg)
+    v_p = engine.generate(batch, [1] * B, pen_cfg)
+    report["presence_penalty"] = {
+        "hf_ids": hf_p.ids.tolist(),
+        "vllm_ids": v_p.ids.tolist(),
+        "changed_outputs": hf_p.ids.tolist() != hf_engine.generate(batch, [1] * B, greedy_cfg).ids.tolist(),
+    }
 
     # (b) sampled tokens' log-probs: vLLM's vs the training forward's
     out = engine.generate(batch, repeats, sample_cfg)

@@ -43,6 +43,7 @@ class EvalSettings:
     temperature: float = 0.0
     top_p: float = 1.0
     top_k: int = 0
+    presence_penalty: float = 0.0
     preset: str | None = None
     batch_size: int = 4
     load_workers: int = 2
@@ -110,6 +111,7 @@ def run_benchmark(
         top_p=settings.top_p,
         top_k=settings.top_k,
         max_new_tokens=settings.max_new_tokens,
+        presence_penalty=settings.presence_penalty,
     )
     ready: queue.Queue = queue.Queue(maxsize=settings.queue_size)
     timing = {"load": 0.0, "generate": 0.0}

@@ -2,8 +2,8 @@
 
 ``qwen3vl-official`` is the Qwen3-VL team's video evaluation setting (their VideoMME scripts):
 fps 2, 4-512 frames, 3,584-401,408 pixels per frame, 19,267,584 pixels per video, and their
-instruct sampling (temperature 0.7, top_p 0.8, top_k 20). Their presence penalty of 1.5 has no
-equivalent in transformers' ``generate`` and is not applied by the HF engine (results.json says so).
+instruct sampling (temperature 0.7, top_p 0.8, top_k 20, presence penalty 1.5; both engines apply
+the penalty the same way, see ``rollout.hf.PresencePenalty``).
 ``greedy`` keeps the frame budget and decodes greedily (deterministic, resumable bit for bit).
 """
 
@@ -24,8 +24,7 @@ _QWEN3VL_FRAMES = {
 PRESETS: dict[str, dict[str, Any]] = {
     "qwen3vl-official": {
         "data": _QWEN3VL_FRAMES,
-        "sampling": {"temperature": 0.7, "top_p": 0.8, "top_k": 20},
-        "unsupported": {"presence_penalty": 1.5},
+        "sampling": {"temperature": 0.7, "top_p": 0.8, "top_k": 20, "presence_penalty": 1.5},
     },
     "greedy": {"data": _QWEN3VL_FRAMES, "sampling": {"temperature": 0.0}},
 }

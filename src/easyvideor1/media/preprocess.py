@@ -191,20 +191,36 @@ def _clean_stale_temp_files(cache_dir: Path) -> int:
     host, removed = socket.gethostname(), 0
     for tmp in cache_dir.glob(f"*/*.tmp.{host}.*"):
         pid = tmp.name.rsplit(".", 1)[-1]
-        if pid.isdigit() and not _pid_alive(int(pid)):
+        if pid.isdigit() and not _writer_alive(int(pid), tmp):
             tmp.unlink(missing_ok=True)
             removed += 1
     return removed
 
 
-def _pid_alive(pid: int) -> bool:
+def _writer_alive(pid: int, tmp: Path) -> bool:
+    """Whether process ``pid`` may still be writing ``tmp``.
+
+    A killed writer can linger as a zombie when its parent died and the container's init does not
+    reap orphans, and its pid can be reused by an unrelated process; neither is writing. On Linux
+    both show in ``/proc``: state ``Z``, or a start time after the file was last written.
+    """
     try:
         os.kill(pid, 0)
     except ProcessLookupError:
         return False
     except PermissionError:
-        return True
-    return True
+        pass
+    try:
+        with open(f"/proc/{pid}/stat", encoding="ascii") as f:
+            fields = f.read().rsplit(")", 1)[1].split()
+        if fields[0] == "Z":
+            return False
+        with open("/proc/stat", encoding="ascii") as f:
+            boot = next(float(line.split()[1]) for line in f if line.startswith("btime"))
+        started = boot + int(fields[19]) / os.sysconf("SC_CLK_TCK")
+        return started <= tmp.stat().st_mtime + 1.0
+    except (OSError, ValueError, IndexError, StopIteration):
+        return True  # no /proc (not Linux): trust the signal check
 
 
 def _write_atomic(path: Path, text: str) -> None:

@@ -30,6 +30,8 @@ class SamplingConfig:
             N x T x vocab floats, in memory during generation; the trainer recomputes them instead).
         min_new_tokens: End-of-turn tokens are suppressed before this many tokens (benchmarks set it
             to ``max_new_tokens`` so every engine generates the same number of tokens).
+        presence_penalty: Subtracted from the logit of every token already in the response, before
+            temperature (OpenAI / vLLM semantics; Qwen3-VL's official evaluation uses 1.5).
     """
 
     temperature: float = 1.0
@@ -38,6 +40,7 @@ class SamplingConfig:
     max_new_tokens: int = 64
     return_logprobs: bool = False
     min_new_tokens: int = 0
+    presence_penalty: float = 0.0
 
 
 @dataclass

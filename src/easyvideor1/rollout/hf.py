@@ -3,9 +3,28 @@
 from __future__ import annotations
 
 import torch
+from transformers import LogitsProcessor, LogitsProcessorList
 
 from ..models.inputs import PromptBatch, expand
 from .base import Responses, SamplingConfig, banned_token_ids, cut_at_eos
+
+
+class PresencePenalty(LogitsProcessor):
+    """``logit -= penalty`` for each token already generated in the row (the prompt does not count).
+
+    vLLM's presence penalty, for ``generate``: transformers applies custom processors before its
+    temperature and top-k/top-p warpers, which is where vLLM applies its penalties too.
+    """
+
+    def __init__(self, penalty: float, prompt_len: int):
+        self.penalty, self.prompt_len = penalty, prompt_len
+
+    def __call__(self, input_ids: torch.LongTensor, scores: torch.FloatTensor) -> torch.FloatTensor:
+        generated = input_ids[:, self.prompt_len :]
+        if generated.shape[1] == 0:
+            return scores
+        seen = torch.zeros_like(scores, dtype=torch.bool).scatter_(1, generated, True)
+        return scores - self.penalty * seen.to(scores.dtype)
 
 
 class HFRolloutEngine:
@@ -35,6 +54,11 @@ class HFRolloutEngine:
                 **inputs,
                 max_new_tokens=sampling.max_new_tokens,
                 min_new_tokens=sampling.min_new_tokens or None,
+                logits_processor=(
+                    LogitsProcessorList([PresencePenalty(sampling.presence_penalty, prompt_len)])
+                    if sampling.presence_penalty
+                    else None
+                ),
                 do_sample=not greedy,
                 temperature=None if greedy else sampling.temperature,
                 top_p=None if greedy else sampling.top_p,

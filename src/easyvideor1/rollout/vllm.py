@@ -97,6 +97,7 @@ class VLLMResponses:
             top_k=-1 if whole_vocab else sampling.top_k,  # -1 means all tokens in every vLLM version
             max_tokens=sampling.max_new_tokens,
             min_tokens=sampling.min_new_tokens,
+            presence_penalty=sampling.presence_penalty,
             seed=None if greedy else self._rng.getrandbits(31),
             stop_token_ids=list(self.eos_ids),
             bad_words=self._bad_words,
