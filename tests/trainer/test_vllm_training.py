@@ -23,6 +23,14 @@ pytestmark = [
 ]
 
 
+def _port() -> int:
+    import socket
+
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
 def _greedy(model_dir, cfg, indices) -> list[str]:
     from easyvideor1.data.dataset import RecordDataset, encode_prompts
     from easyvideor1.models.loading import load_policy
@@ -41,7 +49,9 @@ def _greedy(model_dir, cfg, indices) -> list[str]:
     return out.texts
 
 
-def test_vllm_rollouts_follow_the_trainer_weights(make_cfg, demo_assets, tmp_path):
+@pytest.mark.parametrize("ranks", [1, 2])
+def test_vllm_rollouts_follow_the_trainer_weights(make_cfg, demo_assets, tmp_path, ranks):
+    """With 2 torchrun ranks each rank runs its own in-process engine, fed from FSDP2 shards."""
     out = tmp_path / "run"
     overrides = [
         f"data.train_files=[{demo_assets['train']}]",
@@ -53,6 +63,7 @@ def test_vllm_rollouts_follow_the_trainer_weights(make_cfg, demo_assets, tmp_pat
         "data.video_min_pixels=1024",
         "data.video_max_pixels=1024",
         "rollout.engine=vllm",
+        "rollout.hybrid=always",  # a correct offline answer in every group: non-zero advantages
         "rollout.n=4",
         "rollout.max_new_tokens=6",
         "trainer.prompts_per_step=4",
@@ -68,14 +79,18 @@ def test_vllm_rollouts_follow_the_trainer_weights(make_cfg, demo_assets, tmp_pat
         "VLLM_CPU_KVCACHE_SPACE": "1",
         "TOKENIZERS_PARALLELISM": "false",
     }
+    launch = [sys.executable]
+    if ranks > 1:
+        launch += ["-m", "torch.distributed.run", f"--nproc-per-node={ranks}", f"--master-port={_port()}"]
     r = subprocess.run(
-        [sys.executable, "-m", "easyvideor1", "train", *overrides],
+        [*launch, "-m", "easyvideor1", "train", *overrides],
         capture_output=True,
         text=True,
         timeout=600,
         env=env,
     )
     assert r.returncode == 0, r.stdout[-3000:] + r.stderr[-5000:]
+    assert "Traceback" not in r.stderr  # shutdown included (vLLM tears its groups down first)
     rows = [json.loads(line) for line in (out / "generations.jsonl").read_text().splitlines()]
     final = [g for g in rows if g["step"] == 2]
     assert final, rows

@@ -439,6 +439,8 @@ class Trainer:
 
     def close(self) -> None:
         """Release the models and leave the process group (see ``shutdown_distributed``)."""
+        if hasattr(self.engine, "close"):
+            self.engine.close()  # a vLLM engine tears down its groups while the process group lives
         self.model = self.ref_model = self.rollout_model = self.optimizer = self.engine = None
         self.dummy = self.ref_dummy = None
         shutdown_distributed()
