@@ -15,28 +15,32 @@ def demo_assets(tmp_path_factory):
     return {"train": train, "val": val, "model": model, "dir": d}
 
 
+def base_overrides(assets: dict, output_dir) -> list[str]:
+    """The tiny demo run every trainer test starts from (a few prompts, short responses)."""
+    return [
+        f"data.train_files=[{assets['train']}]",
+        f"data.val_files=[{assets['val']}]",
+        f"model.path={assets['model']}",
+        f"trainer.output_dir={output_dir}",
+        "data.video_nframes=4",
+        "data.video_fps=null",
+        "data.video_min_pixels=1024",
+        "data.video_max_pixels=1024",
+        "rollout.n=4",
+        "rollout.max_new_tokens=6",
+        "trainer.prompts_per_step=4",
+        "trainer.mini_batch_prompts=2",
+        "trainer.micro_batch_size=3",
+        "trainer.max_steps=2",
+        "trainer.lr=1e-3",
+        "trainer.loggers=[jsonl]",
+        "trainer.val_size=4",
+    ]
+
+
 @pytest.fixture
 def make_cfg(demo_assets, tmp_path):
     def build(*overrides: str) -> RunConfig:
-        base = [
-            f"data.train_files=[{demo_assets['train']}]",
-            f"data.val_files=[{demo_assets['val']}]",
-            f"model.path={demo_assets['model']}",
-            f"trainer.output_dir={tmp_path / 'run'}",
-            "data.video_nframes=4",
-            "data.video_fps=null",
-            "data.video_min_pixels=1024",
-            "data.video_max_pixels=1024",
-            "rollout.n=4",
-            "rollout.max_new_tokens=6",
-            "trainer.prompts_per_step=4",
-            "trainer.mini_batch_prompts=2",
-            "trainer.micro_batch_size=3",
-            "trainer.max_steps=2",
-            "trainer.lr=1e-3",
-            "trainer.loggers=[jsonl]",
-            "trainer.val_size=4",
-        ]
-        return load_config(RunConfig, None, base + list(overrides))
+        return load_config(RunConfig, None, base_overrides(demo_assets, tmp_path / "run") + list(overrides))
 
     return build

@@ -20,6 +20,8 @@ from safetensors import safe_open
 
 from easyvideor1.media.encode import encode_video
 
+from .conftest import base_overrides
+
 pytestmark = pytest.mark.slow
 HERE = Path(__file__).parent
 TORCHRUN = [sys.executable, "-m", "torch.distributed.run"]
@@ -159,28 +161,7 @@ def _load_base(model_dir) -> dict[str, torch.Tensor]:
 
 
 def _train_args(demo_assets, out: Path, *extra: str) -> list[str]:
-    return [
-        "-m",
-        "easyvideor1",
-        "train",
-        f"data.train_files=[{demo_assets['train']}]",
-        f"data.val_files=[{demo_assets['val']}]",
-        f"model.path={demo_assets['model']}",
-        f"trainer.output_dir={out}",
-        "data.video_nframes=4",
-        "data.video_fps=null",
-        "data.video_min_pixels=1024",
-        "data.video_max_pixels=1024",
-        "rollout.n=4",
-        "rollout.max_new_tokens=6",
-        "trainer.prompts_per_step=4",
-        "trainer.mini_batch_prompts=2",
-        "trainer.micro_batch_size=3",
-        "trainer.lr=1e-3",
-        "trainer.loggers=[jsonl]",
-        "trainer.val_size=4",
-        *extra,
-    ]
+    return ["-m", "easyvideor1", "train", *base_overrides(demo_assets, out), *extra]
 
 
 def test_sharded_checkpoint_resumes_on_another_number_of_ranks(demo_assets, tmp_path):

@@ -17,6 +17,8 @@ import sys
 import pytest
 import torch
 
+from .conftest import base_overrides
+
 pytestmark = [
     pytest.mark.slow,
     pytest.mark.skipif(importlib.util.find_spec("vllm") is None, reason="vLLM is not installed"),
@@ -54,23 +56,11 @@ def test_vllm_rollouts_follow_the_trainer_weights(make_cfg, demo_assets, tmp_pat
     """With 2 torchrun ranks each rank runs its own in-process engine, fed from FSDP2 shards."""
     out = tmp_path / "run"
     overrides = [
-        f"data.train_files=[{demo_assets['train']}]",
-        f"data.val_files=[{demo_assets['val']}]",
-        f"model.path={demo_assets['model']}",
-        f"trainer.output_dir={out}",
-        "data.video_nframes=4",
-        "data.video_fps=null",
-        "data.video_min_pixels=1024",
-        "data.video_max_pixels=1024",
+        *base_overrides(demo_assets, out),
         "rollout.engine=vllm",
         "rollout.hybrid=always",  # a correct offline answer in every group: non-zero advantages
-        "rollout.n=4",
-        "rollout.max_new_tokens=6",
-        "trainer.prompts_per_step=4",
         "trainer.mini_batch_prompts=4",
-        "trainer.max_steps=2",
         "trainer.lr=2e-2",
-        "trainer.loggers=[jsonl]",
         "trainer.val_size=8",
     ]
     env = {
