@@ -165,3 +165,144 @@ def test_livesports_and_odv_breakdowns():
     out = get_benchmark("odvbench").aggregate(rows)
     assert out["by_task"] == {"t1": 0.5} and out["by_subtask"] == {"a": 1.0, "b": 0.0}
     assert len(list_benchmarks()) >= 25  # 24 video benchmarks + synthetic
+
+
+# ---------------------------------------------------------------------------------------------------
+# The seven benchmarks whose files are not shipped: records written in their documented unified
+# format (reference section 7.1: problem_id, problem, options, solution, problem_type, path, data_type
+# and each benchmark's own fields) load, render, score gold right and wrong wrong, and aggregate.
+_MC = {"problem_type": "multiple choice", "data_type": "video"}
+UNSHIPPED = {
+    "ovobench": [
+        {
+            **_MC,
+            "options": ["A. red", "B. blue", "C. green", "D. black"],
+            "solution": "<answer>C</answer>",
+            "ovo_task": "EPM",
+            "ovo_category": "backward",
+            "ovo_id": 1,
+            "ovo_test_idx": 0,
+        },
+        {
+            "problem_type": "numerical",
+            "data_type": "video",
+            "solution": "<answer>3</answer>",
+            "ovo_task": "REC",
+            "ovo_category": "forward",
+            "ovo_id": 2,
+            "ovo_test_idx": 1,
+        },
+        {
+            **_MC,
+            "options": ["A. Yes", "B. No"],
+            "solution": "<answer>A</answer>",
+            "ovo_type": 1,
+            "ovo_task": "SSR",
+            "ovo_category": "forward",
+            "ovo_id": 3,
+            "ovo_test_idx": 2,
+        },
+        {
+            **_MC,
+            "options": ["A. Yes", "B. No"],
+            "solution": "<answer>B</answer>",
+            "ovo_type": 0,
+            "ovo_task": "CRR",
+            "ovo_category": "forward",
+            "ovo_id": 4,
+            "ovo_test_idx": 3,
+        },
+    ],
+    "odvbench": [
+        {
+            **_MC,
+            "options": ["A. left", "B. right", "C. up", "D. down"],
+            "solution": "<answer>D</answer>",
+            "odv_task": "direction",
+            "odv_subtask": "ego",
+            "path": "12_drive_s3_e9.mp4",
+        },
+    ],
+    "livesports3k_qa": [
+        {
+            **_MC,
+            "options": ["A: #10", "B: #23", "C: #7", "D: #30"],
+            "solution": "<answer>B</answer>",
+            "q_type_livesports": "Who",
+            "ocr_livesports": True,
+        },
+        {
+            **_MC,
+            "options": ["A: 1st quarter", "B: 2nd quarter", "C: 3rd quarter", "D: 4th quarter"],
+            "solution": "<answer>A</answer>",
+            "q_type_livesports": "When",
+            "ocr_livesports": False,
+        },
+    ],
+    "minerva": [
+        {**_MC, "options": [f"{c}. option {c}" for c in "ABCDE"], "solution": "<answer>E</answer>"},
+    ],
+    "vcrbench": [
+        {**_MC, "options": ["A. 2", "B. 3", "C. 4", "D. 5"], "solution": "<answer>B</answer>"},
+        {
+            "problem_type": "open-ended",
+            "data_type": "video",
+            "solution": "<answer>The man puts the cup on the table after pouring the tea</answer>",
+        },
+    ],
+    "videoreasonbench": [
+        {
+            "problem_type": "open-ended",
+            "data_type": "video",
+            "solution": "<answer>The third cup hides the ball at the end</answer>",
+        },
+    ],
+    "tempcompass": [
+        {
+            **_MC,
+            "options": ["A. faster", "B. slower"],
+            "solution": "<answer>A</answer>",
+            "original_question_type": "speed",
+        },
+        {
+            **_MC,
+            "options": ["A. clockwise", "B. anticlockwise", "C. not rotating"],
+            "solution": "<answer>C</answer>",
+            "original_question_type": "direction",
+        },
+    ],
+}
+
+
+@pytest.mark.parametrize("name", sorted(UNSHIPPED))
+def test_unshipped_benchmarks_in_their_documented_format(name, tmp_path):
+    spec = get_benchmark(name)
+    rows = [
+        {
+            "problem_id": f"{name}-{i}",
+            "problem": "What happens in the video?",
+            "path": f"v{i}.mp4",
+            "data_source": name,
+            **r,
+        }
+        for i, r in enumerate(UNSHIPPED[name])
+    ]
+    (tmp_path / spec.annotation).write_text(json.dumps(rows))
+    records = spec.load(str(tmp_path))
+    assert [r.problem_id for r in records] == [r["problem_id"] for r in rows]
+    scored = []
+    for rec in records:
+        assert "<answer></answer>" in render_prompt(rec, "direct")
+        gold, wrong = gold_and_wrong(rec)
+        assert score_record(gold, rec)["accuracy"] == 1.0, (name, gold)
+        assert score_record(wrong, rec)["accuracy"] < 1.0, (name, wrong)
+        scored.append((rec, {"accuracy": 1.0}))
+    out = spec.aggregate(scored)
+    assert out["score"] == pytest.approx(1.0)
+    if name == "ovobench":  # task -> category -> total
+        assert set(out["by_category"]) == {"backward", "forward"} and set(out["by_task"]) == {
+            "EPM",
+            "REC",
+            "SSR",
+            "CRR",
+        }
