@@ -93,4 +93,7 @@ def test_vllm_rollouts_follow_the_trainer_weights(make_cfg, demo_assets, tmp_pat
     assert vllm_texts != initial  # the update changed greedy outputs: stale engine weights would show
     metrics = [json.loads(line) for line in (out / "metrics.jsonl").read_text().splitlines()]
     assert [m["step"] for m in metrics if "actor/pg_loss" in m] == [1, 2]
+    # the engine's sampled-token log-probs equal the trainer's at every step (weights in sync)
+    gaps = [m["rollout/logprob_gap_max"] for m in metrics if "rollout/logprob_gap_max" in m]
+    assert len(gaps) == 2 and max(gaps) < 1e-4, gaps
     assert all(torch.isfinite(torch.tensor(m["actor/pg_loss"])) for m in metrics if "actor/pg_loss" in m)

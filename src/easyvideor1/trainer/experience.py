@@ -37,6 +37,9 @@ class Experience:
     advantages: torch.Tensor | None = None  # [N, T]
     old_logp: torch.Tensor | None = None  # [N, T]
     ref_logp: torch.Tensor | None = None  # [N, T]
+    # the engine's own log-prob of each sampled token (NaN rows: offline or not returned); compared
+    # with old_logp it measures the training/inference mismatch, e.g. stale rollout weights
+    rollout_logp: torch.Tensor | None = None  # [N, T]
     metrics: dict[str, float] = field(default_factory=dict)
 
     def __len__(self) -> int:
@@ -77,8 +80,9 @@ def _append_online(per_prompt: list[list[tuple]], responses: Responses, counts: 
     for p, count in enumerate(counts):
         for _ in range(count):
             m = responses.mask[row].bool()
+            logp = responses.logprobs[row][m] if responses.logprobs is not None else None
             per_prompt[p].append(
-                (responses.ids[row][m], responses.texts[row], False, responses.truncated[row])
+                (responses.ids[row][m], responses.texts[row], False, responses.truncated[row], logp)
             )
             row += 1
 
@@ -123,12 +127,18 @@ def collect(
             # a truncated offline response is scored on what is trained: the kept tokens only
             text = engine.decode(ids) if trunc else sample.record.offline_output
             for _ in range(k):
-                per_prompt[p].append((ids, text, True, trunc))
+                per_prompt[p].append((ids, text, True, trunc, None))
     prompt_of = [p for p, group in enumerate(per_prompt) for _ in group]
     flat = [r for group in per_prompt for r in group]
     ids = _pad_stack([r[0] for r in flat], pad_id)
     mask = _pad_stack([torch.ones(len(r[0]), dtype=torch.long) for r in flat], 0)
     texts = [r[1] for r in flat]
+    rollout_logp = None
+    if any(r[4] is not None for r in flat):
+        rollout_logp = torch.full(ids.shape, float("nan"))
+        for i, r in enumerate(flat):
+            if r[4] is not None:
+                rollout_logp[i, : len(r[4])] = r[4]
     scores, tasks, errors = score(texts, samples, prompt_of, mask.sum(1).tolist(), reward_cfg)
     exp = Experience(
         batch=batch,
@@ -140,6 +150,7 @@ def collect(
         truncated=torch.tensor([bool(r[3]) for r in flat]),
         scores=scores,
         tasks=tasks,
+        rollout_logp=rollout_logp,
     )
     exp.metrics["reward/errors"] = float(errors)
     exp.metrics["hybrid/groups_with_offline"] = float(sum(use_offline))
@@ -174,7 +185,19 @@ def merge_groups(parts: list[tuple[Experience, list[Sample], list[int]]], batch:
         truncated=torch.tensor([bool(e.truncated[i]) for e, i in rows]),
         scores={k: torch.stack([e.scores[k][i] for e, i in rows]) for k in parts[0][0].scores},
         tasks=[e.tasks[i] for e, i in rows],
+        rollout_logp=_merge_rollout_logp(rows, ids.shape),
     )
     for key in parts[0][0].metrics:
         merged.metrics[key] = sum(e.metrics.get(key, 0.0) for e, _, _ in parts)
     return merged
+
+
+def _merge_rollout_logp(rows: list[tuple[Experience, int]], shape) -> torch.Tensor | None:
+    if all(e.rollout_logp is None for e, _ in rows):
+        return None
+    out = torch.full(shape, float("nan"))
+    for j, (e, i) in enumerate(rows):
+        if e.rollout_logp is not None:
+            n = int(e.mask[i].sum())
+            out[j, :n] = e.rollout_logp[i, :n]
+    return out

@@ -129,7 +129,10 @@ class Trainer:
         )
         self.sampler = PromptSampler(len(self.train_idx), tc.prompts_per_step, seed=tc.seed)
         r = cfg.rollout
-        self.sampling = SamplingConfig(r.temperature, r.top_p, r.top_k, r.max_new_tokens)
+        # vLLM returns sampled-token log-probs for free: logged against the trainer's (mismatch check)
+        self.sampling = SamplingConfig(
+            r.temperature, r.top_p, r.top_k, r.max_new_tokens, return_logprobs=r.engine == "vllm"
+        )
         self.val_sampling = SamplingConfig(r.val_temperature, r.top_p, r.top_k, r.max_new_tokens)
         self.settings = UpdateSettings(
             policy_loss=self.alg.policy_loss,
@@ -229,6 +232,7 @@ class Trainer:
             self.kl_ctl.update(totals["kl"] / max(totals["tokens"], 1.0), int(totals["n"]))
             self.settings.kl_loss_coef = self.kl_ctl.value if self.alg.kl.apply_as == "loss" else 0.0
             metrics["actor/kl_coef"] = self.kl_ctl.value
+        metrics.update(_mismatch(exp))
         t_logp = time.perf_counter()
         exp.advantages = self._advantages(exp, scores, batch, samples)
         metrics.update(hybrid_metrics(exp))
@@ -444,3 +448,19 @@ class Trainer:
         self.model = self.ref_model = self.rollout_model = self.optimizer = self.engine = None
         self.dummy = self.ref_dummy = None
         shutdown_distributed()
+
+
+def _mismatch(exp: Experience) -> dict[str, float]:
+    """Training/inference mismatch: |trainer log-prob - engine log-prob| over sampled tokens.
+
+    Near zero when the engine runs the trainer's weights (1e-6 in fp32 on the tiny model); a stale
+    weight sync shows up here at once. With top-k / top-p the engine's log-probs are those of the
+    truncated distribution, so the gap also includes that renormalisation.
+    """
+    if exp.rollout_logp is None:
+        return {}
+    valid = exp.mask.bool() & ~torch.isnan(exp.rollout_logp)
+    if not valid.any():
+        return {}
+    gap = (exp.old_logp - exp.rollout_logp).abs()[valid]
+    return {"rollout/logprob_gap_mean": float(gap.mean()), "rollout/logprob_gap_max": float(gap.max())}
