@@ -249,3 +249,26 @@ def test_a_missing_cache_entry_stops_every_rank_at_start_up(demo_assets, tmp_pat
         log[-4000:]
     )
     assert time.perf_counter() - t0 < 120
+
+
+def test_two_ranks_with_reference_model_kl_and_dynamic_sampling(demo_assets, tmp_path):
+    """The sharded reference policy (its own dummy vision passes), the adaptive KL controller fed
+    with token-weighted KL summed over ranks, dynamic-sampling rounds decided jointly, and a
+    batch-wide estimator (REINFORCE++ whitens over the gathered batch) all run under FSDP2."""
+    out = tmp_path / "run"
+    extra = [
+        "rollout.hybrid=always",
+        "algorithm.adv_estimator=reinforce_plus_plus",
+        "algorithm.kl.type=k3",
+        "algorithm.kl.controller=adaptive",
+        "algorithm.online_filtering.enable=true",
+        "algorithm.online_filtering.max_tries=2",
+    ]
+    r = _torchrun(2, *_train_args(demo_assets, out, *extra))
+    assert r.returncode == 0, r.stdout[-3000:] + r.stderr[-3000:]
+    steps = [json.loads(line) for line in (out / "metrics.jsonl").read_text().splitlines()]
+    steps = [m for m in steps if "actor/pg_loss" in m]
+    assert [m["step"] for m in steps] == [1, 2]
+    for m in steps:
+        assert m["actor/grad_norm"] > 0 and m["filter/rounds"] >= 1
+        assert "actor/kl_loss" in m and "actor/kl_coef" in m
