@@ -216,7 +216,10 @@ def _eval_engine(args: argparse.Namespace):
         from .models.loading import load_policy
         from .rollout.hf import HFRolloutEngine
 
+        import torch
+
         model, processor = load_policy(args.model, dtype=args.dtype)
+        model.to("cuda" if torch.cuda.is_available() else "cpu").eval()
         return HFRolloutEngine(model, processor), processor
     from transformers import AutoProcessor
 

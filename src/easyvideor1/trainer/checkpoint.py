@@ -93,7 +93,10 @@ def save_checkpoint(
     dcp.save(
         tensors, storage_writer=HuggingFaceStorageWriter(path=str(tmp / "sharded"), save_distributed=True)
     )
-    save_file({"torch": torch.get_rng_state()}, str(tmp / "rng" / f"rank_{state.rank}.safetensors"))
+    rng = {"torch": torch.get_rng_state()}
+    if torch.cuda.is_available():  # GPU sampling draws from the CUDA generator
+        rng["cuda"] = torch.cuda.get_rng_state()
+    save_file(rng, str(tmp / "rng" / f"rank_{state.rank}.safetensors"))
     if state.is_main:
         model.save_pretrained(tmp, state_dict=full)
         if processor is not None:
@@ -164,7 +167,10 @@ def load_checkpoint(
         scheduler.load_state_dict(meta["scheduler"])
     rng = ckpt / "rng" / f"rank_{state.rank}.safetensors"
     if rng.exists():
-        torch.set_rng_state(load_file(str(rng))["torch"])
+        saved = load_file(str(rng))
+        torch.set_rng_state(saved["torch"])
+        if "cuda" in saved and torch.cuda.is_available():
+            torch.cuda.set_rng_state(saved["cuda"])
     else:
         torch.manual_seed(1_000_003 * state.rank + meta["step"])
         print(

@@ -92,11 +92,17 @@ class Trainer:
         self.rollout_model = None
         if self.dist.enabled and cfg.rollout.engine == "hf":
             self.rollout_model = copy.deepcopy(self.model).eval().requires_grad_(False)
+        if self.rollout_model is not None:
+            self.rollout_model.to(self.dist.device)
         if self.dist.enabled:
-            shard_model(self.model, cfg.distributed, self.dist)
+            shard_model(self.model, cfg.distributed, self.dist)  # moves shards to the rank's GPU
             if self.ref_model is not None:
                 shard_model(self.ref_model, cfg.distributed, self.dist)
             torch.manual_seed(tc.seed + 1_000_003 * self.dist.rank)  # independent sampling per rank
+        else:  # one process: the GPU when there is one (inputs are moved to the model's device)
+            self.model.to(self.dist.device)
+            if self.ref_model is not None:
+                self.ref_model.to(self.dist.device)
         self.dummy = DummyVisionPass(self.model)
         # under FSDP the reference forward is a collective too; alone, it needs no dummy passes
         self.ref_dummy = DummyVisionPass(self.ref_model) if self.ref_model and self.dist.enabled else None
