@@ -98,7 +98,7 @@ def save_checkpoint(
         rng["cuda"] = torch.cuda.get_rng_state()
     save_file(rng, str(tmp / "rng" / f"rank_{state.rank}.safetensors"))
     if state.is_main:
-        model.save_pretrained(tmp, state_dict=full)
+        _quietly(model.save_pretrained, tmp, state_dict=full)  # no progress bar per checkpoint
         if processor is not None:
             processor.save_pretrained(tmp)
         py_state = random.getstate()
@@ -123,6 +123,18 @@ def save_checkpoint(
             shutil.rmtree(root / f"step_{old}", ignore_errors=True)
     barrier()
     return final
+
+
+def _quietly(fn, *args, **kwargs):
+    from transformers.utils import logging as hf_logging
+
+    shown = hf_logging.is_progress_bar_enabled()
+    hf_logging.disable_progress_bar()
+    try:
+        return fn(*args, **kwargs)
+    finally:
+        if shown:
+            hf_logging.enable_progress_bar()
 
 
 def find_latest(output_dir: str | os.PathLike) -> Path | None:
