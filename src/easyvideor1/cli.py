@@ -213,10 +213,10 @@ def cmd_eval(args: argparse.Namespace, extra: list[str]) -> int:
 def _eval_engine(args: argparse.Namespace):
     """HF ``generate`` in batches, or vLLM ``AsyncLLM`` with one request per sample."""
     if args.engine == "hf":
+        import torch
+
         from .models.loading import load_policy
         from .rollout.hf import HFRolloutEngine
-
-        import torch
 
         model, processor = load_policy(args.model, dtype=args.dtype)
         model.to("cuda" if torch.cuda.is_available() else "cpu").eval()

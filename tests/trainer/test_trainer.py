@@ -76,6 +76,23 @@ def test_preflight_drops_overlong_prompts_and_checks_the_cache(make_cfg, demo_as
         Trainer(make_cfg(f"data.cache_dir={empty}", "data.cache_mode=cache_only"))
 
 
+def test_fast_preflight_drops_overlong_prompts_at_their_step(make_cfg, demo_assets, tmp_path):
+    rows = [json.loads(line) for line in open(demo_assets["train"])][:8]
+    for r in rows:
+        r["videos"] = [str(demo_assets["dir"] / "data" / r["videos"][0])]
+    rows[1]["problem"] = "Look closely at every frame of the video. " * 60  # far over the limit
+    data = tmp_path / "mixed.jsonl"
+    data.write_text("".join(json.dumps(r) + "\n" for r in rows))
+    common = (f"data.train_files=[{data}]", "data.max_prompt_length=300", "trainer.prompts_per_step=8")
+    full = Trainer(make_cfg(*common, "trainer.mini_batch_prompts=8"))
+    assert len(full.train_idx) == 7  # dropped at start-up
+    fast = Trainer(make_cfg(*common, "trainer.mini_batch_prompts=8", "data.preflight=fast"))
+    assert len(fast.train_idx) == 8  # nothing encoded up front
+    m = fast.rl_step()
+    assert m["data/dropped_overlong"] == 1.0 and len(fast.history) == 0
+    assert m["actor/grad_norm"] >= 0
+
+
 def test_unknown_task_fails_at_start_up(make_cfg, demo_assets, tmp_path):
     bad = tmp_path / "bad.jsonl"
     line = json.loads(open(demo_assets["train"]).readline())

@@ -37,7 +37,11 @@ class DataConfig:
             error) or ``decode_only`` (ignore the cache).
         decode_time_limit: Seconds one video may take to decode before it is reported as failed.
         max_prompt_length: Prompts longer than this (in tokens, after media expansion) are dropped
-            and counted at start-up instead of failing mid-run.
+            and counted instead of failing mid-run.
+        preflight: ``full`` encodes every training prompt at start-up (exact lengths, overlong
+            prompts dropped before step 1, token balancing across ranks possible); ``fast`` checks
+            records, reward tasks and cache entries only and drops an overlong prompt when its step
+            encodes it (``data/dropped_overlong``): for datasets too large to encode up front.
         prompt_template: How a question becomes the model's text: ``none`` (as written), ``plain``
             (options block + answer-format instruction), ``reasoning`` (plus a <think> request), or
             a ``.jinja`` file rendered with the record's fields.
@@ -61,8 +65,11 @@ class DataConfig:
     decode_time_limit: float = 300.0
     prompt_template: str = "plain"
     max_prompt_length: int = 4096
+    preflight: str = "full"
 
     def __post_init__(self) -> None:
+        if self.preflight not in ("full", "fast"):
+            raise ValueError(f"data.preflight must be full or fast, got {self.preflight!r}")
         if self.model_family not in MODEL_FAMILIES:
             factor_for_family(self.model_family)  # raises a clear error for unknown families
         if self.cache_mode not in CACHE_MODES:

@@ -65,6 +65,7 @@ _COUNT_METRICS = (
     "hybrid/offline_truncated",
     "filter/kept_groups",
     "filter/dropped_groups",
+    "data/dropped_overlong",
 )
 
 
@@ -153,6 +154,7 @@ class Trainer:
             offline_shaping=r.offline_shaping,
         )
         self.step, self.history = 0, []
+        self.dropped_overlong = 0  # with data.preflight=fast
 
     # ---------------------------------------------------------------------------------------- checks
     def preflight(self, dataset: RecordDataset | None, split: str, max_count: int | None = None) -> list[int]:
@@ -277,6 +279,8 @@ class Trainer:
                 "time/step": t_end - t0,
             }
         )
+        if self.cfg.data.preflight == "fast":
+            metrics["data/dropped_overlong"] = float(self.dropped_overlong)  # so far, this rank
         if self.dist.enabled:
             per_rank = all_gather(tokens)
             metrics["perf/rank_token_imbalance"] = max(per_rank) / max(sum(per_rank) / len(per_rank), 1)
@@ -292,7 +296,20 @@ class Trainer:
         chosen = [self.train_idx[i] for i in self.sampler.next_batch()]
         chosen = self._my_share(chosen)
         samples = [self.train_set[i] for i in chosen]
-        return samples, encode_prompts(self.processor, samples, self.cfg.data, self.train_set.loader)
+        batch = encode_prompts(self.processor, samples, self.cfg.data, self.train_set.loader)
+        if self.cfg.data.preflight == "fast":  # lengths were not checked at start-up: check them here
+            lengths = batch.inputs["attention_mask"].sum(1).tolist()
+            fits = [s for s, n in zip(samples, lengths, strict=True) if n <= self.cfg.data.max_prompt_length]
+            self.dropped_overlong += len(samples) - len(fits)
+            if not fits:
+                raise ValueError(
+                    f"every prompt of this step is longer than data.max_prompt_length="
+                    f"{self.cfg.data.max_prompt_length}, e.g. {samples[0].record.problem_id}"
+                )
+            if len(fits) < len(samples):
+                samples = fits
+                batch = encode_prompts(self.processor, samples, self.cfg.data, self.train_set.loader)
+        return samples, batch
 
     def _my_share(self, chosen: list[int]) -> list[int]:
         balance = self.cfg.distributed.balance_tokens

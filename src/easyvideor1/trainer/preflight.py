@@ -33,10 +33,11 @@ def preflight(
         return [], {}
     validate_problem_types({r.problem_type for r in dataset.records}, cfg.reward)
     keep, lengths, dropped, start = [], {}, 0, 0
+    encode = cfg.data.preflight == "full" or split != "train"  # validation sets are small: always
     while start < len(dataset) and (max_count is None or len(keep) < max_count):
         lo = start + state.rank * BLOCK
         mine = list(range(lo, min(lo + BLOCK, len(dataset))))
-        found = _check_block(dataset, split, mine, cfg, processor, raise_here=not state.enabled)
+        found = _check_block(dataset, split, mine, cfg, processor, not state.enabled, encode)
         for r, (k, n, d, error) in enumerate(all_gather(found)):
             if error:  # every rank sees the same list, so every rank stops here
                 raise RuntimeError(f"preflight failed on rank {r}: {error}")
@@ -49,13 +50,16 @@ def preflight(
     write(
         f"preflight {split}: {len(keep)} prompts kept, {dropped} dropped as longer than "
         f"data.max_prompt_length={limit} tokens"
+        + ("" if encode else " (lengths not checked: data.preflight=fast)")
     )
     if not keep:
         raise ValueError(f"{split}: no prompt fits data.max_prompt_length={limit}")
     return keep, {int(i): int(n) for i, n in lengths.items()}
 
 
-def _check_block(dataset: RecordDataset, split: str, idx: list[int], cfg, processor, raise_here: bool):
+def _check_block(
+    dataset: RecordDataset, split: str, idx: list[int], cfg, processor, raise_here: bool, encode: bool = True
+):
     """(kept indices, their token counts, dropped count, error message or None) for one block."""
     if not idx:
         return [], [], 0, None
@@ -68,6 +72,8 @@ def _check_block(dataset: RecordDataset, split: str, idx: list[int], cfg, proces
                     f"{split}: {len(missing)} video(s) have no cache entry, e.g. {missing[0]} "
                     "(cache_only mode; run `easyvideor1 preprocess` with the same settings)"
                 )
+        if not encode:
+            return idx, [0] * len(idx), 0, None
         batch = encode_prompts(processor, samples, dataset.cfg, dataset.loader)
     except Exception as e:
         if raise_here:
