@@ -252,7 +252,8 @@ def test_a_missing_cache_entry_stops_every_rank_at_start_up(demo_assets, tmp_pat
 
 
 def test_two_ranks_with_reference_model_kl_and_dynamic_sampling(demo_assets, tmp_path):
-    """The sharded reference policy (its own dummy vision passes), the adaptive KL controller fed
+    """The supervised warm-up, then the sharded reference policy taken from it (its own dummy vision
+    passes, saved sharded with the checkpoint), the adaptive KL controller fed
     with token-weighted KL summed over ranks, dynamic-sampling rounds decided jointly, and a
     batch-wide estimator (REINFORCE++ whitens over the gathered batch) all run under FSDP2."""
     out = tmp_path / "run"
@@ -263,6 +264,9 @@ def test_two_ranks_with_reference_model_kl_and_dynamic_sampling(demo_assets, tmp
         "algorithm.kl.controller=adaptive",
         "algorithm.online_filtering.enable=true",
         "algorithm.online_filtering.max_tries=2",
+        "trainer.sft_warmup_steps=2",  # the warm-up under FSDP; the reference then takes its weights
+        "trainer.sft_batch_size=4",
+        "trainer.save_every=1",
     ]
     r = _torchrun(2, *_train_args(demo_assets, out, *extra))
     assert r.returncode == 0, r.stdout[-3000:] + r.stderr[-3000:]
@@ -272,3 +276,5 @@ def test_two_ranks_with_reference_model_kl_and_dynamic_sampling(demo_assets, tmp
     for m in steps:
         assert m["actor/grad_norm"] > 0 and m["filter/rounds"] >= 1
         assert "actor/kl_loss" in m and "actor/kl_coef" in m
+    assert any("sft/loss" in m for m in map(json.loads, (out / "metrics.jsonl").read_text().splitlines()))
+    assert len(list((out / "checkpoints" / "step_2" / "reference").glob("*.safetensors"))) == 2

@@ -103,9 +103,28 @@ def test_unknown_task_fails_at_start_up(make_cfg, demo_assets, tmp_path):
         Trainer(make_cfg(f"data.train_files=[{bad}]"))
 
 
-def test_resume_reproduces_the_uninterrupted_run(make_cfg, tmp_path):
+def test_kl_reference_is_the_warmed_up_policy(make_cfg):
+    t = Trainer(make_cfg("algorithm.kl.type=k3", "trainer.sft_warmup_steps=3", "trainer.sft_batch_size=4"))
+    start = {k: v.clone() for k, v in t.model.state_dict().items()}
+    assert t.sft_warmup()
+    now, ref = t.model.state_dict(), t.ref_model.state_dict()
+    assert any(not torch.equal(start[k], now[k]) for k in now)  # the warm-up moved the policy
+    assert all(torch.equal(now[k], ref[k]) for k in now)  # and the reference moved with it
+    assert t.reference_from_warmup
+
+
+@pytest.mark.parametrize(
+    "extra",
+    [
+        (),
+        # the KL reference is the warmed-up policy, saved with the checkpoint and restored on resume
+        ("algorithm.kl.type=k3", "trainer.sft_warmup_steps=3", "trainer.sft_batch_size=4"),
+    ],
+    ids=["plain", "kl_after_warmup"],
+)
+def test_resume_reproduces_the_uninterrupted_run(make_cfg, tmp_path, extra):
     straight = make_cfg(
-        "trainer.max_steps=4", f"trainer.output_dir={tmp_path / 'a'}", "rollout.hybrid=always"
+        "trainer.max_steps=4", f"trainer.output_dir={tmp_path / 'a'}", "rollout.hybrid=always", *extra
     )
     Trainer(straight).train()
     first = make_cfg(
@@ -113,16 +132,23 @@ def test_resume_reproduces_the_uninterrupted_run(make_cfg, tmp_path):
         "trainer.save_every=2",
         f"trainer.output_dir={tmp_path / 'b'}",
         "rollout.hybrid=always",
+        *extra,
     )
     Trainer(first).train()
-    second = make_cfg("trainer.max_steps=4", f"trainer.output_dir={tmp_path / 'b'}", "rollout.hybrid=always")
+    second = make_cfg(
+        "trainer.max_steps=4", f"trainer.output_dir={tmp_path / 'b'}", "rollout.hybrid=always", *extra
+    )
     resumed = Trainer(second)
     resumed.train()
     a = {m["step"]: m for m in _metrics(tmp_path / "a" / "metrics.jsonl") if "actor/pg_loss" in m}
     b = {m["step"]: m for m in _metrics(tmp_path / "b" / "metrics.jsonl") if "actor/pg_loss" in m}
     assert sorted(a) == sorted(b) == [1, 2, 3, 4]
+    keys = ("reward/overall", "actor/pg_loss", "response/length", "actor/grad_norm")
+    if extra:
+        keys += ("actor/kl_loss",)
+        assert (tmp_path / "b" / "checkpoints" / "step_2" / "reference").is_dir()
     for step in (3, 4):
-        for key in ("reward/overall", "actor/pg_loss", "response/length", "actor/grad_norm"):
+        for key in keys:
             assert a[step][key] == pytest.approx(b[step][key], rel=1e-5, abs=1e-7), (step, key)
     # the checkpoint is a plain Hugging Face model directory
     ckpt = tmp_path / "b" / "checkpoints" / "step_4"

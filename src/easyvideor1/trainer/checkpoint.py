@@ -75,8 +75,13 @@ def save_checkpoint(
     extra: dict[str, Any],
     keep_last: int = 2,
     state: DistState | None = None,
+    reference=None,
 ) -> Path:
-    """Write step ``step``'s checkpoint (a collective under torchrun: every rank calls it)."""
+    """Write step ``step``'s checkpoint (a collective under torchrun: every rank calls it).
+
+    ``reference``: a KL reference policy that differs from the starting model (it was taken after the
+    supervised warm-up), saved sharded under ``reference/`` so that a resumed run gets it back.
+    """
     import torch.distributed.checkpoint as dcp
     from torch.distributed.checkpoint import HuggingFaceStorageWriter
 
@@ -93,6 +98,10 @@ def save_checkpoint(
     dcp.save(
         tensors, storage_writer=HuggingFaceStorageWriter(path=str(tmp / "sharded"), save_distributed=True)
     )
+    if reference is not None:
+        _, get_model, _, _, _ = _state_dict_api()
+        writer = HuggingFaceStorageWriter(path=str(tmp / "reference"), save_distributed=True)
+        dcp.save(dict(get_model(reference)), storage_writer=writer)
     rng = {"torch": torch.get_rng_state()}
     if torch.cuda.is_available():  # GPU sampling draws from the CUDA generator
         rng["cuda"] = torch.cuda.get_rng_state()
@@ -150,9 +159,10 @@ def find_latest(output_dir: str | os.PathLike) -> Path | None:
 
 
 def load_checkpoint(
-    ckpt: str | os.PathLike, model, optimizer, scheduler, state: DistState | None = None
+    ckpt: str | os.PathLike, model, optimizer, scheduler, state: DistState | None = None, reference=None
 ) -> dict[str, Any]:
-    """Restore weights, optimizer, scheduler and RNG states (resharding to this run's ranks).
+    """Restore weights, optimizer, scheduler and RNG states (resharding to this run's ranks), and the
+    KL ``reference`` policy when the checkpoint holds one.
 
     Returns the JSON state (step, sampler, history). A rank without a saved RNG state (the run was
     saved on fewer ranks) reseeds from the step and its rank, and says so.
@@ -177,6 +187,10 @@ def load_checkpoint(
     set_optim(model, optimizer, optim, options=options(flatten_optimizer_state_dict=True))
     if scheduler is not None and meta.get("scheduler") is not None:
         scheduler.load_state_dict(meta["scheduler"])
+    if reference is not None and (ckpt / "reference").is_dir():
+        ref = dict(_state_dict_api()[1](reference))
+        dcp.load(ref, storage_reader=HuggingFaceStorageReader(path=str(ckpt / "reference")))
+        set_model(reference, ref)
     rng = ckpt / "rng" / f"rank_{state.rank}.safetensors"
     if rng.exists():
         saved = load_file(str(rng))

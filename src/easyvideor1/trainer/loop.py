@@ -155,6 +155,7 @@ class Trainer:
         )
         self.step, self.history = 0, []
         self.dropped_overlong = 0  # with data.preflight=fast
+        self.reference_from_warmup = False  # the KL reference is the warmed-up policy
 
     # ---------------------------------------------------------------------------------------- checks
     def preflight(self, dataset: RecordDataset | None, split: str, max_count: int | None = None) -> list[int]:
@@ -383,7 +384,14 @@ class Trainer:
         return step_advantages(self.alg, exp, scores, samples, greedy, self.cfg.reward, self.dist)
 
     def sft_warmup(self) -> bool:
-        return sft_warmup(self, self.dist)
+        if not sft_warmup(self, self.dist):
+            return False
+        if self.ref_model is not None:
+            # KL should hold the policy near where RL starts, not pull it back to the cold start
+            # the warm-up just left
+            self.ref_model.load_state_dict(self.model.state_dict())
+            self.reference_from_warmup = True
+        return True
 
     def validate(self) -> dict[str, float]:
         if not self.val_idx:
@@ -413,7 +421,10 @@ class Trainer:
         )
         if ckpt is None:
             return
-        state = load_checkpoint(ckpt, self.model, self.optimizer, self.scheduler, self.dist)
+        state = load_checkpoint(
+            ckpt, self.model, self.optimizer, self.scheduler, self.dist, reference=self.ref_model
+        )
+        self.reference_from_warmup = bool(state.get("reference_from_warmup", False))
         self.sync_rollout_weights()
         self.sampler.load_state_dict(state["sampler"])
         self.step, self.history = state["step"], state.get("history", [])
@@ -427,9 +438,14 @@ class Trainer:
             self.processor,
             self.optimizer,
             self.scheduler,
-            {"sampler": self.sampler.state_dict(), "history": self.history},
+            {
+                "sampler": self.sampler.state_dict(),
+                "history": self.history,
+                "reference_from_warmup": self.reference_from_warmup,
+            },
             keep_last=self.cfg.trainer.keep_last,
             state=self.dist,
+            reference=self.ref_model if self.reference_from_warmup else None,
         )
 
     def train(self) -> dict[str, float]:
