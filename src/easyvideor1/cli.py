@@ -176,6 +176,7 @@ def cmd_eval(args: argparse.Namespace, extra: list[str]) -> int:
         max_samples=args.max_samples,
         max_in_flight=args.max_in_flight,
         preset=args.preset,
+        engine=args.engine,
         **(get_preset(args.preset)["sampling"] if args.preset else {}),
     )
     results = {}

@@ -45,6 +45,9 @@ class EvalSettings:
     top_k: int = 0
     presence_penalty: float = 0.0
     preset: str | None = None
+    # reported, not hashed: greedy predictions are engine-independent (tested), so a run may be
+    # resumed with the other engine
+    engine: str = "hf"
     batch_size: int = 4
     load_workers: int = 2
     queue_size: int = 8
@@ -55,7 +58,7 @@ class EvalSettings:
         keep = {
             k: v
             for k, v in dataclasses.asdict(self).items()
-            if k not in ("batch_size", "load_workers", "queue_size", "max_in_flight")
+            if k not in ("batch_size", "load_workers", "queue_size", "max_in_flight", "engine")
         }
         blob = json.dumps(
             {"eval": keep, "data": dataclasses.asdict(data), "model": os.path.abspath(model)},
