@@ -83,6 +83,8 @@ def test_sigkill_then_rerun_equals_an_uninterrupted_run(assets, tmp_path):
     assert {r["sample_id"]: r["prediction"] for r in rows} == reference
     results = json.loads((out / "results.json").read_text())["synthetic"]
     assert results["evaluated"] == total and "by_task" in results
+    detail = results["settings_detail"]
+    assert detail["eval"]["engine"] == "hf" and detail["frames"]["model_family"] == "qwen3vl"
     assert (out / "results.md").read_text().count("synthetic") == 1
     assert (out / "scores.png").stat().st_size > 1000
     page = (out / "synthetic" / "samples.html").read_text()

@@ -150,6 +150,13 @@ def run_benchmark(
         else:
             _batches(ready, engine, processor, dataset, sampling, digest, timing, write, settings.batch_size)
     results = write_results(spec, records, pred_path, digest, bench_dir, time.perf_counter() - t0, timing)
+    # what the digest stands for, readable: sampling, engine, frame budget
+    frames = {
+        k: v for k, v in dataclasses.asdict(data).items() if k.startswith(("video_", "image_", "model_"))
+    }
+    results["settings_detail"] = {"eval": dataclasses.asdict(settings), "frames": frames}
+    with open(os.path.join(bench_dir, "results.json"), "w", encoding="utf-8") as f:
+        json.dump(results, f, indent=1)
     from .report import write_sample_pages
 
     write_sample_pages(bench_dir, records, dataset)
