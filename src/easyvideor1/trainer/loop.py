@@ -17,20 +17,18 @@ import time
 import torch
 
 from ..algorithms._registry import normalize_name
-from ..algorithms.filtering import filter_groups, overlong_penalty
+from ..algorithms.filtering import overlong_penalty
 from ..algorithms.kl import kl_penalty
 from ..algorithms.masked import masked_mean
 from ..data.dataset import RecordDataset, encode_prompts
 from ..models.loading import load_policy
 from ..models.vision import DummyVisionPass
 from ..rollout.base import SamplingConfig
-from ..rollout.hf import HFRolloutEngine
 from .advantages import step_advantages
 from .checkpoint import find_latest, load_checkpoint, save_checkpoint
 from .distributed import (
     all_gather,
     init_distributed,
-    max_over_ranks,
     mean_over_ranks,
     shard_model,
     shutdown_distributed,
@@ -38,9 +36,11 @@ from .distributed import (
     sum_over_ranks,
 )
 from .evaluate import evaluate, summarize
-from .experience import Experience, collect, merge_groups
-from .metrics import MetricsLogger, hybrid_metrics, reward_metrics
+from .experience import Experience, collect
+from .metrics import MetricsLogger, hybrid_metrics, mismatch_metrics, reward_metrics
 from .preflight import preflight
+from .rollout_engines import make_rollout_engine, push_weights
+from .rounds import filter_rounds
 from .sampler import PromptSampler
 from .update import UpdateSettings, experience_logprobs, policy_update
 from .warmup import sft_warmup
@@ -168,35 +168,11 @@ class Trainer:
 
     def _make_engine(self):
         model = self.rollout_model if self.rollout_model is not None else self.model
-        if self.cfg.rollout.engine == "vllm":
-            from ..rollout.vllm import VLLMRolloutEngine
-
-            v, cfg = self.cfg.rollout.vllm, self.cfg
-            return VLLMRolloutEngine(
-                cfg.model.path,
-                self.processor,
-                dtype=cfg.model.dtype,
-                seed=cfg.trainer.seed + 1_000_003 * self.dist.rank,
-                max_model_len=v.max_model_len or None,
-                gpu_memory_utilization=v.gpu_memory_utilization,
-                tensor_parallel_size=v.tensor_parallel_size,
-                enforce_eager=v.enforce_eager,
-                in_process=v.in_process,
-                enable_sleep_mode=v.sleep_between_phases,
-            )
-        return HFRolloutEngine(model, self.processor)
+        return make_rollout_engine(self.cfg, self.processor, model, self.dist)
 
     def sync_rollout_weights(self) -> None:
         """Push the trainer's weights to a rollout engine that holds its own copy (after each update)."""
-        from .distributed import full_weights
-
-        if self.rollout_model is not None:
-            with torch.no_grad():
-                target = self.rollout_model.state_dict()
-                for name, tensor in full_weights(self.model):
-                    target[name].copy_(tensor)
-        elif hasattr(self.engine, "update_weights"):
-            self.engine.update_weights(full_weights(self.model))
+        push_weights(self.model, self.rollout_model, self.engine)
 
     # ------------------------------------------------------------------------------------- one step
     def rl_step(self) -> dict[str, float]:
@@ -241,7 +217,7 @@ class Trainer:
             self.kl_ctl.update(totals["kl"] / max(totals["tokens"], 1.0), int(totals["n"]))
             self.settings.kl_loss_coef = self.kl_ctl.value if self.alg.kl.apply_as == "loss" else 0.0
             metrics["actor/kl_coef"] = self.kl_ctl.value
-        metrics.update(_mismatch(exp))
+        metrics.update(mismatch_metrics(exp))
         t_logp = time.perf_counter()
         exp.advantages = self._advantages(exp, scores, batch, samples)
         metrics.update(hybrid_metrics(exp))
@@ -340,40 +316,26 @@ class Trainer:
         metrics.update(reward_metrics(exp))  # rewards as sampled, before any filtering
         if not f.enable:
             return exp, samples, batch, t0 + t_data
-        target = self.cfg.trainer.prompts_per_step // self.dist.world  # this rank's share
-        parts, kept, rounds, dropped = [], 0, 0, 0
-        while True:
-            if exp is not None:
-                res = filter_groups(
-                    exp.scores, exp.prompt_of, criterion=f.criterion, low=f.low, high=f.high, key=f.key
-                )
-                chosen = {exp.prompt_of[i] for i in res.keep.nonzero().flatten().tolist()}
-                keep = sorted(chosen)[: target - kept]
-                parts.append((exp, samples, keep))
-                kept, dropped = kept + len(keep), dropped + res.dropped_groups
-            rounds += 1
-            # every rank draws every round (the samplers stay in step); a full rank skips the rollout
-            more = max_over_ranks(int(kept < target))
-            if not more or (f.max_tries > 0 and rounds >= f.max_tries):
-                break
+        timer = [t_data]
+
+        def draw():
             t = time.perf_counter()
-            samples, batch = self._next_samples()
-            t_data += time.perf_counter() - t
-            exp = self._rollout(samples, batch) if kept < target else None
-        metrics.update(
-            {
-                "filter/rounds": float(rounds),
-                "filter/kept_groups": float(kept),
-                "filter/dropped_groups": float(dropped),
-            }
+            out = self._next_samples()
+            timer[0] += time.perf_counter() - t
+            return out
+
+        def encode(kept_samples):
+            t = time.perf_counter()
+            out = encode_prompts(self.processor, kept_samples, self.cfg.data, self.train_set.loader)
+            timer[0] += time.perf_counter() - t
+            return out
+
+        target = self.cfg.trainer.prompts_per_step // self.dist.world  # this rank's share
+        exp, samples, batch, filtered = filter_rounds(
+            exp, samples, batch, f, target, draw, self._rollout, encode
         )
-        if kept == 0:  # no group passed the filter: train on the last round as it is
-            return exp, samples, batch, t0 + t_data
-        kept_samples = [s[p] for _, s, keep in parts for p in keep]
-        t = time.perf_counter()
-        batch = encode_prompts(self.processor, kept_samples, self.cfg.data, self.train_set.loader)
-        t_data += time.perf_counter() - t
-        return merge_groups(parts, batch), kept_samples, batch, t0 + t_data
+        metrics.update(filtered)
+        return exp, samples, batch, t0 + timer[0]
 
     def _advantages(self, exp: Experience, scores: torch.Tensor, batch, samples) -> torch.Tensor:
         greedy = None
@@ -487,19 +449,3 @@ class Trainer:
         self.model = self.ref_model = self.rollout_model = self.optimizer = self.engine = None
         self.dummy = self.ref_dummy = None
         shutdown_distributed()
-
-
-def _mismatch(exp: Experience) -> dict[str, float]:
-    """Training/inference mismatch: |trainer log-prob - engine log-prob| over sampled tokens.
-
-    Near zero when the engine runs the trainer's weights (1e-6 in fp32 on the tiny model); a stale
-    weight sync shows up here at once. With top-k / top-p the engine's log-probs are those of the
-    truncated distribution, so the gap also includes that renormalisation.
-    """
-    if exp.rollout_logp is None:
-        return {}
-    valid = exp.mask.bool() & ~torch.isnan(exp.rollout_logp)
-    if not valid.any():
-        return {}
-    gap = (exp.old_logp - exp.rollout_logp).abs()[valid]
-    return {"rollout/logprob_gap_mean": float(gap.mean()), "rollout/logprob_gap_max": float(gap.max())}

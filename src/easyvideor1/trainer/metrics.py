@@ -105,3 +105,21 @@ def hybrid_metrics(exp: Experience) -> dict[str, float]:
 
 
 # ------------------------------------------------------------------------------- warm-up, eval
+
+
+def mismatch_metrics(exp: Experience) -> dict[str, float]:
+    """Training/inference mismatch: |trainer log-prob - engine log-prob| over sampled tokens.
+
+    Near zero when the engine runs the trainer's weights (1e-6 in fp32 on the tiny model); a stale
+    weight sync shows up here at once. With top-k / top-p the engine's log-probs are those of the
+    truncated distribution, so the gap also includes that renormalisation.
+    """
+    import torch
+
+    if exp.rollout_logp is None:
+        return {}
+    valid = exp.mask.bool() & ~torch.isnan(exp.rollout_logp)
+    if not valid.any():
+        return {}
+    gap = (exp.old_logp - exp.rollout_logp).abs()[valid]
+    return {"rollout/logprob_gap_mean": float(gap.mean()), "rollout/logprob_gap_max": float(gap.max())}

@@ -1,0 +1,60 @@
+"""DAPO dynamic sampling: keep only groups whose rewards carry signal, drawing more prompts until
+a step has its share of groups.
+
+Every rank draws every round, so the prompt samplers stay in step across ranks; the rounds end
+when every rank has its share (decided jointly) or after ``max_tries`` rounds, and a rank that is
+already full skips the rollouts of the extra rounds.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+from ..algorithms.filtering import filter_groups
+from .distributed import max_over_ranks
+from .experience import Experience, merge_groups
+
+
+def filter_rounds(
+    exp: Experience,
+    samples: list,
+    batch,
+    f,
+    target: int,
+    draw: Callable[[], tuple[list, object]],
+    rollout: Callable[[list, object], Experience],
+    encode: Callable[[list], object],
+) -> tuple[Experience, list, object, dict[str, float]]:
+    """(experience of the kept groups, their samples, their prompt batch, filter metrics).
+
+    ``exp`` is the first round's experience; ``draw()`` gives the next prompts, ``rollout`` samples
+    and scores them, ``encode`` re-encodes the kept prompts as one batch. ``f`` is the
+    ``algorithm.online_filtering`` config; ``target`` this rank's number of groups.
+    """
+    parts, kept, rounds, dropped = [], 0, 0, 0
+    current: Experience | None = exp
+    while True:
+        if current is not None:
+            res = filter_groups(
+                current.scores, current.prompt_of, criterion=f.criterion, low=f.low, high=f.high, key=f.key
+            )
+            chosen = {current.prompt_of[i] for i in res.keep.nonzero().flatten().tolist()}
+            keep = sorted(chosen)[: target - kept]
+            parts.append((current, samples, keep))
+            kept, dropped = kept + len(keep), dropped + res.dropped_groups
+            exp = current
+        rounds += 1
+        if not max_over_ranks(int(kept < target)) or (f.max_tries > 0 and rounds >= f.max_tries):
+            break
+        samples, batch = draw()
+        current = rollout(samples, batch) if kept < target else None
+    metrics = {
+        "filter/rounds": float(rounds),
+        "filter/kept_groups": float(kept),
+        "filter/dropped_groups": float(dropped),
+    }
+    if kept == 0:  # no group passed the filter: train on the last round as it is
+        return exp, parts[-1][1], batch, metrics
+    kept_samples = [s[p] for _, s, keep in parts for p in keep]
+    batch = encode(kept_samples)
+    return merge_groups(parts, batch), kept_samples, batch, metrics
