@@ -1,6 +1,7 @@
 """RL step time on 1 process versus 2 torchrun ranks (gloo, FSDP2), and token balancing across ranks.
 
-Same demo config with mixed video/image/text records, same global batch (prompts_per_step) and
+Same demo config with mixed video/image/text records (questions padded with 0-390 words of context so
+prompt lengths vary), same global batch (prompts_per_step) and
 cache, no warm-up and no validation; each variant runs a few RL steps and we report the mean step
 time after the first step, tokens per second, and the per-rank token imbalance (max over mean).
 On a 2-core CPU machine the 2-rank run has one core per rank (the single process has both), so its
@@ -70,6 +71,19 @@ def run(work: Path, name: str, ranks: int, overrides: list[str]) -> dict[str, fl
     }
 
 
+def _vary_lengths(path: str) -> None:
+    """Prepend 0-400 words of context to the questions, so prompt lengths differ as in real data
+    (otherwise every demo prompt has about the same length and there is nothing to balance)."""
+    import random
+
+    rng = random.Random(0)
+    rows = [json.loads(line) for line in open(path)]
+    for r in rows:
+        r["problem"] = "Context: " + "the square moves " * rng.choice([0, 0, 10, 40, 130]) + r["problem"]
+    with open(path, "w") as f:
+        f.writelines(json.dumps(r) + "\n" for r in rows)
+
+
 def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("--steps", type=int, default=6)
@@ -77,6 +91,7 @@ def main() -> None:
     with tempfile.TemporaryDirectory() as tmp:
         work = Path(tmp)
         train, _ = write_demo_set(str(work / "data"), n_train=64, n_val=4, mixed=True)
+        _vary_lengths(train)
         model = make_tiny_model(str(work / "model"), "qwen3vl")
         base = [
             f"data.train_files=[{train}]",
@@ -89,6 +104,7 @@ def main() -> None:
             f"trainer.max_steps={args.steps}",
             "trainer.save_every=0",
             "trainer.loggers=[jsonl]",
+            "data.max_prompt_length=2048",
         ]
         cfg: RunConfig = load_config(RunConfig, demo_config_path(), base)
         preprocess([train], cfg.data, str(work / "cache"), workers=2, progress=False)
