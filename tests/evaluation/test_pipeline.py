@@ -125,3 +125,52 @@ def test_preset_sets_the_frame_budget_and_flags_override_it(assets, tmp_path):
 
     official = get_preset("qwen3vl-official")
     assert official["data"]["video_max_frames"] == 512 and official["sampling"]["top_k"] == 20
+
+
+def test_a_failing_request_is_a_recorded_failure_and_spares_its_batch(assets, tmp_path):
+    """The HF engine raises for one sample of a batch of four: that sample is recorded as a failure
+    (counted as wrong) and the other three are retried one by one and scored."""
+    import dataclasses
+
+    from easyvideor1.data.config import DataConfig
+    from easyvideor1.evaluation import get_benchmark
+    from easyvideor1.evaluation.pipeline import EvalSettings, run_benchmark
+    from easyvideor1.models.loading import load_policy
+    from easyvideor1.rollout.hf import HFRolloutEngine
+
+    spec = get_benchmark("synthetic")
+    records = spec.load(str(assets / "syn"))[:6]
+    records[2] = dataclasses.replace(records[2], problem=records[2].problem + " POISON")
+    model, processor = load_policy(str(assets / "model"))
+    real = HFRolloutEngine(model, processor)
+
+    class Flaky:
+        poisoned_batches: list[int] = []
+
+        def generate(self, prompts, repeats, sampling):
+            if any("POISON" in t for t in prompts.texts):
+                self.poisoned_batches.append(len(prompts.texts))
+                raise RuntimeError("the engine refused this request")
+            return real.generate(prompts, repeats, sampling)
+
+    data = DataConfig(
+        video_root=str(assets / "syn"),
+        video_fps=None,
+        video_nframes=4,
+        video_min_pixels=1024,
+        video_max_pixels=4096,
+    )
+    settings = EvalSettings(batch_size=4, max_new_tokens=8, load_workers=1)
+    annotation = str(assets / "syn" / spec.annotation)
+    engine = Flaky()
+    results = run_benchmark(
+        spec, records, annotation, engine, processor, data, settings, str(tmp_path), str(assets / "model")
+    )
+    rows = _predictions(tmp_path)
+    assert sorted(r["sample_id"] for r in rows) == sorted(r.problem_id for r in records)
+    failed = [r for r in rows if r["failed"]]
+    assert [r["sample_id"] for r in failed] == [records[2].problem_id]
+    assert "refused" in failed[0]["error"]
+    assert results["failures"] == 1 and results["evaluated"] == 6
+    if max(engine.poisoned_batches) > 1:  # the batch failed, then its samples went one by one
+        assert engine.poisoned_batches[-1] == 1

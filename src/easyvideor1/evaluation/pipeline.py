@@ -283,12 +283,28 @@ def _generate_and_score(batch, engine, processor, dataset, sampling, digest, tim
     good = [(i, s) for i, s, err in batch if err is None]
     if good:
         t = time.perf_counter()
-        prompts = encode_prompts(processor, [s for _, s in good], dataset.cfg, dataset.loader)
-        out = engine.generate(prompts, [1] * len(good), sampling)
+        try:
+            prompts = encode_prompts(processor, [s for _, s in good], dataset.cfg, dataset.loader)
+            out = engine.generate(prompts, [1] * len(good), sampling)
+        except Exception as e:
+            timing["generate"] += time.perf_counter() - t
+            if len(good) == 1:  # this sample's request failed: recorded, counted as wrong
+                i, s = good[0]
+                return sorted(rows + [_failure_row(i, s, f"{type(e).__name__}: {e}", digest)], key=_index)
+            # one bad sample must not sink its batch-mates: retry them one by one
+            for i, s in good:
+                rows += _generate_and_score(
+                    [(i, s, None)], engine, processor, dataset, sampling, digest, timing
+                )
+            return sorted(rows, key=_index)
         timing["generate"] += time.perf_counter() - t
         for (i, s), text, n in zip(good, out.texts, out.mask.sum(1).tolist(), strict=True):
             rows.append(_scored_row(i, s, text, n, digest))
-    return sorted(rows, key=lambda r: r["index"])
+    return sorted(rows, key=_index)
+
+
+def _index(row: dict) -> int:
+    return row["index"]
 
 
 def write_results(spec, records, pred_path, digest, bench_dir, seconds, timing) -> dict[str, Any]:
