@@ -1,5 +1,7 @@
 from __future__ import annotations
 
+import socket
+
 import pytest
 
 from easyvideor1.config import RunConfig, load_config
@@ -44,3 +46,10 @@ def make_cfg(demo_assets, tmp_path):
         return load_config(RunConfig, None, base_overrides(demo_assets, tmp_path / "run") + list(overrides))
 
     return build
+
+
+def free_port() -> int:
+    """A TCP port nobody listens on now (for torchrun's rendezvous)."""
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]

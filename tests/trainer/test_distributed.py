@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import json
 import os
-import socket
 import subprocess
 import sys
 import time
@@ -20,7 +19,7 @@ from safetensors import safe_open
 
 from easyvideor1.media.encode import encode_video
 
-from .conftest import base_overrides
+from .conftest import base_overrides, free_port
 
 pytestmark = pytest.mark.slow
 HERE = Path(__file__).parent
@@ -34,18 +33,12 @@ def _env() -> dict[str, str]:
     return env
 
 
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
 def _run(args: list[str], timeout: float = 300) -> subprocess.CompletedProcess:
     return subprocess.run(args, capture_output=True, text=True, timeout=timeout, env=_env())
 
 
 def _torchrun(nproc: int, *args: str, timeout: float = 300) -> subprocess.CompletedProcess:
-    port = str(_free_port())
+    port = str(free_port())
     return _run(
         [*TORCHRUN, f"--nproc-per-node={nproc}", "--master-addr=127.0.0.1", f"--master-port={port}", *args],
         timeout,
@@ -200,7 +193,7 @@ def test_sharded_checkpoint_resumes_on_another_number_of_ranks(demo_assets, tmp_
 
 def test_two_nodes_over_loopback_train_together(demo_assets, tmp_path):
     """Two torchrun launchers, one process each, as node 0 and node 1 of a c10d rendezvous."""
-    port = _free_port()
+    port = free_port()
     out = tmp_path / "run"
     args = _train_args(demo_assets, out, "trainer.max_steps=1")
 

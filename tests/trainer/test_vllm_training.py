@@ -17,20 +17,12 @@ import sys
 import pytest
 import torch
 
-from .conftest import base_overrides
+from .conftest import base_overrides, free_port
 
 pytestmark = [
     pytest.mark.slow,
     pytest.mark.skipif(importlib.util.find_spec("vllm") is None, reason="vLLM is not installed"),
 ]
-
-
-def _port() -> int:
-    import socket
-
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 def _greedy(model_dir, cfg, indices) -> list[str]:
@@ -71,7 +63,7 @@ def test_vllm_rollouts_follow_the_trainer_weights(make_cfg, demo_assets, tmp_pat
     }
     launch = [sys.executable]
     if ranks > 1:
-        launch += ["-m", "torch.distributed.run", f"--nproc-per-node={ranks}", f"--master-port={_port()}"]
+        launch += ["-m", "torch.distributed.run", f"--nproc-per-node={ranks}", f"--master-port={free_port()}"]
     r = subprocess.run(
         [*launch, "-m", "easyvideor1", "train", *overrides],
         capture_output=True,

@@ -149,14 +149,14 @@ def run_benchmark(
             )
         else:
             _batches(ready, engine, processor, dataset, sampling, digest, timing, write, settings.batch_size)
-    results = write_results(spec, records, pred_path, digest, bench_dir, time.perf_counter() - t0, timing)
     # what the digest stands for, readable: sampling, engine, frame budget
     frames = {
         k: v for k, v in dataclasses.asdict(data).items() if k.startswith(("video_", "image_", "model_"))
     }
-    results["settings_detail"] = {"eval": dataclasses.asdict(settings), "frames": frames}
-    with open(os.path.join(bench_dir, "results.json"), "w", encoding="utf-8") as f:
-        json.dump(results, f, indent=1)
+    detail = {"eval": dataclasses.asdict(settings), "frames": frames}
+    results = write_results(
+        spec, records, pred_path, digest, bench_dir, time.perf_counter() - t0, timing, detail
+    )
     from .report import write_sample_pages
 
     write_sample_pages(bench_dir, records, dataset)
@@ -307,7 +307,9 @@ def _index(row: dict) -> int:
     return row["index"]
 
 
-def write_results(spec, records, pred_path, digest, bench_dir, seconds, timing) -> dict[str, Any]:
+def write_results(
+    spec, records, pred_path, digest, bench_dir, seconds, timing, detail: dict | None = None
+) -> dict[str, Any]:
     rows = _recorded(pred_path, digest)
     scored = [(r, rows[r.problem_id]) for r in records if r.problem_id in rows]
     results = {
@@ -322,6 +324,7 @@ def write_results(spec, records, pred_path, digest, bench_dir, seconds, timing) 
         "seconds": round(seconds, 2),
         "stage_seconds": {k: round(v, 2) for k, v in timing.items()},
         "settings": digest,
+        "settings_detail": detail,
     }
     with open(os.path.join(bench_dir, "results.json"), "w", encoding="utf-8") as f:
         json.dump(results, f, indent=1)

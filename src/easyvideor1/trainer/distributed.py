@@ -167,21 +167,22 @@ def max_over_ranks(value: int) -> int:
 
 
 def sum_over_ranks(values: dict[str, float]) -> dict[str, float]:
-    """Element-wise sum of a metrics dict over ranks (the same keys on every rank, any order)."""
-    if not (dist.is_available() and dist.is_initialized()):
-        return dict(values)
-    keys = sorted(all_gather_union(list(values)))  # every rank joins, even with nothing to add
-    if not keys:
-        return {}
-    t = torch.tensor([float(values.get(k, 0.0)) for k in keys], dtype=torch.float64, device=_comm_device())
-    dist.all_reduce(t)
-    return dict(zip(keys, t.tolist(), strict=True))
+    """Element-wise sum of a metrics dict over ranks (keys missing on a rank count as 0)."""
+    return {k: total for k, (total, _) in _totals(values).items()}
 
 
-def mean_over_ranks(values: dict[str, float]) -> dict[str, float]:
-    """Mean of a metrics dict over the ranks that report each key (per-task keys may be missing)."""
+def reduce_over_ranks(values: dict[str, float], summed: tuple[str, ...] = ()) -> dict[str, float]:
+    """Keys in ``summed`` totalled over ranks, the others averaged over the ranks that report them
+    (per-task keys may be missing on some)."""
+    return {k: total if k in summed else total / n for k, (total, n) in _totals(values).items()}
+
+
+def _totals(values: dict[str, float]) -> dict[str, tuple[float, float]]:
+    """``key -> (sum over ranks, number of ranks reporting it)`` in one all-reduce.
+
+    A collective: every rank calls it, with or without values."""
     if not (dist.is_available() and dist.is_initialized()):
-        return dict(values)
+        return {k: (float(v), 1.0) for k, v in values.items()}
     keys = sorted(all_gather_union(list(values)))
     if not keys:
         return {}
@@ -191,7 +192,7 @@ def mean_over_ranks(values: dict[str, float]) -> dict[str, float]:
         device=_comm_device(),
     )
     dist.all_reduce(t)
-    return {k: float(t[0, i] / t[1, i]) for i, k in enumerate(keys)}
+    return {k: (float(t[0, i]), float(t[1, i])) for i, k in enumerate(keys)}
 
 
 def all_gather_union(items: list[str]) -> set[str]:

@@ -14,8 +14,8 @@ from .experience import score
 @torch.no_grad()
 def evaluate(
     engine, processor, dataset, indices: list[int], sampling: SamplingConfig, reward_cfg, batch_size: int = 16
-) -> tuple[dict[str, float], list[dict]]:
-    """Mean reward / accuracy / format overall and per task, plus one row per prompt (generations)."""
+) -> list[dict]:
+    """One row per prompt: the generation and its scores (aggregate rows with :func:`summarize`)."""
     generations = []
     for start in range(0, len(indices), batch_size):
         samples = [dataset[i] for i in indices[start : start + batch_size]]
@@ -35,7 +35,7 @@ def evaluate(
                     **{k: float(scores[k][i]) for k in ("overall", "accuracy", "format")},
                 }
             )
-    return summarize(generations), generations
+    return generations
 
 
 def summarize(generations: list[dict]) -> dict[str, float]:

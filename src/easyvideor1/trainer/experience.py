@@ -46,7 +46,8 @@ class Experience:
         return len(self.prompt_of)
 
 
-def _pad_stack(rows: list[torch.Tensor], pad: int) -> torch.Tensor:
+def pad_stack(rows: list[torch.Tensor], pad: int) -> torch.Tensor:
+    """Variable-length 1-D rows as one right-padded ``[N, T]`` tensor."""
     width = max((len(r) for r in rows), default=0)
     out = torch.full((len(rows), max(width, 1)), pad, dtype=torch.long)
     for i, r in enumerate(rows):
@@ -130,8 +131,8 @@ def collect(
                 per_prompt[p].append((ids, text, True, trunc, None))
     prompt_of = [p for p, group in enumerate(per_prompt) for _ in group]
     flat = [r for group in per_prompt for r in group]
-    ids = _pad_stack([r[0] for r in flat], pad_id)
-    mask = _pad_stack([torch.ones(len(r[0]), dtype=torch.long) for r in flat], 0)
+    ids = pad_stack([r[0] for r in flat], pad_id)
+    mask = pad_stack([torch.ones(len(r[0]), dtype=torch.long) for r in flat], 0)
     texts = [r[1] for r in flat]
     rollout_logp = None
     if any(r[4] is not None for r in flat):
@@ -173,8 +174,8 @@ def merge_groups(parts: list[tuple[Experience, list[Sample], list[int]]], batch:
                     rows.append((exp, i))
                     prompt_of.append(new_p)
             new_p += 1
-    ids = _pad_stack([e.ids[i][e.mask[i].bool()] for e, i in rows], 0)  # padding is masked out
-    mask = _pad_stack([torch.ones(int(e.mask[i].sum()), dtype=torch.long) for e, i in rows], 0)
+    ids = pad_stack([e.ids[i][e.mask[i].bool()] for e, i in rows], 0)  # padding is masked out
+    mask = pad_stack([torch.ones(int(e.mask[i].sum()), dtype=torch.long) for e, i in rows], 0)
     merged = Experience(
         batch=batch,
         prompt_of=prompt_of,

@@ -29,7 +29,7 @@ from .checkpoint import find_latest, load_checkpoint, save_checkpoint
 from .distributed import (
     all_gather,
     init_distributed,
-    mean_over_ranks,
+    reduce_over_ranks,
     shard_model,
     shutdown_distributed,
     split_prompts,
@@ -207,13 +207,16 @@ class Trainer:
                 self.sampling.temperature,
                 self.cfg.trainer.micro_batch_size,
             )
+            kl = kl_penalty(exp.old_logp, exp.ref_logp, self.alg.kl.type, exp.mask)
             if self.alg.kl.apply_as == "reward":
-                kl = kl_penalty(exp.old_logp, exp.ref_logp, self.alg.kl.type, exp.mask)
                 scores = scores - self.kl_ctl.value * (kl * exp.mask).sum(1)
                 metrics["actor/reward_kl"] = float(masked_mean(kl, exp.mask.bool()))
-            kl = kl_penalty(exp.old_logp, exp.ref_logp, self.alg.kl.type, exp.mask)
-            totals = sum_over_ranks({"kl": float((kl * exp.mask).sum()), "tokens": float(exp.mask.sum())})
-            totals.update(sum_over_ranks({"n": float(len(exp))}))
+            local = {
+                "kl": float((kl * exp.mask).sum()),
+                "tokens": float(exp.mask.sum()),
+                "n": float(len(exp)),
+            }
+            totals = sum_over_ranks(local)
             self.kl_ctl.update(totals["kl"] / max(totals["tokens"], 1.0), int(totals["n"]))
             self.settings.kl_loss_coef = self.kl_ctl.value if self.alg.kl.apply_as == "loss" else 0.0
             metrics["actor/kl_coef"] = self.kl_ctl.value
@@ -258,14 +261,13 @@ class Trainer:
         )
         if self.cfg.data.preflight == "fast":
             metrics["data/dropped_overlong"] = float(self.dropped_overlong)  # so far, this rank
+        per_rank = all_gather(tokens)  # [tokens] in one process
         if self.dist.enabled:
-            per_rank = all_gather(tokens)
             metrics["perf/rank_token_imbalance"] = max(per_rank) / max(sum(per_rank) / len(per_rank), 1)
-        counts = {k: metrics.pop(k) for k in _COUNT_METRICS if k in metrics}
-        metrics = mean_over_ranks(metrics)  # rates and means: the mean over ranks
-        metrics.update(sum_over_ranks(counts))  # counts: the total over ranks
-        metrics["perf/tokens_per_s"] = sum_over_ranks({"t": float(tokens)})["t"] / (t_end - t0)
-        metrics.update(update)
+        # counts are totalled over ranks; rates and means are averaged
+        metrics = reduce_over_ranks(metrics, summed=_COUNT_METRICS)
+        metrics["perf/tokens_per_s"] = sum(per_rank) / (t_end - t0)
+        metrics.update(update)  # already global
         return metrics
 
     def _next_samples(self):
@@ -360,9 +362,7 @@ class Trainer:
             return {}
         # each rank validates its slice with its own rollout engine; rank 0 writes the union
         mine = self.val_idx[self.dist.rank :: self.dist.world]
-        _, rows = evaluate(
-            self.engine, self.processor, self.val_set, mine, self.val_sampling, self.cfg.reward
-        )
+        rows = evaluate(self.engine, self.processor, self.val_set, mine, self.val_sampling, self.cfg.reward)
         generations = sorted((g for part in all_gather(rows) for g in part), key=lambda g: g["index"])
         metrics = summarize(generations)
         if not self.dist.is_main:

@@ -8,6 +8,8 @@ import os
 from collections import defaultdict
 from typing import Any
 
+import torch
+
 from .experience import Experience
 
 
@@ -114,8 +116,6 @@ def mismatch_metrics(exp: Experience) -> dict[str, float]:
     weight sync shows up here at once. With top-k / top-p the engine's log-probs are those of the
     truncated distribution, so the gap also includes that renormalisation.
     """
-    import torch
-
     if exp.rollout_logp is None:
         return {}
     valid = exp.mask.bool() & ~torch.isnan(exp.rollout_logp)

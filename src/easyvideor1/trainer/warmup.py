@@ -14,7 +14,7 @@ from ..data.dataset import encode_prompts
 from ..models.inputs import expand
 from ..models.logprobs import response_logprobs
 from .distributed import DistState, sum_over_ranks
-from .experience import tokenize_offline
+from .experience import pad_stack, tokenize_offline
 
 
 def sft_warmup(trainer, state: DistState) -> bool:
@@ -40,11 +40,8 @@ def sft_warmup(trainer, state: DistState) -> bool:
             )[0]
             for s in samples
         ]
-        width = max(len(r) for r in rows)
-        ids = torch.full((len(rows), width), engine.pad_id, dtype=torch.long)
-        mask = torch.zeros_like(ids)
-        for i, r in enumerate(rows):
-            ids[i, : len(r)], mask[i, : len(r)] = r, 1
+        ids = pad_stack(rows, engine.pad_id)
+        mask = pad_stack([torch.ones(len(r), dtype=torch.long) for r in rows], 0)
         tokens = sum_over_ranks({"n": float(mask.sum())})["n"]
         logp, _ = response_logprobs(
             model, expand(batch, [1] * len(samples)), ids, mask, engine.banned, 1.0, trainer.dummy
