@@ -1,5 +1,7 @@
 """Question text -> the text the model sees: options block and answer-format instruction.
 
+The instruction comes from the record's reward task (`easyvideor1.rewards.answer_instruction`).
+
 Built-in templates are chosen by name (``data.prompt_template``); a path ending in ``.jinja`` is
 rendered with the record's fields (``problem``, ``options``, ``problem_type``, and every extra
 field), like EasyR1's ``format_prompt``.
@@ -10,22 +12,8 @@ from __future__ import annotations
 import functools
 import os
 
+from ..rewards.instructions import answer_instruction
 from .records import Record
-
-_INSTRUCTION = {
-    "multiple choice": "Answer with the option's letter inside <answer></answer>.",
-    "numerical": "Give the number inside <answer></answer>.",
-    "regression": "Give the number inside <answer></answer>.",
-    "boolean": "Answer Yes or No inside <answer></answer>.",
-    "ocr": "Give the text inside <answer></answer>.",
-    "temporal grounding": 'Give {"time": [start_seconds, end_seconds]} inside <answer></answer>.',
-    "spatial grounding": 'Give {"boxes": [x1, y1, x2, y2]} inside <answer></answer>.',
-}
-_THINK = "First think step by step inside <think></think>, then "
-
-
-def _norm(problem_type: str) -> str:
-    return problem_type.strip().lower().replace("_", " ").replace("-", " ")
 
 
 def format_question(record: Record, template: str = "plain") -> str:
@@ -39,12 +27,8 @@ def format_question(record: Record, template: str = "plain") -> str:
     parts = [record.problem.strip()]
     if record.options:
         parts.append("Options:\n" + "\n".join(record.options))
-    instruction = _INSTRUCTION.get(
-        _norm(record.problem_type), "Give the final answer inside <answer></answer>."
-    )
-    if template == "reasoning":
-        instruction = _THINK + instruction[0].lower() + instruction[1:]
-    parts.append(instruction)
+    # The instruction is declared by the record's reward task, so the prompt asks for what is scored.
+    parts.append(answer_instruction(record.problem_type, record.options, reasoning=template == "reasoning"))
     return "\n".join(parts)
 
 

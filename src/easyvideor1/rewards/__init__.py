@@ -6,11 +6,13 @@
     # {'overall': 1.0, 'accuracy': 1.0, 'format': 1.0, 'task': 'multiple_choice', 'prediction': 'B'}
 
 Tasks live in `rewards/tasks/` (one module, one `@register_task` function each); the trainer calls
-`validate_problem_types` on its datasets at start-up so unknown types fail early.
+`validate_problem_types` on its datasets at start-up so unknown types fail early. Each task declares
+its answer instruction; `answer_instruction(problem_type, options)` is what prompts append.
 """
 
 from easyvideor1.rewards.batch import compute_scores, shutdown_pool
 from easyvideor1.rewards.config import RewardConfig, SandboxConfig, TaskWeights
+from easyvideor1.rewards.instructions import answer_instruction
 from easyvideor1.rewards.numbers import ParsedNumber, parse_number
 from easyvideor1.rewards.parsing import ExtractedAnswer, extract_answer
 from easyvideor1.rewards.registry import (
@@ -35,6 +37,7 @@ __all__ = [
     "TaskScore",
     "TaskWeights",
     "UnknownTaskError",
+    "answer_instruction",
     "compute_score",
     "compute_scores",
     "error_counts",

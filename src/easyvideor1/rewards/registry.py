@@ -27,6 +27,9 @@ if TYPE_CHECKING:
     from easyvideor1.rewards.sample import Sample, TaskScore
 
 TaskFunction = Callable[["Sample"], "TaskScore"]
+# A task's answer instruction: fixed text, or a function of the record's options (multiple choice
+# names the actual letter range). Module-level functions only: specs travel to worker processes.
+Instruction = str | Callable[[list[str] | None], str]
 
 
 class UnknownTaskError(ValueError):
@@ -43,12 +46,15 @@ class TaskSpec:
         aliases: normalised alternative names.
         expensive: True when one score costs milliseconds or more (code execution, symbolic math);
             the batch scorer sends those to its process pool.
+        instruction: the text put after a question to ask for the answer in the form this task's
+            scorer reads (see `rewards.instructions.answer_instruction`), or None for the generic one.
     """
 
     name: str
     function: TaskFunction
     aliases: tuple[str, ...]
     expensive: bool
+    instruction: Instruction | None = None
 
 
 _TASKS: dict[str, TaskSpec] = {}  # canonical name -> spec
@@ -64,18 +70,27 @@ def normalize_task_name(name: str) -> str:
 
 
 def register_task(
-    name: str, aliases: Iterable[str] = (), *, expensive: bool = False, override: bool = False
+    name: str,
+    aliases: Iterable[str] = (),
+    *,
+    expensive: bool = False,
+    override: bool = False,
+    instruction: Instruction | None = None,
 ) -> Callable[[TaskFunction], TaskFunction]:
     """Register the decorated function as the scorer of task `name` (and its `aliases`).
 
     The function receives a `Sample` and returns a `TaskScore`. Registering a name or alias that
     another task already owns is an error unless `override=True` (a user file replacing a built-in).
+    `instruction` is the answer-format instruction prompts append to the task's questions (text, or
+    a function of the options); the prompts of a task without one ask generically for an `<answer>`.
     """
+    if instruction is not None and not (callable(instruction) or isinstance(instruction, str)):
+        raise TypeError(f"task {name!r}: instruction must be a string or a function of the options")
 
     def decorator(function: TaskFunction) -> TaskFunction:
         canonical = normalize_task_name(name)
         alias_names = tuple(dict.fromkeys(normalize_task_name(a) for a in aliases if normalize_task_name(a)))
-        spec = TaskSpec(canonical, function, alias_names, expensive)
+        spec = TaskSpec(canonical, function, alias_names, expensive, instruction)
         with _LOCK:
             for key in (canonical, *alias_names):
                 owner = _NAMES.get(key)

@@ -41,6 +41,7 @@ def read_polarity(text: str, first_word_only: bool = False) -> str | None:
         "crr",
         "judgement",
     ),
+    instruction="Answer Yes or No inside <answer></answer>.",
 )
 def score_boolean(sample: Sample) -> TaskScore:
     """1 if the stated yes/no equals the ground truth's."""

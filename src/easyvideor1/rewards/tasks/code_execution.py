@@ -196,6 +196,7 @@ def _markup_kind(sample: Sample) -> str | None:
     "code",
     aliases=("coding", "svg-code", "html-code", "python", "programming", "code generation"),
     expensive=True,
+    instruction="Give the complete program in one fenced code block inside <answer></answer>.",
 )
 def score_code(sample: Sample) -> TaskScore:
     """Fraction of test cases passed (Python), or markup similarity (SVG/HTML without tests)."""

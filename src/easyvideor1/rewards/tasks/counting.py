@@ -7,7 +7,11 @@ from easyvideor1.rewards.sample import GroundTruthError, Sample, TaskScore
 from easyvideor1.rewards.tasks.numerical import format_number, read_number, truth_number
 
 
-@register_task("counting", aliases=("rec", "count", "repetition counting", "digits"))
+@register_task(
+    "counting",
+    aliases=("rec", "count", "repetition counting", "digits"),
+    instruction="Give the count as a whole number inside <answer></answer>.",
+)
 def score_counting(sample: Sample) -> TaskScore:
     """1 if the stated count equals the ground-truth count, else 0."""
     truth = truth_number(sample.truth, sample.task)

@@ -14,7 +14,7 @@ from easyvideor1.rewards.isolation import CallTimeout, IsolatedCaller
 from easyvideor1.rewards.parsing import clean_short_answer, normalize_text
 from easyvideor1.rewards.registry import register_task
 from easyvideor1.rewards.sample import GroundTruthError, Sample, TaskScore
-from easyvideor1.rewards.tasks.multiple_choice import choose, truth_letter
+from easyvideor1.rewards.tasks.multiple_choice import choice_instruction, choose, truth_letter
 
 _CALLER = IsolatedCaller()
 # Free text is an answer only when short: the first expression of a paragraph is not its answer.
@@ -40,7 +40,19 @@ def equivalent(truth: str, prediction: str) -> bool:
     return bool(gold and target and verify(gold, target, timeout_seconds=None))
 
 
-@register_task("math", aliases=("mathematics", "math reasoning", "symbolic"), expensive=True)
+def math_instruction(options: list[str] | None) -> str:
+    """A math question with options is scored by its letter (see `score_math`), so it asks for one."""
+    if options:
+        return choice_instruction(options)
+    return "Give the final answer (a number or an expression) inside <answer></answer>."
+
+
+@register_task(
+    "math",
+    aliases=("mathematics", "math reasoning", "symbolic"),
+    expensive=True,
+    instruction=math_instruction,
+)
 def score_math(sample: Sample) -> TaskScore:
     """1 if the stated answer is mathematically equivalent to the ground truth."""
     if sample.options:

@@ -241,9 +241,24 @@ def truth_letter(truth: str, options: list[str] | None) -> str:
     return next(iter(letters))
 
 
+def letter_range(options: list[str] | None) -> str:
+    """The options' letters as prose: "A, B, C, or D", "A or B", "A"; "" without options."""
+    letters = list(option_texts(options)) if options else []
+    if len(letters) > 2:
+        return ", ".join(letters[:-1]) + f", or {letters[-1]}"
+    return " or ".join(letters)
+
+
+def choice_instruction(options: list[str] | None) -> str:
+    """Ask for the option's letter, naming the record's letter range when the options are known."""
+    letters = letter_range(options)
+    return f"Answer with the option's letter{f' ({letters})' if letters else ''} inside <answer></answer>."
+
+
 @register_task(
     "multiple_choice",
     aliases=("multiple choice", "multiple-choice", "mc", "mcq", "multi choice", "choice", "single choice"),
+    instruction=choice_instruction,
 )
 def score_multiple_choice(sample: Sample) -> TaskScore:
     """1 if the chosen letter is the ground truth's, else 0 (no answer, hedges and bad letters included)."""

@@ -34,7 +34,11 @@ def format_number(number: ParsedNumber | None) -> str | None:
     return f"{number.value:.10g}" + ("%" if number.percent else "")
 
 
-@register_task("numerical", aliases=("number", "numeric", "numerical answer", "numerical value"))
+@register_task(
+    "numerical",
+    aliases=("number", "numeric", "numerical answer", "numerical value"),
+    instruction="Give the number inside <answer></answer>.",
+)
 def score_numerical(sample: Sample) -> TaskScore:
     """1 if the stated number equals the ground truth within tolerance, else 0."""
     truth = truth_number(sample.truth, sample.task)

@@ -8,7 +8,11 @@ from easyvideor1.rewards.sample import Sample, TaskScore
 from easyvideor1.rewards.text_metrics import edit_similarity
 
 
-@register_task("ocr", aliases=("text recognition", "scene text"))
+@register_task(
+    "ocr",
+    aliases=("text recognition", "scene text"),
+    instruction="Give the text inside <answer></answer>.",
+)
 def score_ocr(sample: Sample) -> TaskScore:
     """Token-level edit similarity of the stated text to the ground truth (case-insensitive)."""
     answer = sample.answer

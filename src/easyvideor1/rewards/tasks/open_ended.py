@@ -25,6 +25,7 @@ from easyvideor1.rewards.text_metrics import rouge_scores
         "captioning",
         "short answer",
     ),
+    instruction="Give the final answer inside <answer></answer>.",
 )
 def score_open_ended(sample: Sample) -> TaskScore:
     """Mean of ROUGE-1, ROUGE-2 and ROUGE-L F1 (1.0 for a normalised exact match)."""

@@ -24,7 +24,11 @@ def read_label(text: str, pattern: re.Pattern[str] = _LABEL_RE) -> str | None:
     return match.group(1) or "tie"
 
 
-@register_task("preference", aliases=("llava", "critic", "pairwise preference", "reward model"))
+@register_task(
+    "preference",
+    aliases=("llava", "critic", "pairwise preference", "reward model"),
+    instruction='Answer "Response 1", "Response 2" or "Tie" inside <answer></answer>.',
+)
 def score_preference(sample: Sample) -> TaskScore:
     """1 if the stated label equals the ground-truth label."""
     truth = read_label(sample.truth, _TRUTH_RE)

@@ -22,7 +22,11 @@ def mean_relative_accuracy(error: float) -> float:
     return sum(error <= allowed + _FLOAT_SLACK for allowed in _ALLOWED_ERRORS) / len(_ALLOWED_ERRORS)
 
 
-@register_task("regression", aliases=("mra", "numerical regression"))
+@register_task(
+    "regression",
+    aliases=("mra", "numerical regression"),
+    instruction="Give the number inside <answer></answer>.",
+)
 def score_regression(sample: Sample) -> TaskScore:
     """Mean relative accuracy of the stated number (0 when no single number is stated)."""
     truth = truth_number(sample.truth, sample.task)

@@ -109,7 +109,12 @@ def _size(sample: Sample, truth: Any) -> tuple[int, int] | None:
 
 
 @register_task(
-    "segmentation", aliases=("video segmentation", "image segmentation", "referring segmentation", "mask")
+    "segmentation",
+    aliases=("video segmentation", "image segmentation", "referring segmentation", "mask"),
+    instruction=(
+        'Give the mask as COCO RLE {"size": [height, width], "counts": "..."} or as polygons '
+        "[[x1, y1, x2, y2, ...]] inside <answer></answer>."
+    ),
 )
 def score_segmentation(sample: Sample) -> TaskScore:
     """Mask IoU, or the mean over ground-truth seconds for `{"masks": {...}}` answers."""

@@ -40,6 +40,7 @@ def raw_box(value: Any) -> Any | None:
         "visual grounding",
         "box grounding",
     ),
+    instruction='Give the box as {"boxes": [x1, y1, x2, y2]} inside <answer></answer>.',
 )
 def score_spatial_grounding(sample: Sample) -> TaskScore:
     """Box IoU in [0, 1]."""

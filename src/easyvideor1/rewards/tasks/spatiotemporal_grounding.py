@@ -32,6 +32,10 @@ TIME_WEIGHT = 0.5
         "stvg",
         "st grounding",
     ),
+    instruction=(
+        'Give the time span and the object\'s box at each second of it as {"time": [start_seconds, '
+        'end_seconds], "boxes": {"second": [x1, y1, x2, y2], ...}} inside <answer></answer>.'
+    ),
 )
 def score_spatiotemporal_grounding(sample: Sample) -> TaskScore:
     """0.5 tIoU + 0.5 mean box IoU (tIoU alone when the ground truth has no boxes in its span)."""

@@ -30,7 +30,9 @@ def truth_span(sample: Sample) -> Span:
 
 
 @register_task(
-    "temporal_grounding", aliases=("temporal grounding", "moment retrieval", "video grounding", "tvg")
+    "temporal_grounding",
+    aliases=("temporal grounding", "moment retrieval", "video grounding", "tvg"),
+    instruction='Give the time span as {"time": [start_seconds, end_seconds]} inside <answer></answer>.',
 )
 def score_temporal_grounding(sample: Sample) -> TaskScore:
     """tIoU in [0, 1]."""

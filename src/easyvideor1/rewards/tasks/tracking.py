@@ -8,7 +8,14 @@ from easyvideor1.rewards.sample import GroundTruthError, Sample, TaskScore
 from easyvideor1.rewards.tasks.temporal_grounding import read_answer_json
 
 
-@register_task("tracking", aliases=("object tracking", "sot", "single object tracking"))
+@register_task(
+    "tracking",
+    aliases=("object tracking", "sot", "single object tracking"),
+    instruction=(
+        'Give the object\'s box at each second as {"boxes": {"second": [x1, y1, x2, y2], ...}} '
+        "inside <answer></answer>."
+    ),
+)
 def score_tracking(sample: Sample) -> TaskScore:
     """Mean IoU over the ground-truth seconds, in [0, 1]."""
     truth = sample.truth_json()
