@@ -17,7 +17,9 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
+from ..validation import in_range, non_negative, positive
 from . import advantages, kl, policy_losses
+from ._registry import UnknownAlgorithmError
 from .aggregation import normalize_loss_agg_mode
 from .filtering import FILTER_CRITERIA
 from .kl import AdaptiveKLController, FixedKLController
@@ -53,17 +55,18 @@ class KLConfig:
     horizon: int = 10000
 
     def __post_init__(self) -> None:
-        kl.KL_ESTIMATORS.get(self.type)  # raises UnknownAlgorithmError listing the known types
-        _check(self.coef >= 0, f"kl.coef must be >= 0, got {self.coef}")
+        _named("algorithm.kl.type", kl.KL_ESTIMATORS.get, self.type)  # lists the known types
+        non_negative("algorithm.kl.coef", self.coef)
         _check(
             self.apply_as in ("loss", "reward"),
-            f"kl.apply_as must be 'loss' or 'reward', got {self.apply_as!r}",
+            f"algorithm.kl.apply_as must be 'loss' or 'reward', got {self.apply_as!r}",
         )
         _check(
             self.controller in ("fixed", "adaptive"),
-            f"kl.controller must be 'fixed' or 'adaptive', got {self.controller!r}",
+            f"algorithm.kl.controller must be 'fixed' or 'adaptive', got {self.controller!r}",
         )
-        _check(self.target > 0 and self.horizon > 0, "kl.target and kl.horizon must be positive")
+        positive("algorithm.kl.target", self.target)
+        positive("algorithm.kl.horizon", self.horizon)
 
     @property
     def enabled(self) -> bool:
@@ -100,10 +103,13 @@ class OnlineFilterConfig:
     def __post_init__(self) -> None:
         _check(
             self.criterion in FILTER_CRITERIA,
-            f"online_filtering.criterion must be one of {FILTER_CRITERIA}, got {self.criterion!r}",
+            f"algorithm.online_filtering.criterion must be one of {FILTER_CRITERIA}, got {self.criterion!r}",
         )
-        _check(self.low < self.high, f"online_filtering.low ({self.low}) must be < high ({self.high})")
-        _check(bool(self.key), "online_filtering.key must be a reward key")
+        _check(
+            self.low < self.high,
+            f"algorithm.online_filtering.low ({self.low}) must be < high ({self.high})",
+        )
+        _check(bool(self.key), "algorithm.online_filtering.key must be a reward key")
 
 
 @dataclass
@@ -127,11 +133,11 @@ class OverlongConfig:
     factor: float = 1.0
 
     def __post_init__(self) -> None:
-        _check(self.buffer > 0, f"overlong.buffer must be positive, got {self.buffer}")
-        _check(self.factor >= 0, f"overlong.factor must be >= 0, got {self.factor}")
+        positive("algorithm.overlong.buffer", self.buffer)
+        non_negative("algorithm.overlong.factor", self.factor)
         _check(
             self.max_length is None or self.max_length >= self.buffer,
-            f"overlong.max_length ({self.max_length}) must be >= buffer ({self.buffer})",
+            f"algorithm.overlong.max_length ({self.max_length}) must be >= buffer ({self.buffer})",
         )
 
 
@@ -195,26 +201,31 @@ class AlgorithmConfig:
     overlong: OverlongConfig = field(default_factory=OverlongConfig)
 
     def __post_init__(self) -> None:
-        advantages.get_advantage_estimator(self.adv_estimator)
-        policy_losses.get_policy_loss(self.policy_loss)
-        self.loss_agg_mode = normalize_loss_agg_mode(self.loss_agg_mode)
-        _check(self.adv_eps > 0 and self.whiten_eps > 0, "adv_eps and whiten_eps must be positive")
-        _check(0.0 <= self.gamma <= 1.0, f"gamma must be in [0, 1], got {self.gamma}")
+        _named("algorithm.adv_estimator", advantages.get_advantage_estimator, self.adv_estimator)
+        _named("algorithm.policy_loss", policy_losses.get_policy_loss, self.policy_loss)
+        try:
+            self.loss_agg_mode = normalize_loss_agg_mode(self.loss_agg_mode)
+        except ValueError as e:
+            raise ValueError(f"algorithm.loss_agg_mode: {e}") from None
+        positive("algorithm.adv_eps", self.adv_eps)
+        positive("algorithm.whiten_eps", self.whiten_eps)
+        in_range("algorithm.gamma", self.gamma, 0.0, 1.0)
         _check(
-            0.0 <= self.clip_ratio_low < 1.0, f"clip_ratio_low must be in [0, 1), got {self.clip_ratio_low}"
+            0.0 <= self.clip_ratio_low < 1.0,
+            f"algorithm.clip_ratio_low must be in [0, 1), got {self.clip_ratio_low}",
         )
-        _check(self.clip_ratio_high >= 0.0, f"clip_ratio_high must be >= 0, got {self.clip_ratio_high}")
+        non_negative("algorithm.clip_ratio_high", self.clip_ratio_high)
         _check(
             self.clip_ratio_dual is None or self.clip_ratio_dual > 1.0,
-            f"clip_ratio_dual must be > 1 or None, got {self.clip_ratio_dual}",
+            f"algorithm.clip_ratio_dual must be > 1 or None, got {self.clip_ratio_dual}",
         )
         _check(
             self.loss_norm_length is None or self.loss_norm_length > 0,
-            f"loss_norm_length must be positive, got {self.loss_norm_length}",
+            f"algorithm.loss_norm_length must be positive, got {self.loss_norm_length}",
         )
         _check(
             self.adv_estimator.replace("-", "_").lower() != "gdpo" or len(self.gdpo_reward_keys) > 0,
-            "gdpo needs at least one key in gdpo_reward_keys",
+            "algorithm.adv_estimator=gdpo needs at least one key in algorithm.gdpo_reward_keys",
         )
 
     def advantage_options(self) -> dict[str, Any]:
@@ -241,6 +252,14 @@ class AlgorithmConfig:
         if self.kl.controller == "adaptive":
             return AdaptiveKLController(self.kl.coef, self.kl.target, self.kl.horizon)
         return FixedKLController(self.kl.coef)
+
+
+def _named(key: str, lookup, name: str) -> None:
+    """Look ``name`` up in a registry; an unknown name's error says which setting held it."""
+    try:
+        lookup(name)
+    except UnknownAlgorithmError as e:
+        raise UnknownAlgorithmError(f"{key}: {e}") from None
 
 
 def _check(condition: bool, message: str) -> None:

@@ -45,6 +45,10 @@ class DataConfig:
         prompt_template: How a question becomes the model's text: ``none`` (as written), ``plain``
             (options block + answer-format instruction), ``reasoning`` (plus a <think> request), or
             a ``.jinja`` file rendered with the record's fields.
+        strict: A record whose media cannot be loaded (missing, corrupt or undecodable video or
+            image, or no cache entry in ``cache_only`` mode) stops training with its error. By
+            default (false) such a record is skipped, listed with the reason in
+            ``<trainer.output_dir>/skipped_records.jsonl`` and counted (``data/skipped_records``).
     """
 
     train_files: list[str] = field(default_factory=list)
@@ -66,10 +70,12 @@ class DataConfig:
     prompt_template: str = "plain"
     max_prompt_length: int = 4096
     preflight: str = "full"
+    strict: bool = False
 
     def __post_init__(self) -> None:
         if self.preflight not in ("full", "fast"):
             raise ValueError(f"data.preflight must be full or fast, got {self.preflight!r}")
+        self._check_ranges()
         if self.model_family not in MODEL_FAMILIES:
             factor_for_family(self.model_family)  # raises a clear error for unknown families
         if self.cache_mode not in CACHE_MODES:
@@ -78,13 +84,48 @@ class DataConfig:
             )
         if self.video_nframes is not None:
             self.video_fps = None  # a fixed count replaces the fps rule
-        self.sampling_params()  # validate the budgets now, not at the first video
+        try:
+            self.sampling_params()  # validate the budgets now, not at the first video
+        except ValueError as e:  # name the setting: "fps must be positive" -> data.video_fps
+            raise ValueError(f"data.video_{e}" if str(e).split()[0].isidentifier() else str(e)) from None
         image_min = self.image_min_pixels if self.image_min_pixels is not None else 4 * self.factor**2
         if self.image_max_pixels is not None and self.image_max_pixels < image_min:
             raise ValueError(
                 f"data.image_max_pixels ({self.image_max_pixels}) is below data.image_min_pixels "
                 f"({image_min}{'' if self.image_min_pixels is not None else ', the default 4 x factor^2'})"
             )
+
+    def _check_ranges(self) -> None:
+        """Numbers that would only fail (or do nothing) at the first video, checked at load."""
+        from ..validation import positive, require
+
+        positive("data.decode_time_limit", self.decode_time_limit)
+        require(
+            isinstance(self.max_prompt_length, int) and self.max_prompt_length >= 1,
+            "data.max_prompt_length",
+            "must be >= 1",
+            self.max_prompt_length,
+        )
+        for key in (
+            "video_fps",
+            "video_nframes",
+            "video_min_frames",
+            "video_max_frames",
+            "video_min_pixels",
+            "video_max_pixels",
+            "video_total_pixels",
+            "image_min_pixels",
+            "image_max_pixels",
+        ):
+            if getattr(self, key) is not None:
+                positive(f"data.{key}", getattr(self, key))
+        lo, hi = self.video_min_frames, self.video_max_frames
+        require(
+            lo is None or hi is None or lo <= hi,
+            "data.video_min_frames",
+            f"must be <= data.video_max_frames ({hi})",
+            lo,
+        )
 
     @property
     def factor(self) -> int:

@@ -197,13 +197,16 @@ def iter_raw(path: str) -> Iterator[tuple[str, Any]]:
     path = str(path)
     if not os.path.exists(path):
         raise FileNotFoundError(f"{path}: data file not found")
+    if os.path.isdir(path):
+        raise RecordError(path, "is a directory; expected a data file (JSON array, JSONL or Parquet)")
     if path.endswith(".parquet"):
         import pyarrow.parquet as pq
 
         for i, row in enumerate(pq.read_table(path).to_pylist()):
             yield f"{path}[{i}]", row
         return
-    with open(path, encoding="utf-8") as f:
+    # utf-8-sig: files saved by Windows tools start with a byte-order mark, which is not JSON
+    with open(path, encoding="utf-8-sig") as f:
         head = f.read(4096).lstrip()
         f.seek(0)
         if head.startswith("["):

@@ -4,6 +4,10 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
+from ..validation import at_least, in_range, non_negative, one_of, positive, require
+
+LOGGERS = ("console", "jsonl", "tensorboard", "wandb")
+
 
 @dataclass
 class ModelConfig:
@@ -22,6 +26,9 @@ class ModelConfig:
     dtype: str = "float32"
     gradient_checkpointing: bool = False
     freeze_vision_tower: bool = False
+
+    def __post_init__(self) -> None:
+        one_of("model.dtype", self.dtype, ("float32", "fp32", "bfloat16", "bf16"))
 
 
 @dataclass
@@ -46,6 +53,11 @@ class VLLMConfig:
     in_process: bool = True
     sleep_between_phases: bool = False
     max_model_len: int = 0
+
+    def __post_init__(self) -> None:
+        in_range("rollout.vllm.gpu_memory_utilization", self.gpu_memory_utilization, 0, 1, low_open=True)
+        at_least("rollout.vllm.tensor_parallel_size", self.tensor_parallel_size, 1)
+        non_negative("rollout.vllm.max_model_len", self.max_model_len)
 
 
 @dataclass
@@ -90,20 +102,22 @@ class RolloutConfig:
         # YAML reads a bare `off` as the boolean false; accept it as the mode it was meant to be
         if str(self.hybrid).lower() in ("false", "no", "0", "none"):
             self.hybrid = "off"
-        if self.hybrid not in ("off", "always", "below_threshold"):
-            raise ValueError(f"rollout.hybrid must be off, always or below_threshold, got {self.hybrid!r}")
-        if self.temperature <= 0:
-            raise ValueError(
-                "rollout.temperature must be > 0 for training rollouts (use val_temperature=0 for greedy)"
-            )
-        if self.engine not in ("hf", "vllm"):
-            raise ValueError(f"rollout.engine must be hf or vllm, got {self.engine!r}")
-        if self.offline_shaping < 0:
-            raise ValueError(f"rollout.offline_shaping must be >= 0, got {self.offline_shaping}")
-        if self.n < 1 or not 0 <= self.offline_k <= self.n:
-            raise ValueError(
-                f"need n >= 1 and 0 <= offline_k <= n, got n={self.n}, offline_k={self.offline_k}"
-            )
+        one_of("rollout.hybrid", self.hybrid, ("off", "always", "below_threshold"))
+        one_of("rollout.engine", self.engine, ("hf", "vllm"))
+        require(
+            isinstance(self.temperature, (int, float)) and 0 < self.temperature < float("inf"),
+            "rollout.temperature",
+            "must be > 0 for training rollouts (use rollout.val_temperature=0 for greedy)",
+            self.temperature,
+        )
+        at_least("rollout.n", self.n, 1)
+        in_range("rollout.top_p", self.top_p, 0, 1, low_open=True)
+        non_negative("rollout.top_k", self.top_k)
+        at_least("rollout.max_new_tokens", self.max_new_tokens, 1)
+        in_range("rollout.offline_k", self.offline_k, 0, self.n)
+        in_range("rollout.hybrid_threshold", self.hybrid_threshold, 0, 1)
+        non_negative("rollout.val_temperature", self.val_temperature)
+        non_negative("rollout.offline_shaping", self.offline_shaping)
 
 
 @dataclass
@@ -124,7 +138,8 @@ class TrainerConfig:
         seed: Seeds sampling, data order and initialisation.
         sft_warmup_steps: Supervised steps on the records' ``offline_output`` before RL (0 = none).
         sft_lr: Learning rate of the warm-up. sft_batch_size: Prompts per warm-up step.
-        val_every: Validate every k steps (0 = only before and after). val_size: Validation prompts.
+        val_every: Validate every k steps (0 = only before and after). val_size: Validation prompts
+            (0 = no validation).
         save_every: Checkpoint every k steps (0 = only at the end). keep_last: Checkpoints kept.
         resume: ``auto`` (continue from the newest checkpoint in output_dir if any), ``never``, or a path.
         loggers: Any of ``console``, ``jsonl``, ``tensorboard``, ``wandb``.
@@ -154,10 +169,30 @@ class TrainerConfig:
     loggers: list[str] = field(default_factory=lambda: ["console", "jsonl", "tensorboard"])
 
     def __post_init__(self) -> None:
-        if self.prompts_per_step % self.mini_batch_prompts:
-            raise ValueError("trainer.prompts_per_step must be a multiple of trainer.mini_batch_prompts")
-        if self.lr_schedule not in ("constant", "cosine"):
-            raise ValueError(f"trainer.lr_schedule must be constant or cosine, got {self.lr_schedule!r}")
+        for key in ("max_steps", "prompts_per_step", "mini_batch_prompts", "micro_batch_size", "ppo_epochs"):
+            at_least(f"trainer.{key}", getattr(self, key), 1)
+        at_least("trainer.sft_batch_size", self.sft_batch_size, 1)
+        for key in ("warmup_steps", "sft_warmup_steps", "val_every", "val_size", "save_every", "keep_last"):
+            non_negative(f"trainer.{key}", getattr(self, key))
+        for key in ("lr", "sft_lr", "max_grad_norm"):
+            positive(f"trainer.{key}", getattr(self, key))
+        non_negative("trainer.weight_decay", self.weight_decay)
+        require(len(self.betas) == 2, "trainer.betas", "must be two numbers [beta1, beta2]", self.betas)
+        for i, beta in enumerate(self.betas):
+            in_range(f"trainer.betas[{i}]", beta, 0, 1)
+            require(beta < 1, f"trainer.betas[{i}]", "must be < 1", beta)
+        require(
+            self.prompts_per_step % self.mini_batch_prompts == 0,
+            "trainer.prompts_per_step",
+            f"must be a multiple of trainer.mini_batch_prompts ({self.mini_batch_prompts})",
+            self.prompts_per_step,
+        )
+        one_of("trainer.lr_schedule", self.lr_schedule, ("constant", "cosine"))
+        require(
+            bool(str(self.resume).strip()), "trainer.resume", "must be auto, never or a path", self.resume
+        )
+        unknown = [name for name in self.loggers if name not in LOGGERS]
+        require(not unknown, "trainer.loggers", f"entries must be among {', '.join(LOGGERS)}", unknown)
 
 
 @dataclass
@@ -179,3 +214,7 @@ class DemoConfig:
     n_train: int = 256
     n_val: int = 64
     mixed: bool = False
+
+    def __post_init__(self) -> None:
+        at_least("demo.n_train", self.n_train, 1)
+        at_least("demo.n_val", self.n_val, 1)

@@ -59,6 +59,15 @@ class DistributedConfig:
     balance_tokens: bool = False
     timeout_minutes: float = 30.0
 
+    def __post_init__(self) -> None:
+        from ..validation import one_of, positive
+
+        one_of("distributed.backend", self.backend, ("auto", "nccl", "gloo"))
+        if self.param_dtype is not None:
+            one_of("distributed.param_dtype", self.param_dtype, tuple(_DTYPES))
+        one_of("distributed.reduce_dtype", self.reduce_dtype, tuple(_DTYPES))
+        positive("distributed.timeout_minutes", self.timeout_minutes)
+
 
 @dataclass
 class DistState:
