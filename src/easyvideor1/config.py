@@ -8,9 +8,11 @@ convention). Unknown keys are errors, so a typo never silently does nothing.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any, TypeVar
 
-from omegaconf import OmegaConf
+import yaml
+from omegaconf import DictConfig, OmegaConf
 from omegaconf.errors import OmegaConfBaseException
 
 from .algorithms.config import AlgorithmConfig
@@ -34,6 +36,47 @@ class RunConfig:
     trainer: TrainerConfig = field(default_factory=TrainerConfig)
     distributed: DistributedConfig = field(default_factory=DistributedConfig)
     demo: DemoConfig = field(default_factory=DemoConfig)
+
+    def __post_init__(self) -> None:
+        _check_across_sections(self)
+
+
+# estimators whose baseline is the other responses of the prompt's group: with one response per
+# prompt every advantage is exactly 0 and the run trains nothing
+GROUP_ESTIMATORS = ("grpo", "dr_grpo", "rloo", "gdpo")
+
+
+def _check_across_sections(cfg: RunConfig) -> None:
+    """Settings that are each valid but make no sense together."""
+    from .algorithms._registry import normalize_name
+
+    est = normalize_name(cfg.algorithm.adv_estimator)
+    n, k = cfg.rollout.n, cfg.rollout.offline_k
+    if est in GROUP_ESTIMATORS and n < 2:
+        raise ValueError(
+            f"rollout.n={n} with algorithm.adv_estimator={cfg.algorithm.adv_estimator}: a group "
+            "estimator compares the responses of one prompt, so one response gets advantage 0 "
+            "(use rollout.n >= 2, or adv_estimator=reinforce_plus_plus / remax)"
+        )
+    if est in GROUP_ESTIMATORS and cfg.rollout.hybrid != "off" and k >= n:
+        raise ValueError(
+            f"rollout.offline_k={k} with rollout.n={n}: hybrid groups would be all offline (identical "
+            f"responses, advantage 0 under algorithm.adv_estimator={cfg.algorithm.adv_estimator}); "
+            "need offline_k < n"
+        )
+    f = cfg.algorithm.online_filtering
+    if f.enable and f.criterion == "std" and n < 2:
+        raise ValueError(
+            f"algorithm.online_filtering.criterion=std with rollout.n={n}: a group of one never has "
+            "reward spread, so every group would be dropped"
+        )
+    if est in ("gdpo", "remax") and (
+        cfg.algorithm.overlong.enable or (cfg.algorithm.kl.enabled and cfg.algorithm.kl.apply_as == "reward")
+    ):
+        raise ValueError(
+            f"algorithm.adv_estimator={cfg.algorithm.adv_estimator} works on the raw reward keys / a "
+            "greedy baseline: use it without algorithm.overlong and without algorithm.kl.apply_as=reward"
+        )
 
 
 class ConfigError(ValueError):
@@ -63,7 +106,7 @@ def load_config(
     try:
         merged = OmegaConf.structured(cls)
         if config_file:
-            merged = OmegaConf.merge(merged, OmegaConf.load(config_file))
+            merged = OmegaConf.merge(merged, _load_yaml(config_file))
         if values:
             merged = OmegaConf.merge(merged, OmegaConf.create(values))
         if overrides:
@@ -72,9 +115,33 @@ def load_config(
     except OmegaConfBaseException as e:
         key = getattr(e, "full_key", None)
         msg = str(e).splitlines()[0]
-        raise ConfigError(f"invalid configuration{f' at {key}' if key else ''}: {msg}") from e
-    except FileNotFoundError as e:
-        raise ConfigError(f"config file not found: {config_file}") from e
+        where = f" ({config_file} and overrides)" if config_file else ""
+        raise ConfigError(f"invalid configuration{f' at {key}' if key else ''}{where}: {msg}") from e
+    except ConfigError:
+        raise
+    except ValueError as e:  # a dataclass check: the message names the dotted key
+        raise ConfigError(str(e)) from e
+
+
+def _load_yaml(path: str) -> DictConfig:
+    """A YAML mapping from ``path``; every way it can be unusable is a ConfigError naming the file."""
+    p = Path(path)
+    if not p.exists():
+        raise ConfigError(f"config file not found: {path}")
+    if p.is_dir():
+        raise ConfigError(f"config file {path} is a directory (expected a YAML file)")
+    try:
+        loaded = OmegaConf.load(p)
+    except yaml.YAMLError as e:
+        mark = getattr(e, "problem_mark", None) or getattr(e, "context_mark", None)
+        line = f":{mark.line + 1}" if mark is not None else ""
+        problem = getattr(e, "problem", None) or str(e).splitlines()[0]
+        raise ConfigError(f"{path}{line}: invalid YAML ({problem})") from e
+    except (OSError, UnicodeDecodeError) as e:
+        raise ConfigError(f"config file {path} cannot be read ({e})") from e
+    if not isinstance(loaded, DictConfig):
+        raise ConfigError(f"{path}: a config file must be a mapping of sections, got a list")
+    return loaded
 
 
 def to_yaml(cfg: Any) -> str:

@@ -118,13 +118,6 @@ class Trainer:
         self.logger = MetricsLogger(tc.output_dir, loggers, dataclasses.asdict(cfg), tc.max_steps)
         self.train_idx = self.preflight(self.train_set, "train")
         self.val_idx = self.preflight(self.val_set, "val", max_count=tc.val_size) if self.val_set else []
-        if normalize_name(self.alg.adv_estimator) in ("gdpo", "remax") and (
-            self.alg.overlong.enable or (self.alg.kl.enabled and self.alg.kl.apply_as == "reward")
-        ):
-            raise ValueError(
-                f"algorithm.adv_estimator={self.alg.adv_estimator} works on the raw reward keys / a greedy "
-                "baseline: use it without algorithm.overlong and without kl.apply_as=reward"
-            )
         self.kl_ctl = self.alg.make_kl_controller()
         params = [p for p in self.model.parameters() if p.requires_grad]
         self.optimizer = torch.optim.AdamW(
