@@ -64,10 +64,37 @@ def _run_config(args: argparse.Namespace, extra: list[str]) -> RunConfig:
     return load_config(RunConfig, config_file, overrides, values={"data": data} if data else None)
 
 
+def _number_above_zero(kind: type):
+    """An argparse type: a number of ``kind`` that must be > 0 (``--n -1`` once "wrote -1 videos")."""
+
+    def parse(text: str):
+        try:
+            value = kind(text)
+        except ValueError as e:
+            raise argparse.ArgumentTypeError(f"expected a {kind.__name__}, got {text!r}") from e
+        if not value > 0:
+            raise argparse.ArgumentTypeError(f"must be > 0, got {text}")
+        return value
+
+    return parse
+
+
+def _frame_size(text: str) -> tuple[int, int]:
+    try:
+        w, h = (int(x) for x in text.lower().split("x"))
+    except ValueError as e:
+        raise argparse.ArgumentTypeError(f"expected WIDTHxHEIGHT, e.g. 160x120, got {text!r}") from e
+    if w < 16 or h < 16:
+        raise argparse.ArgumentTypeError(f"WIDTH and HEIGHT must be >= 16, got {text!r}")
+    return w, h
+
+
 def cmd_synth(args: argparse.Namespace, extra: list[str]) -> int:
     from .data.synthetic import write_synthetic_set
 
-    w, h = (int(x) for x in args.size.lower().split("x"))
+    if extra:
+        raise ConfigError(f"synth takes no key=value settings, got {' '.join(extra)}")
+    w, h = args.size
     path = write_synthetic_set(args.out, args.n, seed=args.seed, size=(w, h), fps=args.fps, codec=args.codec)
     print(f"wrote {args.n} videos and {sum(1 for _ in open(path))} records to {path}")
     return 0
@@ -255,10 +282,10 @@ def build_parser() -> argparse.ArgumentParser:
 
     p = sub.add_parser("synth", help="write synthetic videos and records with ground truth")
     p.add_argument("--out", required=True, help="output directory (becomes the video root)")
-    p.add_argument("--n", type=int, default=16, help="number of videos")
+    p.add_argument("--n", type=_number_above_zero(int), default=16, help="number of videos (> 0)")
     p.add_argument("--seed", type=int, default=0)
-    p.add_argument("--size", default="160x120", help="WIDTHxHEIGHT")
-    p.add_argument("--fps", type=float, default=10.0)
+    p.add_argument("--size", type=_frame_size, default=(160, 120), help="WIDTHxHEIGHT (default 160x120)")
+    p.add_argument("--fps", type=_number_above_zero(float), default=10.0)
     p.add_argument("--codec", default="h264", choices=["h264", "hevc", "vp9", "vp8", "mpeg4", "mjpeg"])
     p.set_defaults(func=cmd_synth)
 
