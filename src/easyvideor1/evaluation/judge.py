@@ -7,6 +7,10 @@ template server-side) and ``EASYVIDEOR1_JUDGE_MODEL``; or ``...judge:local_judge
 ``EASYVIDEOR1_JUDGE_MODEL`` naming a local Hugging Face model directory (its chat template is
 applied here). The judge answers "Judgement: 1" or "Judgement: 0"; anything else scores 0 and
 is counted as a judge failure.
+
+A benchmark with an official judge prompt passes it as ``judge_prompt`` (sent as the only
+message, as the official code does) with ``judge_reply="correct"`` (the reply is "Correct" or
+"Incorrect", VideoReasonBench) or ``"judgement"`` (the default format above).
 """
 
 from __future__ import annotations
@@ -34,15 +38,28 @@ def parse_judgement(text: str) -> float | None:
     return float(found[-1]) if found else None
 
 
-def _messages(prediction: str, truth: str) -> list[dict[str, str]]:
-    return [
-        {"role": "system", "content": SYSTEM},
-        {"role": "user", "content": TEMPLATE.format(truth=truth, prediction=prediction)},
-    ]
+def parse_correct(text: str) -> float | None:
+    """1 for a reply that says "Correct", 0 for "Incorrect", None for anything else."""
+    words = re.findall(r"[a-z]+", (text or "").lower())
+    if words[:1] == ["correct"]:
+        return 1.0
+    if words[:1] == ["incorrect"]:
+        return 0.0
+    return None
 
 
-def _verdict(reply: str) -> float:
-    verdict = parse_judgement(reply)
+def _messages(prediction: str, truth: str, meta: dict | None = None) -> list[dict[str, str]]:
+    if meta and meta.get("judge_prompt"):
+        return [{"role": "user", "content": str(meta["judge_prompt"])}]
+    user = TEMPLATE.format(truth=truth, prediction=prediction)
+    if meta and meta.get("question"):  # the question disambiguates short answers
+        user = f"Question: {meta['question']}\n{user}"
+    return [{"role": "system", "content": SYSTEM}, {"role": "user", "content": user}]
+
+
+def _verdict(reply: str, meta: dict | None = None) -> float:
+    parse = parse_correct if (meta or {}).get("judge_reply") == "correct" else parse_judgement
+    verdict = parse(reply)
     if verdict is None:
         failures["unparsable"] += 1
         return 0.0
@@ -56,7 +73,7 @@ def openai_judge(prediction: str, truth: str, **meta) -> float:
     body = json.dumps(
         {
             "model": os.environ.get("EASYVIDEOR1_JUDGE_MODEL", "judge"),
-            "messages": _messages(prediction, truth),
+            "messages": _messages(prediction, truth, meta),
             "temperature": 0.0,
             "max_tokens": 256,
         }
@@ -69,7 +86,7 @@ def openai_judge(prediction: str, truth: str, **meta) -> float:
         request, timeout=float(os.environ.get("EASYVIDEOR1_JUDGE_TIMEOUT", "60"))
     ) as r:
         reply = json.loads(r.read())["choices"][0]["message"]["content"]
-    return _verdict(reply)
+    return _verdict(reply, meta)
 
 
 @functools.lru_cache(maxsize=1)
@@ -89,9 +106,9 @@ def local_judge(prediction: str, truth: str, **meta) -> float:
 
     model, tokenizer = _local(os.environ["EASYVIDEOR1_JUDGE_MODEL"])
     prompt = tokenizer.apply_chat_template(
-        _messages(prediction, truth), tokenize=False, add_generation_prompt=True
+        _messages(prediction, truth, meta), tokenize=False, add_generation_prompt=True
     )
     ids = tokenizer(prompt, return_tensors="pt")
     with torch.no_grad():
         out = model.generate(**ids, max_new_tokens=128, do_sample=False)
-    return _verdict(tokenizer.decode(out[0, ids["input_ids"].shape[1] :], skip_special_tokens=True))
+    return _verdict(tokenizer.decode(out[0, ids["input_ids"].shape[1] :], skip_special_tokens=True), meta)

@@ -1,8 +1,10 @@
-"""Evaluation prompts: the question, its options, and an answer-format instruction per style.
+"""The generic evaluation prompt: the question, its options, and the task's answer instruction.
 
-``direct`` asks for the answer only (Qwen3-VL's instruct evaluation style); ``thinking`` asks for
-brief reasoning and a final ``<answer>``. The option-letter range follows the record's options
-(the reference always said "(A, B, C, or D)", even for ten options).
+The instruction comes from the record's reward task (:func:`easyvideor1.rewards.answer_instruction`),
+the same text training prompts use, so what the prompt asks for is what the scorer reads.
+``direct`` asks for the answer only; ``thinking`` asks to reason first (inside ``<think>``) and then
+answer. Benchmarks whose official evaluation builds its own prompt (OVO-Bench, MINERVA,
+VideoReasonBench, ...) supply a prompt function in their spec instead (``benchmarks/``).
 """
 
 from __future__ import annotations
@@ -10,35 +12,31 @@ from __future__ import annotations
 import re
 
 from ..data.records import Record
+from ..rewards import answer_instruction
 
-_GROUNDING = {"temporal grounding", "spatial-temporal grounding", "spatial grounding", "tracking"}
+STYLES = ("direct", "thinking")
 
 
-def _letters(options: list[str]) -> str:
-    letters = [o.strip()[0] for o in options if o.strip()]
-    return ", ".join(letters[:-1]) + f", or {letters[-1]}" if len(letters) > 1 else "".join(letters)
+def check_style(style: str) -> None:
+    if style not in STYLES:
+        raise ValueError(f"unknown prompt style {style!r}: direct or thinking")
+
+
+def question_text(record: Record) -> str:
+    """The record's question with numbered image placeholders made plain (``<image 1>`` -> ``<image>``)."""
+    return re.sub(r"<image \d+>", "<image>", record.problem).strip()
 
 
 def render_prompt(record: Record, style: str = "direct") -> str:
     """The user text for ``record`` (media placeholders stay where the annotation put them)."""
-    if style not in ("direct", "thinking"):
-        raise ValueError(f"unknown prompt style {style!r}: direct or thinking")
-    question = re.sub(r"<image \d+>", "<image>", record.problem).strip() or "Describe the video in detail."
-    ptype = record.problem_type.strip().lower().replace("_", " ")
+    check_style(style)
+    question = question_text(record) or "Describe the video in detail."
     if record.options:
         body = (
-            f"Select the best answer to the following multiple-choice question based on the video.\n"
+            "Select the best answer to the following multiple-choice question based on the video.\n"
             f"Question: {question}\nOptions:\n" + "\n".join(record.options)
         )
-        tail = f"Answer with the option's letter ({_letters(record.options)})"
-    elif ptype in _GROUNDING:
-        body = f"Answer the following question based on the video.\nQuestion: {question}"
-        tail = 'Answer with JSON such as {"time": [start_seconds, end_seconds]}'
-        if ptype != "temporal grounding":
-            tail = 'Answer with JSON such as {"time": [start, end], "boxes": {"second": [x1, y1, x2, y2]}}'
     else:
         body = f"Answer the following question based on the video.\nQuestion: {question}"
-        tail = "Answer with a short phrase or number"
-    if style == "thinking":
-        return f"{body}\nThink briefly, then {tail[0].lower() + tail[1:]} inside <answer></answer>."
-    return f"{body}\n{tail} inside <answer></answer>."
+    instruction = answer_instruction(record.problem_type, record.options, reasoning=style == "thinking")
+    return f"{body}\n{instruction}"

@@ -1,14 +1,34 @@
-"""The benchmark registry: one small spec per benchmark (loader, prompt rules, metric)."""
+"""The benchmark registry: one small spec per benchmark (loader, prompt, scorer, metric).
+
+A spec says how its benchmark is prompted (``build_prompt``), how one response is scored
+(``score_response``) and how scored samples become the official numbers (``aggregate``). Samples a
+judge-based metric could not score (no judge configured) carry ``scored: False``: they are left out
+of the headline and breakdowns and counted as ``not_scored``; proxies (ROUGE, exact match) are
+averaged under their own names, never as the metric.
+"""
 
 from __future__ import annotations
 
 import os
+from collections import Counter
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
 from ..data.records import Record, load_records
+from ..rewards import RewardConfig
 from .metrics import Scored, accuracy
+
+PromptFn = Callable[[Record, str], str]
+# (record, response, reward_config, response_length) -> result dict (see BenchmarkSpec.score_response)
+ScoreFn = Callable[[Record, str, RewardConfig | None, int | None], dict[str, Any]]
+
+# Proxy numbers a scorer may attach to a sample; averaged as "<name>_proxy", never the headline.
+PROXIES = ("rouge_l", "rouge1", "rouge2", "exact_match", "final_answer_found")
+
+
+def _plain_accuracy(rows: list[Scored]) -> dict[str, Any]:
+    return {"score": accuracy(rows)}
 
 
 @dataclass(frozen=True)
@@ -19,23 +39,79 @@ class BenchmarkSpec:
         name: Registry name (``easyvideor1 eval --benchmarks NAME``).
         annotation: File name of its unified annotation file (JSON array or JSONL).
         video_dir: Sub-directory of the video root holding its videos.
-        aggregate: Samples -> {"score": ..., breakdowns...}; default plain accuracy.
+        aggregator: Scored samples -> {"score": ..., breakdowns...}; default plain accuracy.
+            ``aggregate`` calls it with the judge-less samples already removed.
         adapt: Per-record adjustment after loading (e.g. MVBench clip windows).
         breakdown_note: What the official breakdown is, for the report.
+        prompt: The benchmark's own prompt construction ``(record, style) -> text``; None = the
+            generic render of ``prompts.py``.
+        scorer: The benchmark's own scoring ``(record, response, reward_config, response_length)
+            -> dict``; None = the reward library (open-ended answers need a judge).
+        max_new_tokens: Default generation length (official setting, or generous enough for the
+            "thinking" style).
+        metric: The headline metric's official name ("accuracy", "mIoU", "judge accuracy", ...).
+        prompt_source: Where the prompt construction comes from (URL or paper section).
+        needs_judge: Whether (part of) the official metric is LLM-judged.
     """
 
     name: str
     annotation: str
     video_dir: str
-    aggregate: Callable[[list[Scored]], dict[str, Any]] = field(
-        default=lambda rows: {"score": accuracy(rows)}
-    )
+    aggregator: Callable[[list[Scored]], dict[str, Any]] = field(default=_plain_accuracy)
     adapt: Callable[[Record], Record] | None = None
     breakdown_note: str = ""
+    prompt: PromptFn | None = None
+    scorer: ScoreFn | None = None
+    max_new_tokens: int = 1024
+    metric: str = "accuracy"
+    prompt_source: str = "generic (evaluation/prompts.py): question, options, the task's answer instruction"
+    needs_judge: bool = False
 
     def load(self, annotations_dir: str) -> list[Record]:
         records = load_records(os.path.join(annotations_dir, self.annotation))
         return [self.adapt(r) for r in records] if self.adapt else records
+
+    def build_prompt(self, record: Record, style: str) -> str:
+        """The exact user text for ``record`` (media placeholders as the record has them)."""
+        from .prompts import render_prompt
+
+        return (self.prompt or render_prompt)(record, style)
+
+    def score_response(
+        self,
+        record: Record,
+        response: str,
+        *,
+        reward_config: RewardConfig | None = None,
+        response_length: int | None = None,
+    ) -> dict[str, Any]:
+        """One sample's result: ``accuracy`` and ``extracted`` when scored; ``scored: False`` and
+        ``not_scored_reason`` when the official metric needs a judge and none is configured."""
+        from .scoring import score_generic
+
+        fn = self.scorer or score_generic
+        return fn(record, response, reward_config, response_length)
+
+    def aggregate(self, rows: list[Scored]) -> dict[str, Any]:
+        """The official numbers over scored samples; judge-less samples are excluded and counted.
+
+        Failures (``failed: True``, accuracy 0) stay in and count as wrong. With no scored sample
+        at all the headline is None (not 0: nothing was measured).
+        """
+        scored = [(rec, res) for rec, res in rows if res.get("scored") is not False]
+        skipped = [res for _, res in rows if res.get("scored") is False]
+        out = dict(self.aggregator(scored))
+        if not scored:
+            out["score"] = None
+        out["not_scored"] = len(skipped)
+        if skipped:
+            reasons = Counter(str(res.get("not_scored_reason", "unknown")) for res in skipped)
+            out["not_scored_reasons"] = dict(sorted(reasons.items()))
+        for name in PROXIES:
+            values = [float(res[name]) for _, res in rows if isinstance(res.get(name), (int, float))]
+            if values:
+                out[f"{name}_proxy"] = sum(values) / len(values)
+        return out
 
 
 BENCHMARKS: dict[str, BenchmarkSpec] = {}

@@ -1,11 +1,19 @@
 """Built-in benchmarks: the unified annotation files (see ../shared/benchmarks) with their official
-breakdowns. Adding one is one ``register_benchmark(BenchmarkSpec(...))`` call."""
+metrics, breakdowns, prompt sources and generation lengths. Adding one is one
+``register_benchmark(BenchmarkSpec(...))`` call; a benchmark whose official evaluation builds its
+own prompt or scores differently has a module under ``benchmarks/``.
+
+Generation lengths: greedy decoding stops at the end of the answer, so a generous limit costs
+nothing on short answers and keeps the ``thinking`` style from being cut. The EasyVideoR1
+thinking-mode scripts use 4096 for every benchmark; VideoReasonBench's official config uses 4096.
+"""
 
 from __future__ import annotations
 
 import dataclasses
 
 from ..data.records import Record
+from .benchmarks import minerva, ovobench, vcrbench, videoreasonbench
 from .metrics import (
     macro_over,
     micro_with_breakdown,
@@ -18,8 +26,22 @@ from .metrics import (
 from .registry import BenchmarkSpec, register_benchmark
 
 
+def label(value) -> str:
+    """A breakdown label: missing/None/empty text is "unknown"; 0 is "0", False is "false"."""
+    if value is None or (isinstance(value, str) and not value.strip()):
+        return "unknown"
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    return str(value).strip()
+
+
 def _field(name: str):
-    return lambda rec: str(rec.extra.get(name) or "unknown")
+    return lambda rec: label(rec.extra.get(name))
+
+
+def _first_dir(rec: Record) -> str:
+    parts = [p for p in (rec.videos[0] if rec.videos else "").split("/") if p not in (".", "")]
+    return parts[0] if len(parts) > 1 else "unknown"
 
 
 def _mvbench_task(rec: Record) -> str:
@@ -36,6 +58,8 @@ def _mvbench_clip(rec: Record) -> Record:
     return rec
 
 
+_LONG, _SHORT = 4096, 1024  # reasoning benchmarks / answers that are a letter, number or JSON span
+
 _SPECS = [
     BenchmarkSpec(
         "videomme",
@@ -43,6 +67,7 @@ _SPECS = [
         "Video-MME",
         micro_with_breakdown(_field("duration"), "by_duration"),
         breakdown_note="accuracy by duration (short / medium / long)",
+        max_new_tokens=_SHORT,
     ),
     BenchmarkSpec(
         "mvbench",
@@ -51,21 +76,26 @@ _SPECS = [
         macro_over(_mvbench_task, "by_task"),
         adapt=_mvbench_clip,
         breakdown_note="mean over sub-tasks; start/end clip windows honoured",
+        max_new_tokens=_SHORT,
+        metric="mean accuracy over tasks",
     ),
-    BenchmarkSpec("lvbench", "lvbench.json", "LVBench"),
+    BenchmarkSpec("lvbench", "lvbench.json", "LVBench", max_new_tokens=_SHORT),
     BenchmarkSpec(
         "longvideobench",
         "longvideobench.json",
         "LongVideoBench",
         micro_with_breakdown(_field("original_question_type"), "by_question_type"),
+        max_new_tokens=_SHORT,
     ),
-    BenchmarkSpec("mlvu-dev", "mlvu-dev.json", "MLVU_dev/MLVU_dev"),
-    BenchmarkSpec("mlvu-test", "mlvu-test.json", "MLVU_Test"),
+    BenchmarkSpec("mlvu-dev", "mlvu-dev.json", "MLVU_dev/MLVU_dev", max_new_tokens=_SHORT),
+    BenchmarkSpec("mlvu-test", "mlvu-test.json", "MLVU_Test", max_new_tokens=_SHORT),
     BenchmarkSpec(
         "videommmu",
         "videommmu_with_image.json",
         "VideoMMMU",
         micro_with_breakdown(_field("original_question_type"), "by_question_type"),
+        breakdown_note="numerical answers rule-based (number match), as VideoMMMU's own parser",
+        max_new_tokens=_LONG,
     ),
     BenchmarkSpec(
         "vsibench",
@@ -73,23 +103,37 @@ _SPECS = [
         "VSI-Bench",
         macro_over(_field("original_question_type"), "by_task"),
         breakdown_note="macro average over task types; MRA for numeric answers",
+        max_new_tokens=_SHORT,
+        metric="mean over task types (accuracy; MRA for numeric)",
     ),
-    BenchmarkSpec("mmvu", "mmvu-all.json", "MMVU", micro_with_breakdown(lambda r: r.problem_type, "by_type")),
-    BenchmarkSpec("mmvu-mc", "mmvu-mc.json", "MMVU"),
-    BenchmarkSpec("holmes", "holmes.json", "Video-Holmes"),
+    BenchmarkSpec(
+        "mmvu",
+        "mmvu-all.json",
+        "MMVU",
+        micro_with_breakdown(lambda r: r.problem_type, "by_type"),
+        breakdown_note="open-ended answers are judged (GPT-4o in MMVU's evaluation)",
+        max_new_tokens=_LONG,
+        metric="accuracy (open-ended: judge accuracy)",
+        needs_judge=True,
+    ),
+    BenchmarkSpec("mmvu-mc", "mmvu-mc.json", "MMVU", max_new_tokens=_LONG),
+    BenchmarkSpec("holmes", "holmes.json", "Video-Holmes", max_new_tokens=_LONG),
     BenchmarkSpec(
         "videomathqa",
         "videomathqa.jsonl",
         "VideoMathQA",
         multi_binary,
         breakdown_note="multi-binary questions count only if all their pairs are right",
+        max_new_tokens=_LONG,
+        metric="multi-binary accuracy",
     ),
-    BenchmarkSpec("longvideoreason", "longvideoreason.json", "longvila_videos"),
+    BenchmarkSpec("longvideoreason", "longvideoreason.json", "longvila_videos", max_new_tokens=_LONG),
     BenchmarkSpec(
         "motionbench",
         "motionbench.json",
         "MotionBench",
         micro_with_breakdown(_field("original_question_type"), "by_category"),
+        max_new_tokens=_SHORT,
     ),
     BenchmarkSpec(
         "charades_sta",
@@ -97,9 +141,26 @@ _SPECS = [
         "Charades_sta/Charades_v1_480",
         temporal_recall(),
         breakdown_note="mIoU and R@{0.3, 0.5, 0.7}",
+        max_new_tokens=_SHORT,
+        metric="mIoU",
     ),
-    BenchmarkSpec("stvg", "stvg.json", "ST-Align-Benchmark", spatio_temporal),
-    BenchmarkSpec("videommlu", "videommlu.json", "Video-MMLU"),
+    BenchmarkSpec(
+        "stvg",
+        "stvg.json",
+        "ST-Align-Benchmark",
+        spatio_temporal,
+        max_new_tokens=_SHORT,
+        metric="0.5 tIoU + 0.5 box IoU",
+    ),
+    BenchmarkSpec(
+        "videommlu",
+        "videommlu.json",
+        "Video-MMLU",
+        breakdown_note="detailed captions, scored by an LLM judge in Video-MMLU's evaluation",
+        max_new_tokens=_LONG,
+        metric="judge accuracy",
+        needs_judge=True,
+    ),
     # Not shipped in ../shared; their documented unified formats (reference section 7.1):
     BenchmarkSpec(
         "ovobench",
@@ -107,36 +168,73 @@ _SPECS = [
         "OVO-Bench/chunked_videos",
         nested_macro(_field("ovo_task"), _field("ovo_category"), ("by_task", "by_category")),
         breakdown_note="accuracy per task -> macro per category (backward/realtime/forward) -> macro",
+        prompt=ovobench.build_prompt,
+        prompt_source=ovobench.SOURCE,
+        max_new_tokens=_SHORT,
+        metric="mean of category means of task accuracy",
     ),
     BenchmarkSpec(
         "odvbench",
         "odvbench.json",
         "ODV-Bench/clips",
         several_breakdowns(by_task=_field("odv_task"), by_subtask=_field("odv_subtask")),
+        max_new_tokens=_SHORT,
     ),
     BenchmarkSpec(
         "livesports3k_qa",
         "livesports3k_qa.json",
         "LiveSports-3K-QA/clips",
         several_breakdowns(by_question_type=_field("q_type_livesports"), by_ocr=_field("ocr_livesports")),
+        max_new_tokens=_SHORT,
     ),
-    BenchmarkSpec("minerva", "minerva.json", "Minderva"),
+    BenchmarkSpec(
+        "minerva",
+        "minerva.json",
+        "Minderva",
+        prompt=minerva.build_prompt,
+        prompt_source=minerva.SOURCE,
+        max_new_tokens=_LONG,
+        metric="MCQ accuracy (5 choices)",
+    ),
     BenchmarkSpec(
         "vcrbench",
         "vcrbench.json",
         "VCR-Bench/v1/videos",
         micro_with_breakdown(lambda r: r.problem_type, "by_type"),
+        breakdown_note="MC by letter; span/box answers by IoU > 0.7 / 0.5; other open-ended judged",
+        scorer=vcrbench.score,
+        prompt_source=vcrbench.SOURCE,
+        max_new_tokens=_LONG,
+        metric="accuracy (open-ended: judge / IoU)",
+        needs_judge=True,
     ),
-    BenchmarkSpec("videoreasonbench", "videoreasonbench.json", "VideoReasonBench/videos"),
+    BenchmarkSpec(
+        "videoreasonbench",
+        "videoreasonbench.json",
+        "VideoReasonBench/videos",
+        micro_with_breakdown(_first_dir, "by_demo"),
+        breakdown_note="judge accuracy on the text after 'Final Answer', by demo (card, chip, cup, ...)",
+        prompt=videoreasonbench.build_prompt,
+        scorer=videoreasonbench.score,
+        prompt_source=videoreasonbench.SOURCE,
+        max_new_tokens=_LONG,
+        metric="judge accuracy",
+        needs_judge=True,
+    ),
     BenchmarkSpec(
         "tempcompass",
         "tempcompass.json",
         "TempCompass",
         micro_with_breakdown(_field("original_question_type"), "by_dimension"),
+        max_new_tokens=_SHORT,
     ),
     # `easyvideor1 synth --out DIR` output: DIR is both the annotation directory and the video root
     BenchmarkSpec(
-        "synthetic", "records.jsonl", "", micro_with_breakdown(lambda r: r.problem_type, "by_task")
+        "synthetic",
+        "records.jsonl",
+        "",
+        micro_with_breakdown(lambda r: r.problem_type, "by_task"),
+        max_new_tokens=_SHORT,
     ),
 ]
 
