@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import sys
 
 from .config import ConfigError, RunConfig, load_config, split_overrides
@@ -165,99 +166,102 @@ def cmd_make_tiny_model(args: argparse.Namespace, extra: list[str]) -> int:
     return 0
 
 
-def cmd_eval(args: argparse.Namespace, extra: list[str]) -> int:
-    import dataclasses
-    import os
+# eval/score flags -> eval.* config keys (flags win over config=FILE and over a preset)
+_EVAL_FLAGS = (
+    "benchmarks annotations style max_new_tokens batch_size load_workers max_samples dtype engine "
+    "max_in_flight preset"
+).split()
 
-    from .evaluation import get_benchmark
-    from .evaluation.pipeline import EvalSettings, run_benchmark
+
+def _eval_config(args: argparse.Namespace, extra: list[str]) -> RunConfig:
+    """The run config with eval flags applied. Order: defaults < config=FILE < preset < flags < key=value.
+
+    A preset (``--preset`` or ``eval.preset``) sets the frame budget and sampling unless flags or
+    overrides set them; ``--video-root`` is the benchmarks' root (``eval.video_root``)."""
     from .evaluation.presets import get_preset
-    from .evaluation.report import plot_scores, write_summary
-    from .media.cache import VideoLoader
 
-    if args.preset:
-        preset = get_preset(args.preset)
-        for key, flag in (
-            ("video_fps", "fps"),
-            ("video_min_frames", "min_frames"),
-            ("video_max_frames", "max_frames"),
-            ("video_min_pixels", "min_pixels"),
-            ("video_max_pixels", "max_pixels"),
-            ("video_total_pixels", "total_pixels"),
-            ("model_family", "model_family"),
-        ):
-            if getattr(args, flag, None) is None and key in preset["data"]:
-                setattr(args, flag, preset["data"][key])  # explicit flags win over the preset
-    cfg = _run_config(args, extra)
-    import torch
+    config_file, overrides, rest = split_overrides(extra)
+    if rest:
+        raise ConfigError(f"unrecognised arguments: {' '.join(rest)}")
+    data = {
+        key: getattr(args, flag)
+        for flag, key in _FLAG_TO_KEY.items()
+        if getattr(args, flag, None) is not None
+    }
+    data.pop("video_root", None)
+    if data.get("video_nframes") is not None:
+        data["video_fps"] = None
+    settings = {f: getattr(args, f) for f in _EVAL_FLAGS if getattr(args, f, None) is not None}
+    if "benchmarks" in settings:
+        settings["benchmarks"] = settings["benchmarks"].split(",")
+    if getattr(args, "video_root", None) is not None:
+        settings["video_root"] = args.video_root
+    preset_name = settings.get("preset") or load_config(RunConfig, config_file, overrides).eval.preset
+    if preset_name:
+        preset = get_preset(preset_name)
+        data = {**preset["data"], **data}
+        settings = {**preset["sampling"], **settings}
+    return load_config(RunConfig, config_file, overrides, values={"data": data, "eval": settings})
 
-    # on a CPU-only machine, leave the loader processes their cores
-    if not torch.cuda.is_available():
-        torch.set_num_threads(max(1, (os.cpu_count() or 2) - args.load_workers))
-    engine, processor = _eval_engine(args)
-    settings = EvalSettings(
-        style=args.style,
-        max_new_tokens=args.max_new_tokens,
-        batch_size=args.batch_size,
-        load_workers=args.load_workers,
-        max_samples=args.max_samples,
-        max_in_flight=args.max_in_flight,
-        preset=args.preset,
-        engine=args.engine,
-        **(get_preset(args.preset)["sampling"] if args.preset else {}),
-    )
-    results = {}
-    try:
-        for name in args.benchmarks.split(","):
-            spec = get_benchmark(name)
-            ann_dir = args.video_root if spec.name == "synthetic" else args.annotations
-            data = dataclasses.replace(cfg.data, video_root=os.path.join(args.video_root, spec.video_dir))
-            loader = VideoLoader(data.cache_dir, data.cache_mode, data.decode_time_limit)
-            annotation = os.path.join(ann_dir, spec.annotation)
-            results[spec.name] = run_benchmark(
-                spec,
-                spec.load(ann_dir),
-                annotation,
-                engine,
-                processor,
-                data,
-                settings,
-                args.out,
-                args.model,
-                loader,
-            )
-            print(
-                f"{spec.name}: {results[spec.name]['score']:.4f} ({results[spec.name]['evaluated']} samples, "
-                f"{results[spec.name]['failures']} failures)"
-            )
-    finally:
-        if hasattr(engine, "close"):
-            engine.close()
-    write_summary(results, args.out)
-    plot_scores(results, args.out)
+
+def cmd_eval(args: argparse.Namespace, extra: list[str]) -> int:
+    from .evaluation import commands
+
+    cfg = _eval_config(args, extra)
+    if args.list:
+        print(commands.benchmark_table(cfg.eval))
+        return 0
+    if not args.out:
+        raise ConfigError("--out DIR is required")
+    if args.dry_run:
+        commands.dry_run(cfg.eval, args.out)
+        return 0
+    model = args.model or cfg.model.path
+    if not model:
+        raise ConfigError("no model: give --model DIR (or model.path in config=FILE)")
+    if not os.path.exists(model):
+        raise ConfigError(f"model directory not found: {model}")
+
+    def make_engine():
+        import torch
+
+        # on a CPU-only machine, leave the loader processes their cores
+        if not torch.cuda.is_available():
+            torch.set_num_threads(max(1, (os.cpu_count() or 2) - cfg.eval.load_workers))
+        return _eval_engine(args, model, cfg.eval)
+
+    commands.evaluate(cfg, model, args.out, make_engine)
     return 0
 
 
-def _eval_engine(args: argparse.Namespace):
+def cmd_score(args: argparse.Namespace, extra: list[str]) -> int:
+    from .evaluation import commands
+
+    cfg = _eval_config(args, extra)
+    commands.score(cfg, args.predictions, args.out)
+    return 0
+
+
+def _eval_engine(args: argparse.Namespace, model: str, settings):
     """HF ``generate`` in batches, or vLLM ``AsyncLLM`` with one request per sample."""
-    if args.engine == "hf":
+    if settings.engine == "hf":
         import torch
 
         from .models.loading import load_policy
         from .rollout.hf import HFRolloutEngine
 
-        model, processor = load_policy(args.model, dtype=args.dtype)
-        model.to("cuda" if torch.cuda.is_available() else "cpu").eval()
-        return HFRolloutEngine(model, processor), processor
+        policy, processor = load_policy(model, dtype=settings.dtype)
+        policy.to("cuda" if torch.cuda.is_available() else "cpu").eval()
+        return HFRolloutEngine(policy, processor), processor
     from transformers import AutoProcessor
 
     from .evaluation.engines import AsyncVLLMEvalEngine
 
-    processor = AutoProcessor.from_pretrained(args.model)
+    processor = AutoProcessor.from_pretrained(model)
     engine = AsyncVLLMEvalEngine(
-        args.model,
+        model,
         processor,
-        dtype=args.dtype,
+        dtype=settings.dtype,
         max_model_len=args.max_model_len,
         gpu_memory_utilization=args.gpu_memory_utilization,
         tensor_parallel_size=args.tensor_parallel_size,
@@ -274,6 +278,21 @@ def cmd_eval_compare(args: argparse.Namespace, extra: list[str]) -> int:
 
     print(compare_runs(args.run_a, args.run_b))
     return 0
+
+
+def _benchmark_names() -> str:
+    from .evaluation import list_benchmarks
+
+    return ", ".join(list_benchmarks())
+
+
+def _add_benchmark_flags(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--benchmarks", help="eval.benchmarks: comma-separated names (eval --list shows them)")
+    p.add_argument(
+        "--annotations",
+        help="eval.annotations: directory of the unified annotation files "
+        "(default: $EASYVIDEOR1_ANNOTATIONS)",
+    )
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -310,35 +329,78 @@ def build_parser() -> argparse.ArgumentParser:
     p = sub.add_parser("train", help="RL training: easyvideor1 train config=FILE.yaml key=value ...")
     p.set_defaults(func=cmd_train)
 
-    p = sub.add_parser("eval", help="evaluate a model on video benchmarks (resumable)")
-    p.add_argument("--model", required=True, help="a Hugging Face Qwen-VL model directory")
-    p.add_argument("--benchmarks", required=True, help="comma-separated names (see evaluation/specs.py)")
+    p = sub.add_parser(
+        "eval",
+        help="evaluate a model on video benchmarks (resumable); --list, --dry-run",
+        description="Evaluate a model on video benchmarks. Flags are shortcuts for eval.* / data.* keys; "
+        "config=FILE.yaml (the training run's config works) and key=value overrides follow the flags. "
+        "Benchmarks: " + _benchmark_names(),
+    )
+    p.add_argument("--model", help="a Hugging Face model directory (default: model.path of config=FILE)")
+    _add_benchmark_flags(p)
     p.add_argument(
-        "--video-root", required=True, help="root of the benchmarks' videos (synthetic: the synth dir)"
+        "--video-root", help="eval.video_root: root of the benchmarks' videos (synthetic: the synth dir)"
+    )
+    p.add_argument("--out", help="output directory (required except with --list)")
+    p.add_argument(
+        "--list", action="store_true", help="list every benchmark: annotation file, metric, found?"
     )
     p.add_argument(
-        "--annotations", default=str(__import__("pathlib").Path("../shared/benchmarks/annotations"))
+        "--dry-run", action="store_true", help="write OUT/B/prompts.jsonl; load no model, decode no video"
     )
-    p.add_argument("--out", required=True)
-    p.add_argument("--style", choices=["direct", "thinking"], default="direct")
+    p.add_argument("--style", choices=["direct", "thinking"], help="eval.style (default direct)")
     p.add_argument("--preset", help="named settings, e.g. qwen3vl-official or greedy (flags override them)")
-    p.add_argument("--max-new-tokens", type=int, default=32)
-    p.add_argument("--batch-size", type=int, default=4)
-    p.add_argument("--load-workers", type=int, default=2)
-    p.add_argument("--max-samples", type=int)
-    p.add_argument("--dtype", default="float32", help="float32 or bfloat16 (both engines)")
-    g = p.add_argument_group("engine")
-    g.add_argument(
-        "--engine", choices=["hf", "vllm"], default="hf", help="hf: batched generate; vllm: AsyncLLM"
+    p.add_argument(
+        "--max-new-tokens",
+        type=_number_above_zero(int),
+        help="eval.max_new_tokens (default: each benchmark's own)",
     )
-    g.add_argument("--max-in-flight", type=int, default=64, help="vllm: requests submitted at once")
-    g.add_argument("--max-model-len", type=int, help="vllm: prompt + response token limit")
+    p.add_argument(
+        "--batch-size",
+        type=_number_above_zero(int),
+        help="eval.batch_size: HF engine samples per generate call",
+    )
+    p.add_argument(
+        "--load-workers", type=_number_above_zero(int), help="eval.load_workers: media loader processes"
+    )
+    p.add_argument(
+        "--max-samples", type=_number_above_zero(int), help="eval.max_samples: only the first N samples"
+    )
+    p.add_argument("--dtype", choices=["float32", "bfloat16", "auto"], help="eval.dtype (both engines)")
+    g = p.add_argument_group("engine")
+    g.add_argument("--engine", choices=["hf", "vllm"], help="hf: batched generate (default); vllm: AsyncLLM")
+    g.add_argument("--max-in-flight", type=_number_above_zero(int), help="vllm: requests submitted at once")
+    g.add_argument(
+        "--max-model-len", type=_number_above_zero(int), help="vllm: prompt + response token limit"
+    )
     g.add_argument("--gpu-memory-utilization", type=float, default=0.9, help="vllm: share of GPU memory")
-    g.add_argument("--tensor-parallel-size", type=int, default=1, help="vllm: GPUs per engine copy")
+    g.add_argument(
+        "--tensor-parallel-size", type=_number_above_zero(int), default=1, help="vllm: GPUs per engine copy"
+    )
     g.add_argument("--enforce-eager", action="store_true", help="vllm: no compilation / CUDA graphs")
-    g.add_argument("--data-parallel-size", type=int, default=1, help="vllm: engine copies (GPUs = dp x tp)")
+    g.add_argument(
+        "--data-parallel-size",
+        type=_number_above_zero(int),
+        default=1,
+        help="vllm: engine copies (GPUs = dp x tp)",
+    )
     _add_sampling_flags(p, video_root=False)
     p.set_defaults(func=cmd_eval)
+
+    p = sub.add_parser(
+        "score",
+        help="score responses made elsewhere (no model, no videos), exactly as eval scores",
+        description="FILE is JSONL with sample_id (as in eval --dry-run's prompts.jsonl) and response; "
+        "a sample missing from FILE counts as a failure. Benchmarks: " + _benchmark_names(),
+    )
+    _add_benchmark_flags(p)
+    p.add_argument("--video-root", help="eval.video_root (only the synthetic benchmark reads it)")
+    p.add_argument("--predictions", action="append", required=True, help="JSONL predictions file; repeatable")
+    p.add_argument("--out", required=True)
+    p.add_argument("--style", choices=["direct", "thinking"], help="eval.style the responses were made with")
+    p.add_argument("--preset", help=argparse.SUPPRESS)
+    p.add_argument("--max-samples", type=_number_above_zero(int), help="eval.max_samples")
+    p.set_defaults(func=cmd_score)
 
     p = sub.add_parser("eval-compare", help="per-benchmark score deltas of two eval runs")
     p.add_argument("run_a")

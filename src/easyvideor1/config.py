@@ -17,6 +17,7 @@ from omegaconf.errors import OmegaConfBaseException
 
 from .algorithms.config import AlgorithmConfig
 from .data.config import DataConfig
+from .evaluation.config import EvalConfig
 from .rewards.config import RewardConfig
 from .trainer.config import DemoConfig, ModelConfig, RolloutConfig, TrainerConfig
 from .trainer.distributed import DistributedConfig
@@ -36,6 +37,7 @@ class RunConfig:
     trainer: TrainerConfig = field(default_factory=TrainerConfig)
     distributed: DistributedConfig = field(default_factory=DistributedConfig)
     demo: DemoConfig = field(default_factory=DemoConfig)
+    eval: EvalConfig = field(default_factory=EvalConfig)
 
     def __post_init__(self) -> None:
         _check_across_sections(self)

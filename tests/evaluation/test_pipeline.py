@@ -134,7 +134,8 @@ def test_a_failing_request_is_a_recorded_failure_and_spares_its_batch(assets, tm
 
     from easyvideor1.data.config import DataConfig
     from easyvideor1.evaluation import get_benchmark
-    from easyvideor1.evaluation.pipeline import EvalSettings, run_benchmark
+    from easyvideor1.evaluation.config import EvalConfig
+    from easyvideor1.evaluation.pipeline import BenchmarkInputs, run_benchmark
     from easyvideor1.models.loading import load_policy
     from easyvideor1.rollout.hf import HFRolloutEngine
 
@@ -160,16 +161,14 @@ def test_a_failing_request_is_a_recorded_failure_and_spares_its_batch(assets, tm
         video_min_pixels=1024,
         video_max_pixels=4096,
     )
-    settings = EvalSettings(batch_size=4, max_new_tokens=8, load_workers=1)
-    annotation = str(assets / "syn" / spec.annotation)
+    settings = EvalConfig(batch_size=4, max_new_tokens=8, load_workers=1)
+    inputs = BenchmarkInputs.build(spec, records, str(assets / "syn" / spec.annotation), settings)
     engine = Flaky()
-    results = run_benchmark(
-        spec, records, annotation, engine, processor, data, settings, str(tmp_path), str(assets / "model")
-    )
+    results = run_benchmark(inputs, engine, processor, data, settings, str(tmp_path), "tiny-model")
     rows = _predictions(tmp_path)
-    assert sorted(r["sample_id"] for r in rows) == sorted(r.problem_id for r in records)
+    assert sorted(r["sample_id"] for r in rows) == sorted(inputs.ids)
     failed = [r for r in rows if r["failed"]]
-    assert [r["sample_id"] for r in failed] == [records[2].problem_id]
+    assert [r["sample_id"] for r in failed] == [inputs.ids[2]]
     assert "refused" in failed[0]["error"]
     assert results["failures"] == 1 and results["evaluated"] == 6
     if max(engine.poisoned_batches) > 1:  # the batch failed, then its samples went one by one

@@ -3,18 +3,16 @@
 Stages: a pool of loader processes reads each sample's media (cache entry or decode) into a
 bounded queue -> the engine generates for batches of ready samples (HF), or each sample is
 submitted as its own request the moment it is ready and collected when it finishes (vLLM
-``AsyncLLM``, at most ``max_in_flight`` at once) ->
-the reward library scores -> one JSON line per sample is appended to ``predictions.jsonl`` and
-flushed. The queue bound keeps memory flat on long videos (back-pressure). A rerun skips exactly
-the samples already recorded under the same settings hash; a sample whose media cannot be loaded is
-recorded as a failure and counts as wrong.
+``AsyncLLM``, at most ``max_in_flight`` at once) -> the benchmark's scorer scores -> one JSON line
+per sample is appended to ``predictions.jsonl`` and flushed. The queue bound keeps memory flat on
+long videos (back-pressure). A rerun skips exactly the samples already recorded under the same
+settings digest (generation settings, frame budget, model *fingerprint*) with the same prompt; a
+sample whose media cannot be loaded is recorded as a failure and counts as wrong.
 """
 
 from __future__ import annotations
 
 import dataclasses
-import hashlib
-import json
 import multiprocessing
 import os
 import queue
@@ -24,96 +22,113 @@ from concurrent.futures import FIRST_COMPLETED, Future, ProcessPoolExecutor, wai
 from typing import Any
 
 from ..data.config import DataConfig
-from ..data.dataset import RecordDataset, encode_prompts, load_media, prompt_parts
+from ..data.dataset import RecordDataset, build_content, encode_prompts, load_media, prompt_parts
 from ..data.records import Record
-from ..rewards import score_record
+from ..rewards import RewardConfig
 from ..rollout.base import SamplingConfig
-from .prompts import render_prompt
+from .config import EvalConfig, digest_of
+from .identity import sample_ids
+from .predictions import PredictionWriter, read_predictions
 from .registry import BenchmarkSpec
+from .results import write_results
+from .rows import failure_row, prompt_sha, scored_row
 
 _DONE = object()
+# data settings that change where frames come from, not which frames: not part of the digest
+_DATA_NOT_HASHED = (
+    "train_files",
+    "val_files",
+    "video_root",
+    "cache_dir",
+    "cache_mode",
+    "decode_time_limit",
+    "preflight",
+)
 
 
 @dataclasses.dataclass
-class EvalSettings:
-    """What makes two runs comparable (hashed into every prediction line)."""
+class BenchmarkInputs:
+    """One benchmark's samples as the model will see them: unique ids, exact prompts, media."""
 
-    style: str = "direct"
-    max_new_tokens: int = 32
-    temperature: float = 0.0
-    top_p: float = 1.0
-    top_k: int = 0
-    presence_penalty: float = 0.0
-    preset: str | None = None
-    # reported, not hashed: greedy predictions are engine-independent (tested), so a run may be
-    # resumed with the other engine
-    engine: str = "hf"
-    batch_size: int = 4
-    load_workers: int = 2
-    queue_size: int = 8
-    max_samples: int | None = None
-    max_in_flight: int = 64
+    spec: BenchmarkSpec
+    records: list[Record]
+    ids: list[str]
+    prompts: list[str]
+    annotation_file: str
 
-    def digest(self, data: DataConfig, model: str) -> str:
-        keep = {
-            k: v
-            for k, v in dataclasses.asdict(self).items()
-            if k not in ("batch_size", "load_workers", "queue_size", "max_in_flight", "engine")
-        }
-        blob = json.dumps(
-            {"eval": keep, "data": dataclasses.asdict(data), "model": os.path.abspath(model)},
-            sort_keys=True,
-            default=str,
-        )
-        return hashlib.sha256(blob.encode()).hexdigest()[:16]
+    @classmethod
+    def build(
+        cls, spec: BenchmarkSpec, records: list[Record], annotation_file: str, settings: EvalConfig
+    ) -> BenchmarkInputs:
+        records = records[: settings.max_samples] if settings.max_samples else records
+        prompts = [spec.build_prompt(r, settings.style) for r in records]
+        return cls(spec, records, sample_ids(records, spec.name), prompts, annotation_file)
 
+    def prompted(self) -> list[Record]:
+        return [dataclasses.replace(r, problem=p) for r, p in zip(self.records, self.prompts, strict=True)]
 
-def _recorded(path: str, digest: str) -> dict[str, dict]:
-    done: dict[str, dict] = {}
-    if os.path.exists(path):
-        with open(path, encoding="utf-8") as f:
-            for line in f:
-                try:
-                    row = json.loads(line)
-                except json.JSONDecodeError:
-                    continue  # a line cut by a kill: that sample is simply redone
-                if row.get("settings") == digest:
-                    done[row["sample_id"]] = row
-    return done
+    def prompt_rows(self) -> list[dict[str, Any]]:
+        """``prompts.jsonl`` rows: the user text exactly as the model receives it, media as placeholders."""
+        rows = []
+        for sid, rec, prompted in zip(self.ids, self.records, self.prompted(), strict=True):
+            content = build_content(prompted)
+            text = "".join(c["text"] if c["type"] == "text" else f"<{c['type']}>" for c in content)
+            media: dict[str, Any] = {"videos": rec.videos, "images": rec.images}
+            if rec.video_start is not None or rec.video_end is not None:
+                media["clip"] = [rec.video_start, rec.video_end]
+            rows.append(
+                {
+                    "sample_id": sid,
+                    "prompt": text,
+                    "media": media,
+                    "answer": rec.answer,
+                    "problem_type": rec.problem_type,
+                    "options": rec.options,
+                }
+            )
+        return rows
 
 
-def _with_prompt(rec: Record, style: str) -> Record:
-    return dataclasses.replace(rec, problem=render_prompt(rec, style))
+def settings_digest(settings: EvalConfig, spec: BenchmarkSpec, data: DataConfig, model_id: str) -> str:
+    frames = {k: v for k, v in dataclasses.asdict(data).items() if k not in _DATA_NOT_HASHED}
+    return digest_of(
+        {"eval": settings.generation_digest(spec.max_new_tokens), "data": frames, "model": model_id}
+    )
 
 
 def run_benchmark(
-    spec: BenchmarkSpec,
-    records: list[Record],
-    annotation_file: str,
+    inputs: BenchmarkInputs,
     engine,
     processor,
     data: DataConfig,
-    settings: EvalSettings,
+    settings: EvalConfig,
     out_dir: str,
-    model_path: str,
+    model_id: str,
     loader=None,
+    reward: RewardConfig | None = None,
 ) -> dict[str, Any]:
-    """Evaluate one benchmark; returns its results (also written to ``<out>/<name>/results.json``)."""
+    """Evaluate one benchmark; returns its results (also written to ``<out>/<name>/results.json``).
+
+    ``model_id`` is :func:`~easyvideor1.evaluation.identity.model_fingerprint` of the weights."""
     t0 = time.perf_counter()
+    spec = inputs.spec
     bench_dir = os.path.join(out_dir, spec.name)
     os.makedirs(bench_dir, exist_ok=True)
     pred_path = os.path.join(bench_dir, "predictions.jsonl")
-    digest = settings.digest(data, model_path)
-    records = records[: settings.max_samples] if settings.max_samples else records
-    prompted = [_with_prompt(r, settings.style) for r in records]
-    dataset = RecordDataset(prompted, eval_data_config(data), annotation_file, loader)
-    done = _recorded(pred_path, digest)
-    todo = [i for i, r in enumerate(records) if r.problem_id not in done]
+    digest = settings_digest(settings, spec, data, model_id)
+    dataset = RecordDataset(inputs.prompted(), eval_data_config(data), inputs.annotation_file, loader)
+    done = read_predictions(pred_path, digest).rows
+    todo = [
+        i
+        for i, sid in enumerate(inputs.ids)
+        if done.get(sid, {}).get("prompt_sha") != prompt_sha(inputs.prompts[i])
+    ]
+    max_new = settings.max_new_tokens or spec.max_new_tokens
     sampling = SamplingConfig(
         temperature=settings.temperature,
         top_p=settings.top_p,
         top_k=settings.top_k,
-        max_new_tokens=settings.max_new_tokens,
+        max_new_tokens=max_new,
         presence_penalty=settings.presence_penalty,
     )
     ready: queue.Queue = queue.Queue(maxsize=settings.queue_size)
@@ -133,37 +148,58 @@ def run_benchmark(
         ready.put(_DONE)
 
     threading.Thread(target=produce, daemon=True).start()
-    with open(pred_path, "a", encoding="utf-8") as out:
-        if out.tell() and not _ends_with_newline(pred_path):
-            out.write("\n")  # a kill cut the last line: never glue a new row onto it
-
-        def write(rows: list[dict]) -> None:
-            for row in rows:
-                out.write(json.dumps(row) + "\n")
-            out.flush()
-            os.fsync(out.fileno())
-
+    job = _Job(inputs, dataset, processor, sampling, digest, timing, reward)
+    with PredictionWriter(pred_path) as out:
         if getattr(engine, "streaming", False):
-            _stream(
-                ready, engine, processor, dataset, sampling, digest, timing, write, settings.max_in_flight
-            )
+            _stream(ready, engine, job, out.write, settings.max_in_flight)
         else:
-            _batches(ready, engine, processor, dataset, sampling, digest, timing, write, settings.batch_size)
-    # what the digest stands for, readable: sampling, engine, frame budget
-    frames = {
-        k: v for k, v in dataclasses.asdict(data).items() if k.startswith(("video_", "image_", "model_"))
+            _batches(ready, engine, job, out.write, settings.batch_size)
+    # what the digest stands for, readable: generation settings, engine, frame budget, model
+    detail = {
+        "eval": {**dataclasses.asdict(settings), "max_new_tokens": max_new},
+        "frames": {
+            k: v for k, v in dataclasses.asdict(data).items() if k.startswith(("video_", "image_", "model_"))
+        },
+        "model_fingerprint": model_id,
     }
-    detail = {"eval": dataclasses.asdict(settings), "frames": frames}
     results = write_results(
-        spec, records, pred_path, digest, bench_dir, time.perf_counter() - t0, timing, detail
+        inputs, pred_path, digest, bench_dir, time.perf_counter() - t0, timing, detail, reward
     )
     from .report import write_sample_pages
 
-    write_sample_pages(bench_dir, records, dataset)
+    write_sample_pages(bench_dir, inputs, dataset, digest)
     return results
 
 
-def _batches(ready, engine, processor, dataset, sampling, digest, timing, write, batch_size: int) -> None:
+@dataclasses.dataclass
+class _Job:
+    inputs: BenchmarkInputs
+    dataset: RecordDataset
+    processor: Any
+    sampling: SamplingConfig
+    digest: str
+    timing: dict[str, float]
+    reward: RewardConfig | None
+
+    def failure(self, i: int, error: str) -> dict:
+        return failure_row(self.inputs.ids[i], i, self.digest, self.inputs.prompts[i], error)
+
+    def scored(self, i: int, text: str, n_tokens: int, truncated: bool | None) -> dict:
+        return scored_row(
+            self.inputs.spec,
+            self.inputs.records[i],
+            self.inputs.ids[i],
+            i,
+            self.digest,
+            self.inputs.prompts[i],
+            text,
+            output_tokens=n_tokens,
+            truncated=truncated,
+            reward=self.reward,
+        )
+
+
+def _batches(ready, engine, job: _Job, write, batch_size: int) -> None:
     """Batched generation: take what is ready (up to ``batch_size``), generate, write, repeat."""
     finished = False
     while not finished:
@@ -180,12 +216,12 @@ def _batches(ready, engine, processor, dataset, sampling, digest, timing, write,
                 item = ready.get_nowait()
             except queue.Empty:
                 break
-        write(_generate_and_score(batch, engine, processor, dataset, sampling, digest, timing))
+        write(_generate_and_score(batch, engine, job))
 
 
-def _stream(ready, engine, processor, dataset, sampling, digest, timing, write, max_in_flight: int) -> None:
+def _stream(ready, engine, job: _Job, write, max_in_flight: int) -> None:
     """One request per sample, submitted when ready; rows written in the order requests finish."""
-    pending: dict[Future, tuple[int, Any]] = {}
+    pending: dict[Future, int] = {}
     finished = False
     t0 = time.perf_counter()
     while not finished or pending:
@@ -199,25 +235,26 @@ def _stream(ready, engine, processor, dataset, sampling, digest, timing, write, 
                 break
             i, sample, err = item
             if err is not None:
-                write([_failure_row(i, sample, err, digest)])
+                write([job.failure(i, err)])
                 continue
-            text, media = prompt_parts(processor, sample, dataset.cfg, dataset.loader)
-            pending[engine.submit(sample.record.problem_id, text, media, sampling)] = (i, sample)
+            text, media = prompt_parts(job.processor, sample, job.dataset.cfg, job.dataset.loader)
+            pending[engine.submit(job.inputs.ids[i], text, media, job.sampling)] = i
         if not pending:
             continue
         done, _ = wait(pending, timeout=0.02, return_when=FIRST_COMPLETED)
         rows = []
         for future in done:
-            i, sample = pending.pop(future)
+            i = pending.pop(future)
             try:
                 out = future.result()
             except Exception as e:  # e.g. a prompt longer than the engine allows: counted as wrong
-                rows.append(_failure_row(i, sample, f"{type(e).__name__}: {e}", digest))
+                rows.append(job.failure(i, f"{type(e).__name__}: {e}"))
                 continue
-            rows.append(_scored_row(i, sample, out.texts[0], int(out.mask.sum()), digest))
+            truncated = out.truncated[0] if out.truncated else None
+            rows.append(job.scored(i, out.texts[0], int(out.mask.sum()), truncated))
         if rows:
-            write(sorted(rows, key=lambda r: r["index"]))
-    timing["generate"] += time.perf_counter() - t0  # wall time of the generation stage
+            write(sorted(rows, key=_index))
+    job.timing["generate"] += time.perf_counter() - t0  # wall time of the generation stage
 
 
 _LOADER_DATASET = None
@@ -226,6 +263,9 @@ _LOADER_DATASET = None
 def _loader_init() -> None:
     import torch
 
+    from ..media.workers import die_with_parent
+
+    die_with_parent()  # a killed eval must not leave its loaders behind (re-parented, holding memory)
     torch.set_num_threads(1)
 
 
@@ -241,91 +281,32 @@ def _load_one(i: int):
     return item, time.perf_counter() - t
 
 
-def _ends_with_newline(path: str) -> bool:
-    with open(path, "rb") as f:
-        f.seek(-1, os.SEEK_END)
-        return f.read(1) == b"\n"
-
-
 def eval_data_config(data: DataConfig) -> DataConfig:
     return dataclasses.replace(data, prompt_template="none")  # the evaluation prompt is already rendered
 
 
-def _failure_row(i: int, sample, err: str, digest: str) -> dict:
-    return {
-        "sample_id": sample.record.problem_id,
-        "index": i,
-        "settings": digest,
-        "failed": True,
-        "error": err,
-        "prediction": None,
-        "accuracy": 0.0,
-    }
-
-
-def _scored_row(i: int, sample, text: str, n_tokens: int, digest: str) -> dict:
-    rec = sample.record
-    res = score_record(text, rec, response_length=n_tokens)
-    return {
-        "sample_id": rec.problem_id,
-        "index": i,
-        "settings": digest,
-        "failed": False,
-        "prediction": text,
-        "extracted": res.get("prediction"),
-        "output_tokens": n_tokens,
-        **{k: res[k] for k in ("accuracy", "format", "overall", "tiou", "box_iou") if k in res},
-    }
-
-
-def _generate_and_score(batch, engine, processor, dataset, sampling, digest, timing) -> list[dict]:
-    rows = [_failure_row(i, s, err, digest) for i, s, err in batch if err is not None]
+def _generate_and_score(batch, engine, job: _Job) -> list[dict]:
+    rows = [job.failure(i, err) for i, _, err in batch if err is not None]
     good = [(i, s) for i, s, err in batch if err is None]
     if good:
         t = time.perf_counter()
         try:
-            prompts = encode_prompts(processor, [s for _, s in good], dataset.cfg, dataset.loader)
-            out = engine.generate(prompts, [1] * len(good), sampling)
+            prompts = encode_prompts(job.processor, [s for _, s in good], job.dataset.cfg, job.dataset.loader)
+            out = engine.generate(prompts, [1] * len(good), job.sampling)
         except Exception as e:
-            timing["generate"] += time.perf_counter() - t
+            job.timing["generate"] += time.perf_counter() - t
             if len(good) == 1:  # this sample's request failed: recorded, counted as wrong
-                i, s = good[0]
-                return sorted(rows + [_failure_row(i, s, f"{type(e).__name__}: {e}", digest)], key=_index)
+                return sorted(rows + [job.failure(good[0][0], f"{type(e).__name__}: {e}")], key=_index)
             # one bad sample must not sink its batch-mates: retry them one by one
             for i, s in good:
-                rows += _generate_and_score(
-                    [(i, s, None)], engine, processor, dataset, sampling, digest, timing
-                )
+                rows += _generate_and_score([(i, s, None)], engine, job)
             return sorted(rows, key=_index)
-        timing["generate"] += time.perf_counter() - t
-        for (i, s), text, n in zip(good, out.texts, out.mask.sum(1).tolist(), strict=True):
-            rows.append(_scored_row(i, s, text, n, digest))
+        job.timing["generate"] += time.perf_counter() - t
+        truncated = out.truncated or [None] * len(good)
+        for (i, _), text, n, cut in zip(good, out.texts, out.mask.sum(1).tolist(), truncated, strict=True):
+            rows.append(job.scored(i, text, n, cut))
     return sorted(rows, key=_index)
 
 
 def _index(row: dict) -> int:
     return row["index"]
-
-
-def write_results(
-    spec, records, pred_path, digest, bench_dir, seconds, timing, detail: dict | None = None
-) -> dict[str, Any]:
-    rows = _recorded(pred_path, digest)
-    scored = [(r, rows[r.problem_id]) for r in records if r.problem_id in rows]
-    results = {
-        "benchmark": spec.name,
-        **spec.aggregate(scored),
-        "samples": len(records),
-        "evaluated": len(scored),
-        "failures": sum(1 for _, r in scored if r.get("failed")),
-        "extraction_failures": sum(
-            1 for _, r in scored if not r.get("failed") and r.get("extracted") is None
-        ),
-        "seconds": round(seconds, 2),
-        "stage_seconds": {k: round(v, 2) for k, v in timing.items()},
-        "settings": digest,
-        "settings_detail": detail,
-    }
-    with open(os.path.join(bench_dir, "results.json"), "w", encoding="utf-8") as f:
-        json.dump(results, f, indent=1)
-    return results

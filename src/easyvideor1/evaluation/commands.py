@@ -1,0 +1,235 @@
+"""What ``easyvideor1 eval`` (and ``--list``, ``--dry-run``) and ``easyvideor1 score`` do.
+
+Every command checks its benchmark names and annotation files before anything heavy starts: a
+typo is an error in a second, not after a model has loaded.
+
+- ``eval``: generate with a model and score (resumable; ``pipeline.py``).
+- ``eval --dry-run``: no model, no video: writes ``OUT/B/prompts.jsonl``, the exact user text of
+  every sample (media as ``<video>``/``<image>`` placeholders), with its ``sample_id``.
+- ``score``: responses made elsewhere (JSONL rows ``{"sample_id", "response"}``, ids as in
+  ``prompts.jsonl``) scored exactly as ``eval`` scores its own: same rows, same ``results.json``.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import os
+import sys
+from collections.abc import Callable
+from typing import Any
+
+from ..config import RunConfig
+from ..data.records import RecordError
+from .config import ANNOTATIONS_ENV, EvalConfig, digest_of
+from .pipeline import BenchmarkInputs, run_benchmark
+from .predictions import PredictionWriter, iter_rows
+from .registry import BenchmarkSpec, get_benchmark, list_benchmarks
+from .report import plot_scores, write_summary
+from .results import scored_pairs, summarize, write_json_atomic
+from .rows import failure_row, scored_row
+
+
+class EvalInputError(ValueError):
+    """A benchmark name, annotation file or predictions file that cannot be used."""
+
+
+def resolve_benchmarks(names: list[str]) -> list[BenchmarkSpec]:
+    names = [n.strip() for n in names if n.strip()]
+    if not names:
+        raise EvalInputError(
+            "no benchmarks given: --benchmarks NAME[,NAME...] (see `easyvideor1 eval --list`)"
+        )
+    specs, unknown = [], []
+    for name in names:
+        try:
+            specs.append(get_benchmark(name))
+        except KeyError:
+            unknown.append(name)
+    if unknown:
+        raise EvalInputError(
+            f"unknown benchmark(s) {', '.join(map(repr, unknown))}; known: {', '.join(list_benchmarks())}"
+        )
+    return specs
+
+
+def annotation_dir(spec: BenchmarkSpec, settings: EvalConfig) -> str:
+    """Where ``spec``'s annotation file lives (``synthetic``: the synth directory, i.e. the video root)."""
+    if spec.name == "synthetic":
+        if not settings.video_root:
+            raise EvalInputError(
+                "benchmark 'synthetic' reads records.jsonl from --video-root (the synth dir)"
+            )
+        return settings.video_root
+    found = settings.annotations_dir()
+    if not found:
+        raise EvalInputError(
+            f"no annotation directory for {spec.name!r}: give --annotations DIR "
+            f"(config key eval.annotations, or ${ANNOTATIONS_ENV})"
+        )
+    return found
+
+
+def load_inputs(specs: list[BenchmarkSpec], settings: EvalConfig) -> list[BenchmarkInputs]:
+    """Every benchmark's samples, after checking that every annotation file exists."""
+    paths = {spec.name: os.path.join(annotation_dir(spec, settings), spec.annotation) for spec in specs}
+    missing = [f"{name}: {path}" for name, path in paths.items() if not os.path.isfile(path)]
+    if missing:
+        raise EvalInputError("annotation file(s) not found:\n  " + "\n  ".join(missing))
+    out = []
+    for spec in specs:
+        try:
+            records = spec.load(os.path.dirname(paths[spec.name]))
+        except RecordError as e:
+            raise EvalInputError(f"{spec.name}: {e}") from e
+        out.append(BenchmarkInputs.build(spec, records, paths[spec.name], settings))
+    return out
+
+
+def benchmark_table(settings: EvalConfig) -> str:
+    """``eval --list``: every benchmark, its annotation file, metric, judge, default length, file found."""
+    root = settings.annotations_dir()
+    lines = [
+        f"annotations: {root or f'(not set: --annotations DIR, eval.annotations or ${ANNOTATIONS_ENV})'}",
+        f"{'benchmark':<18} {'annotation file':<28} {'metric':<34} {'judge':<6} {'tokens':>6}  found",
+    ]
+    for name in list_benchmarks():
+        spec = get_benchmark(name)
+        if spec.name == "synthetic":
+            found = "(in --video-root)"
+        else:
+            found = "yes" if root and os.path.isfile(os.path.join(root, spec.annotation)) else "no"
+        judge = "yes" if spec.needs_judge else "no"
+        lines.append(
+            f"{spec.name:<18} {spec.annotation:<28} {spec.metric:<34} {judge:<6} {spec.max_new_tokens:>6}  {found}"
+        )
+    return "\n".join(lines)
+
+
+def evaluate(
+    cfg: RunConfig, model: str, out: str, make_engine: Callable[[], tuple[Any, Any]]
+) -> dict[str, dict]:
+    """Run every benchmark of ``cfg.eval`` with the engine ``make_engine()`` builds (after all checks)."""
+    from ..media.cache import VideoLoader
+    from .identity import model_fingerprint
+
+    settings = cfg.eval
+    inputs = load_inputs(resolve_benchmarks(settings.benchmarks), settings)
+    if not settings.video_root:
+        raise EvalInputError("no video root: give --video-root DIR (config key eval.video_root)")
+    model_id = model_fingerprint(model)
+    engine, processor = make_engine()
+    results: dict[str, dict] = {}
+    try:
+        for item in inputs:
+            data = dataclasses.replace(
+                cfg.data, video_root=os.path.join(settings.video_root, item.spec.video_dir)
+            )
+            loader = VideoLoader(data.cache_dir, data.cache_mode, data.decode_time_limit)
+            res = run_benchmark(item, engine, processor, data, settings, out, model_id, loader, cfg.reward)
+            results[item.spec.name] = res
+            print(
+                f"{item.spec.name}: {_fmt(res['score'])} {res['metric']} ({res['evaluated']}/{res['samples']} samples, "
+                f"{res['failures']} failures, {res['truncated']} truncated, {res['not_scored']} not scored)"
+            )
+    finally:
+        if hasattr(engine, "close"):
+            engine.close()
+    write_summary(results, out)
+    plot_scores(results, out)
+    return results
+
+
+def _fmt(score: float | None) -> str:
+    return "not measured" if score is None else f"{score:.4f}"
+
+
+def dry_run(settings: EvalConfig, out: str) -> dict[str, str]:
+    """Write ``OUT/B/prompts.jsonl`` for every benchmark; loads no model and decodes no video."""
+    written = {}
+    for item in load_inputs(resolve_benchmarks(settings.benchmarks), settings):
+        bench_dir = os.path.join(out, item.spec.name)
+        os.makedirs(bench_dir, exist_ok=True)
+        path = os.path.join(bench_dir, "prompts.jsonl")
+        tmp = path + ".tmp"
+        with open(tmp, "w", encoding="utf-8") as f:
+            for row in item.prompt_rows():
+                f.write(json.dumps(row, ensure_ascii=False) + "\n")
+        os.replace(tmp, path)
+        written[item.spec.name] = path
+        print(f"{item.spec.name}: {len(item.records)} prompts -> {path}")
+    return written
+
+
+def _responses(files: list[str], names: list[str]) -> tuple[dict[str, dict[str, dict]], int]:
+    """Rows of the predictions files by benchmark (a row names its ``benchmark`` when several are
+    scored), and how many lines were skipped (each reported on stderr with its reason)."""
+    by_bench: dict[str, dict[str, dict]] = {n: {} for n in names}
+    skipped = 0
+    for path in files:
+        if not os.path.isfile(path):
+            raise EvalInputError(f"predictions file not found: {path}")
+        for lineno, row in enumerate(iter_rows(path), 1):
+            why = None
+            if row is None or not isinstance(row.get("response", row.get("prediction")), str):
+                why = "not a JSON object with string 'sample_id' and 'response'"
+            else:
+                bench = row.get("benchmark") or (names[0] if len(names) == 1 else None)
+                if bench not in by_bench:
+                    why = "names no 'benchmark'" if bench is None else f"is for benchmark {bench!r}"
+            if why:
+                skipped += 1
+                print(f"{path}: line {lineno} skipped: {why}", file=sys.stderr)
+                continue
+            by_bench[bench][row["sample_id"]] = row
+    return by_bench, skipped
+
+
+def score(cfg: RunConfig, predictions: list[str], out: str) -> dict[str, dict]:
+    """Score responses made elsewhere; writes each benchmark's predictions.jsonl and results.json."""
+    settings = cfg.eval
+    inputs = load_inputs(resolve_benchmarks(settings.benchmarks), settings)
+    given, skipped = _responses(predictions, [i.spec.name for i in inputs])
+    results = {}
+    for item in inputs:
+        rows_in = given[item.spec.name]
+        unknown = set(rows_in) - set(item.ids)
+        digest = "score:" + digest_of(sorted(rows_in))
+        rows = []
+        for i, (rec, sid, prompt) in enumerate(zip(item.records, item.ids, item.prompts, strict=True)):
+            row = rows_in.get(sid)
+            if row is None:
+                rows.append(failure_row(sid, i, digest, prompt, "no response in the predictions file"))
+                continue
+            text = row.get("response", row.get("prediction"))
+            rows.append(
+                scored_row(
+                    item.spec,
+                    rec,
+                    sid,
+                    i,
+                    digest,
+                    prompt,
+                    text,
+                    output_tokens=row.get("output_tokens"),
+                    truncated=row.get("truncated"),
+                    reward=cfg.reward,
+                )
+            )
+        bench_dir = os.path.join(out, item.spec.name)
+        os.makedirs(bench_dir, exist_ok=True)
+        pred_path = os.path.join(bench_dir, "predictions.jsonl")
+        if os.path.exists(pred_path):
+            os.unlink(pred_path)  # scoring is a pure function of the file: never mix two scorings
+        with PredictionWriter(pred_path) as w:
+            w.write(rows)
+        res = summarize(item, scored_pairs(item, {r["sample_id"]: r for r in rows}, cfg.reward), skipped)
+        res.update(settings=digest, unknown_sample_ids=len(unknown))
+        write_json_atomic(os.path.join(bench_dir, "results.json"), res)
+        results[item.spec.name] = res
+        print(
+            f"{item.spec.name}: {_fmt(res['score'])} {res['metric']} ({res['failures']} missing or failed, "
+            f"{len(unknown)} unknown ids ignored)"
+        )
+    write_summary(results, out)
+    return results

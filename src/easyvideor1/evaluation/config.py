@@ -1,0 +1,109 @@
+"""``EvalConfig``: the ``eval`` section of the run configuration.
+
+``easyvideor1 eval`` reads the same :class:`~easyvideor1.config.RunConfig` as training, so
+``config=run.yaml`` brings the run's ``data`` (frame budget, cache), ``reward`` (judge, task files,
+``require_think``) and ``model.path`` along; the ``eval`` flags are shortcuts for the keys below.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import hashlib
+import json
+import os
+from dataclasses import dataclass, field
+
+ANNOTATIONS_ENV = "EASYVIDEOR1_ANNOTATIONS"
+
+
+class EvalConfigError(ValueError):
+    """A setting of the ``eval`` section that cannot work; the message names the key."""
+
+
+@dataclass
+class EvalConfig:
+    """How benchmarks are evaluated.
+
+    Attributes:
+        benchmarks: Registry names (``easyvideor1 eval --list``).
+        annotations: Directory of the benchmarks' unified annotation files. Default: the
+            ``EASYVIDEOR1_ANNOTATIONS`` environment variable. (``synthetic`` reads ``video_root``.)
+        video_root: Root of the benchmarks' videos; each benchmark reads its own sub-directory.
+        style: ``direct`` (answer only) or ``thinking`` (brief reasoning, then the answer).
+        max_new_tokens: Response length limit; ``None`` uses each benchmark's own default.
+        temperature / top_p / top_k / presence_penalty: Sampling (``0`` temperature = greedy).
+        preset: Named settings applied before explicit flags (``qwen3vl-official``, ``greedy``).
+        engine: ``hf`` (batched ``generate``) or ``vllm`` (``AsyncLLM``, one request per sample).
+        batch_size: HF engine: samples per ``generate`` call.
+        load_workers: Processes loading media (cache entries or decoding) ahead of generation.
+        queue_size: Loaded samples waiting for the engine (bounds memory on long videos).
+        max_samples: Evaluate only the first N samples of each benchmark.
+        max_in_flight: vLLM engine: requests submitted at once.
+        dtype: ``float32`` or ``bfloat16`` (both engines).
+    """
+
+    benchmarks: list[str] = field(default_factory=list)
+    annotations: str | None = None
+    video_root: str | None = None
+    style: str = "direct"
+    max_new_tokens: int | None = None
+    temperature: float = 0.0
+    top_p: float = 1.0
+    top_k: int = 0
+    presence_penalty: float = 0.0
+    preset: str | None = None
+    engine: str = "hf"
+    batch_size: int = 4
+    load_workers: int = 2
+    queue_size: int = 8
+    max_samples: int | None = None
+    max_in_flight: int = 64
+    dtype: str = "float32"
+
+    def __post_init__(self) -> None:
+        self.validate()
+
+    def validate(self) -> None:
+        def bad(key: str, why: str) -> None:
+            raise EvalConfigError(f"eval.{key}: {why}")
+
+        if self.style not in ("direct", "thinking"):
+            bad("style", f"{self.style!r} is not one of direct, thinking")
+        if self.engine not in ("hf", "vllm"):
+            bad("engine", f"{self.engine!r} is not one of hf, vllm")
+        for key in ("batch_size", "load_workers", "queue_size", "max_in_flight"):
+            if getattr(self, key) < 1:
+                bad(key, f"must be at least 1, got {getattr(self, key)}")
+        for key in ("max_new_tokens", "max_samples"):
+            value = getattr(self, key)
+            if value is not None and value < 1:
+                bad(key, f"must be at least 1 (or unset), got {value}")
+        if self.temperature < 0:
+            bad("temperature", f"must be >= 0, got {self.temperature}")
+        if not 0 < self.top_p <= 1:
+            bad("top_p", f"must be in (0, 1], got {self.top_p}")
+        if self.top_k < 0:
+            bad("top_k", f"must be >= 0 (0 keeps the whole vocabulary), got {self.top_k}")
+
+    def annotations_dir(self) -> str | None:
+        """``annotations``, else ``$EASYVIDEOR1_ANNOTATIONS``, else None."""
+        return self.annotations or os.environ.get(ANNOTATIONS_ENV) or None
+
+    def generation_digest(self, spec_max_new_tokens: int) -> dict:
+        """What about generation makes two runs comparable (the engine and throughput knobs are not:
+        greedy predictions are engine-independent, tested)."""
+        keep = ("style", "temperature", "top_p", "top_k", "presence_penalty", "preset")
+        return {
+            **{k: getattr(self, k) for k in keep},
+            "max_new_tokens": self.max_new_tokens or spec_max_new_tokens,
+        }
+
+
+def digest_of(*parts: object) -> str:
+    """A short stable digest of JSON-able parts (dataclasses included)."""
+    blob = json.dumps(
+        [dataclasses.asdict(p) if dataclasses.is_dataclass(p) else p for p in parts],
+        sort_keys=True,
+        default=str,
+    )
+    return hashlib.sha256(blob.encode()).hexdigest()[:16]

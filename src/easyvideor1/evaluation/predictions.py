@@ -1,0 +1,80 @@
+"""``predictions.jsonl``: one JSON line per evaluated sample, appended and flushed as samples finish.
+
+Reading is forgiving by design: a line cut by a kill, a line that is not a sample row (``[]``, a
+number, an object without ``sample_id``) is skipped and counted, never a traceback; the sample it
+would have described is simply evaluated again.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+
+
+@dataclass
+class PredictionFile:
+    """The usable rows of a predictions file (last row per sample id wins) and what was skipped."""
+
+    rows: dict[str, dict] = field(default_factory=dict)
+    skipped_lines: int = 0
+
+
+def iter_rows(path: str) -> Iterator[dict | None]:
+    """Each line's row, or None for a line that is not a sample row."""
+    with open(path, encoding="utf-8-sig", errors="replace") as f:
+        for line in f:
+            if not line.strip():
+                continue
+            try:
+                row = json.loads(line)
+            except json.JSONDecodeError:
+                yield None
+                continue
+            ok = isinstance(row, dict) and isinstance(row.get("sample_id"), str)
+            yield row if ok else None
+
+
+def read_predictions(path: str, settings: str | None = None) -> PredictionFile:
+    """Rows of ``path`` (all of them, or only those recorded under the ``settings`` digest)."""
+    out = PredictionFile()
+    if not os.path.exists(path):
+        return out
+    for row in iter_rows(path):
+        if row is None:
+            out.skipped_lines += 1
+        elif settings is None or row.get("settings") == settings:
+            out.rows[row["sample_id"]] = row
+    return out
+
+
+class PredictionWriter:
+    """Appends rows durably: each batch is flushed and fsynced before the next is generated."""
+
+    def __init__(self, path: str):
+        self.path = path
+        self._f = open(path, "a", encoding="utf-8")
+        if self._f.tell() and not _ends_with_newline(path):
+            self._f.write("\n")  # a kill cut the last line: never glue a new row onto it
+
+    def write(self, rows: list[dict]) -> None:
+        for row in rows:
+            self._f.write(json.dumps(row, ensure_ascii=False) + "\n")
+        self._f.flush()
+        os.fsync(self._f.fileno())
+
+    def close(self) -> None:
+        self._f.close()
+
+    def __enter__(self) -> PredictionWriter:
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.close()
+
+
+def _ends_with_newline(path: str) -> bool:
+    with open(path, "rb") as f:
+        f.seek(-1, os.SEEK_END)
+        return f.read(1) == b"\n"

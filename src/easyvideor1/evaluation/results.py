@@ -1,0 +1,93 @@
+"""A benchmark's ``results.json``: the official metric and breakdowns, plus what the number rests on.
+
+Every sample of the benchmark is in the denominator: a sample with no usable row counts as
+missing (``evaluated`` < ``samples``), a failed one as wrong. Rows are re-scored when the reward
+config changed since they were written (see ``rows.py``), so the numbers always follow the
+current scorer settings. Besides the metric: failures, answers the scorer could not extract,
+responses cut at the token limit, samples a judge-based metric could not score, duplicated
+``problem_id``s in the annotation file, and unreadable lines of ``predictions.jsonl``.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import tempfile
+from typing import TYPE_CHECKING, Any
+
+from ..rewards import RewardConfig
+from .identity import duplicate_problem_ids
+from .predictions import read_predictions
+from .rows import prompt_sha, rescore
+
+if TYPE_CHECKING:
+    from .pipeline import BenchmarkInputs
+
+
+def scored_pairs(
+    inputs: BenchmarkInputs, rows: dict[str, dict], reward: RewardConfig | None
+) -> list[tuple[Any, dict]]:
+    """(record, row) for every sample with a row made for its current prompt, re-scored if stale."""
+    pairs = []
+    for rec, sid, prompt in zip(inputs.records, inputs.ids, inputs.prompts, strict=True):
+        row = rows.get(sid)
+        if row is not None and row.get("prompt_sha") == prompt_sha(prompt):
+            pairs.append((rec, rescore(inputs.spec, rec, row, reward)))
+    return pairs
+
+
+def summarize(
+    inputs: BenchmarkInputs, pairs: list[tuple[Any, dict]], skipped_lines: int = 0
+) -> dict[str, Any]:
+    """The benchmark's numbers from its scored samples (the same for ``eval`` and ``score``)."""
+    answered = [row for _, row in pairs if not row.get("failed")]
+    return {
+        "benchmark": inputs.spec.name,
+        "metric": inputs.spec.metric,
+        **inputs.spec.aggregate(pairs),
+        "samples": len(inputs.records),
+        "evaluated": len(pairs),
+        "failures": sum(1 for _, row in pairs if row.get("failed")),
+        "extraction_failures": sum(
+            1 for row in answered if row.get("extracted") is None and row.get("scored", True) is not False
+        ),
+        "truncated": sum(1 for row in answered if row.get("truncated")),
+        "not_scored": sum(1 for row in answered if row.get("scored") is False),
+        "duplicate_problem_ids": duplicate_problem_ids(inputs.records),
+        "skipped_prediction_lines": skipped_lines,
+    }
+
+
+def write_results(
+    inputs: BenchmarkInputs,
+    pred_path: str,
+    digest: str,
+    bench_dir: str,
+    seconds: float,
+    timing: dict[str, float],
+    detail: dict | None = None,
+    reward: RewardConfig | None = None,
+) -> dict[str, Any]:
+    found = read_predictions(pred_path, digest)
+    results = summarize(inputs, scored_pairs(inputs, found.rows, reward), found.skipped_lines)
+    results.update(
+        seconds=round(seconds, 2),
+        stage_seconds={k: round(v, 2) for k, v in timing.items()},
+        settings=digest,
+        settings_detail=detail,
+    )
+    write_json_atomic(os.path.join(bench_dir, "results.json"), results)
+    return results
+
+
+def write_json_atomic(path: str, obj: Any) -> None:
+    """Write ``path`` whole or not at all (a reader never sees half a results file)."""
+    fd, tmp = tempfile.mkstemp(dir=os.path.dirname(path) or ".", prefix=".tmp-", suffix=".json")
+    try:
+        with os.fdopen(fd, "w", encoding="utf-8") as f:
+            json.dump(obj, f, indent=1)
+        os.replace(tmp, path)
+    except BaseException:
+        if os.path.exists(tmp):
+            os.unlink(tmp)
+        raise
