@@ -2,9 +2,16 @@
 
 It starts with the parent's privileges, applies the isolation the parent asked for (network and
 mount namespaces, private temporary directories, resource limits, a fresh unprivileged uid), reports
-what it could apply on the result channel, then runs the untrusted program in this same interpreter
-(one interpreter start per execution) and, for function tests, evaluates the test expressions.
-The specification arrives as JSON on stdin; stdin is then replaced by the program's input.
+what it could apply on the report descriptor, then plays one role (one interpreter start each):
+
+* `program`: run the untrusted program as `__main__` (stdin/stdout tests);
+* `serve`: run the program, then answer a judge's requests about its globals (`_sandbox_rpc`);
+* `judge`: run assertion tests against a `serve` process, writing verdicts on the report descriptor.
+
+Before any untrusted code runs, every descriptor but 0, 1, 2 and the judge's socket is closed, so
+the program holds nothing the parent reads as a result (its stdout is only ever compared with an
+expected output, or ignored). The specification arrives as JSON on stdin; stdin is then replaced by
+the program's input.
 """
 
 import ctypes
@@ -13,6 +20,12 @@ import os
 import resource
 import sys
 import traceback
+
+# Imported now, with the parent's privileges (the package may not be readable by the sandbox uid).
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import _sandbox_rpc  # noqa: E402
+
+del sys.path[0]
 
 CLONE_NEWNS = 0x00020000
 CLONE_NEWPID = 0x20000000
@@ -81,6 +94,7 @@ def _become_namespace_init(libc, report):
             libc.mount(b"proc", b"/proc", b"proc", MS_NOSUID | MS_NODEV | MS_NOEXEC, None) == 0
         )
         return
+    _close_descriptors(())  # this waiting process outlives nothing it should hold
     while True:
         try:
             _, status = os.waitpid(child, 0)
@@ -111,38 +125,48 @@ def _exit_code(code):
     return code if isinstance(code, int) else 1
 
 
-def main():
-    spec = json.loads(sys.stdin.buffer.read().decode("utf-8"))
-    # Keep our own references: the program may monkeypatch modules, which only hurts itself.
-    write, dumps, result_fd = os.write, json.dumps, spec["result_fd"]
-    report = {"network": False, "filesystem": False, "user": False, "processes": False}
-    _isolate(spec, report)
-    write(result_fd, (dumps({"isolation": report}) + "\n").encode())
+def _close_descriptors(keep):
+    """Close every descriptor above 2 except `keep` (the parent passed only what it meant to)."""
+    low = 3
+    for fd in sorted(set(keep)):
+        os.closerange(low, fd)
+        low = fd + 1
+    os.closerange(low, min(resource.getrlimit(resource.RLIMIT_NOFILE)[0], 1 << 16))
+
+
+def _run_program(source):
+    """Run the program as `__main__`; returns (namespace, finished, exit code)."""
     sys.stdin = open(0, encoding="utf-8", errors="replace", closefd=False)
     sys.argv = ["solution.py"]
     namespace = {"__name__": "__main__", "__builtins__": __builtins__, "__file__": "solution.py"}
-    exit_code, finished = 0, False
     try:
-        exec(compile(spec["source"], "solution.py", "exec"), namespace)
-        finished = True
+        exec(compile(source, "solution.py", "exec"), namespace)
+        return namespace, True, 0
     except SystemExit as exit_request:
-        exit_code = _exit_code(exit_request.code)
+        return namespace, False, _exit_code(exit_request.code)
     except BaseException:
         traceback.print_exc()
-        exit_code = 1
-    if finished:
-        for index, (kind, text) in enumerate(spec["tests"]):
+        return namespace, False, 1
+
+
+def main():
+    spec = json.loads(sys.stdin.buffer.read().decode("utf-8"))
+    report_fd, link_fd, role = spec["report_fd"], spec.get("link_fd"), spec["role"]
+    report = {"network": False, "filesystem": False, "user": False, "processes": False}
+    _isolate(spec, report)
+    os.write(report_fd, (json.dumps({"isolation": report}) + "\n").encode())
+    exit_code = 0
+    if role == "judge":  # never runs the program: its report descriptor carries the verdicts
+        _close_descriptors((report_fd, link_fd))
+        _sandbox_rpc.judge(link_fd, report_fd, spec["tests"], spec["test_time_s"])
+    else:
+        _close_descriptors(() if link_fd is None else (link_fd,))
+        namespace, finished, exit_code = _run_program(spec["source"])
+        if role == "serve":
             try:
-                if kind == "value":
-                    line = {"i": index, "repr": repr(eval(text, namespace))}
-                else:
-                    exec(text, namespace)
-                    line = {"i": index, "ok": True}
-            except SystemExit:
-                break
-            except BaseException as error:
-                line = {"i": index, "error": type(error).__name__}
-            write(result_fd, (dumps(line) + "\n").encode())
+                _sandbox_rpc.serve(link_fd, namespace, finished)
+            except BaseException:  # the judge hung up (it has its verdicts) or the program broke the server
+                pass
     try:
         sys.stdout.flush()
         sys.stderr.flush()

@@ -51,6 +51,14 @@ class SandboxConfig:
             How much of stdout and stderr is read back, in KiB.
         max_tests (`int`, *optional*, defaults to `32`):
             At most this many test cases of one record are executed (the first ones).
+        time_budget_s (`float`, *optional*, defaults to `15.0`):
+            Wall-clock budget, in seconds, for all test executions of one response together
+            (interpreter starts included). Without it a response whose tests each run just under
+            `wall_time_s` would take `max_tests * wall_time_s` (~2 minutes with the defaults) and
+            stall a whole training step. Once it is spent the remaining tests are not run and count
+            as failed; the score's details then carry `time_budget_exhausted = 1` and
+            `tests_not_run`. 15 s leaves an honest solution ~0.4 s per test at 32 tests, far more
+            than the ~0.03 s an execution takes here, while bounding the worst case to ~4 timeouts.
         allow_site_packages (`bool`, *optional*, defaults to `False`):
             Let the program import third-party packages (numpy, ...) of the sandbox interpreter.
             Off by default: the standard library is enough for most test-case benchmarks and the
@@ -69,8 +77,15 @@ class SandboxConfig:
     max_processes: int = 16
     max_output_kb: int = 256
     max_tests: int = 32
+    time_budget_s: float = 15.0
     allow_site_packages: bool = False
     python_executable: str | None = None
+
+    def __post_init__(self) -> None:
+        for name in ("wall_time_s", "cpu_time_s", "memory_mb", "max_tests", "time_budget_s"):
+            value = getattr(self, name)
+            if not value > 0:
+                raise ValueError(f"reward.sandbox.{name} must be > 0, got {value!r}")
 
 
 @dataclass

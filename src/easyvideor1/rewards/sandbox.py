@@ -16,6 +16,17 @@ file-size, open-file and process-count limits. On Linux it also gets, where the 
   files without "other" permissions, cannot read other processes' environments, and a `kill(-1)`
   issued under that uid removes any process that escaped.
 
+Trust model of test results. Nothing the program can reach carries a pass: stdin/stdout tests pass
+when the parent finds the expected output in the program's captured stdout (the expected output
+never enters the sandbox); assertion tests run in a second sandbox, the judge, which never runs the
+program and alone holds the descriptor its verdicts are written on, while the program's process only
+answers the judge's requests with plain data (`_sandbox_rpc` explains why that cannot forge a pass).
+Both processes start with no descriptor but stdin, stdout, stderr and their socket, and (as root)
+run under different fresh uids in different pid namespaces, so neither can see, signal, trace or
+read the other, nor open the parent's unlinked capture files. Without root the program runs under
+the caller's uid, which the kernel lets trace that uid's processes: there the results are only as
+trustworthy as the caller's other processes are safe from the program.
+
 Not contained: files readable by "other" users stay readable (keep datasets with expected outputs
 `chmod o-rwx`); memory is limited per process (RLIMIT_AS), so a sandbox may use up to memory x
 processes (no cgroup); without root only the network namespace (through a user namespace) and the
@@ -30,6 +41,7 @@ import json
 import os
 import shutil
 import signal
+import socket
 import stat
 import subprocess
 import sys
@@ -37,9 +49,9 @@ import tempfile
 import threading
 import time
 from contextlib import ExitStack
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
-from typing import BinaryIO
+from typing import Any, BinaryIO
 
 from easyvideor1.rewards.config import SandboxConfig
 
@@ -81,7 +93,6 @@ class ExecutionResult:
         stdout, stderr: captured output (bounded by `SandboxConfig.max_output_kb`).
         timed_out: the wall-clock limit expired and the sandbox was killed.
         duration_s: wall-clock time of the execution.
-        test_lines: result lines of function tests, as decoded JSON objects.
         isolation: what the execution actually got.
     """
 
@@ -90,7 +101,6 @@ class ExecutionResult:
     stderr: str
     timed_out: bool
     duration_s: float
-    test_lines: list[dict] = field(default_factory=list)
     isolation: Isolation = Isolation()
 
     @property
@@ -152,7 +162,7 @@ def _plan(config: SandboxConfig) -> _Plan:
     for python in dict.fromkeys(c for c in candidates if c and os.path.exists(c)):
         for use_uid in (True, False) if root else (False,):
             trial = _Plan(python, use_uid, linux, private_dirs)
-            probe = _execute(_PROBE_SOURCE, "", (), SandboxConfig(wall_time_s=20, cpu_time_s=20), trial)
+            probe = _execute(_PROBE_SOURCE, "", SandboxConfig(wall_time_s=20, cpu_time_s=20), trial, 20.0)
             if not (probe.ok and probe.stdout.strip() == "45"):
                 continue
             measured = _Plan(
@@ -182,16 +192,101 @@ def isolation_capabilities(config: SandboxConfig | None = None) -> Isolation:
 
 
 def run_python(
-    source: str, stdin: str = "", tests: tuple[tuple[str, str], ...] = (), config: SandboxConfig | None = None
+    source: str, stdin: str = "", config: SandboxConfig | None = None, time_limit: float | None = None
 ) -> ExecutionResult:
     """Execute `source` as `__main__` with `stdin` as its input, in the sandbox.
 
-    `tests` are `("value", expression)` pairs, whose `repr` is reported on a result channel, or
-    `("statement", code)` pairs reported as passed when they run without exception; they are
-    evaluated in the program's namespace after it finishes.
+    The wall-clock limit is `config.wall_time_s`, or `time_limit` when that is shorter (what is left
+    of a response's time budget).
     """
     config = config or SandboxConfig()
-    return _execute(source, stdin, tests, config, _plan(config))
+    limit = config.wall_time_s if time_limit is None else min(config.wall_time_s, time_limit)
+    return _execute(source, stdin, config, _plan(config), limit)
+
+
+@dataclass(frozen=True)
+class AssertionVerdicts:
+    """Verdicts of the judge on a program's assertion tests (see the module docstring).
+
+    Attributes:
+        passed: per test, whether the judge saw it run to the end without an exception.
+        errors: per test, why it failed (an exception name, "timeout", ...), None when it passed.
+        timed_out: the pair was stopped at its time limit (tests without a verdict failed).
+        duration_s: wall-clock time of the pair.
+        stdout, stderr: what the program printed (never read as a result).
+        isolation: what the program's process got.
+    """
+
+    passed: tuple[bool, ...]
+    errors: tuple[str | None, ...]
+    timed_out: bool
+    duration_s: float
+    stdout: str
+    stderr: str
+    isolation: Isolation
+
+
+def judge_assertions(
+    source: str, tests: tuple[str, ...], config: SandboxConfig | None = None, time_limit: float | None = None
+) -> AssertionVerdicts:
+    """Run the program in one sandbox and `tests` (Python statements) in another, the judge.
+
+    Each test has `config.wall_time_s` (the program's top-level code too); a test that runs out of
+    it fails and stops the rest, as does the end of `time_limit` for the whole pair.
+    """
+    config = config or SandboxConfig()
+    plan = _plan(config)
+    limit = config.wall_time_s * (len(tests) + 1) + 1.0
+    limit = limit if time_limit is None else min(limit, time_limit)
+    output_limit = int(config.max_output_kb) << 10
+    started = time.monotonic()
+    with ExitStack() as stack:
+        program_end, judge_end = socket.socketpair()
+        stack.callback(program_end.close)
+        stack.callback(judge_end.close)
+        launched: list[_Launched] = []
+        timed_out = False
+        try:
+            launched.append(
+                _launch({"role": "serve", "source": source}, "", config, plan, stack, program_end)
+            )
+            judge_spec = {"role": "judge", "tests": list(tests), "test_time_s": config.wall_time_s}
+            launched.append(_launch(judge_spec, "", config, plan, stack, judge_end))
+            program_end.close()
+            judge_end.close()
+            try:
+                launched[1].process.wait(timeout=max(0.0, limit - (time.monotonic() - started)))
+            except subprocess.TimeoutExpired:
+                timed_out = True
+        finally:
+            for running in launched:
+                _kill_everything(running.process, running.uid)
+        program, judge = launched
+        stdout, stderr = (_read(program.files[name], output_limit) for name in ("stdout", "stderr"))
+        program_lines = _result_lines(_read(program.files["report"], output_limit))
+        judge_lines = _result_lines(_read(judge.files["report"], 4 * output_limit))
+    for running in launched:
+        _clean_up(running, program_lines if running is program else judge_lines)
+    verdicts: dict[int, list[dict]] = {}
+    for line in judge_lines:
+        if isinstance(line.get("i"), int) and 0 <= line["i"] < len(tests):
+            verdicts.setdefault(line["i"], []).append(line)
+    passed, errors = [], []
+    for index in range(len(tests)):
+        lines = verdicts.get(index, [])
+        ok = len(lines) == 1 and lines[0].get("ok") is True
+        passed.append(ok)
+        reason = "no verdict" if len(lines) != 1 else str(lines[0].get("error", "failed"))
+        errors.append(None if ok else reason)
+    return AssertionVerdicts(
+        tuple(passed),
+        tuple(errors),
+        timed_out,
+        time.monotonic() - started,
+        stdout,
+        stderr,
+        _isolation(program_lines),
+    )
 
 
 def _scrubbed_environment(home: str) -> dict[str, str]:
@@ -209,9 +304,22 @@ def _scrubbed_environment(home: str) -> dict[str, str]:
     }
 
 
-def _execute(
-    source: str, stdin: str, tests: tuple[tuple[str, str], ...], config: SandboxConfig, plan: _Plan
-) -> ExecutionResult:
+@dataclass
+class _Launched:
+    process: subprocess.Popen
+    uid: int | None
+    files: dict[str, BinaryIO]
+
+
+def _launch(
+    role: dict[str, Any],
+    stdin: str,
+    config: SandboxConfig,
+    plan: _Plan,
+    stack: ExitStack,
+    link: socket.socket | None = None,
+) -> _Launched:
+    """Start one sandbox process playing `role` (see `_sandbox_child`); the caller waits and kills."""
     uid = _allocate_uid() if plan.use_uid else None
     limits = {
         "cpu_s": max(1, int(config.cpu_time_s)),
@@ -219,61 +327,70 @@ def _execute(
         "file_bytes": int(config.file_size_mb) << 20,
         "processes": max(1, int(config.max_processes)),
     }
+    # The host directory is root's (0700) and only holds the working directory; the captured
+    # output and the report are unlinked files, reachable through their descriptors alone.
+    host_dir = stack.enter_context(tempfile.TemporaryDirectory(prefix="easyvideor1-sandbox-"))
+    workdir = os.path.join(host_dir, "work")
+    os.mkdir(workdir, 0o700)
+    files = {
+        name: stack.enter_context(tempfile.TemporaryFile()) for name in ("spec", "stdout", "stderr", "report")
+    }
+    spec = {
+        **role,
+        "stdin": stdin,
+        "uid": uid,
+        "network": plan.network,
+        "private_dirs": list(plan.private_dirs),
+        "tmpfs_bytes": max(1 << 20, limits["file_bytes"] * 2),
+        "workdir": workdir,
+        "limits": limits,
+        "report_fd": files["report"].fileno(),
+        "link_fd": None if link is None else link.fileno(),
+    }
+    files["spec"].write(json.dumps(spec).encode())
+    files["spec"].seek(0)
+    command = [plan.python, "-I", "-B", *(() if config.allow_site_packages else ("-S",)), _CHILD]
+    process = subprocess.Popen(
+        command,
+        stdin=files["spec"],
+        stdout=files["stdout"],
+        stderr=files["stderr"],
+        pass_fds=(files["report"].fileno(), *(() if link is None else (link.fileno(),))),
+        env=_scrubbed_environment(workdir),
+        cwd=workdir,
+        start_new_session=True,
+    )
+    return _Launched(process, uid, files)
+
+
+def _execute(source: str, stdin: str, config: SandboxConfig, plan: _Plan, limit: float) -> ExecutionResult:
     output_limit = int(config.max_output_kb) << 10
     started = time.monotonic()
-    # The host directory is root's (0700): it holds the spec and the captured output, which the
-    # program reaches only through the descriptors it inherits.
-    with tempfile.TemporaryDirectory(prefix="easyvideor1-sandbox-") as host_dir, ExitStack() as stack:
-        workdir = os.path.join(host_dir, "work")
-        os.mkdir(workdir, 0o700)
-        files = {
-            name: stack.enter_context(open(os.path.join(host_dir, name), "w+b"))
-            for name in ("spec", "stdout", "stderr", "results")
-        }
-        spec = {
-            "source": source,
-            "stdin": stdin,
-            "tests": [list(test) for test in tests],
-            "uid": uid,
-            "network": plan.network,
-            "private_dirs": list(plan.private_dirs),
-            "tmpfs_bytes": max(1 << 20, limits["file_bytes"] * 2),
-            "workdir": workdir,
-            "limits": limits,
-            "result_fd": files["results"].fileno(),
-        }
-        files["spec"].write(json.dumps(spec).encode())
-        files["spec"].seek(0)
-        command = [plan.python, "-I", "-B", *(() if config.allow_site_packages else ("-S",)), _CHILD]
-        process = subprocess.Popen(
-            command,
-            stdin=files["spec"],
-            stdout=files["stdout"],
-            stderr=files["stderr"],
-            pass_fds=(files["results"].fileno(),),
-            env=_scrubbed_environment(workdir),
-            cwd=workdir,
-            start_new_session=True,
-        )
+    with ExitStack() as stack:
+        running = _launch({"role": "program", "source": source}, stdin, config, plan, stack)
         timed_out = False
         try:
-            process.wait(timeout=config.wall_time_s)
+            running.process.wait(timeout=max(0.0, limit))
         except subprocess.TimeoutExpired:
             timed_out = True
         finally:
-            _kill_everything(process, uid)
+            _kill_everything(running.process, running.uid)
         duration = time.monotonic() - started
-        stdout, stderr = (_read(files[name], output_limit) for name in ("stdout", "stderr"))
-        lines = _result_lines(_read(files["results"], 4 * output_limit))
-    report = next((line["isolation"] for line in lines if isinstance(line.get("isolation"), dict)), {})
-    isolation = Isolation(
-        **{key: bool(report.get(key)) for key in ("network", "filesystem", "user", "processes")}
-    )
-    if uid is not None and not isolation.filesystem:
-        _remove_files_of(uid)
-    returncode = None if timed_out else process.returncode
-    test_lines = [line for line in lines if "i" in line]
-    return ExecutionResult(returncode, stdout, stderr, timed_out, duration, test_lines, isolation)
+        stdout, stderr = (_read(running.files[name], output_limit) for name in ("stdout", "stderr"))
+        lines = _result_lines(_read(running.files["report"], output_limit))
+    _clean_up(running, lines)
+    returncode = None if timed_out else running.process.returncode
+    return ExecutionResult(returncode, stdout, stderr, timed_out, duration, _isolation(lines))
+
+
+def _isolation(report_lines: list[dict]) -> Isolation:
+    report = next((line["isolation"] for line in report_lines if isinstance(line.get("isolation"), dict)), {})
+    return Isolation(**{key: bool(report.get(key)) for key in ("network", "filesystem", "user", "processes")})
+
+
+def _clean_up(running: _Launched, report_lines: list[dict]) -> None:
+    if running.uid is not None and not _isolation(report_lines).filesystem:
+        _remove_files_of(running.uid)
 
 
 def _kill_everything(process: subprocess.Popen, uid: int | None) -> None:

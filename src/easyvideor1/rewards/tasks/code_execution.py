@@ -5,14 +5,20 @@ or from a JSON ground truth. Two kinds:
 
 * `{"input": "...", "output": "..."}` (also `stdin`/`stdout`, or APPS-style `{"inputs": [...],
   "outputs": [...]}`): the program runs once per case with that stdin; it passes when it exits 0 and
-  its stdout equals the output (trailing whitespace of lines and trailing blank lines aside).
-* `"assert <expr> == <literal>"`: the program runs once; the sandbox reports `repr(<expr>)` and
-  the comparison with the literal happens outside, so the expected values never enter the sandbox
-  and cannot be printed back. Other assert statements run inside and report success; a program
-  that inspects its harness could forge those, so prefer the `==` form.
+  its stdout equals the output (trailing whitespace of lines and trailing blank lines aside). The
+  comparison happens here, in the trusted parent; the expected output never enters the sandbox.
+* Python statements, typically `"assert <expr> == <value>"` or any other assert, or HumanEval's
+  `"def check(candidate): ...\ncheck(fn)"`: the program runs once, in one sandbox, and the statements
+  run in another, the judge, against proxies of the program's globals; only the judge reports
+  verdicts, and the program only ever hands it plain data (see `rewards/_sandbox_rpc.py` for why
+  this cannot be forged: no object of the program takes part in a comparison, and nothing the
+  program can reach carries a pass). The statements see the program's globals (later tests see what
+  earlier ones defined), except that builtins and standard-library module names are the judge's.
 
-Score = passed / run cases (the first `SandboxConfig.max_tests`); after a case hits the time limit
-the remaining stdin cases are not run and count as failed, which bounds the time of one record.
+Score = passed / run cases (the first `SandboxConfig.max_tests`). Time is bounded twice: after a
+case hits `wall_time_s` the remaining cases of its kind are not run, and all executions of one
+response share `SandboxConfig.time_budget_s`; cases left when it is spent count as failed, and the
+details say so (`time_budget_exhausted`, `tests_not_run`).
 Records without tests whose type or `language` is SVG or HTML (or whose ground truth is markup)
 are scored by 0.7 x tag-sequence similarity + 0.3 x text similarity to the reference, a heuristic.
 """
@@ -23,6 +29,7 @@ import ast
 import json
 import re
 import textwrap
+import time
 import warnings
 from dataclasses import dataclass
 from typing import Any
@@ -32,7 +39,7 @@ from rapidfuzz.distance import Indel
 
 from easyvideor1.rewards.registry import normalize_task_name, register_task
 from easyvideor1.rewards.sample import GroundTruthError, Sample, TaskScore
-from easyvideor1.rewards.sandbox import run_python
+from easyvideor1.rewards.sandbox import judge_assertions, run_python
 
 _TAG_RE = re.compile(r"<answer>(.*?)</answer>", re.IGNORECASE | re.DOTALL)
 _FENCE_RE = re.compile(r"```[\w+-]*[ \t]*\n(.*?)```", re.DOTALL)
@@ -43,11 +50,26 @@ MAX_SOURCE_CHARS = 200_000
 
 @dataclass(frozen=True)
 class CodeTest:
-    """One test: `kind` is "io" (stdin -> stdout), "value" (expression == literal) or "statement"."""
+    """One test: `kind` is "io" (`payload` is stdin, `expected` stdout) or "assert" (a statement)."""
 
     kind: str
     payload: str
     expected: Any = None
+
+
+@dataclass(frozen=True)
+class TestRun:
+    """What running one response's tests gave.
+
+    Attributes:
+        passed: tests passed.
+        not_run: tests never started (after a timeout, or once the time budget was spent).
+        budget_exhausted: `SandboxConfig.time_budget_s` ran out before every test had run.
+    """
+
+    passed: int
+    not_run: int = 0
+    budget_exhausted: bool = False
 
 
 def extract_code(sample: Sample) -> str | None:
@@ -65,19 +87,10 @@ def extract_code(sample: Sample) -> str | None:
 
 def _assert_case(statement: str) -> CodeTest:
     try:
-        tree = ast.parse(statement.strip())
+        ast.parse(statement.strip())
     except SyntaxError as error:
         raise GroundTruthError(f"test case is not Python: {statement[:100]!r}") from error
-    node = tree.body[0] if len(tree.body) == 1 else None
-    if isinstance(node, ast.Assert) and isinstance(node.test, ast.Compare):
-        compare = node.test
-        if len(compare.ops) == 1 and isinstance(compare.ops[0], ast.Eq):
-            try:
-                expected = ast.literal_eval(compare.comparators[0])
-            except (ValueError, SyntaxError, TypeError):
-                return CodeTest("statement", statement)
-            return CodeTest("value", ast.unparse(compare.left), expected)
-    return CodeTest("statement", statement)
+    return CodeTest("assert", statement.strip())
 
 
 def read_test_cases(sample: Sample) -> list[CodeTest]:
@@ -132,36 +145,33 @@ def _same_output(actual: str, expected: str) -> bool:
     return lines(actual) == lines(expected)
 
 
-def _value_matches(reported: str, expected: Any) -> bool:
-    try:
-        return ast.literal_eval(reported) == expected
-    except (ValueError, SyntaxError, TypeError, MemoryError, RecursionError):
-        return reported == repr(expected)
-
-
-def run_tests(code: str, cases: list[CodeTest], sample: Sample) -> int:
-    """How many `cases` the program passes."""
+def run_tests(code: str, cases: list[CodeTest], sample: Sample) -> TestRun:
+    """Run `cases` against the program within the response's time budget."""
     config = sample.config.sandbox
-    passed = 0
-    in_process = [case for case in cases if case.kind != "io"]
-    if in_process:
-        result = run_python(
-            code, tests=tuple((case.kind, case.payload) for case in in_process), config=config
-        )
-        for index, case in enumerate(in_process):
-            lines = [line for line in result.test_lines if line.get("i") == index]
-            if len(lines) != 1:  # missing, or forged duplicates
-                continue
-            if case.kind == "value" and isinstance(lines[0].get("repr"), str):
-                passed += _value_matches(lines[0]["repr"], case.expected)
-            elif case.kind == "statement":
-                passed += lines[0].get("ok") is True
-    for case in (case for case in cases if case.kind == "io"):
-        result = run_python(code, stdin=case.payload, config=config)
-        if result.timed_out:
+    deadline = time.monotonic() + config.time_budget_s
+    passed = not_run = 0
+    exhausted = False
+    statements = tuple(case.payload for case in cases if case.kind == "assert")
+    if statements:
+        verdicts = judge_assertions(code, statements, config, time_limit=deadline - time.monotonic())
+        passed += sum(verdicts.passed)
+        # "no verdict": the pair was stopped before the judge reached the test
+        not_run += sum(error == "no verdict" or str(error).startswith("not run") for error in verdicts.errors)
+        exhausted = verdicts.timed_out and time.monotonic() >= deadline
+    io_cases = [case for case in cases if case.kind == "io"]
+    for index, case in enumerate(io_cases):
+        left = deadline - time.monotonic()
+        if left <= 0:
+            exhausted = True
+            not_run += len(io_cases) - index
+            break
+        result = run_python(code, stdin=case.payload, config=config, time_limit=left)
+        if result.timed_out:  # a program that timed out once would time out again: stop here
+            exhausted = exhausted or time.monotonic() >= deadline
+            not_run += len(io_cases) - index - 1
             break
         passed += result.ok and _same_output(result.stdout, case.expected)
-    return passed
+    return TestRun(passed, not_run, exhausted)
 
 
 def markup_similarity(predicted: str, reference: str, kind: str) -> float:
@@ -220,6 +230,11 @@ def score_code(sample: Sample) -> TaskScore:
         compiles = True
     except (SyntaxError, ValueError, RecursionError, MemoryError):
         compiles = False
-    passed = run_tests(code, cases, sample) if compiles else 0
-    details = {"tests_passed": float(passed), "tests_total": float(len(cases))}
-    return TaskScore(passed / len(cases), compiles, code[:200], details)
+    run = run_tests(code, cases, sample) if compiles else TestRun(0)
+    details = {
+        "tests_passed": float(run.passed),
+        "tests_total": float(len(cases)),
+        "tests_not_run": float(run.not_run),
+        "time_budget_exhausted": float(run.budget_exhausted),
+    }
+    return TaskScore(run.passed / len(cases), compiles, code[:200], details)

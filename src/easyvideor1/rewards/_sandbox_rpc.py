@@ -1,0 +1,448 @@
+"""Assertion tests judged by a process that never runs the program (imported inside the sandbox only).
+
+Trust model. The program under test and the test code run in two separate sandboxed processes,
+each under its own fresh uid and pid namespace (so neither can see, signal, trace or read the
+memory of the other), joined by one socket:
+
+* the *server* is the program's own process: after the program's top-level code it answers
+  requests on the socket ("look up this global", "call this object with these arguments",
+  "iterate it"), sending back results as plain data (numbers, strings, bytes, lists, tuples, dicts,
+  sets, ranges, fractions, decimals) and anything else as an opaque handle;
+* the *judge* runs the test statements (`assert add(1, 2) == 3`, HumanEval's `check(candidate)`)
+  with the program's names bound to proxies of those handles, and alone writes the verdicts, on a
+  descriptor the program never holds.
+
+Everything in the program's process is untrusted, this module's server code included: the program
+may patch it, answer anything or nothing, or die. That is harmless, because all it can ever send is
+plain data, and every comparison, `assert`, `AssertionError`, builtin and exception handler of a
+test runs in the judge on that data: an object whose `__eq__` always returns True, a patched
+`AssertionError`, `sys.exit`/`os._exit`, `atexit` hooks, fake result lines, frame or `gc` inspection
+(there is no token to find: the expected values never enter the program's process) cannot make a
+test pass; only sending the values the test expects can, which is what solving it means. Handles
+support calls, attributes, indexing, `len`, `bool`, `str`/`repr` and iteration (each answer is again
+data or a handle); `==`, ordering and arithmetic on a handle are the judge's own (identity, or
+TypeError), so no object of the program takes part in a comparison. Names a test reads resolve to
+the judge's builtins and standard-library modules first (a program cannot redefine `abs` or
+`math.isclose` for the test), then to the program's globals. Mutated list/dict/set arguments are
+copied back, so tests of in-place functions work.
+"""
+
+import ast
+import builtins
+import importlib
+import json
+import os
+import signal
+import socket
+import sys
+
+MAX_DEPTH = 100
+MAX_MESSAGE_BYTES = 16 << 20
+ITERATION_BATCH = 256
+_BUILTIN_NAMES = frozenset(dir(builtins))
+_STDLIB_MODULES = frozenset(getattr(sys, "stdlib_module_names", ()))
+
+
+class RemoteError(Exception):
+    """The program raised an exception that is not a builtin one (or cannot be rebuilt as one)."""
+
+
+class TestTimeout(BaseException):
+    """A test ran past its wall-clock limit (raised by the judge's alarm handler)."""
+
+
+# --- wire format: JSON with tagged values (exact for ints, floats, bytes, and never executable) ---
+
+
+def to_wire(value, other, depth=0):
+    """Encode plain data; `other(value)` encodes everything else (a handle) or raises TypeError."""
+    if depth > MAX_DEPTH:
+        raise ValueError("value nested too deeply")
+    if value is None or value is True or value is False or type(value) is str:
+        return value
+    nested = depth + 1
+    if isinstance(value, bool):
+        return bool(value)
+    if isinstance(value, int):
+        return {"i": format(int(value), "x")}
+    if isinstance(value, float):
+        return {"f": float(value).hex()}
+    if isinstance(value, complex):
+        return {"c": [float(value.real).hex(), float(value.imag).hex()]}
+    if isinstance(value, str):
+        return str(value)
+    if isinstance(value, (bytes, bytearray)):
+        return {"ba" if isinstance(value, bytearray) else "b": bytes(value).hex()}
+    if isinstance(value, list):
+        return [to_wire(item, other, nested) for item in value]
+    if isinstance(value, tuple):
+        return {"t": [to_wire(item, other, nested) for item in value]}
+    if isinstance(value, dict):
+        return {"d": [[to_wire(k, other, nested), to_wire(v, other, nested)] for k, v in value.items()]}
+    if isinstance(value, (set, frozenset)):
+        items = [to_wire(item, other, nested) for item in value]
+        return {"fs" if isinstance(value, frozenset) else "s": items}
+    if isinstance(value, range):
+        return {"r": [to_wire(value.start, other), to_wire(value.stop, other), to_wire(value.step, other)]}
+    fractions, decimal = sys.modules.get("fractions"), sys.modules.get("decimal")
+    if fractions is not None and isinstance(value, fractions.Fraction):
+        return {"q": [format(value.numerator, "x"), format(value.denominator, "x")]}
+    if decimal is not None and isinstance(value, decimal.Decimal):
+        return {"dec": str(value)}
+    if type(value).__module__ == "numpy" and getattr(value, "ndim", None) == 0:
+        return to_wire(value.item(), other, nested)  # numpy scalars compare like Python numbers
+    return other(value)
+
+
+def from_wire(data, handle, depth=0):
+    """Decode `to_wire` output into plain Python values; `handle(id)` makes the object of a handle."""
+    if depth > MAX_DEPTH:
+        raise ValueError("value nested too deeply")
+    if data is None or isinstance(data, (bool, int, float, str)):
+        return data
+    nested = depth + 1
+    if isinstance(data, list):
+        return [from_wire(item, handle, nested) for item in data]
+    if not (isinstance(data, dict) and len(data) == 1):
+        raise ValueError("malformed value")
+    ((tag, body),) = data.items()
+    if tag == "i":
+        return int(body, 16)
+    if tag == "f":
+        return float.fromhex(body)
+    if tag == "c":
+        return complex(float.fromhex(body[0]), float.fromhex(body[1]))
+    if tag in ("b", "ba"):
+        return (bytes if tag == "b" else bytearray).fromhex(body)
+    if tag in ("t", "s", "fs"):
+        items = [from_wire(item, handle, nested) for item in body]
+        return {"t": tuple, "s": set, "fs": frozenset}[tag](items)
+    if tag == "d":
+        return {from_wire(k, handle, nested): from_wire(v, handle, nested) for k, v in body}
+    if tag == "r":
+        return range(*(from_wire(part, handle, nested) for part in body))
+    if tag == "q":
+        import fractions
+
+        return fractions.Fraction(int(body[0], 16), int(body[1], 16))
+    if tag == "dec":
+        import decimal
+
+        return decimal.Decimal(str(body))
+    if tag == "h" and isinstance(body, int):
+        return handle(body)
+    raise ValueError("malformed value")
+
+
+class Channel:
+    """Newline-delimited JSON messages over a stream socket, with a bound on a message's size."""
+
+    def __init__(self, fd):
+        self._socket = socket.socket(fileno=fd)
+        self._buffer = b""
+
+    def send(self, message):
+        self._socket.sendall(json.dumps(message, separators=(",", ":")).encode() + b"\n")
+
+    def receive(self):
+        """The next message, or None at end of stream; ValueError when it is too long or not JSON."""
+        while b"\n" not in self._buffer:
+            if len(self._buffer) > MAX_MESSAGE_BYTES:
+                raise ValueError("message too long")
+            chunk = self._socket.recv(1 << 20)
+            if not chunk:
+                return None
+            self._buffer += chunk
+        line, self._buffer = self._buffer.split(b"\n", 1)
+        return json.loads(line)
+
+
+# --- server: runs in the program's process after its top-level code ---
+
+
+def serve(fd, namespace, started):
+    """Answer the judge's requests until it closes the socket (the program's process)."""
+    channel = Channel(fd)
+    channel.send({"ready": bool(started)})
+    if not started:
+        return
+    handles = {}
+
+    def register(value):
+        handles[len(handles) + 1] = value
+        return {"h": len(handles)}
+
+    while True:
+        request = channel.receive()
+        if request is None:
+            return
+        reply = {"id": request.get("id")}
+        try:
+            reply.update(_answer(request, namespace, handles, register))
+        except BaseException as error:  # the program's exception becomes the test's
+            reply = {"id": request.get("id"), "raise": type(error).__name__, "message": _text(error)}
+        channel.send(reply)
+
+
+def _text(error):
+    try:
+        return str(error)[:500]
+    except BaseException:
+        return ""
+
+
+def _answer(request, namespace, handles, register):
+    op = request["op"]
+    if op == "get":
+        name = request["name"]
+        if name not in namespace:
+            raise NameError(f"name {name!r} is not defined")
+        return {"value": to_wire(namespace[name], register)}
+    target = handles[request["h"]]
+    if op == "call":
+        args = [from_wire(arg, handles.__getitem__) for arg in request["args"]]
+        kwargs = {key: from_wire(arg, handles.__getitem__) for key, arg in request["kwargs"].items()}
+        value = target(*args, **kwargs)
+        after = [_mutable_after(arg) for arg in args]
+        return {"value": to_wire(value, register), "after": after}
+    if op == "next":
+        items, done = [], False
+        for _ in range(ITERATION_BATCH):
+            try:
+                items.append(next(target))
+            except StopIteration:
+                done = True
+                break
+        return {"value": to_wire(items, register), "done": done}
+    simple = {
+        "attr": lambda: getattr(target, request["name"]),
+        "item": lambda: target[from_wire(request["key"], handles.__getitem__)],
+        "len": lambda: len(target),
+        "bool": lambda: bool(target),
+        "str": lambda: str(target),
+        "repr": lambda: repr(target),
+    }
+    if op == "iter":
+        return {"value": register(iter(target))}
+    return {"value": to_wire(simple[op](), register)}
+
+
+def _mutable_after(arg):
+    if not isinstance(arg, (list, dict, set, bytearray)):
+        return None
+    try:
+        return to_wire(arg, _refuse)
+    except (TypeError, ValueError, RecursionError):
+        return None
+
+
+def _refuse(value):
+    raise TypeError(f"{type(value).__name__} is not plain data")
+
+
+# --- judge: runs the tests, never the program ---
+
+
+class Link:
+    """The judge's end of the socket: one request at a time, replies matched by id."""
+
+    def __init__(self, fd):
+        self.channel = Channel(fd)
+        self._next_id = 0
+
+    def request(self, op, **fields):
+        self._next_id += 1
+        request_id = self._next_id
+        self.channel.send({"id": request_id, "op": op, **fields})
+        while True:
+            reply = self.channel.receive()
+            if not isinstance(reply, dict):
+                raise ConnectionError("the program closed the connection")
+            if reply.get("id") == request_id:
+                break
+        if "raise" in reply:
+            raise _rebuilt_exception(reply.get("raise"), reply.get("message"))
+        return reply, from_wire(reply.get("value"), self.remote)
+
+    def remote(self, handle_id):
+        return Remote(self, handle_id)
+
+    def call(self, handle_id, args, kwargs):
+        encode = _judge_encoder
+        reply, value = self.request(
+            "call",
+            h=handle_id,
+            args=[to_wire(arg, encode) for arg in args],
+            kwargs={str(key): to_wire(arg, encode) for key, arg in kwargs.items()},
+        )
+        after = reply.get("after")
+        if isinstance(after, list) and len(after) == len(args):
+            for index, arg in enumerate(args):  # no zip(strict=): the sandbox's Python may be older
+                if after[index] is not None:
+                    _copy_back(arg, from_wire(after[index], _no_handles))
+        return value
+
+
+def _judge_encoder(value):
+    if isinstance(value, Remote):
+        return {"h": value._id}
+    raise TypeError(f"a {type(value).__name__} cannot be passed to the program")
+
+
+def _no_handles(_):
+    raise ValueError("handle in copied-back argument")
+
+
+def _copy_back(original, state):
+    if isinstance(original, (list, bytearray)) and type(state) is type(original):
+        original[:] = state
+    elif isinstance(original, (dict, set)) and type(state) is type(original):
+        original.clear()
+        original.update(state)
+
+
+def _rebuilt_exception(name, message):
+    kind = getattr(builtins, str(name), None)
+    message = str(message)
+    if isinstance(kind, type) and issubclass(kind, Exception):
+        try:
+            return kind(message)
+        except Exception:
+            pass
+    return RemoteError(f"{name}: {message}")
+
+
+class Remote:
+    """A proxy of one object of the program; equality and hashing are the proxy's own (identity)."""
+
+    __slots__ = ("_link", "_id")
+
+    def __init__(self, link, handle_id):
+        object.__setattr__(self, "_link", link)
+        object.__setattr__(self, "_id", handle_id)
+
+    def _ask(self, op, **fields):
+        return self._link.request(op, h=self._id, **fields)[1]
+
+    def __call__(self, *args, **kwargs):
+        return self._link.call(self._id, args, kwargs)
+
+    def __getattr__(self, name):
+        if name.startswith("__"):  # protocols probed by the judge's own code stay local
+            raise AttributeError(name)
+        return self._ask("attr", name=name)
+
+    def __getitem__(self, key):
+        return self._ask("item", key=to_wire(key, _judge_encoder))
+
+    def __len__(self):
+        return self._ask("len")
+
+    def __bool__(self):
+        return self._ask("bool") is True
+
+    def __str__(self):
+        return str(self._ask("str"))
+
+    def __repr__(self):
+        return str(self._ask("repr"))
+
+    def __iter__(self):
+        iterator = self._ask("iter")
+        if not isinstance(iterator, Remote):
+            raise TypeError("not an iterator")
+        return _RemoteIterator(self._link, iterator._id)
+
+
+class _RemoteIterator:
+    def __init__(self, link, handle_id):
+        self._link, self._id, self._items, self._done = link, handle_id, [], False
+
+    def __iter__(self):
+        return self
+
+    def __next__(self):
+        while not self._items:
+            if self._done:
+                raise StopIteration
+            reply, items = self._link.request("next", h=self._id)
+            self._done = reply.get("done") is True
+            if not isinstance(items, list):
+                raise TypeError("malformed iteration reply")
+            self._items = items[::-1]
+        return self._items.pop()
+
+
+def _free_names(tree):
+    loaded, bound = set(), set()
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Name):
+            (loaded if isinstance(node.ctx, ast.Load) else bound).add(node.id)
+        elif isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
+            bound.add(node.name)
+        elif isinstance(node, ast.arg):
+            bound.add(node.arg)
+        elif isinstance(node, (ast.Import, ast.ImportFrom)):
+            bound.update((alias.asname or alias.name).split(".")[0] for alias in node.names)
+    return sorted(loaded - bound - _BUILTIN_NAMES)
+
+
+def _bind(names, namespace, link):
+    """Bind a test's free names: the judge's standard-library modules, else the program's globals."""
+    for name in names:
+        if name in namespace:
+            continue
+        if name in _STDLIB_MODULES:
+            try:
+                namespace[name] = importlib.import_module(name)
+                continue
+            except ImportError:
+                pass
+        try:
+            namespace[name] = link.request("get", name=name)[1]
+        except NameError:
+            continue  # the test raises NameError when (and if) it reads the name
+
+
+def _on_alarm(signum, frame):
+    raise TestTimeout()
+
+
+def judge(fd, result_fd, tests, test_time_s):
+    """Run `tests` against the program behind `fd`; write one verdict line per test to `result_fd`."""
+    link = Link(fd)
+    signal.signal(signal.SIGALRM, _on_alarm)
+
+    def verdict(index, ok, error=None):
+        line = {"i": index, "ok": ok} if error is None else {"i": index, "ok": ok, "error": error}
+        os.write(result_fd, (json.dumps(line) + "\n").encode())
+
+    failure = None
+    try:
+        signal.setitimer(signal.ITIMER_REAL, test_time_s)
+        ready = link.channel.receive()
+        signal.setitimer(signal.ITIMER_REAL, 0)
+        if not (isinstance(ready, dict) and ready.get("ready") is True):
+            failure = "the program did not finish its top-level code"
+    except TestTimeout:
+        failure = "the program's top-level code timed out"
+    except (OSError, ValueError):
+        failure = "the program did not start"
+    namespace = {"__name__": "__main__", "__builtins__": builtins}
+    for index, code in enumerate(tests):
+        if failure is not None:
+            verdict(index, False, failure)
+            continue
+        try:
+            signal.setitimer(signal.ITIMER_REAL, test_time_s)
+            tree = ast.parse(code)
+            _bind(_free_names(tree), namespace, link)
+            exec(compile(tree, f"<test {index}>", "exec"), namespace)
+            signal.setitimer(signal.ITIMER_REAL, 0)
+            verdict(index, True)
+        except TestTimeout:
+            failure = f"not run: test {index} timed out"
+            verdict(index, False, "timeout")
+        except BaseException as error:
+            signal.setitimer(signal.ITIMER_REAL, 0)
+            verdict(index, False, type(error).__name__)
