@@ -5,6 +5,8 @@ Rules (documented in the README and tested):
   5", a rambling paragraph) names none: the first number of a text is not its answer. Repeating the
   same value ("4 (four)") is fine. With an `=`, the part after the last `=` is the answer ("x = 5").
 * Thousands separators need groups of three digits ("1,234" is 1234; "1,2" is two numbers).
+* The power of a unit is not a number: "25 m^2" and "12 m^3" read 25 and 12 (VSI-Bench room sizes
+  are in m^2; "m²" never was a digit).
 * A percent sign is a unit. "50%" equals "50" (same unit, benchmarks often omit the sign) and also
   "0.5" (the same quantity as a fraction); when both sides carry the sign, or neither, the values
   are compared as they are.
@@ -17,14 +19,18 @@ import math
 import re
 from dataclasses import dataclass
 
-_FRAC_RE = re.compile(r"\\[dt]?frac\s*\{\s*([^{}]+?)\s*\}\s*\{\s*([^{}]+?)\s*\}")
+# No lazy group next to optional whitespace here: "\frac{1" + " " * n + "x" was quadratic.
+_FRAC_RE = re.compile(r"\\[dt]?frac\s*+\{([^{}]*)\}\s*+\{([^{}]*)\}")
 _NUMBER_RE = re.compile(
     r"(?<![\w.])(?P<sign>[-+−]?)"
     r"(?P<int>\d{1,3}(?:,\d{3})+|\d+)?(?P<frac>\.\d+)?(?(int)|(?(frac)|(?!)))"
     r"(?:[eE](?P<exp>[-+]?\d{1,3}))?"
-    r"(?:\s*/\s*(?P<den>\d+(?:\.\d+)?))?"
-    r"(?P<pct>\s*(?:%|\\%|percent\b))?"
+    r"(?:\s*+/\s*+(?P<den>\d+(?:\.\d+)?))?"
+    r"(?P<pct>\s*+(?:%|\\%|percent\b))?"
 )
+# The power of a unit ("25 m^2", "12 m^3", "m^{2}", "m**2") is part of the unit, not a number:
+# removed before numbers are read. A power right after a letter only: "10^3" stays a number's.
+_UNIT_POWER_RE = re.compile(r"(?<=[^\W\d_])\s*+(?:\^\s*+\{?\s*+[-+]?\d+\s*+\}?|\*\*\s*+\d+)")
 _UNITS = {
     "zero": 0, "one": 1, "two": 2, "three": 3, "four": 4, "five": 5, "six": 6, "seven": 7, "eight": 8,
     "nine": 9, "ten": 10, "eleven": 11, "twelve": 12, "thirteen": 13, "fourteen": 14, "fifteen": 15,
@@ -47,7 +53,8 @@ class ParsedNumber:
 
 def _digit_numbers(text: str) -> list[ParsedNumber]:
     numbers = []
-    for match in _NUMBER_RE.finditer(_FRAC_RE.sub(r"(\1)/(\2)", text).replace("(", " ").replace(")", " ")):
+    text = _UNIT_POWER_RE.sub("", _FRAC_RE.sub(r" \1 / \2 ", text))
+    for match in _NUMBER_RE.finditer(text.replace("(", " ").replace(")", " ")):
         literal = (match.group("int") or "0").replace(",", "") + (match.group("frac") or "")
         try:
             value = float(literal + (f"e{match.group('exp')}" if match.group("exp") else ""))

@@ -3,6 +3,12 @@
 Nothing here rewrites a response: helpers return views (slices, parsed values) of the text they
 are given. The published reference stripped whitespace around `<`, `>` and `/` in the whole response,
 which corrupted code, fractions and free text; this module never does.
+
+Time is bounded: every scan here is linear (tags and boxes are paired by one pass over their
+positions, never by a lazy `.*?` retried from each opening; no regex backtracks over a run of
+whitespace), and rule-based answers are read from the last `MAX_SCORED_CHARS` characters of the
+response without its reasoning (`scored_tail`), where answers live. An adversarial 1 MB response
+scores in milliseconds.
 """
 
 from __future__ import annotations
@@ -16,8 +22,12 @@ import warnings
 from dataclasses import dataclass
 from typing import Any
 
-_ANSWER_TAG_RE = re.compile(r"<answer>(.*?)</answer>", re.IGNORECASE | re.DOTALL)
-_THINK_BLOCK_RE = re.compile(r"<think>.*?</think>", re.IGNORECASE | re.DOTALL)
+# Characters of a reasoning-free response that rule-based scoring reads: its tail, where the answer
+# is. 32k characters hold ~8k tokens of answer text, far more than any rule-based answer needs.
+MAX_SCORED_CHARS = 32_768
+
+_ANSWER_OPEN_RE = re.compile(r"<answer>", re.IGNORECASE)
+_ANSWER_CLOSE_RE = re.compile(r"</answer>", re.IGNORECASE)
 _THINK_OPEN_RE = re.compile(r"<think>", re.IGNORECASE)
 _THINK_CLOSE_RE = re.compile(r"</think>", re.IGNORECASE)
 # Placeholder tokens that leak into some ground truths, e.g. Charades-STA's `<[PLHD21_never_used_...]>`.
@@ -26,20 +36,44 @@ _PLACEHOLDER_RE = re.compile(r"<\[[^\]<>]*\]>|<\|[^|<>]*\|>")
 # "the final answer is X", "Therefore, the final answer is: X", "Answer: X", "答案是X".
 # A verb or a colon is required so that "the answer choices are ..." is not a statement.
 _STATEMENT_RE = re.compile(
-    r"(?:\b(?:final\s+answer|(?:correct|best|right)\s+(?:answer|option|choice)|answer)\b[*_]*"
-    r"(?:\s+(?:is|would\s+be|should\s+be|will\s+be)\b[*_]*\s*[:：]?|\s*[:：=])"
-    r"|答案\s*(?:是|为|：|:))",
+    r"(?:\b(?:final\s++answer|(?:correct|best|right)\s++(?:answer|option|choice)|answer)\b[*_]*+"
+    r"(?:\s++(?:is|would\s++be|should\s++be|will\s++be)\b[*_]*+\s*+[:：]?|\s*+[:：=])"
+    r"|答案\s*+(?:是|为|：|:))",
     re.IGNORECASE,
 )
-_BOXED_RE = re.compile(r"\\(?:boxed|fbox)\s*\{")
+_BOXED_RE = re.compile(r"\\(?:boxed|fbox)\s*+\{")
+_BRACE_RE = re.compile(r"[{}]")
 
 
 # --------------------------------------------------------------------------- tags and reasoning
 
 
+def _blocks(text: str, opening: re.Pattern[str], closing: re.Pattern[str]) -> list[tuple[int, int, int, int]]:
+    """`(start, content_start, content_end, end)` of each complete block, left to right.
+
+    The same blocks as the lazy regex `open(.*?)close` finds, in one linear pass: the positions of
+    every opening and closing are listed once and paired with two pointers (the regex would rescan
+    the rest of the text from each unmatched opening, quadratic on "<answer>" * n).
+    """
+    opens = [(m.start(), m.end()) for m in opening.finditer(text)]
+    closes = [(m.start(), m.end()) for m in closing.finditer(text)]
+    blocks, position, j = [], 0, 0
+    for start, content_start in opens:
+        if start < position:
+            continue  # inside the previous block
+        while j < len(closes) and closes[j][0] < content_start:
+            j += 1
+        if j == len(closes):
+            break
+        content_end, end = closes[j]
+        blocks.append((start, content_start, content_end, end))
+        position = end
+    return blocks
+
+
 def answer_tag_contents(text: str) -> list[str]:
     """Stripped contents of every complete `<answer>...</answer>` in `text`, in order."""
-    return [match.group(1).strip() for match in _ANSWER_TAG_RE.finditer(text)]
+    return [text[a:b].strip() for _, a, b, _ in _blocks(text, _ANSWER_OPEN_RE, _ANSWER_CLOSE_RE)]
 
 
 def strip_think(text: str) -> str:
@@ -49,25 +83,37 @@ def strip_think(text: str) -> str:
     (chat templates that open the block in the prompt); drops an unterminated `<think>` tail (a
     truncated response has no answer yet).
     """
-    body = _THINK_BLOCK_RE.sub("", text)
-    closes = list(_THINK_CLOSE_RE.finditer(body))
-    if closes:
-        body = body[closes[-1].end() :]
+    pieces, position = [], 0
+    for start, _, _, end in _blocks(text, _THINK_OPEN_RE, _THINK_CLOSE_RE):
+        pieces.append(text[position:start])
+        position = end
+    pieces.append(text[position:])
+    body = "".join(pieces)
+    last_close = None
+    for last_close in _THINK_CLOSE_RE.finditer(body):  # noqa: B007 - the last one is wanted
+        pass
+    if last_close is not None:
+        body = body[last_close.end() :]
     opening = _THINK_OPEN_RE.search(body)
     if opening:
         body = body[: opening.start()]
     return body
 
 
+def scored_tail(text: str, limit: int = MAX_SCORED_CHARS) -> str:
+    """The last `limit` characters of `text`: what rule-based scoring reads (answers come last)."""
+    return text if len(text) <= limit else text[-limit:]
+
+
 def has_reasoning(text: str) -> bool:
     """True if a non-empty reasoning block precedes the first `<answer>` (or the end of the text)."""
-    answer_at = text.lower().find("<answer>")
-    head = text if answer_at < 0 else text[:answer_at]
-    for block in _THINK_BLOCK_RE.finditer(head):
-        if block.group(0)[len("<think>") : -len("</think>")].strip():
+    answer = _ANSWER_OPEN_RE.search(text)
+    head = text if answer is None else text[: answer.start()]
+    for _, content_start, content_end, _ in _blocks(head, _THINK_OPEN_RE, _THINK_CLOSE_RE):
+        if head[content_start:content_end].strip():
             return True
     close = _THINK_CLOSE_RE.search(head)
-    if close and not _THINK_OPEN_RE.search(head[: close.start()]):
+    if close and not _THINK_OPEN_RE.search(head, 0, close.start()):
         return bool(head[: close.start()].strip())
     return False
 
@@ -93,20 +139,29 @@ def final_statement(text: str) -> str | None:
 
 
 def last_boxed(text: str) -> str | None:
-    """Content of the last brace-balanced `\\boxed{...}` (or `\\fbox{...}`) in `text`."""
-    found = None
-    for match in _BOXED_RE.finditer(text):
-        depth, start = 1, match.end()
-        for index in range(start, len(text)):
-            char = text[index]
-            if char == "{":
-                depth += 1
-            elif char == "}":
-                depth -= 1
-                if depth == 0:
-                    found = text[start:index]
-                    break
-    return found
+    """Content of the last brace-balanced `\\boxed{...}` (or `\\fbox{...}`) in `text`.
+
+    "Last" is by opening position, as before; closings come from one pass of brace matching (the
+    closing of a brace is the one that pops it from a stack), so nested or unclosed boxes cost one
+    scan in total instead of one scan each.
+    """
+    content_starts = [match.end() for match in _BOXED_RE.finditer(text)]
+    if not content_starts:
+        return None
+    wanted = set(content_starts)
+    stack: list[int] = []
+    closing: dict[int, int] = {}
+    for brace in _BRACE_RE.finditer(text, content_starts[0] - 1):
+        if brace.group() == "{":
+            stack.append(brace.end())
+        elif stack:
+            opened = stack.pop()
+            if opened in wanted:
+                closing[opened] = brace.start()
+    for start in reversed(content_starts):
+        if start in closing:
+            return text[start : closing[start]]
+    return None
 
 
 @dataclass(frozen=True)
@@ -133,9 +188,10 @@ def extract_answer(response: str) -> ExtractedAnswer:
     """Find the stated answer: `<answer>` tag, then a final statement, then `\\boxed{}`, then the text.
 
     Tags inside reasoning are drafts and are ignored. Several tags with different contents make the
-    answer ambiguous (a hedge), which every task scores 0.
+    answer ambiguous (a hedge), which every task scores 0. Only the last `MAX_SCORED_CHARS`
+    characters of the reasoning-free response are read (bounded time on any input).
     """
-    body = strip_think(response)
+    body = scored_tail(strip_think(response))
     tags = [content for content in answer_tag_contents(body) if content]
     if len({" ".join(content.split()) for content in tags}) > 1:
         return ExtractedAnswer(None, "answer_tag", ambiguous=True)
@@ -167,9 +223,9 @@ def parse_ground_truth(ground_truth: Any) -> str:
         outside = _PLACEHOLDER_RE.sub("", strip_think(text)).strip()
         if outside:
             return outside
-        blocks = _THINK_BLOCK_RE.findall(text)
+        blocks = _blocks(text, _THINK_OPEN_RE, _THINK_CLOSE_RE)
         if blocks:
-            return blocks[-1][len("<think>") : -len("</think>")].strip()
+            return text[blocks[-1][1] : blocks[-1][2]].strip()
     text = text.strip()
     dollar = re.fullmatch(r"\$\$?(.+?)\$?\$", text, re.DOTALL)
     return dollar.group(1).strip() if dollar else text
@@ -177,7 +233,7 @@ def parse_ground_truth(ground_truth: Any) -> str:
 
 # --------------------------------------------------------------------------- short-answer cleaning
 
-_TEXT_WRAPPER_RE = re.compile(r"\\(?:text|textbf|mathrm|mathbf|mbox)\s*\{([^{}]*)\}")
+_TEXT_WRAPPER_RE = re.compile(r"\\(?:text|textbf|mathrm|mathbf|mbox)\s*+\{([^{}]*)\}")
 
 
 def clean_short_answer(text: str) -> str:
@@ -199,7 +255,8 @@ def normalize_text(text: str) -> str:
 
 # --------------------------------------------------------------------------- JSON
 
-_FENCE_RE = re.compile(r"```[a-zA-Z]*\s*\n?(.*?)```", re.DOTALL)
+# Possessive `\s*+`: a lazy body after a backtracking whitespace run was quadratic on "```" + "\n" * n.
+_FENCE_RE = re.compile(r"```[a-zA-Z]*+\s*+(.*?)```", re.DOTALL)
 
 
 def _balanced_spans(text: str) -> list[str]:

@@ -5,13 +5,23 @@ Where the letter comes from, in order:
    that, a statement or the rules below applied to the tag's content;
 2. an explicit final statement ("the final answer is B", "Therefore, the final answer is: B");
 3. priority rules over the response without its reasoning, in the style of lmms-eval:
-   start 10 > end 9 > answer phrase 7 > "(B)" 6 > "B." 5 > "B:" 4 > "B)" 3 > " B " 2 > bare letter 0,
-   ties going to the last occurrence (a chain of thought mentions options before concluding).
+   start 10 (a letter opening the response: "B.", "(B)", "B" alone on its first line) > end 9 >
+   answer phrase 7 ("the answer is B", "Option B is correct") > "(B)" 6 > "B." 5 > "B:" 4 > "B)" 3 >
+   " B " 2 > bare letter 0, ties going to the last occurrence (a chain of thought mentions options
+   before concluding). A negated letter ("not A", "rather than A", "unlike A") is never the answer.
+
+Official evaluators read upper-case letters only (Video-MME's `extract_characters_regex` strips
+answer prefixes and takes the first of A-J; lmms-eval and VLMEvalKit match "(B)", "B.", " B "); a
+lower-case letter is read here only where it cannot be English: a whole answer tag or statement
+("<answer>b</answer>", "Answer: b", "b. green"), and for b-h and j also as the first word of a
+statement ("Answer: b because ..."); never "a" or "i" inside a sentence, never "e.g." / "i.e.".
 
 Hack resistance: a response that names several different letters as its answer ("A or B", "A, C",
-two different `<answer>` tags, "B. <text of option A>") has no answer and scores 0; an upper-case
-"A" or "I" used as a word ("A man ...", "I think ...") and the lower-case article "a" are not
-letters; letters beyond the number of options are wrong.
+"A+B", "A -> B", "A|B|C|D", "(A)(B)(C)(D)", "B or maybe A", two different `<answer>` tags, "B. <text
+of option A>") has no answer and scores 0, and so does one that only rules a letter out ("not A"); an
+upper-case "A" or "I" used as a word ("A man ...", "I think ...") and the lower-case article "a" are
+not letters; letters beyond the number of options are wrong. Only the tail of a long response is read
+(`parsing.MAX_SCORED_CHARS`) and every pattern is linear, so scoring time is bounded.
 """
 
 from __future__ import annotations
@@ -27,6 +37,7 @@ from easyvideor1.rewards.parsing import (
     extract_answer,
     final_statement,
     normalize_text,
+    scored_tail,
     strip_think,
 )
 from easyvideor1.rewards.registry import register_task
@@ -38,22 +49,58 @@ _DEFAULT_LETTERS = LETTERS[:10]  # A-J when the options are unknown
 _OPTION_LABEL_RE = re.compile(r"^\s*(?:\(([A-Z])\)|\[([A-Z])\]|([A-Z])\s*[.:：)])\s*(.*)$", re.DOTALL)
 _LEAD_WORD_RE = re.compile(r"^(?:option|choice|answer)\s*[:：]?\s*", re.IGNORECASE)
 _SINGLE_LETTER_RE = re.compile(r"[\(\[]?([A-Za-z])[\)\]]?")
-# "A or B", "A, C", "A/B", "A and B": several letters offered as one answer.
-_LETTER_LIST_RE = re.compile(r"(?<![A-Za-z])[A-Z](?:\s*(?:,|/|&|\bor\b|\band\b)\s*[A-Z](?![A-Za-z]))+")
-_LETTER_LIST_SPLIT_RE = re.compile(r"\s*(?:,|/|&|;|\bor\b|\band\b)\s*|\s+")
-_LEADING_LETTER_RE = re.compile(r"^[\s*(\[]*([A-Z])(?![A-Za-z])")
-# "A man", "I think": an upper-case A or I followed by a lower-case word is English, not an option.
+# A lower-case option label at the start of an answer ("b. green", "(c) blue"), not "e.g." / "i.e.".
+_LOWER_LABEL_RE = re.compile(r"^\s*+[\(\[]?([a-z])(?![a-z]|\.[a-z]\.)(?=[\)\]]|\s*+[.:：)])")
+# Separators between letters offered together: "A or B", "A, C", "A/B", "A+B", "A -> B", "A|B",
+# "(A)(B)", "B or maybe A".
+_SEPARATOR = (
+    r"(?:[,/&;|+]|->|=>|→|<->|\bor\b|\band\b|\bnor\b|\bmaybe\b|\bperhaps\b|\bpossibly\b|\bprobably\b)"
+)
+_LETTER_LIST_RE = re.compile(
+    rf"(?<![A-Za-z])[\(\[]?[A-Z][\)\]]?(?:(?:\s*+{_SEPARATOR})++\s*+[\(\[]?[A-Z][\)\]]?(?![A-Za-z])"
+    r"|(?<=[\)\]])\s*+[\(\[][A-Z][\)\]](?![A-Za-z]))+"
+)
+_LETTER_LIST_SPLIT_RE = re.compile(rf"\s*+(?:{_SEPARATOR}|[()\[\]])\s*+|\s++")
+_LIST_LETTER_RE = re.compile(r"(?<![A-Za-z])[A-Z](?![A-Za-z])")
+_LEADING_LETTER_RE = re.compile(r"^[\s*(\[]*+([A-Z])(?![A-Za-z])")
+# b-h and j opening a statement ("Answer: b because ..."): not English words, unlike "a" and "i".
+_LEADING_LOWER_RE = re.compile(r"^[\s*(\[]*+([b-hj])(?![A-Za-z]|\.[a-z]\.)")
+# "A man", "I think": an upper-case A or I followed by a lower-case word is English, not an option...
 _WORD_USE_RE = re.compile(r"\s+[a-z]")
+# ... unless the word says the letter is the answer: "A is correct", "A is the best option".
+_CHOSEN_AFTER_RE = re.compile(r"\s++is\s++(?:the\s++)?(?:correct|right|best|answer)\b", re.IGNORECASE)
+# A letter ruled out ("not A", "rather than (A)", "unlike option A") is not the answer; checked in
+# a short window before each letter, so the cost stays linear.
+_NEGATION_RE = re.compile(
+    r"(?:\bnot|n't|\bnor|\bunlike|\brather\s++than|\binstead\s++of|\bexcept(?:\s++for)?|\bother\s++than"
+    r"|\bbesides|\bexcluding|\bversus|\bvs\.?)\s*+(?:(?:option|choice|answer)\s++)?[\(\[]?$",
+    re.IGNORECASE,
+)
+_NEGATION_WINDOW = 40
 
+# Whitespace runs are matched possessively (`\s*+`): adjacent optional runs that backtrack into
+# each other made "answer" + " " * n cubic.
 _RULES: tuple[tuple[int, re.Pattern[str]], ...] = (
-    (10, re.compile(r"^\s*(?:\*\*)?[\(\[]?(?P<L>[A-Z])(?:[\)\]]|[.:：](?!\w)|(?=\s*$)|(?=\*\*))")),
-    (9, re.compile(r"(?<![A-Za-z'’])[\(\[]?(?P<L>[A-Z])[\)\]]?(?:\*\*)?[.!。]?\s*$")),
+    (
+        10,
+        re.compile(
+            r"^\s*+(?:\*\*)?[\(\[]?(?P<L>[A-Z])(?:[\)\]]|[.:：](?!\w)|(?=\s*+$)|(?=[ \t]*+\r?\n)|(?=\*\*))"
+        ),
+    ),
+    (9, re.compile(r"(?<![A-Za-z'’])[\(\[]?(?P<L>[A-Z])[\)\]]?(?:\*\*)?[.!。]?\s*+$")),
     (
         7,
         re.compile(
-            r"(?i:(?:answer|(?:best|correct|right)\s+(?:option|choice))\s*(?:is|would\s+be|should\s+be|=)?\s*[:：]?"
-            r"|\bI\s+(?:choose|select|pick|go\s+with)|选择?|答案\s*(?:是|为|：|:)?)"
-            r"\s*(?i:option\s+|choice\s+)?(?:\*\*)?[\(\[]?(?P<L>[A-Z])(?![A-Za-z])"
+            r"(?i:(?:answer|(?:best|correct|right)\s++(?:option|choice))\s*+(?:is|would\s++be|should\s++be|=)?"
+            r"\s*+[:：]?|\bI\s++(?:choose|select|pick|go\s++with)|选择?|答案\s*+(?:是|为|：|:)?)"
+            r"\s*+(?i:option\s++|choice\s++)?(?:\*\*)?[\(\[]?(?P<L>[A-Z])(?![A-Za-z])"
+        ),
+    ),
+    (
+        7,
+        re.compile(
+            r"(?<![A-Za-z])(?i:option\s++|choice\s++)?[\(\[]?(?P<L>[A-Z])[\)\]]?"
+            r"(?=\s++(?i:is\s++(?:the\s++)?(?:correct|right|best|answer)\b))"
         ),
     ),
     (6, re.compile(r"\((?P<L>[A-Z])\)")),
@@ -118,6 +165,14 @@ def _letters_of_phrase(text: str, texts: dict[str, str], lowercase: bool = False
     single = _SINGLE_LETTER_RE.fullmatch(value)
     if single and (lowercase or single.group(1).isupper()):
         return {single.group(1).upper()}
+    tokens = [token for token in _LETTER_LIST_SPLIT_RE.split(value) if token]
+    if len(tokens) > 1 and all(len(token) == 1 and (token.isupper() or lowercase) for token in tokens):
+        if all(token.upper() in LETTERS for token in tokens):
+            return {token.upper() for token in tokens}  # "A or B", "A+B", "(A)(B)": a hedge
+    lower_label = _LOWER_LABEL_RE.match(value) if lowercase else None
+    if lower_label:
+        at = lower_label.start(1)
+        value = value[:at] + value[at].upper() + value[at + 1 :]
     labelled = _OPTION_LABEL_RE.fullmatch(value)
     if labelled:
         letter = next(group for group in labelled.groups()[:3] if group)
@@ -130,9 +185,6 @@ def _letters_of_phrase(text: str, texts: dict[str, str], lowercase: bool = False
         # "A: red. Option B: green. ..." is a sentence for the rules, not a labelled answer.
         if not rest or texts.get(letter) == rest or (not texts and len(rest) <= 60 and "\n" not in rest):
             return {letter}
-    tokens = [token.strip("()[]") for token in _LETTER_LIST_SPLIT_RE.split(value) if token]
-    if len(tokens) > 1 and all(len(token) == 1 and token in LETTERS for token in tokens):
-        return set(tokens)
     normalized = _normalize_option(value)
     hits = {letter for letter, option in texts.items() if option == normalized}
     if not hits and len(value) < 40:
@@ -155,7 +207,17 @@ def _verdict(letters: set[str], valid: str, source: str, well_formed: bool = Fal
 
 
 def _is_word_use(text: str, match: re.Match[str]) -> bool:
-    return match.group("L") in "AI" and _WORD_USE_RE.match(text, match.end("L")) is not None
+    end = match.end("L")
+    return (
+        match.group("L") in "AI"
+        and _WORD_USE_RE.match(text, end) is not None
+        and _CHOSEN_AFTER_RE.match(text, end) is None
+    )
+
+
+def _is_negated(text: str, match: re.Match[str]) -> bool:
+    start = match.start()
+    return _NEGATION_RE.search(text, max(0, start - _NEGATION_WINDOW), start) is not None
 
 
 def priority_letter(text: str, valid: str = _DEFAULT_LETTERS) -> str | None:
@@ -171,7 +233,7 @@ def _priority_match(text: str, valid: str) -> tuple[int, int, str] | None:
             break  # rules are ordered by priority: nothing below can win
         for match in pattern.finditer(text):
             letter = match.group("L")
-            if letter in valid and not _is_word_use(text, match):
+            if letter in valid and not _is_word_use(text, match) and not _is_negated(text, match):
                 position = match.start("L")
                 if best is None or (priority, position) > best[:2]:
                     best = (priority, position, letter)
@@ -183,7 +245,10 @@ def _from_rules(text: str, valid: str, source: str) -> ChoiceExtraction:
     if best is None:
         return ChoiceExtraction(None, "no_answer", "none" if source == "rules" else source)
     for listing in _LETTER_LIST_RE.finditer(text):
-        if listing.start() <= best[1] < listing.end() and len(set(re.findall(r"[A-Z]", listing.group()))) > 1:
+        if (
+            listing.start() <= best[1] < listing.end()
+            and len(set(_LIST_LETTER_RE.findall(listing.group()))) > 1
+        ):
             return ChoiceExtraction(None, "ambiguous", source)
     return ChoiceExtraction(best[2], "ok", source)
 
@@ -191,12 +256,20 @@ def _from_rules(text: str, valid: str, source: str) -> ChoiceExtraction:
 def _from_statement(
     statement: str, texts: dict[str, str], valid: str, source: str
 ) -> ChoiceExtraction | None:
-    letters = _letters_of_phrase(statement, texts)
+    # What a statement names is an answer, so a lone lower-case letter is one ("Answer: b").
+    letters = _letters_of_phrase(statement, texts, lowercase=True)
     if letters:
         return _verdict(letters, valid, source)
     leading = _LEADING_LETTER_RE.match(statement)
-    if leading and not (leading.group(1) in "AI" and _WORD_USE_RE.match(statement, leading.end(1))):
+    if leading and not (
+        leading.group(1) in "AI"
+        and _WORD_USE_RE.match(statement, leading.end(1))
+        and not _CHOSEN_AFTER_RE.match(statement, leading.end(1))
+    ):
         return _verdict({leading.group(1)}, valid, source)
+    leading = _LEADING_LOWER_RE.match(statement)
+    if leading:
+        return _verdict({leading.group(1).upper()}, valid, source)
     return None
 
 
@@ -215,6 +288,7 @@ def choose(answer: ExtractedAnswer, body: str, options: list[str] | None) -> Cho
         if found:
             return found
         return _from_rules(answer.text, valid, "answer_tag")
+    body = scored_tail(body)  # answers come last; bounded time on any response
     statement = final_statement(body)
     found = _from_statement(statement, texts, valid, "final_statement") if statement else None
     if found:
