@@ -42,6 +42,7 @@ from .preflight import preflight
 from .rollout_engines import make_rollout_engine, push_weights
 from .rounds import filter_rounds
 from .sampler import PromptSampler
+from .skipping import SkipLog, media_problem, skip_row, strict_error
 from .update import UpdateSettings, experience_logprobs, policy_update
 from .warmup import sft_warmup
 
@@ -66,6 +67,7 @@ _COUNT_METRICS = (
     "filter/kept_groups",
     "filter/dropped_groups",
     "data/dropped_overlong",
+    "data/skipped_records",
 )
 
 
@@ -79,6 +81,10 @@ class Trainer:
                 f"trainer.prompts_per_step ({tc.prompts_per_step}) and trainer.mini_batch_prompts "
                 f"({tc.mini_batch_prompts}) must be multiples of the number of ranks ({self.dist.world})"
             )
+        if not cfg.model.path:
+            raise ValueError("model.path is not set: give a Hugging Face Qwen-VL checkpoint directory")
+        if not cfg.data.train_files:
+            raise ValueError("data.train_files is empty: give at least one training data file")
         torch.manual_seed(tc.seed)
         random.seed(tc.seed)
         self.model, self.processor = load_policy(
@@ -111,11 +117,24 @@ class Trainer:
         self.train_set = RecordDataset.from_files(cfg.data.train_files, cfg.data)
         self.val_set = (
             RecordDataset.from_files(cfg.data.val_files, cfg.data, self.train_set.loader)
-            if cfg.data.val_files
+            if cfg.data.val_files and tc.val_size > 0
             else None
         )
+        for split, files, dataset in (
+            ("train", cfg.data.train_files, self.train_set),
+            ("val", cfg.data.val_files, self.val_set),
+        ):
+            empty = [f for f in files if dataset is not None and f not in dataset.data_files]
+            if empty:  # else "no prompt fits data.max_prompt_length", which sends one looking elsewhere
+                raise ValueError(f"{split} file {empty[0]} has no records")
         loggers = tc.loggers if self.dist.is_main else []  # rank 0 reports; the others stay quiet
         self.logger = MetricsLogger(tc.output_dir, loggers, dataclasses.asdict(cfg), tc.max_steps)
+        self.skip_log = SkipLog(tc.output_dir)
+        if self.dist.is_main:
+            self.skip_log.start()
+        self.skipped_preflight = 0  # records left out at start-up (the same on every rank)
+        self.skipped_at_step = 0  # records this rank left out later (e.g. with data.preflight=fast)
+        self.bad_prompts: set[int] = set()  # train indices whose media failed at a step
         self.train_idx = self.preflight(self.train_set, "train")
         self.val_idx = self.preflight(self.val_set, "val", max_count=tc.val_size) if self.val_set else []
         self.kl_ctl = self.alg.make_kl_controller()
@@ -152,9 +171,12 @@ class Trainer:
 
     # ---------------------------------------------------------------------------------------- checks
     def preflight(self, dataset: RecordDataset | None, split: str, max_count: int | None = None) -> list[int]:
-        keep, lengths = preflight(
+        keep, lengths, skipped = preflight(
             dataset, split, self.cfg, self.processor, self.dist, self.logger.write, max_count
         )
+        self.skipped_preflight += len(skipped)
+        if self.dist.is_main:
+            self.skip_log.write(skipped)
         if split == "train":
             self.prompt_tokens = lengths
         return keep
@@ -254,6 +276,10 @@ class Trainer:
         )
         if self.cfg.data.preflight == "fast":
             metrics["data/dropped_overlong"] = float(self.dropped_overlong)  # so far, this rank
+        # records left out so far: start-up's (counted once, on rank 0) plus this rank's since
+        metrics["data/skipped_records"] = float(
+            self.skipped_at_step + (self.skipped_preflight if self.dist.is_main else 0)
+        )
         per_rank = all_gather(tokens)  # [tokens] in one process
         if self.dist.enabled:
             metrics["perf/rank_token_imbalance"] = max(per_rank) / max(sum(per_rank) / len(per_rank), 1)
@@ -267,7 +293,7 @@ class Trainer:
         """This rank's share of the next global batch (every rank draws it, so samplers stay in step)."""
         chosen = [self.train_idx[i] for i in self.sampler.next_batch()]
         chosen = self._my_share(chosen)
-        samples = [self.train_set[i] for i in chosen]
+        samples = self.loadable(chosen)
         batch = encode_prompts(self.processor, samples, self.cfg.data, self.train_set.loader)
         if self.cfg.data.preflight == "fast":  # lengths were not checked at start-up: check them here
             lengths = batch.inputs["attention_mask"].sum(1).tolist()
@@ -282,6 +308,33 @@ class Trainer:
                 samples = fits
                 batch = encode_prompts(self.processor, samples, self.cfg.data, self.train_set.loader)
         return samples, batch
+
+    def loadable(self, chosen: list[int]) -> list:
+        """The samples of ``chosen`` whose media load (loaded now, once); the others are skipped and
+        listed, or stop the run under ``data.strict``. Preflight found the bad files it could; this
+        catches the rest (``data.preflight=fast``, a file deleted or damaged mid-run)."""
+        samples, rows = [], []
+        for i in chosen:
+            if i in self.bad_prompts:
+                continue  # failed before: listed once, not retried
+            sample = self.train_set[i]
+            reason = media_problem(sample, self.cfg.data, self.train_set.loader)
+            if reason is None:
+                samples.append(sample)
+                continue
+            row = skip_row(sample, i, reason, "train", "step", self.step + 1)
+            if self.cfg.data.strict:
+                raise strict_error(row)
+            self.bad_prompts.add(i)
+            rows.append(row)
+        self.skipped_at_step += len(rows)
+        self.skip_log.write(rows)
+        if not samples:
+            raise ValueError(
+                f"no record of this step could be loaded ({len(chosen)} tried), e.g. "
+                f"{rows[0]['source'] if rows else chosen[0]}: see skipped_records.jsonl"
+            )
+        return samples
 
     def _my_share(self, chosen: list[int]) -> list[int]:
         balance = self.cfg.distributed.balance_tokens

@@ -6,6 +6,7 @@ import json
 import math
 import os
 from collections import defaultdict
+from collections.abc import Callable
 from typing import Any
 
 import torch
@@ -16,11 +17,8 @@ from .experience import Experience
 class MetricsLogger:
     def __init__(self, output_dir: str, loggers: list[str], config: dict | None = None, total_steps: int = 0):
         os.makedirs(output_dir, exist_ok=True)
-        self.jsonl = (
-            open(os.path.join(output_dir, "metrics.jsonl"), "a", encoding="utf-8")
-            if "jsonl" in loggers
-            else None
-        )
+        self.jsonl_path = os.path.join(output_dir, "metrics.jsonl")
+        self.jsonl = open(self.jsonl_path, "a", encoding="utf-8") if "jsonl" in loggers else None
         self.tb = None
         if "tensorboard" in loggers:
             try:
@@ -61,6 +59,14 @@ class MetricsLogger:
                 {k.split("/")[-1]: f"{clean[k]:.3g}" for k in console_keys if k in clean}, refresh=True
             )
 
+    def truncate_after(self, step: int) -> None:
+        """Drop ``metrics.jsonl`` rows past ``step`` (a resume from ``step`` logs them again)."""
+        if self.jsonl is None:
+            return
+        self.jsonl.close()
+        rewrite_jsonl(self.jsonl_path, lambda row: row.get("step", 0) <= step)
+        self.jsonl = open(self.jsonl_path, "a", encoding="utf-8")
+
     def write(self, text: str) -> None:
         if self.bar is not None:
             self.bar.write(text)
@@ -76,6 +82,37 @@ class MetricsLogger:
             self.tb.close()
         if self.wandb:
             self.wandb.finish()
+
+
+def rewrite_jsonl(path: str, keep: Callable[[dict], bool]) -> int:
+    """Keep only the rows of a JSONL file that ``keep`` accepts; returns how many were dropped.
+
+    Atomic: the kept rows go to a temporary file that replaces the original, so a crash leaves
+    either the old or the new file. A line that is not a JSON object (a row cut off by a crash)
+    is dropped too. A missing file is left missing.
+    """
+    if not os.path.exists(path):
+        return 0
+    kept, dropped = [], 0
+    with open(path, encoding="utf-8") as f:
+        for line in f:
+            try:
+                row = json.loads(line)
+            except json.JSONDecodeError:
+                row = None
+            if isinstance(row, dict) and keep(row):
+                kept.append(line if line.endswith("\n") else line + "\n")
+            elif line.strip():
+                dropped += 1
+    if not dropped:
+        return 0
+    tmp = f"{path}.tmp{os.getpid()}"
+    with open(tmp, "w", encoding="utf-8") as f:
+        f.writelines(kept)
+        f.flush()
+        os.fsync(f.fileno())
+    os.replace(tmp, path)
+    return dropped
 
 
 def reward_metrics(exp: Experience) -> dict[str, float]:

@@ -32,7 +32,7 @@ def sft_warmup(trainer, state: DistState) -> bool:
     for step in range(tc.sft_warmup_steps):
         pick = torch.randint(len(with_offline), (per * state.world,), generator=g).tolist()
         pick = pick[state.rank * per : (state.rank + 1) * per]
-        samples = [train_set[with_offline[i]] for i in pick]
+        samples = trainer.loadable([with_offline[i] for i in pick])  # a failing video is skipped
         batch = encode_prompts(trainer.processor, samples, trainer.cfg.data, train_set.loader)
         rows = [
             tokenize_offline(

@@ -1,0 +1,105 @@
+"""Records whose media cannot be loaded: skipped, listed and counted, unless ``data.strict``.
+
+One missing or corrupt video used to stop a whole run with a ``DecodeError`` traceback. Now the
+record is left out with its reason, one JSON line per record in ``<output_dir>/skipped_records.jsonl``
+(``phase`` ``preflight`` for what start-up found, ``step`` for what a later step found, e.g. with
+``data.preflight=fast`` or a file deleted mid-run), and counted in the ``data/skipped_records``
+metric. With ``data.strict=true`` the first such record stops the run with its error instead.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from typing import Any
+
+from PIL.Image import DecompressionBombError
+
+from ..data.dataset import Sample, load_media
+from ..media.cache import CacheError
+from ..media.decode import DecodeError
+from .metrics import rewrite_jsonl
+
+SKIPPED_FILE = "skipped_records.jsonl"
+
+# what loading one record's media raises when the *file* is the problem (missing, unreadable,
+# undecodable, no cache entry, an image PIL refuses or that cannot be resized)
+MEDIA_ERRORS = (DecodeError, CacheError, OSError, ValueError, DecompressionBombError)
+
+
+class MediaLoadError(RuntimeError):
+    """A record's media cannot be loaded and ``data.strict`` is set."""
+
+
+def media_problem(sample: Sample, cfg, loader, load: bool = True) -> str | None:
+    """Why ``sample``'s media cannot be used, or None.
+
+    With ``load`` the media are loaded (and kept in ``sample.loaded``, so encoding the prompt does
+    not load them again); without it only the cheap checks run: cache entries in ``cache_only``
+    mode and that every file exists (``data.preflight=fast``).
+    """
+    if cfg.cache_mode == "cache_only":
+        missing = [v for v, e in zip(sample.videos, sample.video_entries, strict=True) if e is None]
+        if missing:
+            return (
+                f"no cache entry for {missing[0]} (cache_only mode; run `easyvideor1 preprocess` "
+                "with the same settings)"
+            )
+    if not load:
+        files = sample.images + ([] if cfg.cache_mode == "cache_only" else sample.videos)
+        gone = [p for p in files if not os.path.isfile(p)]
+        return f"file not found: {gone[0]}" if gone else None
+    try:
+        sample.loaded = load_media(sample, cfg, loader)
+    except MEDIA_ERRORS as e:
+        return f"{type(e).__name__}: {e}"
+    return None
+
+
+def skip_row(sample: Sample, index: int, reason: str, split: str, phase: str, step: int) -> dict[str, Any]:
+    """One line of ``skipped_records.jsonl``."""
+    rec = sample.record
+    return {
+        "split": split,
+        "phase": phase,
+        "step": step,
+        "index": index,
+        "source": rec.source,
+        "problem_id": rec.problem_id,
+        "media": sample.videos + sample.images,
+        "reason": reason,
+    }
+
+
+def strict_error(row: dict[str, Any]) -> MediaLoadError:
+    return MediaLoadError(
+        f"{row['source']} (problem_id={row['problem_id']}): {row['reason']} "
+        "(data.strict=true; set data.strict=false to skip such records)"
+    )
+
+
+class SkipLog:
+    """Appends rows to ``<output_dir>/skipped_records.jsonl`` (one write per row, so ranks that append
+    at the same time do not interleave within a line)."""
+
+    def __init__(self, output_dir: str):
+        self.path = os.path.join(output_dir, SKIPPED_FILE)
+
+    def start(self) -> None:
+        """A new start: drop the previous start's preflight rows (this one re-checks every record)."""
+        rewrite_jsonl(self.path, lambda row: row.get("phase") != "preflight")
+
+    def truncate_after(self, step: int) -> None:
+        """After a resume from ``step``: drop the rows of steps that will run again."""
+        rewrite_jsonl(self.path, lambda row: row.get("phase") != "step" or row.get("step", 0) <= step)
+
+    def write(self, rows: list[dict[str, Any]]) -> None:
+        if not rows:
+            return
+        os.makedirs(os.path.dirname(self.path) or ".", exist_ok=True)
+        fd = os.open(self.path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
+        try:
+            for row in rows:
+                os.write(fd, (json.dumps(row) + "\n").encode("utf-8"))
+        finally:
+            os.close(fd)
