@@ -8,11 +8,13 @@ passed with ``accuracy`` 0, so they count as wrong: denominators never shrink.
 
 from __future__ import annotations
 
+import json
 from collections import defaultdict
 from collections.abc import Callable, Iterable
 from typing import Any
 
 from ..data.records import Record
+from ..rewards.parsing import parse_ground_truth
 
 Scored = tuple[Record, dict[str, Any]]
 
@@ -76,12 +78,24 @@ def temporal_recall(thresholds: tuple[float, ...] = (0.3, 0.5, 0.7)) -> Callable
     return aggregate
 
 
+def _gt_has_boxes(rec: Record) -> bool:
+    try:
+        gt = json.loads(parse_ground_truth(rec.answer))
+    except ValueError:
+        return False
+    return isinstance(gt, dict) and bool(gt.get("boxes"))
+
+
 def spatio_temporal(rows: list[Scored]) -> dict:
-    """STVG: the combined score (0.5 tIoU + 0.5 box IoU over ground-truth seconds) and its parts."""
+    """STVG: the combined score (0.5 tIoU + 0.5 box IoU over ground-truth seconds) and its parts.
+
+    A record without ground-truth boxes is scored on tIoU alone, so the box IoU averages over the
+    records that have boxes (a failed sample still counts 0)."""
+    boxed = [(rec, res) for rec, res in rows if _gt_has_boxes(rec)]
     return {
         "score": accuracy(rows),
         "m_tiou": _mean(float(res.get("tiou", 0.0)) for _, res in rows),
-        "m_box_iou": _mean(float(res.get("box_iou", 0.0)) for _, res in rows),
+        "m_box_iou": _mean(float(res.get("box_iou", 0.0)) for _, res in boxed),
     }
 
 
