@@ -1,0 +1,216 @@
+"""`eval --dry-run`, `score`, `eval --list`, sample identity, the model fingerprint in the settings
+digest, the reward config in eval, and the CLI's checks (real tiny model, real synthetic videos)."""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import subprocess
+import sys
+
+import pytest
+
+from easyvideor1.cli import main
+from easyvideor1.data.synthetic import write_synthetic_set
+from easyvideor1.evaluation.predictions import read_predictions
+from easyvideor1.models.tiny import make_tiny_model
+
+
+@pytest.fixture(scope="module")
+def assets(tmp_path_factory):
+    d = tmp_path_factory.mktemp("evalcmd")
+    write_synthetic_set(str(d / "syn"), 2, size=(64, 48), duration=(1.0, 1.5))
+    make_tiny_model(str(d / "model"))
+    return d
+
+
+def _eval(assets, out, *extra, model=None):
+    cmd = [
+        sys.executable, "-m", "easyvideor1", "eval",
+        "--model", str(model or assets / "model"),
+        "--benchmarks", "synthetic",
+        "--video-root", str(assets / "syn"),
+        "--out", str(out),
+        "--min-pixels", "1024", "--max-pixels", "4096", "--nframes", "4",
+        "--batch-size", "4", "--max-new-tokens", "8", "--load-workers", "1",
+        *extra,
+    ]  # fmt: skip
+    r = subprocess.run(cmd, capture_output=True, text=True)
+    assert r.returncode == 0, r.stderr[-3000:]
+    return json.loads((out / "synthetic" / "results.json").read_text())
+
+
+def _rows(path):
+    return [json.loads(line) for line in open(path) if line.strip()]
+
+
+def _gold(rec: dict) -> str:
+    return f"<answer>{rec['answer']}</answer>"
+
+
+def test_dry_run_then_score_gives_the_results_of_eval(assets, tmp_path):
+    """Responses scored by `score` give eval's results.json numbers; ids agree across the three."""
+    ran = _eval(assets, tmp_path / "eval")
+    predicted = _rows(tmp_path / "eval" / "synthetic" / "predictions.jsonl")
+
+    argv = ["--benchmarks", "synthetic", "--video-root", str(assets / "syn")]
+    assert main(["eval", "--dry-run", *argv, "--out", str(tmp_path / "dry")]) == 0
+    prompts = _rows(tmp_path / "dry" / "synthetic" / "prompts.jsonl")
+    records = _rows(assets / "syn" / "records.jsonl")
+    assert [p["sample_id"] for p in prompts] == [r["sample_id"] for r in predicted]
+    assert len(prompts) == len(records)
+    first = prompts[0]
+    assert first["prompt"].count("<video>") == 1 and "\nA. red\nB. green" in first["prompt"]
+    assert first["media"]["videos"] == records[0]["videos"] and first["answer"] == records[0]["answer"]
+    assert set(first) >= {"sample_id", "prompt", "media", "answer", "problem_type", "options"}
+
+    made_elsewhere = tmp_path / "responses.jsonl"
+    made_elsewhere.write_text(
+        "".join(
+            json.dumps({"sample_id": r["sample_id"], "response": r["prediction"]}) + "\n" for r in predicted
+        )
+    )
+    assert main(["score", *argv, "--predictions", str(made_elsewhere), "--out", str(tmp_path / "sc")]) == 0
+    scored = json.loads((tmp_path / "sc" / "synthetic" / "results.json").read_text())
+    same = (
+        "score",
+        "metric",
+        "by_task",
+        "samples",
+        "evaluated",
+        "failures",
+        "extraction_failures",
+        "not_scored",
+    )
+    assert {k: scored[k] for k in same} == {k: ran[k] for k in same}
+
+    # gold answers score 1; a sample missing from the file is a failure, counted as wrong
+    gold = {p["sample_id"]: _gold(r) for p, r in zip(prompts, records, strict=True)}
+    missing = prompts[0]["sample_id"]
+    (tmp_path / "gold.jsonl").write_text(
+        "".join(json.dumps({"sample_id": k, "response": v}) + "\n" for k, v in gold.items() if k != missing)
+        + "[]\nnot json\n"
+    )
+    assert (
+        main(["score", *argv, "--predictions", str(tmp_path / "gold.jsonl"), "--out", str(tmp_path / "g")])
+        == 0
+    )
+    res = json.loads((tmp_path / "g" / "synthetic" / "results.json").read_text())
+    n = len(records)
+    assert res["failures"] == 1 and res["skipped_prediction_lines"] == 2
+    assert res["score"] == pytest.approx((n - 1) / n)
+
+
+def test_replaced_weights_at_the_same_path_are_evaluated_again(assets, tmp_path):
+    model = tmp_path / "model"
+    shutil.copytree(assets / "model", model)
+    first = _eval(assets, tmp_path / "out", "--max-samples", "3", model=model)
+    again = _eval(assets, tmp_path / "out", "--max-samples", "3", model=model)
+    pred = tmp_path / "out" / "synthetic" / "predictions.jsonl"
+    assert again["settings"] == first["settings"] and len(_rows(pred)) == 3, "unchanged weights: all reused"
+    assert again["stage_seconds"]["generate"] == 0.0
+
+    make_tiny_model(str(model), seed=1)  # other weights, same path, same file names and sizes
+    third = _eval(assets, tmp_path / "out", "--max-samples", "3", model=model)
+    rows = _rows(pred)
+    assert third["settings"] != first["settings"]
+    assert len(rows) == 6 and {r["settings"] for r in rows[3:]} == {third["settings"]}
+    assert third["stage_seconds"]["generate"] > 0 and third["evaluated"] == 3
+
+
+def test_eval_reads_the_reward_config_and_rescores_without_generating(assets, tmp_path):
+    """config=run.yaml brings `reward` into eval: a task file overriding the multiple-choice scorer
+    changes the score; stored responses are re-scored, not generated again."""
+    plain = _eval(assets, tmp_path / "out", "--max-samples", "6")
+    task_file = tmp_path / "lenient.py"
+    task_file.write_text(
+        "from easyvideor1.rewards import register_task, TaskScore\n"
+        "@register_task('multiple choice', aliases=('multiple_choice', 'mcq'), override=True)\n"
+        "def everything_is_right(sample):\n"
+        "    return TaskScore(1.0, 1.0, 'X', {})\n"
+    )
+    run_yaml = tmp_path / "run.yaml"
+    run_yaml.write_text(f"reward:\n  task_files: [{task_file}]\neval:\n  max_samples: 6\n")
+    lenient = _eval(assets, tmp_path / "out", f"config={run_yaml}")
+    assert lenient["stage_seconds"]["generate"] == 0.0, "responses reused"
+    assert lenient["by_task"]["multiple choice"] == 1.0
+    assert plain["by_task"]["multiple choice"] < 1.0
+    rows = read_predictions(str(tmp_path / "out" / "synthetic" / "predictions.jsonl")).rows
+    assert len(rows) == 6
+
+
+def test_duplicate_problem_ids_are_scored_apart(tmp_path):
+    """LiveSports-3K shares problem_ids between different questions: each keeps its own row."""
+    records = [
+        {"problem_id": "7", "problem": f"Question {i}?", "problem_type": "multiple choice",
+         "options": ["A. x", "B. y", "C. z"], "solution": f"<answer>{letter}</answer>", "path": "v.mp4"}
+        for i, letter in enumerate("ABC")
+    ] + [{"problem_id": "7", "problem": "Question 0?", "problem_type": "multiple choice",
+          "options": ["A. x", "B. y", "C. z"], "solution": "<answer>A</answer>", "path": "v.mp4"}]  # fmt: skip
+    ann = tmp_path / "ann"
+    ann.mkdir()
+    (ann / "livesports3k_qa.json").write_text(json.dumps(records))
+    argv = ["--benchmarks", "livesports3k_qa", "--annotations", str(ann)]
+    assert main(["eval", "--dry-run", *argv, "--out", str(tmp_path / "dry")]) == 0
+    prompts = _rows(tmp_path / "dry" / "livesports3k_qa" / "prompts.jsonl")
+    ids = [p["sample_id"] for p in prompts]
+    assert len(set(ids)) == 4 and all(i.startswith("7~") for i in ids)
+    answers = [p["answer"] for p in prompts]
+    preds = tmp_path / "p.jsonl"
+    preds.write_text(
+        "".join(json.dumps({"sample_id": i, "response": a}) + "\n" for i, a in zip(ids, answers, strict=True))
+    )
+    assert main(["score", *argv, "--predictions", str(preds), "--out", str(tmp_path / "s")]) == 0
+    res = json.loads((tmp_path / "s" / "livesports3k_qa" / "results.json").read_text())
+    assert res["score"] == 1.0 and res["duplicate_problem_ids"] == 1 and res["failures"] == 0
+
+
+def test_predictions_reader_skips_lines_that_are_not_rows(tmp_path):
+    path = tmp_path / "predictions.jsonl"
+    good = {"sample_id": "a~1", "settings": "s", "prediction": "B"}
+    path.write_text('[]\n5\n{"x": 1}\n{"sample_id": 3}\n' + json.dumps(good) + '\n{"sample_id": "b~2", "set')
+    found = read_predictions(str(path), "s")
+    assert list(found.rows) == ["a~1"] and found.skipped_lines == 5
+
+
+def _cli(*argv, env=None):
+    return subprocess.run(
+        [sys.executable, "-m", "easyvideor1", *argv], capture_output=True, text=True, env=env, timeout=120
+    )
+
+
+def test_cli_checks_names_and_numbers_before_loading_a_model(tmp_path):
+    not_a_model = tmp_path / "empty"
+    not_a_model.mkdir()
+    base = ["eval", "--model", str(not_a_model), "--video-root", str(tmp_path), "--out", str(tmp_path / "o")]
+    r = _cli(*base, "--benchmarks", "videomme,nope", "--annotations", str(tmp_path))
+    assert r.returncode == 2 and "unknown benchmark(s) 'nope'" in r.stderr and "videomme" in r.stderr
+    r = _cli(*base, "--benchmarks", "videomme", "--annotations", str(tmp_path))
+    assert r.returncode == 2 and "annotation file(s) not found" in r.stderr and "videomme.json" in r.stderr
+    for flag, value in (("--max-samples", "-2"), ("--batch-size", "0"), ("--max-new-tokens", "0")):
+        r = _cli(*base, "--benchmarks", "synthetic", flag, value)
+        assert r.returncode == 2 and flag in r.stderr, (flag, r.stderr[-500:])
+    r = _cli(*base, "--benchmarks", "synthetic", "eval.top_p=0")
+    assert r.returncode == 2 and "eval.top_p" in r.stderr
+    helped = _cli("eval", "--help")
+    assert "videoreasonbench" in helped.stdout and "EASYVIDEOR1_ANNOTATIONS" in helped.stdout
+
+
+def test_list_and_the_annotations_environment_variable(tmp_path):
+    ann = tmp_path / "ann"
+    ann.mkdir()
+    record = {"problem_id": "q1", "problem": "What happens?", "problem_type": "multiple choice",
+              "options": ["A. a", "B. b", "C. c", "D. d"], "solution": "<answer>C</answer>",
+              "path": "x.mp4", "duration": "short"}  # fmt: skip
+    (ann / "videomme.json").write_text(json.dumps([record]))
+    env = {**os.environ, "EASYVIDEOR1_ANNOTATIONS": str(ann)}
+    listed = _cli("eval", "--list", env=env)
+    assert listed.returncode == 0
+    line = next(x for x in listed.stdout.splitlines() if x.startswith("videomme "))
+    assert "videomme.json" in line and line.rstrip().endswith("yes")
+    assert next(x for x in listed.stdout.splitlines() if x.startswith("mvbench ")).rstrip().endswith("no")
+    r = _cli("eval", "--dry-run", "--benchmarks", "videomme", "--out", str(tmp_path / "d"), env=env)
+    assert r.returncode == 0, r.stderr
+    (row,) = _rows(tmp_path / "d" / "videomme" / "prompts.jsonl")
+    assert row["answer"] == "<answer>C</answer>" and "What happens?" in row["prompt"]
