@@ -22,7 +22,8 @@ from easyvideor1.data.config import DataConfig  # noqa: E402
 from easyvideor1.data.dataset import encode_prompts, load_media  # noqa: E402
 from easyvideor1.data.synthetic import random_scene, render_frames, scene_records  # noqa: E402
 from easyvideor1.evaluation import get_benchmark  # noqa: E402
-from easyvideor1.evaluation.pipeline import EvalSettings, RecordDataset, run_benchmark  # noqa: E402
+from easyvideor1.evaluation.config import EvalConfig  # noqa: E402
+from easyvideor1.evaluation.pipeline import BenchmarkInputs, RecordDataset, run_benchmark  # noqa: E402
 from easyvideor1.media.cache import VideoLoader  # noqa: E402
 from easyvideor1.media.encode import encode_video  # noqa: E402
 from easyvideor1.models.loading import load_policy  # noqa: E402
@@ -58,14 +59,15 @@ def main() -> None:
     )
     spec = get_benchmark("synthetic")
     records = spec.load(str(syn))
-    settings = EvalSettings(max_new_tokens=24, batch_size=1, load_workers=2)
+    settings = EvalConfig(max_new_tokens=24, batch_size=1, load_workers=2)
     ann = str(syn / "records.jsonl")
+    inputs = BenchmarkInputs.build(spec, records, ann, settings)
 
     # serial: decode, then generate, one sample at a time
-    from easyvideor1.evaluation.pipeline import _with_prompt, eval_data_config  # noqa: E402
+    from easyvideor1.evaluation.pipeline import eval_data_config  # noqa: E402
 
     ds = RecordDataset(
-        [_with_prompt(r, "direct") for r in records],
+        inputs.prompted(),
         eval_data_config(data),
         ann,
         VideoLoader(None, "decode_only"),
@@ -84,9 +86,7 @@ def main() -> None:
     serial = time.perf_counter() - t0
 
     res = run_benchmark(
-        spec,
-        records,
-        ann,
+        inputs,
         engine,
         processor,
         data,
