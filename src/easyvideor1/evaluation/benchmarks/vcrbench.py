@@ -20,7 +20,7 @@ from typing import Any
 
 from ...data.records import Record
 from ...rewards import RewardConfig
-from ...rewards.parsing import answer_tag_contents, parse_ground_truth, strip_think
+from ...rewards.parsing import answer_tag_contents, clean_short_answer, parse_ground_truth, strip_think
 from ..scoring import call_judge, has_judge, judged, score_generic
 
 SOURCE = "generic prompt; scoring per https://github.com/zhishuifeiqian/VCR-Bench eval_code/eval.py"
@@ -85,6 +85,6 @@ def score(
     answer = res.get("extracted")
     if answer is None:
         return judged(0.0, None)
-    truth = parse_ground_truth(record.answer).strip()
+    truth = clean_short_answer(parse_ground_truth(record.answer))  # cleaned like the answer
     verdict = call_judge(config, answer, truth, question=record.problem, benchmark="vcrbench")
     return judged(verdict, answer)
