@@ -6,16 +6,37 @@ Entry format (documented in the README):
   ``source_mtime_ns``, ``source_fps``, ``total_frames``, ``frame_indices``, ``sample_fps``,
   ``height``, ``width``, ``params`` (every sampling parameter and the factor), ``version``.
 
-The key hashes the absolute path, size, mtime, a fingerprint of the file's first and last 64 KiB,
-every sampling parameter and the format version, so a replaced video or a changed parameter never
-reuses a stale entry. Writes go to a temporary file that is fsynced and renamed: a reader never
-sees a half-written entry. Reads memory-map the file and parse the header ourselves (JSON only;
-nothing is ever unpickled).
+Writes go to a temporary file that is fsynced and renamed: a reader never sees a half-written entry.
+Reads memory-map the file and parse the header ourselves (JSON only; nothing is ever unpickled).
+
+The key hashes the absolute path, size, mtime, inode, ctime and a sampled content digest of the
+source (:mod:`.identity`: the first and last 64 KiB and 32 blocks of 4 KiB spread over the file),
+every sampling parameter and the format version. What that catches, on the machine that reads the
+source:
+- a changed parameter, a replaced file, a different file at the same path: new key;
+- an in-place rewrite with size and mtime put back (``os.utime``): the ctime changes (no user call can
+  set it back), and so does the key, however few bytes changed and wherever they are;
+- ``chmod``/``chown``/``touch`` also change the ctime: a needless rebuild, never a stale entry.
+A moved or copied file is a new path, hence a new entry; a file copied over itself keeps its
+path but gets a new ctime (and often inode): rebuilt.
+
+Shared storage, the trade-off. The inode and ctime are the file's identity on one filesystem:
+- the cache and the sources on shared storage (NFS): every machine sees the same inode and ctime,
+  so the same key: built once, found everywhere, and a rewrite seen from any machine misses;
+- the cache shared but each machine reading its own copy of the sources at the same path (``rsync
+  -a``): the copies have their own inode and ctime, so the key misses. The loader then looks the
+  (path, parameters) up in the manifests and accepts the entry if size, mtime and the sampled digest
+  agree with the local copy (``manifest.row_fits``); on the building machine and device, or when
+  the inode is the same, the miss stands. So a copy is trusted on its sampled content: an edit that
+  keeps size and mtime and avoids every sampled block would go unnoticed there (reading whole files
+  on every lookup would cost more than the cache saves). ``preprocess`` itself never takes this
+  path: on another machine it builds entries under that machine's keys;
+- the source not visible at all on the reading machine: the manifest's entry is used as built, with
+  nothing to check it against.
 """
 
 from __future__ import annotations
 
-import functools
 import hashlib
 import json
 import os
@@ -29,13 +50,14 @@ import numpy as np
 import torch
 
 from .decode import DecodeError
+from .identity import SourceIdentity, source_identity
+from .manifest import load_index, row_fits
 from .sampling import SamplingParams
 from .video import FORMAT_VERSION, SampledVideo, sample_video
 
 METADATA_KEY = "easyvideor1"
 ENTRY_SUFFIX = ".safetensors"
 CACHE_MODES = ("prefer_cache", "cache_only", "decode_only")
-_FINGERPRINT_BYTES = 64 * 1024
 _REQUIRED_META = (
     "source_path source_size source_mtime_ns source_fps total_frames frame_indices sample_fps "
     "height width params version"
@@ -52,28 +74,22 @@ def params_key(params: SamplingParams) -> str:
     return hashlib.sha256(blob.encode()).hexdigest()[:16]
 
 
-@functools.lru_cache(maxsize=65536)
-def _fingerprint(path: str, size: int, mtime_ns: int = 0) -> str:
-    # cached per (path, size, mtime): data loaders look entries up every epoch
-    h = hashlib.sha256()
-    with open(path, "rb") as f:
-        h.update(f.read(_FINGERPRINT_BYTES))
-        if size > 2 * _FINGERPRINT_BYTES:
-            f.seek(size - _FINGERPRINT_BYTES)
-            h.update(f.read(_FINGERPRINT_BYTES))
-    return h.hexdigest()[:16]
+def entry_key(video_path: str, params: SamplingParams, identity: SourceIdentity | None = None) -> str:
+    """Content-aware key of a video under given sampling parameters (see the module docstring).
 
-
-def entry_key(video_path: str, params: SamplingParams) -> str:
-    """Content-aware key of a video under given sampling parameters."""
+    ``identity`` is the source's :func:`~.identity.source_identity`, taken now when not given; take
+    it *before* decoding, so that a file changed during the decode files its frames under the old key.
+    """
     path = os.path.abspath(video_path)
-    st = os.stat(path)
+    ident = identity or source_identity(path)
     blob = json.dumps(
         {
             "path": path,
-            "size": st.st_size,
-            "mtime_ns": st.st_mtime_ns,
-            "fingerprint": _fingerprint(path, st.st_size, st.st_mtime_ns),
+            "size": ident.size,
+            "mtime_ns": ident.mtime_ns,
+            "inode": ident.inode,
+            "ctime_ns": ident.ctime_ns,
+            "digest": ident.digest,
             "params": params.to_dict(),
             "version": FORMAT_VERSION,
         },
@@ -225,29 +241,33 @@ class VideoLoader:
                 raise CacheError(f"cache directory {cache_dir} does not exist")
         self.cache_dir, self.mode, self.time_limit = cache_dir, mode, time_limit
         self.stats = CacheStats()
-        self._manifest: dict[tuple[str, str], str] | None = None
+        self._manifest: dict[tuple[str, str], dict[str, Any]] | None = None
 
     def locate(self, video_path: str, params: SamplingParams) -> Path | None:
-        """The entry path for (video, params) if the cache holds one, else None."""
+        """The entry path for (video, params) if the cache holds one, else None.
+
+        By key first; then through the manifests: for a source this machine cannot see, or a local
+        copy of the one the entry was built from (see the module docstring for when that is trusted).
+        """
         if not self.cache_dir or self.mode == "decode_only":
             return None
         path = os.path.abspath(video_path)
+        row = None
         if os.path.exists(path):
-            entry = entry_path(self.cache_dir, entry_key(path, params))
-            return entry if entry.exists() else None
-        # Source not on this machine (cache on shared storage): look it up in the manifests.
-        rel = self._manifest_index().get((path, params_key(params)))
-        return Path(self.cache_dir) / rel if rel else None
+            local = source_identity(path)
+            entry = entry_path(self.cache_dir, entry_key(path, params, local))
+            if entry.exists():
+                return entry
+            row = self._manifest_index().get((path, params_key(params)))
+            if row is None or row_fits(row, local) is not None:
+                return None
+        else:  # source not on this machine (cache on shared storage)
+            row = self._manifest_index().get((path, params_key(params)))
+        return Path(self.cache_dir) / row["entry"] if row else None
 
-    def _manifest_index(self) -> dict[tuple[str, str], str]:
+    def _manifest_index(self) -> dict[tuple[str, str], dict[str, Any]]:
         if self._manifest is None:
-            self._manifest = {}
-            for m in sorted(Path(self.cache_dir).glob("manifest*.jsonl")):
-                with open(m, encoding="utf-8") as f:
-                    for line in f:
-                        row = json.loads(line)
-                        if row.get("status") in ("built", "reused") and row.get("entry"):
-                            self._manifest[(row["source_path"], row["params_key"])] = row["entry"]
+            self._manifest = load_index(self.cache_dir)
         return self._manifest
 
     def load(

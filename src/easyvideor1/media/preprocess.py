@@ -5,7 +5,8 @@ many records share it. The job is resumable (valid entries are reused), shardabl
 (``shard=(i, n)`` takes the videos whose path hashes to ``i``), and keeps going past bad input:
 every failure is written to ``failures.jsonl`` with the record and the reason. Image and text
 records are not failures. Outputs in the cache dir: the entries, ``manifest.jsonl`` (one line per
-video), ``report.json`` (counts, bytes, seconds) and ``failures.jsonl``.
+video, merged with the lines of earlier and concurrent runs: see :mod:`.manifest`), and this run's
+``report.json`` (counts, bytes, seconds) and ``failures.jsonl``.
 """
 
 from __future__ import annotations
@@ -26,6 +27,8 @@ from tqdm import tqdm
 from ..data.config import DataConfig
 from ..data.records import RecordError, load_records
 from .cache import CacheError, entry_key, entry_matches, entry_path, params_key, read_header, write_entry
+from .identity import SourceIdentity, source_identity
+from .manifest import manifest_name, write_merged
 from .sampling import SamplingParams
 from .video import sample_video
 from .workers import run_tasks
@@ -42,6 +45,7 @@ class VideoJob:
     status: str = "pending"  # built | reused | failed
     reason: str = ""
     bytes: int = 0
+    identity: SourceIdentity | None = None  # taken before decoding; the key and the manifest use it
 
 
 def resolve_media_path(path: str, data_file: str, video_root: str | None) -> str:
@@ -189,7 +193,7 @@ def collect_jobs(
 def _clean_stale_temp_files(cache_dir: Path) -> int:
     """Remove temporary files left by killed writers of this host (never another host's)."""
     host, removed = socket.gethostname(), 0
-    for tmp in cache_dir.glob(f"*/*.tmp.{host}.*"):
+    for tmp in [*cache_dir.glob(f"*/*.tmp.{host}.*"), *cache_dir.glob(f"manifest*.tmp.{host}.*")]:
         pid = tmp.name.rsplit(".", 1)[-1]
         if pid.isdigit() and not _writer_alive(int(pid), tmp):
             tmp.unlink(missing_ok=True)
@@ -248,7 +252,8 @@ def preprocess(
     todo: list[tuple[int, tuple]] = []
     for i, job in enumerate(jobs):
         try:
-            key = entry_key(job.source_path, job.params)
+            job.identity = source_identity(job.source_path)
+            key = entry_key(job.source_path, job.params, job.identity)
         except FileNotFoundError:
             job.status, job.reason = "failed", "file not found"
             continue
@@ -286,21 +291,22 @@ def preprocess(
             for rid in job.record_ids:
                 failures.append({"record": rid, "path": job.source_path, "reason": job.reason})
     suffix = "" if shard is None else f".shard-{shard[0]}-of-{shard[1]}"
-    manifest = "".join(
-        json.dumps(
-            {
-                "source_path": j.source_path,
-                "entry": j.entry if j.status != "failed" else None,
-                "status": j.status,
-                "params_key": params_key(j.params),
-                "reason": j.reason or None,
-                "records": len(j.record_ids),
-            }
-        )
-        + "\n"
+    host, now = socket.gethostname(), time.time()
+    rows = [
+        {
+            "source_path": j.source_path,
+            "params_key": params_key(j.params),
+            "entry": j.entry if j.status != "failed" else None,
+            "status": j.status,
+            "reason": j.reason or None,
+            "records": len(j.record_ids),
+            "source": j.identity.to_dict() if j.identity else None,
+            "host": host,
+            "time": now,
+        }
         for j in jobs
-    )
-    _write_atomic(root / f"manifest{suffix}.jsonl", manifest)
+    ]
+    manifest_rows = write_merged(root, manifest_name(shard), rows)
     _write_atomic(root / f"failures{suffix}.jsonl", "".join(json.dumps(f) + "\n" for f in failures))
     report = {
         **counts,
@@ -315,6 +321,7 @@ def preprocess(
         "workers": workers,
         "shard": list(shard) if shard else None,
         "stale_temp_files_removed": stale,
+        "manifest_rows": manifest_rows,  # this run's and earlier runs' (merged)
         "cache_dir": str(root.resolve()),
     }
     _write_atomic(root / f"report{suffix}.json", json.dumps(report, indent=2) + "\n")
