@@ -1,8 +1,9 @@
-"""The code task: test cases in the sandbox, forgery resistance, SVG/HTML fallback."""
+"""The code task: test cases in the sandbox, forgery resistance, time budget, SVG/HTML fallback."""
 
 from __future__ import annotations
 
 import json
+import time
 
 import pytest
 
@@ -52,7 +53,7 @@ def test_stdin_stdout_tests(score, response: str, accuracy: float, format_score:
         ("def add(a, b):\n    return 3", 0.25),  # passes "add(1, 2) == 3" only
         ("import os\nos._exit(0)", 0.0),  # exiting before the tests
         ("import sys\nsys.exit(0)", 0.0),
-        # forging result lines on every descriptor: duplicates of the harness's lines are rejected
+        # forging result lines on every descriptor (more in test_code_forgery.py)
         (
             "import os\ndef add(a, b):\n    return None\n"
             "for fd in range(3, 64):\n    for i in range(4):\n        try:\n"
@@ -69,8 +70,94 @@ def test_assert_tests(score, program: str, accuracy: float) -> None:
     )
 
 
+JUDGED_PROGRAM = """
+import math
+counter = 0
+def bump():
+    global counter
+    counter += 1
+abs = lambda x: 0  # cannot change the tests' abs
+def add(a, b):
+    return a + b
+class Stack:
+    def __init__(self):
+        self.items = []
+    def push(self, x):
+        self.items.append(x)
+        return self
+    def __len__(self):
+        return len(self.items)
+def evens(n):
+    yield from range(0, n, 2)
+def sort_in_place(values):
+    values.sort()
+def checked_sqrt(x):
+    if x < 0:
+        raise ValueError("negative")
+    return math.sqrt(x)
+"""
+
+
+@pytest.mark.parametrize(
+    ("test", "passes"),
+    [
+        ("assert add(1, 2) == 3", True),
+        ("assert add(1, 2) == 4", False),
+        (
+            "def check(candidate):\n    assert candidate(2, 2) == 4\n    assert candidate('a', 'b') == 'ab'\ncheck(add)",
+            True,
+        ),
+        ("assert len(Stack().push(1).push(2)) == 2", True),
+        ("assert Stack().push(5).items == [5]", True),
+        ("assert list(evens(7)) == [0, 2, 4, 6] and 4 in evens(7)", True),
+        ("values = [3, 1, 2]\nsort_in_place(values)\nassert values == [1, 2, 3]", True),  # in place
+        ("assert math.isclose(checked_sqrt(2) ** 2, 2)", True),  # the judge's math
+        ("try:\n    checked_sqrt(-1)\nexcept ValueError:\n    pass\nelse:\n    raise AssertionError", True),
+        ("bump()\nbump()\nassert counter == 2", True),  # the program's globals, read at each use
+        ("assert abs(add(-3, 0)) == 3", True),  # builtins are the judge's
+        ("assert undefined_name(1)", False),
+        ("assert add(1, 2) == 3.0 and add(0.5, 0.25) == 0.75 and add((1,), (2,)) == (1, 2)", True),
+    ],
+)
+def test_assert_statements_are_judged_like_python(score, test: str, passes: bool) -> None:
+    truth = json.dumps({"test_cases": [test]})
+    result = score(f"<answer>{JUDGED_PROGRAM}</answer>", truth, "code", config=FAST)
+    assert result["accuracy"] == (1.0 if passes else 0.0)
+
+
+BUDGET = RewardConfig(strict=True, sandbox=SandboxConfig(wall_time_s=1.0, cpu_time_s=1, time_budget_s=2.5))
+
+
+@pytest.mark.parametrize("kind", ["io", "assert"])
+def test_time_budget_bounds_a_response(score, kind: str) -> None:
+    """Eight tests that each take just under the per-test limit: ~7 s without a budget, 2.5 s with it."""
+    if kind == "io":
+        program = "import time\ntime.sleep(0.85)\nprint(input())"
+        tests = [{"input": str(i), "output": str(i)} for i in range(8)]
+    else:
+        program = "import time\ndef slow(x):\n    time.sleep(0.85)\n    return x"
+        tests = [f"assert slow({i}) == {i}" for i in range(8)]
+    started = time.monotonic()
+    result = score(f"<answer>{program}</answer>", "", "code", config=BUDGET, test_cases=tests)
+    elapsed = time.monotonic() - started
+    assert elapsed < BUDGET.sandbox.time_budget_s + 1.5, elapsed
+    assert 0 < result["accuracy"] <= 3 / 8  # the first tests passed, the rest were cut
+    assert result["time_budget_exhausted"] == 1.0
+    assert result["tests_not_run"] >= 4
+
+
+def test_time_budget_untouched_by_a_fast_response(score) -> None:
+    result = score(f"<answer>{SUM_PROGRAM}</answer>", SUM_TESTS, "code", config=BUDGET)
+    assert result["time_budget_exhausted"] == 0.0 and result["tests_not_run"] == 0.0
+
+
+def test_time_budget_is_validated() -> None:
+    with pytest.raises(ValueError, match="time_budget_s"):
+        SandboxConfig(time_budget_s=0)
+
+
 def test_expected_values_never_enter_the_sandbox(score) -> None:
-    """The program cannot read `== 3` anywhere: it only sees the expression `add(1, 2)`."""
+    """The program cannot read `== 3` anywhere: it only receives the arguments of its calls."""
     spy = (
         "import gc, sys\n"
         "def add(a, b):\n"

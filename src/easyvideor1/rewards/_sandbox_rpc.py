@@ -27,7 +27,6 @@ the judge's builtins and standard-library modules first (a program cannot redefi
 copied back, so tests of in-place functions work.
 """
 
-import ast
 import builtins
 import importlib
 import json
@@ -45,6 +44,10 @@ _STDLIB_MODULES = frozenset(getattr(sys, "stdlib_module_names", ()))
 
 class RemoteError(Exception):
     """The program raised an exception that is not a builtin one (or cannot be rebuilt as one)."""
+
+
+class ProgramGone(ConnectionError):
+    """The program's end of the socket closed or broke the protocol: no later test can pass."""
 
 
 class TestTimeout(BaseException):
@@ -249,17 +252,22 @@ class Link:
     def __init__(self, fd):
         self.channel = Channel(fd)
         self._next_id = 0
+        self.lost = False
 
     def request(self, op, **fields):
         self._next_id += 1
         request_id = self._next_id
-        self.channel.send({"id": request_id, "op": op, **fields})
-        while True:
-            reply = self.channel.receive()
-            if not isinstance(reply, dict):
-                raise ConnectionError("the program closed the connection")
-            if reply.get("id") == request_id:
-                break
+        try:
+            self.channel.send({"id": request_id, "op": op, **fields})
+            while True:
+                reply = self.channel.receive()
+                if not isinstance(reply, dict):
+                    raise ValueError("the program closed the connection")
+                if reply.get("id") == request_id:
+                    break
+        except (OSError, ValueError, RecursionError) as error:
+            self.lost = True
+            raise ProgramGone(str(error)) from None
         if "raise" in reply:
             raise _rebuilt_exception(reply.get("raise"), reply.get("message"))
         return reply, from_wire(reply.get("value"), self.remote)
@@ -373,35 +381,27 @@ class _RemoteIterator:
         return self._items.pop()
 
 
-def _free_names(tree):
-    loaded, bound = set(), set()
-    for node in ast.walk(tree):
-        if isinstance(node, ast.Name):
-            (loaded if isinstance(node.ctx, ast.Load) else bound).add(node.id)
-        elif isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
-            bound.add(node.name)
-        elif isinstance(node, ast.arg):
-            bound.add(node.arg)
-        elif isinstance(node, (ast.Import, ast.ImportFrom)):
-            bound.update((alias.asname or alias.name).split(".")[0] for alias in node.names)
-    return sorted(loaded - bound - _BUILTIN_NAMES)
+class _TestNamespace(dict):
+    """The tests' globals: their own names, then the judge's builtins and standard-library modules,
+    then (looked up at each use, so values the program changes stay current) the program's globals."""
 
+    def __init__(self, link):
+        super().__init__(__name__="__main__", __builtins__=builtins)
+        self._link = link
 
-def _bind(names, namespace, link):
-    """Bind a test's free names: the judge's standard-library modules, else the program's globals."""
-    for name in names:
-        if name in namespace:
-            continue
+    def __missing__(self, name):
+        if name in _BUILTIN_NAMES:
+            raise KeyError(name)  # the interpreter then takes the judge's builtin
         if name in _STDLIB_MODULES:
             try:
-                namespace[name] = importlib.import_module(name)
-                continue
+                module = self[name] = importlib.import_module(name)
+                return module
             except ImportError:
                 pass
         try:
-            namespace[name] = link.request("get", name=name)[1]
+            return self._link.request("get", name=name)[1]
         except NameError:
-            continue  # the test raises NameError when (and if) it reads the name
+            raise KeyError(name) from None
 
 
 def _on_alarm(signum, frame):
@@ -428,21 +428,21 @@ def judge(fd, result_fd, tests, test_time_s):
         failure = "the program's top-level code timed out"
     except (OSError, ValueError):
         failure = "the program did not start"
-    namespace = {"__name__": "__main__", "__builtins__": builtins}
+    namespace = _TestNamespace(link)
     for index, code in enumerate(tests):
         if failure is not None:
             verdict(index, False, failure)
             continue
         try:
             signal.setitimer(signal.ITIMER_REAL, test_time_s)
-            tree = ast.parse(code)
-            _bind(_free_names(tree), namespace, link)
-            exec(compile(tree, f"<test {index}>", "exec"), namespace)
+            exec(compile(code, f"<test {index}>", "exec"), namespace)
             signal.setitimer(signal.ITIMER_REAL, 0)
-            verdict(index, True)
+            verdict(index, not link.lost, "ProgramGone" if link.lost else None)
         except TestTimeout:
             failure = f"not run: test {index} timed out"
             verdict(index, False, "timeout")
         except BaseException as error:
             signal.setitimer(signal.ITIMER_REAL, 0)
             verdict(index, False, type(error).__name__)
+        if link.lost:  # a test that swallowed the error does not pass, and the rest cannot
+            failure = "not run: the program ended"

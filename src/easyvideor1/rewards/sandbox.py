@@ -258,8 +258,8 @@ def judge_assertions(
                 launched[1].process.wait(timeout=max(0.0, limit - (time.monotonic() - started)))
             except subprocess.TimeoutExpired:
                 timed_out = True
-        finally:
-            for running in launched:
+        finally:  # the judge first: its verdicts stop where the time limit found them
+            for running in reversed(launched):
                 _kill_everything(running.process, running.uid)
         program, judge = launched
         stdout, stderr = (_read(program.files[name], output_limit) for name in ("stdout", "stderr"))
