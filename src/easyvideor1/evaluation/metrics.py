@@ -3,7 +3,9 @@
 Every function takes the scored samples of one benchmark: ``(record, result)`` pairs where
 ``result`` is what :func:`easyvideor1.rewards.compute_score` returned (``accuracy`` in [0, 1],
 plus task details such as ``tiou``). Samples that failed (undecodable video, failed request) are
-passed with ``accuracy`` 0, so they count as wrong: denominators never shrink.
+passed with ``accuracy`` 0, so they count as wrong: denominators never shrink. Samples a judge-based
+metric could not score (``scored: False``) are removed by ``BenchmarkSpec.aggregate`` before these
+run, and counted there.
 """
 
 from __future__ import annotations

@@ -11,7 +11,7 @@ from __future__ import annotations
 from typing import Any
 
 from ..data.records import Record
-from ..rewards import RewardConfig, resolve_task, score_record
+from ..rewards import RewardConfig, UnknownTaskError, resolve_task, score_record
 from ..rewards.registry import load_callable
 
 JUDGE_TASKS = frozenset({"open_ended"})
@@ -60,7 +60,10 @@ def score_generic(
     record: Record, response: str, config: RewardConfig | None, response_length: int | None
 ) -> dict[str, Any]:
     """The default scorer: the reward library, with open-ended answers left to a judge."""
-    task = resolve_task(record.problem_type).name
+    try:
+        task = resolve_task(record.problem_type).name
+    except UnknownTaskError as error:
+        raise UnknownTaskError(f"record {record.problem_id!r} ({record.source}): {error}") from None
     if task in JUDGE_TASKS and not has_judge(config):
         # ROUGE from the reward library without a judge: a proxy, kept under its own names
         res = score_record(response, record, config=RewardConfig(), response_length=response_length)
