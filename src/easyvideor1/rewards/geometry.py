@@ -24,9 +24,11 @@ _BOX_FORMAT_ALIASES = {
     "normalized": "normalized", "normalised": "normalized", "relative": "normalized", "0_1": "normalized",
     "grid1000": "grid1000", "qwen3": "grid1000", "qwen3_vl": "grid1000", "0_1000": "grid1000", "1000": "grid1000",
 }  # fmt: skip
+# Possessive runs (`\d++`, `\s*+`): two optional whitespace runs around an optional unit were
+# quadratic on a number followed by a long run of spaces.
 _TIME_RANGE_RE = re.compile(
-    r"(?<![\w.])(\d+(?:\.\d+)?)\s*(?:s|sec|secs|seconds)?\s*(?:-|–|—|~|to|until|and)\s*"
-    r"(\d+(?:\.\d+)?)\s*(?:s\b|sec\b|secs\b|seconds\b)?",
+    r"(?<![\w.])(\d++(?:\.\d++)?)\s*+(?:s|sec|secs|seconds)?\s*+(?:-|–|—|~|to|until|and)\s*+"
+    r"(\d++(?:\.\d++)?)\s*+(?:s\b|sec\b|secs\b|seconds\b)?",
     re.IGNORECASE,
 )
 
