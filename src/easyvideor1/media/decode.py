@@ -4,9 +4,15 @@ Design:
 - ``probe_video`` demuxes packets without decoding (cheap) to learn the frame count, the
   presentation timestamp of every frame and the keyframes. This is robust where container headers
   lie or say nothing (WebM reports 0 frames, variable frame rate, B-frames reorder packets).
-  Frame ``i`` is the i-th frame in presentation order, as in decord and qwen-vl-utils.
-- ``read_frames`` decodes only what is needed. Between two wanted frames it either keeps decoding
-  forward or seeks to the keyframe before the next wanted frame, whichever skips more work: a seek
+  Frame ``i`` is the i-th frame in presentation order, as in decord and qwen-vl-utils. Packets the
+  container marks as discarded (an MP4 edit list, e.g. ``ffmpeg -ss T -c copy``, keeps the GOP
+  before the cut point and hides it) are not frames: frame 0 is the first frame a player shows.
+- A file shorter than its container declares (a cut download) is reported, not silently used as a
+  shorter video, unless truncated files are allowed (``truncation.py`` says what is compared).
+- ``read_frames`` decodes only what is needed, and can transform (resize) each frame as soon as
+  it is decoded, so an 8000x8000 source never has more than one full-size frame alive. Between
+  two wanted frames it either keeps decoding forward or seeks to the keyframe before the next
+  wanted frame, whichever skips more work: a seek
   pays off only when it jumps over at least ``seek_min_skip`` frames (measured on this project's
   machine: a 16-of-300-frame read takes 0.20 s sequentially, 1.07 s seeking with a 250-frame GOP and
   0.24 s with a 30-frame GOP). Dense sampling of short-GOP video therefore stays sequential and
@@ -21,11 +27,15 @@ from __future__ import annotations
 import bisect
 import os
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from fractions import Fraction
 
 import av
 import numpy as np
+
+from .resize import frame_to_rgb
+from .truncation import ReadExtent, truncation_reason
 
 # Decoder threads per video: 0 lets FFmpeg choose (all cores). Worker pools set 1, since they
 # already run one process per core and extra threads would only contend.
@@ -43,7 +53,12 @@ class DecodeError(RuntimeError):
 
 @dataclass
 class VideoInfo:
-    """What a demux pass learns about a video stream."""
+    """What a demux pass learns about a video stream.
+
+    Frames are the ones the container *shows*: packets it marks as discarded (MP4 edit lists keep
+    the GOP before a cut point so the first shown frame can be decoded, and mark it discarded)
+    are decoded but never counted, so frame 0 is the first frame a player shows.
+    """
 
     path: str
     width: int
@@ -51,13 +66,21 @@ class VideoInfo:
     fps: float  # average frame rate, as decord's get_avg_fps
     total_frames: int
     frame_pts: list[int] = field(repr=False)  # presentation timestamps, sorted; frame i has frame_pts[i]
-    keyframes: list[int] = field(repr=False)  # frame indices of keyframes, sorted
+    keyframes: list[int] = field(repr=False)  # sorted frame indices where decoding can start
     time_base: Fraction | None = None
     codec: str = ""
+    hidden_pts: frozenset[int] = field(default_factory=frozenset, repr=False)  # discarded packets
+    truncated: str = ""  # why the file is shorter than its container declares ("" if it is not)
 
     @property
     def duration(self) -> float:
         return self.total_frames / self.fps if self.fps > 0 else 0.0
+
+    def frame_time(self, index: int) -> float:
+        """Presentation time of frame ``index`` in seconds, counted from the first shown frame."""
+        if self.time_base is None:
+            return index / self.fps
+        return float((self.frame_pts[index] - self.frame_pts[0]) * self.time_base)
 
 
 def _open(path: str) -> av.container.InputContainer:
@@ -87,58 +110,97 @@ def _stream_fps(stream: av.video.stream.VideoStream, n: int, span_seconds: float
     raise DecodeError("cannot determine the frame rate")
 
 
-def probe_video(path: str, deadline: float | None = None) -> VideoInfo:
-    """Frame count, fps, per-frame timestamps and keyframes of the first video stream."""
+@dataclass
+class _Demuxed:
+    """Raw results of the demux pass (timestamps in the stream's time base)."""
+
+    shown: list[int] = field(default_factory=list)
+    hidden: set[int] = field(default_factory=set)
+    key_pts: list[int] = field(default_factory=list)
+    packets: int = 0
+    partial: int = 0
+    missing_pts: int = 0
+    end_pts: int | None = None  # latest end (pts + duration) of a shown frame; None if durations unknown
+    read_error: str = ""
+
+
+def _demux(container, stream, path: str, deadline: float | None) -> _Demuxed:
+    file_size = os.path.getsize(path)
+    d = _Demuxed()
+    try:
+        for packet in container.demux(stream):
+            if packet.size == 0 and packet.pts is None and packet.dts is None:
+                continue  # flush packet
+            if deadline is not None and time.monotonic() > deadline:
+                raise DecodeError(f"{path}: time limit exceeded while reading the container")
+            d.packets += 1
+            if packet.size == 0:
+                continue  # an empty chunk (AVI drop frame): counted by headers, carries no picture
+            p = packet.pts if packet.pts is not None else packet.dts
+            if p is None:
+                d.missing_pts += 1
+                continue
+            pos = packet.pos
+            if pos is not None and pos >= 0 and pos + packet.size > file_size:
+                d.partial += 1  # its data runs past the end of the file: cannot decode
+                continue
+            if packet.is_keyframe:
+                d.key_pts.append(p)
+            if packet.is_discard:
+                d.hidden.add(p)  # decoded for the frames after it, never shown
+                continue
+            d.shown.append(p)
+            if packet.duration:
+                d.end_pts = max(d.end_pts if d.end_pts is not None else p, p + packet.duration)
+    except av.FFmpegError as e:
+        if not d.shown:
+            raise DecodeError(f"{path}: cannot read packets ({e})") from e
+        d.read_error = str(e)  # a damaged tail: the truncation check decides whether that matters
+    return d
+
+
+def probe_video(path: str, deadline: float | None = None, allow_truncated: bool = False) -> VideoInfo:
+    """Frame count, fps, per-frame timestamps and keyframes of the first video stream.
+
+    A file shorter than its container declares (see :mod:`.truncation`) is a :class:`DecodeError`
+    unless ``allow_truncated``; then its readable frames are used and ``truncated`` says why.
+    """
     path = str(path)
     with _open(path) as container:
         stream = _video_stream(container, path)
-        pts: list[int] = []
-        key_pts: list[int] = []
-        missing_pts = 0
-        try:
-            for packet in container.demux(stream):
-                if packet.size == 0:
-                    continue  # flush packet
-                if deadline is not None and time.monotonic() > deadline:
-                    raise DecodeError(f"{path}: time limit exceeded while reading the container")
-                p = packet.pts if packet.pts is not None else packet.dts
-                if p is None:
-                    missing_pts += 1
-                    continue
-                pts.append(p)
-                if packet.is_keyframe:
-                    key_pts.append(p)
-        except av.FFmpegError as e:
-            if not pts:
-                raise DecodeError(f"{path}: cannot read packets ({e})") from e
-            # a truncated file: keep the frames that are there
-        if missing_pts or not pts:
+        d = _demux(container, stream, path, deadline)
+        if d.missing_pts or not d.shown:
             raise DecodeError(f"{path}: video packets carry no timestamps; cannot index frames")
-        pts.sort()
-        index = {p: i for i, p in enumerate(pts)}
-        keyframes = sorted(index[p] for p in key_pts) or [0]
+        pts = sorted(d.shown)
+        # a keyframe (shown or discarded) starts decoding at the first shown frame at or after it
+        keyframes = sorted({bisect.bisect_left(pts, k) for k in d.key_pts if k <= pts[-1]}) or [0]
         tb = stream.time_base
         span = float((pts[-1] - pts[0]) * tb) if tb and len(pts) > 1 else 0.0
         ctx = stream.codec_context
         if not ctx.width or not ctx.height:
             raise DecodeError(f"{path}: video stream has no frame size")
+        fps = _stream_fps(stream, len(pts), span)
+        frame_seconds = 1.0 / fps
+        end = float(d.end_pts * tb) if tb and d.end_pts is not None else float(pts[-1] * tb) + frame_seconds
+        extent = ReadExtent(d.packets, end, d.partial, frame_seconds, d.read_error)
+        truncated = truncation_reason(container, stream, extent)
+        if truncated and not allow_truncated:
+            raise DecodeError(
+                f"{path}: truncated file: {truncated} (set data.allow_truncated=true to use the readable part)"
+            )
         return VideoInfo(
             path=path,
             width=ctx.width,
             height=ctx.height,
-            fps=_stream_fps(stream, len(pts), span),
+            fps=fps,
             total_frames=len(pts),
             frame_pts=pts,
             keyframes=keyframes,
             time_base=tb,
             codec=ctx.name,
+            hidden_pts=frozenset(d.hidden),
+            truncated=truncated,
         )
-
-
-def _to_rgb(frame: av.VideoFrame) -> np.ndarray:
-    img = frame.to_ndarray(format="rgb24")
-    k = (int(round(frame.rotation or 0)) // 90) % 4
-    return np.ascontiguousarray(np.rot90(img, k)) if k else img
 
 
 def read_frames(
@@ -146,8 +208,14 @@ def read_frames(
     indices: list[int],
     deadline: float | None = None,
     seek_min_skip: int = 48,
+    transform: Callable[[av.VideoFrame], np.ndarray] | None = None,
 ) -> np.ndarray:
-    """Decode the frames at ``indices`` (sorted, may repeat) as uint8 ``[T, H, W, 3]`` RGB."""
+    """Decode the frames at ``indices`` (sorted, may repeat) as uint8 ``[T, H, W, 3]`` RGB.
+
+    ``transform`` turns each wanted decoded frame into its array right away (default: RGB with the
+    display rotation applied; :class:`~.resize.FrameResizer` resizes too), so only transformed
+    frames are kept: with a resize, memory follows the output, not the source resolution.
+    """
     if not indices:
         raise ValueError("no frame indices requested")
     if indices != sorted(indices) or indices[0] < 0 or indices[-1] >= info.total_frames:
@@ -157,10 +225,10 @@ def read_frames(
     wanted = sorted(set(indices))
     got: dict[int, np.ndarray] = {}
     try:
-        _decode(info, wanted, got, deadline, seek_min_skip)
+        _decode(info, wanted, got, deadline, seek_min_skip, transform)
     except _SeekFallback:
         got.clear()  # a seek misbehaved on this file: decode it front to back instead
-        _decode(info, wanted, got, deadline, seek_min_skip=None)
+        _decode(info, wanted, got, deadline, None, transform)
     if len(got) < len(wanted):
         missing = [i for i in wanted if i not in got]
         # Trailing frames a broken encoder never emitted: reuse the last good frame, but only for a
@@ -180,7 +248,14 @@ class _SeekFallback(Exception):
     pass
 
 
-def _decode(info: VideoInfo, wanted: list[int], got: dict, deadline: float | None, seek_min_skip: int | None):
+def _decode(
+    info: VideoInfo,
+    wanted: list[int],
+    got: dict,
+    deadline: float | None,
+    seek_min_skip: int | None,
+    transform: Callable[[av.VideoFrame], np.ndarray] | None = None,
+):
     """Fill ``got`` with the wanted frames; seek over gaps longer than ``seek_min_skip`` (None: never)."""
     pts_to_index = {p: i for i, p in enumerate(info.frame_pts)}
     remaining = set(wanted)
@@ -208,12 +283,14 @@ def _decode(info: VideoInfo, wanted: list[int], got: dict, deadline: float | Non
                         raise DecodeError(f"{info.path}: time limit exceeded while decoding")
                     if frame.pts is not None and frame.pts in pts_to_index:
                         pos = pts_to_index[frame.pts]
+                    elif frame.pts is not None and frame.pts in info.hidden_pts:
+                        continue  # a discarded frame (before an edit list's start): never shown
                     elif pos is not None and seek_min_skip is None:
                         pos += 1  # no usable timestamp: count frames (only safe without seeking)
                     else:
                         raise _SeekFallback
                     if pos in remaining:
-                        got[pos] = _to_rgb(frame)
+                        got[pos] = (transform or frame_to_rgb)(frame)
                         remaining.discard(pos)
                     while w < len(wanted) and wanted[w] in got:
                         w += 1

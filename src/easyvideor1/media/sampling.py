@@ -93,6 +93,10 @@ class SamplingParams:
 
     ``fps`` and ``nframes`` are mutually exclusive; ``None`` means the qwen-vl-utils default.
     ``factor`` is 28 (Qwen2/2.5-VL) or 32 (Qwen3-VL); build it with :meth:`for_family`.
+    ``allow_truncated`` (not a qwen-vl-utils key) decides whether a file shorter than its container
+    declares is sampled from its readable part (True) or refused (False, the default); it is part
+    of the parameters so a cache entry built from the readable part is never served to a run that
+    refuses truncated files.
     """
 
     factor: int = 32
@@ -105,10 +109,13 @@ class SamplingParams:
     total_pixels: int | None = None
     video_start: float | None = None
     video_end: float | None = None
+    allow_truncated: bool = False
 
     def __post_init__(self) -> None:
         if self.fps is not None and self.nframes is not None:
             raise ValueError("give either fps or nframes, not both")
+        if not isinstance(self.allow_truncated, bool):
+            raise ValueError(f"allow_truncated must be true or false, got {self.allow_truncated!r}")
         if self.factor not in (28, 32):
             raise ValueError(f"factor must be 28 (Qwen2/2.5-VL) or 32 (Qwen3-VL), got {self.factor}")
         for name in (

@@ -6,41 +6,72 @@ This is the on-the-fly path. The offline cache (``cache.py``) stores exactly wha
 
 from __future__ import annotations
 
+import math
 import os
 import time
 from dataclasses import dataclass
 from typing import Any
 
-import numpy as np
 import torch
 
 from .decode import DecodeError, probe_video, read_frames
+from .resize import FrameResizer, resize_frames  # noqa: F401  (resize_frames: re-exported)
 from .sampling import SamplingParams, frame_indices, frame_range, video_frame_size
 
-FORMAT_VERSION = 1  # bump when the stored frames or metadata change meaning
+# Bump when the stored frames or metadata change meaning. 2: edit lists honoured (frame 0 is the
+# first shown frame), truncated files refused unless allowed, ``frame_times`` stored.
+FORMAT_VERSION = 2
+
+# How the model is told when each frame was shown (``data.timestamps``):
+# index: frame index / average fps, as qwen-vl-utils and decord (exact for constant frame rate);
+# pts: the frame's real presentation time (differs on variable-frame-rate files).
+TIMESTAMP_MODES = ("index", "pts")
 
 
 @dataclass
 class SampledVideo:
-    """Sampled, resized frames (uint8 ``[T, H, W, 3]``) and the metadata the processor needs."""
+    """Sampled, resized frames (uint8 ``[T, H, W, 3]``) and the metadata the processor needs.
+
+    ``timestamps`` (one of :data:`TIMESTAMP_MODES`) is how :meth:`processor_metadata` reports the
+    frames' times; the data pipeline sets it from ``data.timestamps`` when it loads the video.
+    """
 
     frames: torch.Tensor
     meta: dict[str, Any]
+    timestamps: str = "index"
 
-    def processor_metadata(self) -> dict[str, Any]:
+    def processor_metadata(self, timestamps: str | None = None) -> dict[str, Any]:
         """Keyword arguments for ``transformers.video_utils.VideoMetadata``.
 
-        With ``do_sample_frames=False`` the Qwen3-VL processor computes each frame's timestamp as
-        ``frames_indices[i] / fps``; passing the source fps and the real indices keeps the
-        ``<t seconds>`` text right (without them it assumes 24 fps). Qwen2.5-VL derives
+        With ``do_sample_frames=False`` the Qwen3-VL processor (and vLLM's) computes each frame's
+        timestamp as ``frames_indices[i] / fps``; passing the source fps and the real indices keeps
+        the ``<t seconds>`` text right (without them it assumes 24 fps). Qwen2.5-VL derives
         ``second_per_grid_ts`` from ``len(frames_indices) / total_num_frames * fps``, so
         ``total_num_frames`` is the clip window's length, as qwen-vl-utils reports it.
+
+        With ``timestamps="pts"`` the indices become fractional positions ``t * fps`` chosen so
+        that ``position / fps`` is exactly the frame's presentation time ``t``: Qwen3-VL then
+        reads real times on variable-frame-rate video, while ``fps`` (and with it Qwen2.5-VL's
+        per-video rate) stays the same.
         """
         m = self.meta
+        mode = timestamps or self.timestamps
+        if mode not in TIMESTAMP_MODES:
+            raise ValueError(f"timestamps must be one of {', '.join(TIMESTAMP_MODES)}, got {mode!r}")
+        fps = float(m["source_fps"])
+        indices: list[int] | list[float] = list(m["frame_indices"])
+        if mode == "pts":
+            times = m.get("frame_times")
+            if times is None or len(times) != len(indices):
+                raise ValueError(
+                    f"{m.get('source_path', 'video')}: no frame presentation times stored "
+                    f"(entry format {m.get('version')}); rebuild it with `easyvideor1 preprocess`"
+                )
+            indices = [_position_for_time(float(t), fps) for t in times]
         return {
             "total_num_frames": int(m.get("window_frames", m["total_frames"])),
-            "fps": float(m["source_fps"]),
-            "frames_indices": list(m["frame_indices"]),
+            "fps": fps,
+            "frames_indices": indices,
             "width": int(m["width"]),
             "height": int(m["height"]),
             "duration": float(m["total_frames"]) / float(m["source_fps"]),
@@ -48,18 +79,15 @@ class SampledVideo:
         }
 
 
-def resize_frames(frames: np.ndarray | torch.Tensor, height: int, width: int) -> torch.Tensor:
-    """Bicubic, antialiased resize of uint8 ``[T, H, W, 3]`` frames, staying in uint8.
-
-    Same filter as qwen-vl-utils (bicubic + antialias); torch's uint8 kernel is ~15x faster than
-    resizing in float32 and differs from it by rounding only.
-    """
-    t = torch.from_numpy(frames) if isinstance(frames, np.ndarray) else frames
-    if t.shape[1] == height and t.shape[2] == width:
-        return t.contiguous()
-    x = t.permute(0, 3, 1, 2)
-    out = torch.nn.functional.interpolate(x, size=(height, width), mode="bicubic", antialias=True)
-    return out.permute(0, 2, 3, 1).contiguous()
+def _position_for_time(t: float, fps: float) -> float:
+    """A float ``x`` with ``x / fps == t`` exactly, so the processor's division gives ``t`` back."""
+    x = t * fps
+    for _ in range(8):  # t * fps / fps is off by at most an ulp or two
+        back = x / fps
+        if back == t:
+            return x
+        x = math.nextafter(x, math.inf if back < t else -math.inf)
+    return t * fps
 
 
 def source_stat(path: str) -> tuple[int, int]:
@@ -68,24 +96,32 @@ def source_stat(path: str) -> tuple[int, int]:
 
 
 def sample_video(path: str, params: SamplingParams, time_limit: float | None = None) -> SampledVideo:
-    """Decode ``path`` into model frames following ``params`` (qwen-vl-utils 0.0.14 rules)."""
+    """Decode ``path`` into model frames following ``params`` (qwen-vl-utils 0.0.14 rules).
+
+    Each frame is resized as soon as it is decoded (the same bicubic antialiased resize, frame by
+    frame, gives the same pixels as resizing the stacked video), so memory follows the output size.
+    """
     path = os.path.abspath(path)
     t0 = time.monotonic()
     deadline = t0 + time_limit if time_limit else None
-    size, mtime_ns = source_stat(path) if os.path.exists(path) else (0, 0)  # before reading: the frames
-    info = probe_video(path, deadline=deadline)  # must never be paired with a newer file's stats
+    # stat before reading: the frames must never be paired with a newer file's stats
+    size, mtime_ns = source_stat(path) if os.path.exists(path) else (0, 0)
+    info = probe_video(path, deadline=deadline, allow_truncated=params.allow_truncated)
     try:
         indices, sample_fps = frame_indices(params, info.total_frames, info.fps)
         window_frames = frame_range(params, info.total_frames, info.fps)[2]
     except ValueError as e:
         raise DecodeError(f"{path}: {e}") from e
-    raw = read_frames(info, indices, deadline=deadline)
-    src_h, src_w = raw.shape[1], raw.shape[2]  # after display rotation
-    try:
-        height, width = video_frame_size(params, src_h, src_w, len(indices))
-    except ValueError as e:
-        raise DecodeError(f"{path}: {e}") from e
-    frames = resize_frames(raw, height, width)
+
+    def size_for(height: int, width: int) -> tuple[int, int]:
+        try:
+            return video_frame_size(params, height, width, len(indices))
+        except ValueError as e:
+            raise DecodeError(f"{path}: {e}") from e
+
+    resizer = FrameResizer(size_for)
+    frames = torch.from_numpy(read_frames(info, indices, deadline=deadline, transform=resizer))
+    (src_h, src_w), (height, width) = resizer.source, resizer.output
     meta = {
         "source_path": path,
         "source_size": size,
@@ -97,6 +133,9 @@ def sample_video(path: str, params: SamplingParams, time_limit: float | None = N
         "total_frames": info.total_frames,
         "window_frames": window_frames,  # frames inside video_start/video_end (all when no window)
         "frame_indices": indices,
+        # presentation time of each sampled frame, seconds from the first shown frame (data.timestamps=pts)
+        "frame_times": [info.frame_time(i) for i in indices],
+        "truncated": info.truncated,  # why the file is shorter than declared ("" if it is not)
         "sample_fps": sample_fps,
         "height": height,
         "width": width,
