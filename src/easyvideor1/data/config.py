@@ -6,6 +6,7 @@ from dataclasses import dataclass, field
 
 from ..media.cache import CACHE_MODES
 from ..media.sampling import MODEL_FAMILIES, SamplingParams, factor_for_family
+from ..media.video import TIMESTAMP_MODES
 
 
 @dataclass
@@ -49,6 +50,12 @@ class DataConfig:
             image, or no cache entry in ``cache_only`` mode) stops training with its error. By
             default (false) such a record is skipped, listed with the reason in
             ``<trainer.output_dir>/skipped_records.jsonl`` and counted (``data/skipped_records``).
+        timestamps: What Qwen3-VL's ``<t seconds>`` text says for each frame: ``index`` (frame
+            index / average fps, as qwen-vl-utils; exact for constant-frame-rate video) or ``pts``
+            (the frame's real presentation time, seconds from the first shown frame: right on
+            variable-frame-rate video). Qwen2/2.5-VL use one rate per video either way.
+        allow_truncated: A video file shorter than its container declares (a cut download) is a
+            failure by default; true samples its readable part instead (see ``media/truncation.py``).
     """
 
     train_files: list[str] = field(default_factory=list)
@@ -71,8 +78,16 @@ class DataConfig:
     max_prompt_length: int = 4096
     preflight: str = "full"
     strict: bool = False
+    timestamps: str = "index"
+    allow_truncated: bool = False
 
     def __post_init__(self) -> None:
+        if self.timestamps not in TIMESTAMP_MODES:
+            raise ValueError(
+                f"data.timestamps must be one of {', '.join(TIMESTAMP_MODES)}, got {self.timestamps!r}"
+            )
+        if not isinstance(self.allow_truncated, bool):
+            raise ValueError(f"data.allow_truncated must be true or false, got {self.allow_truncated!r}")
         if self.preflight not in ("full", "fast"):
             raise ValueError(f"data.preflight must be full or fast, got {self.preflight!r}")
         self._check_ranges()
@@ -152,4 +167,5 @@ class DataConfig:
             total_pixels=self.video_total_pixels,
             video_start=start,
             video_end=end,
+            allow_truncated=self.allow_truncated,
         )

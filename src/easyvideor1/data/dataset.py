@@ -140,6 +140,8 @@ def load_media(sample: Sample, cfg: DataConfig, loader: VideoLoader) -> tuple[li
         loader.load(v, sample.video_params, entry=e)
         for v, e in zip(sample.videos, sample.video_entries, strict=True)
     ]
+    for video in videos:
+        video.timestamps = cfg.timestamps  # how processor_metadata reports frame times (data.timestamps)
     return videos, [load_image(p, cfg) for p in sample.images]
 
 
