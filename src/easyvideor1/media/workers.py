@@ -62,7 +62,7 @@ def die_with_parent(expected_parent: int | None = None, *, use_prctl: bool = Tru
             pass  # no libc prctl (e.g. a static or exotic libc): fall back to the watchdog
     # The parent may have died between fork and prctl: then no signal will ever come.
     if os.getppid() != expected_parent:
-        os.kill(os.getpid(), signal.SIGKILL)
+        _kill_self()
     if mechanism == "watchdog":
         threading.Thread(
             target=_watch_parent, args=(expected_parent,), name="parent-watchdog", daemon=True
@@ -73,7 +73,12 @@ def die_with_parent(expected_parent: int | None = None, *, use_prctl: bool = Tru
 def _watch_parent(expected_parent: int) -> None:
     while os.getppid() == expected_parent:
         time.sleep(_WATCHDOG_INTERVAL_S)
-    os.kill(os.getpid(), signal.SIGKILL)
+    _kill_self()
+
+
+def _kill_self() -> None:
+    # SIGKILL, as the kernel would send: no cleanup handler of a half-done task may run
+    os.kill(os.getpid(), getattr(signal, "SIGKILL", signal.SIGTERM))
 
 
 # The parent's ends of every live worker pipe. A forked worker inherits them all: it closes them at
