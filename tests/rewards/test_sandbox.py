@@ -13,14 +13,21 @@ from pathlib import Path
 import pytest
 
 from easyvideor1.rewards import RewardConfig, SandboxConfig
-from easyvideor1.rewards.sandbox import isolation_capabilities, run_python
+from easyvideor1.rewards.sandbox import isolation_capabilities, judge_assertions, run_python
 
 LIMITS = SandboxConfig(wall_time_s=1.0, cpu_time_s=1, memory_mb=256, max_processes=8)
 SANDBOX_UID_BASE = 1_500_000_000
 
 
 def sandbox_processes() -> list[int]:
-    """Live (non-zombie) processes of sandbox uids on the host."""
+    """Live (non-zombie) processes of the sandbox uids this test process hands out.
+
+    Only this process's uids (`sandbox._allocate_uid` derives them from its pid): other test runs
+    on the same host have their own sandboxes alive at the same time.
+    """
+    own_uids = {
+        SANDBOX_UID_BASE + (os.getpid() * 64 + slot) % (2**31 - 1 - SANDBOX_UID_BASE) for slot in range(64)
+    }
     found = []
     for entry in Path("/proc").iterdir():
         if not entry.name.isdigit():
@@ -31,7 +38,7 @@ def sandbox_processes() -> list[int]:
             continue
         fields = dict(line.split(":", 1) for line in status.splitlines() if ":" in line)
         uid = int(fields.get("Uid", "0").split()[0])
-        if uid >= SANDBOX_UID_BASE and not fields.get("State", "").strip().startswith("Z"):
+        if uid in own_uids and not fields.get("State", "").strip().startswith("Z"):
             found.append(int(entry.name))
     return found
 
@@ -154,3 +161,62 @@ def test_exit_codes_and_signals() -> None:
     assert "ValueError" in run_python("raise ValueError('x')", config=LIMITS).stderr
     timed_out = run_python("while True: pass", config=LIMITS)
     assert timed_out.timed_out and timed_out.returncode is None and not timed_out.ok
+
+
+def test_judged_assertions_report_per_test_verdicts() -> None:
+    program = "def twice(x):\n    return 2 * x\n"
+    tests = ("assert twice(2) == 4", "assert twice(2) == 5", "assert twice('a') == 'aa'", "assert missing()")
+    verdicts = judge_assertions(program, tests, LIMITS)
+    assert verdicts.passed == (True, False, True, False)
+    assert verdicts.errors == (None, "AssertionError", None, "NameError")
+    assert not verdicts.timed_out and verdicts.isolation == isolation_capabilities(LIMITS)
+    assert sandbox_processes() == []
+
+
+def test_judge_and_program_cannot_reach_each_other() -> None:
+    """Different uids and pid namespaces: the program sees no other process, the judge is not it."""
+    program = (
+        "import os\n"
+        "UID = os.getuid()\n"
+        "PIDS = sorted(int(p) for p in os.listdir('/proc') if p.isdigit())\n"
+        "def uid():\n    return os.getuid()\n"
+    )
+    tests = ("assert UID == uid() and UID != os.getuid()", "assert PIDS == [1]")
+    verdicts = judge_assertions(program, tests, LIMITS)
+    capabilities = isolation_capabilities(LIMITS)
+    assert verdicts.passed == (capabilities.user, capabilities.processes)
+
+
+def test_a_test_that_times_out_stops_the_rest() -> None:
+    program = "import time\ndef wait(s):\n    time.sleep(s)\n    return s\n"
+    tests = ("assert wait(0) == 0", "assert wait(100) == 100", "assert wait(0) == 0")
+    started = time.monotonic()
+    verdicts = judge_assertions(program, tests, LIMITS)
+    assert time.monotonic() - started < 2 * LIMITS.wall_time_s + 2.0
+    assert verdicts.passed == (True, False, False)
+    assert verdicts.errors[1] == "timeout" and verdicts.errors[2].startswith("not run")
+    assert sandbox_processes() == []
+
+
+@pytest.mark.parametrize(
+    "program",
+    [
+        "while True:\n    pass",  # top-level code never ends
+        "import os\nif os.fork() == 0:\n    os.setsid()\n    while True:\n        pass\ndef f():\n    return 1",
+    ],
+)
+def test_judged_program_is_contained(program: str) -> None:
+    started = time.monotonic()
+    verdicts = judge_assertions(program, ("assert f() == 1",) * 3, LIMITS, time_limit=3.0)
+    assert time.monotonic() - started < 3.0 + 2.0
+    assert sandbox_processes() == []
+    assert verdicts.passed in ((False,) * 3, (True,) * 3)  # the forking one may well pass: it defines f
+
+
+def test_time_limit_cuts_the_pair() -> None:
+    program = "import time\ndef slow():\n    time.sleep(0.6)\n    return 1\n"
+    started = time.monotonic()
+    verdicts = judge_assertions(program, ("assert slow() == 1",) * 10, LIMITS, time_limit=1.5)
+    assert time.monotonic() - started < 1.5 + 1.5
+    assert verdicts.timed_out and 0 < sum(verdicts.passed) < 10
+    assert "no verdict" in verdicts.errors
