@@ -8,7 +8,9 @@ Layout of ``<output_dir>/checkpoints/step_<N>/``:
   record each shard's offsets), so a run resumes on *any* number of ranks, DCP resharding on load;
 - ``rng/rank_<R>.safetensors``: each rank's torch RNG state;
 - ``trainer_state.json``: step, world size, optimizer hyper-parameters, scheduler, sampler position,
-  Python RNG, metrics history.
+  Python RNG, metrics history, the run's settings;
+- ``checkpoint_files.json``: every file's size, so a damaged checkpoint is recognised before it is
+  loaded (``checkpoint_check.py``) and resuming falls back to the newest whole one.
 Every rank writes into ``step_<N>.tmp``; after a barrier rank 0 renames it and replaces ``latest``
 atomically, so a crash mid-save leaves the previous checkpoint in charge. Only the last
 ``keep_last`` are kept. (The reference saved per-rank pickles that could only resume on the same
@@ -28,6 +30,7 @@ from typing import Any
 import torch
 from safetensors.torch import load_file, save_file
 
+from .checkpoint_check import find_resumable, read_state, record_files
 from .distributed import DistState, barrier
 
 # DCP warns that it "assumes a single process" whenever no process group exists: that is our intent
@@ -122,6 +125,7 @@ def save_checkpoint(
         (tmp / "trainer_state.json").write_text(json.dumps(meta, indent=1))
     barrier()  # every rank's shards are on disk before the checkpoint is published
     if state.is_main:
+        record_files(tmp)
         shutil.rmtree(final, ignore_errors=True)
         os.replace(tmp, final)
         latest_tmp = root / "latest.tmp"
@@ -147,15 +151,8 @@ def _quietly(fn, *args, **kwargs):
 
 
 def find_latest(output_dir: str | os.PathLike) -> Path | None:
-    """The newest complete checkpoint: the one ``latest`` names, else the highest complete step."""
-    root = Path(output_dir) / "checkpoints"
-    latest = root / "latest"
-    if latest.exists():
-        path = root / latest.read_text().strip()
-        if (path / "trainer_state.json").exists():
-            return path
-    steps = [p for p in root.glob("step_*") if p.name[5:].isdigit() and (p / "trainer_state.json").exists()]
-    return max(steps, key=lambda p: int(p.name[5:])) if steps else None
+    """The newest whole checkpoint: the one ``latest`` names, else the highest step that verifies."""
+    return find_resumable(output_dir)[0]
 
 
 def load_checkpoint(
@@ -172,7 +169,7 @@ def load_checkpoint(
 
     state = state or DistState()
     ckpt = Path(ckpt)
-    meta = json.loads((ckpt / "trainer_state.json").read_text())
+    meta = read_state(ckpt)  # a damaged file is an error naming it
     if not (ckpt / "sharded").is_dir():
         raise FileNotFoundError(
             f"{ckpt} has no sharded/ training state (not a resumable easyvideor1 checkpoint)"

@@ -25,7 +25,7 @@ from ..models.loading import load_policy
 from ..models.vision import DummyVisionPass
 from ..rollout.base import SamplingConfig
 from .advantages import step_advantages
-from .checkpoint import find_latest, load_checkpoint, save_checkpoint
+from .checkpoint import save_checkpoint
 from .distributed import (
     all_gather,
     init_distributed,
@@ -39,6 +39,7 @@ from .evaluate import evaluate, summarize
 from .experience import Experience, collect
 from .metrics import MetricsLogger, hybrid_metrics, mismatch_metrics, reward_metrics
 from .preflight import preflight
+from .resume import resume, run_settings
 from .rollout_engines import make_rollout_engine, push_weights
 from .rounds import filter_rounds
 from .sampler import PromptSampler
@@ -421,22 +422,7 @@ class Trainer:
 
     # ----------------------------------------------------------------------------------- the loop
     def _resume(self) -> None:
-        tc = self.cfg.trainer
-        ckpt = (
-            None
-            if tc.resume == "never"
-            else (find_latest(tc.output_dir) if tc.resume == "auto" else tc.resume)
-        )
-        if ckpt is None:
-            return
-        state = load_checkpoint(
-            ckpt, self.model, self.optimizer, self.scheduler, self.dist, reference=self.ref_model
-        )
-        self.reference_from_warmup = bool(state.get("reference_from_warmup", False))
-        self.sync_rollout_weights()
-        self.sampler.load_state_dict(state["sampler"])
-        self.step, self.history = state["step"], state.get("history", [])
-        self.logger.write(f"resumed from {ckpt} at step {self.step}")
+        resume(self)  # newest whole checkpoint, changed settings applied or refused, logs rolled back
 
     def save(self) -> None:
         save_checkpoint(
@@ -450,6 +436,7 @@ class Trainer:
                 "sampler": self.sampler.state_dict(),
                 "history": self.history,
                 "reference_from_warmup": self.reference_from_warmup,
+                "settings": run_settings(self.cfg),  # compared on resume
             },
             keep_last=self.cfg.trainer.keep_last,
             state=self.dist,
