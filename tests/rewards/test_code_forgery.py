@@ -143,6 +143,17 @@ ATTACKS = {
         "def square(n):\n    return None\n"
         "print(len(leaks))"
     ),
+    "forked child sprays after the program exits": SPRAY
+    + (
+        "import time\n"
+        "if os.fork() == 0:\n"
+        "    os.setsid()\n"
+        "    time.sleep(0.3)\n"
+        "    spray()\n"
+        "    os._exit(0)\n"
+        "def square(n):\n    return None\n"
+        "os._exit(0)"
+    ),
     "signals to the parent and everyone": (
         "import os, signal\n"
         "for pid in [os.getppid(), 0, -1] + list(range(1, 4096)):\n"
