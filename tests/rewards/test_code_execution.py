@@ -77,6 +77,11 @@ def bump():
     global counter
     counter += 1
 abs = lambda x: 0  # cannot change the tests' abs
+class statistics:  # nor the tests' statistics module
+    def mean(*args):
+        return 0
+def select(values):  # a task function named like a standard-library module
+    return values[0]
 def add(a, b):
     return a + b
 class Stack:
@@ -115,6 +120,8 @@ def checked_sqrt(x):
         ("try:\n    checked_sqrt(-1)\nexcept ValueError:\n    pass\nelse:\n    raise AssertionError", True),
         ("bump()\nbump()\nassert counter == 2", True),  # the program's globals, read at each use
         ("assert abs(add(-3, 0)) == 3", True),  # builtins are the judge's
+        ("assert statistics.mean([1, 3]) == 2", True),  # so are modules the test uses as modules
+        ("assert select([4, 5]) == 4", True),  # a program function named like a module is the program's
         ("assert undefined_name(1)", False),
         ("assert add(1, 2) == 3.0 and add(0.5, 0.25) == 0.75 and add((1,), (2,)) == (1, 2)", True),
     ],

@@ -252,3 +252,17 @@ def test_host_survives_the_bank() -> None:
     """The attacks signalled every pid they could see: this process and its parent are still here."""
     os.kill(os.getpid(), 0)
     os.kill(os.getppid(), 0)
+
+
+def test_tests_helpers_cannot_be_replaced_by_the_program() -> None:
+    """A program that rebinds the module or builtin a test checks with gains nothing."""
+    tests = ["assert math.isclose(square(1.5), 2.25)", "assert abs(square(-1.5) - 2.25) < 1e-9"]
+    forged = (
+        "import builtins\n"
+        "class math:\n    isclose = staticmethod(lambda *a, **k: True)\n"
+        "abs = builtins.abs = lambda x: 0\n"
+        "def square(n):\n    return None"
+    )
+    honest = "def square(n):\n    return n * n"
+    assert judge_assertions(forged, tuple(tests), CONFIG.sandbox).passed == (False, False)
+    assert judge_assertions(honest, tuple(tests), CONFIG.sandbox).passed == (True, True)

@@ -22,11 +22,13 @@ test pass; only sending the values the test expects can, which is what solving i
 support calls, attributes, indexing, `len`, `bool`, `str`/`repr` and iteration (each answer is again
 data or a handle); `==`, ordering and arithmetic on a handle are the judge's own (identity, or
 TypeError), so no object of the program takes part in a comparison. Names a test reads resolve to
-the judge's builtins and standard-library modules first (a program cannot redefine `abs` or
-`math.isclose` for the test), then to the program's globals. Mutated list/dict/set arguments are
-copied back, so tests of in-place functions work.
+the judge's builtins, and to the judge's standard-library modules where the tests use them as modules
+(a program cannot redefine `abs` or `math.isclose` for the test), else to the program's globals.
+Tests that `eval` text the program returns hand it the judge: such tests trust the program by
+construction. Mutated list/dict/set arguments are copied back, so tests of in-place functions work.
 """
 
+import ast
 import builtins
 import importlib
 import json
@@ -382,26 +384,48 @@ class _RemoteIterator:
 
 
 class _TestNamespace(dict):
-    """The tests' globals: their own names, then the judge's builtins and standard-library modules,
-    then (looked up at each use, so values the program changes stay current) the program's globals."""
+    """The tests' globals: their own names, then the judge's builtins, then the program's globals
+    (looked up at each use, so values the program changes stay current).
 
-    def __init__(self, link):
+    A standard-library module name that the tests use as a module (`math.isclose(...)`) is the
+    judge's module, whatever the program bound to it; used otherwise (a program function called
+    `select`) it is the program's, falling back to the judge's module when the program lacks it.
+    """
+
+    def __init__(self, link, module_names):
         super().__init__(__name__="__main__", __builtins__=builtins)
         self._link = link
+        self._module_names = module_names
 
     def __missing__(self, name):
         if name in _BUILTIN_NAMES:
             raise KeyError(name)  # the interpreter then takes the judge's builtin
-        if name in _STDLIB_MODULES:
-            try:
-                module = self[name] = importlib.import_module(name)
-                return module
-            except ImportError:
-                pass
+        if name in self._module_names:
+            return importlib.import_module(name)
         try:
             return self._link.request("get", name=name)[1]
         except NameError:
+            if name in _STDLIB_MODULES:
+                try:
+                    return importlib.import_module(name)
+                except ImportError:
+                    pass
             raise KeyError(name) from None
+
+
+def _module_names(tests):
+    """Standard-library module names the tests read an attribute of (`math` in `math.pi`)."""
+    names = set()
+    for code in tests:
+        try:
+            tree = ast.parse(code)
+        except SyntaxError:
+            continue  # compiled again per test, which reports it
+        for node in ast.walk(tree):
+            if isinstance(node, ast.Attribute) and isinstance(node.value, ast.Name):
+                if node.value.id in _STDLIB_MODULES:
+                    names.add(node.value.id)
+    return frozenset(names)
 
 
 def _on_alarm(signum, frame):
@@ -428,7 +452,7 @@ def judge(fd, result_fd, tests, test_time_s):
         failure = "the program's top-level code timed out"
     except (OSError, ValueError):
         failure = "the program did not start"
-    namespace = _TestNamespace(link)
+    namespace = _TestNamespace(link, _module_names(tests))
     for index, code in enumerate(tests):
         if failure is not None:
             verdict(index, False, failure)
