@@ -146,3 +146,86 @@ def test_demo_command_writes_its_report_and_plot(tmp_path):
     assert report["steps"] == 2 and report["chance"] == 0.25
     assert (tmp_path / "demo" / "reward_curve.png").stat().st_size > 1000
     assert "accuracy after" in r.stdout
+
+
+# ---------------------------------------------------------------- issue 11 item 8: settings at load
+
+
+@pytest.mark.parametrize(
+    "overrides,fragments",
+    [
+        (["trainer.micro_batch_size=-1"], ["trainer.micro_batch_size", ">= 1", "-1"]),
+        (["trainer.micro_batch_size=0"], ["trainer.micro_batch_size"]),
+        (["trainer.mini_batch_prompts=0"], ["trainer.mini_batch_prompts"]),
+        (["trainer.ppo_epochs=0"], ["trainer.ppo_epochs"]),
+        (["trainer.max_steps=0"], ["trainer.max_steps"]),
+        (["trainer.lr=-1e-6"], ["trainer.lr", "> 0"]),
+        (["trainer.betas=[0.9,1.0]"], ["trainer.betas[1]"]),
+        (["trainer.max_grad_norm=0"], ["trainer.max_grad_norm"]),
+        (["trainer.keep_last=-1"], ["trainer.keep_last"]),
+        (["trainer.loggers=[jsonl,tensorbaord]"], ["trainer.loggers", "console, jsonl, tensorboard, wandb"]),
+        (["rollout.n=1"], ["rollout.n=1", "algorithm.adv_estimator=grpo"]),
+        (["rollout.n=1", "algorithm.adv_estimator=rloo"], ["rollout.n=1", "rloo"]),
+        (["rollout.top_p=1.5"], ["rollout.top_p", "(0, 1]"]),
+        (["rollout.top_k=-1"], ["rollout.top_k"]),
+        (["rollout.max_new_tokens=0"], ["rollout.max_new_tokens"]),
+        (["rollout.hybrid_threshold=1.5"], ["rollout.hybrid_threshold", "[0, 1]"]),
+        (["rollout.val_temperature=-0.5"], ["rollout.val_temperature"]),
+        (["rollout.vllm.gpu_memory_utilization=1.2"], ["rollout.vllm.gpu_memory_utilization"]),
+        (["rollout.hybrid=always", "rollout.n=2", "rollout.offline_k=2"], ["rollout.offline_k=2"]),
+        (["data.video_fps=-2"], ["data.video_fps", "> 0"]),
+        (["data.video_min_frames=8", "data.video_max_frames=4"], ["data.video_min_frames"]),
+        (["data.max_prompt_length=0"], ["data.max_prompt_length"]),
+        (["data.decode_time_limit=0"], ["data.decode_time_limit"]),
+        (["algorithm.gamma=1.5"], ["algorithm.gamma"]),
+        (["algorithm.kl.coef=-0.1"], ["algorithm.kl.coef"]),
+        (["algorithm.adv_estimator=grop"], ["algorithm.adv_estimator", "grpo"]),
+        (["algorithm.online_filtering.enable=true", "rollout.n=1", "algorithm.adv_estimator=remax"], ["std"]),
+        (["distributed.backend=mpi"], ["distributed.backend"]),
+        (["model.dtype=float8"], ["model.dtype"]),
+        (["demo.n_train=0"], ["demo.n_train"]),
+    ],
+)
+def test_nonsense_settings_fail_at_load_naming_the_key(overrides, fragments):
+    with pytest.raises(ConfigError) as e:
+        load_config(RunConfig, None, overrides)
+    for fragment in fragments:
+        assert fragment in str(e.value), (fragment, str(e.value))
+
+
+def test_sensible_edge_settings_still_load():
+    cfg = load_config(
+        RunConfig,
+        None,
+        [
+            "rollout.n=1",
+            "algorithm.adv_estimator=reinforce_plus_plus",
+            "trainer.val_size=0",
+            "trainer.keep_last=0",
+        ],
+    )
+    assert cfg.rollout.n == 1 and cfg.trainer.val_size == 0
+
+
+def _cli(*args, cwd=None):
+    return subprocess.run(
+        [sys.executable, "-m", "easyvideor1", *map(str, args)], capture_output=True, text=True, cwd=cwd
+    )
+
+
+def test_cli_config_and_input_errors_are_clear(tmp_path):
+    broken = tmp_path / "run.yaml"
+    broken.write_text("data:\n  video_fps: 2\ntrainer:\n  lr: [1e-6\n  max_steps: 3\n")
+    for args, fragment in [
+        (["train", f"config={broken}"], f"{broken}:5: invalid YAML"),
+        (["train", f"config={tmp_path}"], f"config file {tmp_path} is a directory"),
+        (["train", "trainer.micro_batch_size=-1"], "trainer.micro_batch_size must be >= 1, got -1"),
+        (["train", "trainer.loggers=[jsonl,nope]"], "trainer.loggers entries must be among console"),
+        (["preprocess", "--data", tmp_path, "--cache-dir", tmp_path / "c", "--quiet"], "is a directory"),
+    ]:
+        r = _cli(*args)
+        assert r.returncode == 2 and fragment in r.stderr, (args, r.stderr[-800:])
+        assert "Traceback" not in r.stderr
+    r = _cli("synth", "--out", tmp_path / "syn", "--n", "-1")
+    assert r.returncode == 2 and "argument --n: must be > 0" in r.stderr
+    assert not (tmp_path / "syn").exists()

@@ -135,3 +135,27 @@ def test_every_benchmark_annotation_loads(name):
         assert records[0].answer.startswith("<answer>") and "answer_text" in records[0].extra
     if name == "videommmu_with_image.json":
         assert sum(bool(r.images) for r in records) == 300
+
+
+def test_a_utf8_bom_is_accepted_in_every_text_format(tmp_path, small_video):
+    """Windows tools write a byte-order mark; every line was rejected while preprocess exited 0."""
+    from easyvideor1.data.config import DataConfig
+    from easyvideor1.media.preprocess import preprocess
+
+    rows = [
+        {"problem": "<video>What?", "answer": "A", "videos": [small_video]},
+        {"problem": "2+2?", "answer": 4},
+    ]
+    jsonl, array = tmp_path / "bom.jsonl", tmp_path / "bom.json"
+    jsonl.write_bytes(b"\xef\xbb\xbf" + "".join(json.dumps(r) + "\n" for r in rows).encode())
+    array.write_bytes(b"\xef\xbb\xbf" + json.dumps(rows).encode())
+    for path in (jsonl, array):
+        assert [r.problem for r in load_records(str(path))] == ["<video>What?", "2+2?"]
+    cfg = DataConfig(video_fps=2.0, video_min_pixels=4 * 32 * 32, video_max_pixels=16 * 32 * 32)
+    report = preprocess([str(jsonl)], cfg, str(tmp_path / "cache"), workers=1, progress=False)
+    assert report["built"] == 1 and report["failed"] == 0 and report["bad_records"] == 0
+
+
+def test_a_directory_is_not_a_data_file(tmp_path):
+    with pytest.raises(RecordError, match="is a directory; expected a data file"):
+        load_records(str(tmp_path))

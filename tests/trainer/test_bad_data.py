@@ -71,3 +71,10 @@ def test_fast_preflight_skips_a_corrupt_video_at_its_step(make_cfg, broken_data,
     rows = _rows(out / "skipped_records.jsonl")
     assert [r["phase"] for r in rows] == ["preflight", "step", "step"]
     assert {r["index"] for r in rows[1:]} == {2, 3} and rows[1]["step"] == 1
+
+
+def test_an_empty_train_file_is_named(make_cfg, tmp_path):
+    empty = tmp_path / "empty.jsonl"
+    empty.write_text("\n\n")
+    with pytest.raises(ValueError, match=f"train file {empty} has no records"):
+        Trainer(make_cfg(f"data.train_files=[{empty}]"))
