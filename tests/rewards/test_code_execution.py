@@ -82,6 +82,20 @@ class statistics:  # nor the tests' statistics module
         return 0
 def select(values):  # a task function named like a standard-library module
     return values[0]
+from collections import deque, namedtuple
+Point = namedtuple("Point", "x y")
+def midpoint(a, b):
+    return Point((a[0] + b[0]) / 2, (a[1] + b[1]) / 2)
+def window(values):
+    return deque(values, maxlen=2)
+class Invalid(ValueError):
+    pass
+def parse(text):
+    if not text.isdigit():
+        raise Invalid(text)
+    return int(text)
+def squares(n):
+    return [i * i for i in range(n)]
 def add(a, b):
     return a + b
 class Stack:
@@ -123,6 +137,11 @@ def checked_sqrt(x):
         ("assert statistics.mean([1, 3]) == 2", True),  # so are modules the test uses as modules
         ("assert select([4, 5]) == 4", True),  # a program function named like a module is the program's
         ("assert undefined_name(1)", False),
+        ("p = midpoint((0, 0), (2, 4))\nassert p == (1, 2) and p.y == 2", True),  # a namedtuple
+        ("import collections\nassert window([1, 2, 3]) == collections.deque([2, 3])", True),
+        ("try:\n    parse('x')\nexcept ValueError:\n    pass\nelse:\n    raise AssertionError", True),
+        ("assert sum(squares(200_000)) == sum(i * i for i in range(200_000))", True),  # a large result
+        ("assert add(2 ** 20000, 1) == 2 ** 20000 + 1 and float('nan') != add(0.0, float('nan'))", True),
         ("assert add(1, 2) == 3.0 and add(0.5, 0.25) == 0.75 and add((1,), (2,)) == (1, 2)", True),
     ],
 )

@@ -69,9 +69,10 @@ def to_wire(value, other, depth=0):
     if isinstance(value, bool):
         return bool(value)
     if isinstance(value, int):
-        return {"i": format(int(value), "x")}
+        number = int(value)  # JSON integers are exact; hex past int-to-str's digit limit
+        return number if number.bit_length() < 10000 else {"i": format(number, "x")}
     if isinstance(value, float):
-        return {"f": float(value).hex()}
+        return float(value)  # Python's JSON round-trips floats exactly (NaN and infinities too)
     if isinstance(value, complex):
         return {"c": [float(value.real).hex(), float(value.imag).hex()]}
     if isinstance(value, str):
@@ -81,12 +82,19 @@ def to_wire(value, other, depth=0):
     if isinstance(value, list):
         return [to_wire(item, other, nested) for item in value]
     if isinstance(value, tuple):
-        return {"t": [to_wire(item, other, nested) for item in value]}
+        items = [to_wire(item, other, nested) for item in value]
+        fields = getattr(type(value), "_fields", None)
+        if isinstance(fields, tuple) and len(fields) == len(value) and all(type(f) is str for f in fields):
+            return {"nt": [str(type(value).__name__), list(fields), items]}  # a namedtuple
+        return {"t": items}
     if isinstance(value, dict):
         return {"d": [[to_wire(k, other, nested), to_wire(v, other, nested)] for k, v in value.items()]}
     if isinstance(value, (set, frozenset)):
         items = [to_wire(item, other, nested) for item in value]
         return {"fs" if isinstance(value, frozenset) else "s": items}
+    collections = sys.modules.get("collections")
+    if collections is not None and isinstance(value, collections.deque):
+        return {"dq": [to_wire(item, other, nested) for item in value]}
     if isinstance(value, range):
         return {"r": [to_wire(value.start, other), to_wire(value.stop, other), to_wire(value.step, other)]}
     fractions, decimal = sys.modules.get("fractions"), sys.modules.get("decimal")
@@ -126,6 +134,16 @@ def from_wire(data, handle, depth=0):
         return {from_wire(k, handle, nested): from_wire(v, handle, nested) for k, v in body}
     if tag == "r":
         return range(*(from_wire(part, handle, nested) for part in body))
+    if tag == "nt":
+        import collections
+
+        name, fields, items = body
+        kind = collections.namedtuple(str(name), [str(field) for field in fields], rename=True)
+        return kind(*(from_wire(item, handle, nested) for item in items))
+    if tag == "dq":
+        import collections
+
+        return collections.deque(from_wire(item, handle, nested) for item in body)
     if tag == "q":
         import fractions
 
@@ -185,8 +203,16 @@ def serve(fd, namespace, started):
         try:
             reply.update(_answer(request, namespace, handles, register))
         except BaseException as error:  # the program's exception becomes the test's
-            reply = {"id": request.get("id"), "raise": type(error).__name__, "message": _text(error)}
+            reply = {"id": request.get("id"), "raise": _builtin_kind(error), "message": _text(error)}
         channel.send(reply)
+
+
+def _builtin_kind(error):
+    """The nearest builtin class of an exception (a program's `class Invalid(ValueError)`: ValueError)."""
+    for kind in type(error).__mro__:
+        if kind.__module__ == "builtins":
+            return kind.__name__
+    return "Exception"
 
 
 def _text(error):
