@@ -49,6 +49,10 @@ class DistributedConfig:
         balance_tokens: Assign each step's prompts to ranks so that their prompt-token counts are
             balanced (greedy, longest first) instead of in contiguous blocks.
         timeout_minutes: Collective timeout: a rank that stops answering fails the run after this.
+        group_with_one_rank: Under ``torchrun --nproc-per-node 1``, still join the process group
+            and shard with FSDP2 (a one-rank mesh) instead of running as a plain process: the only
+            way to exercise the NCCL/FSDP2 path on a single GPU (``tools/gpu_check.sh`` uses it).
+            Costs a second full model copy for HF rollouts, as any FSDP run does.
     """
 
     backend: str = "auto"
@@ -58,6 +62,7 @@ class DistributedConfig:
     reshard_after_forward: bool = True
     balance_tokens: bool = False
     timeout_minutes: float = 30.0
+    group_with_one_rank: bool = False
 
     def __post_init__(self) -> None:
         from ..validation import one_of, positive
@@ -77,10 +82,11 @@ class DistState:
     world: int = 1
     local_rank: int = 0
     device: torch.device = torch.device("cpu")
+    grouped: bool = False  # in a process group although alone (distributed.group_with_one_rank)
 
     @property
     def enabled(self) -> bool:
-        return self.world > 1
+        return self.world > 1 or self.grouped
 
     @property
     def is_main(self) -> bool:
@@ -96,12 +102,14 @@ def init_distributed(cfg: DistributedConfig | None = None) -> DistState:
     device = torch.device("cuda", local_rank) if cuda else torch.device("cpu")
     if cuda:
         torch.cuda.set_device(device)
-    if world <= 1:
+    launched = "MASTER_ADDR" in os.environ and "RANK" in os.environ  # torchrun's rendezvous is there
+    alone_in_group = world == 1 and cfg.group_with_one_rank and launched
+    if world <= 1 and not alone_in_group:
         return DistState(device=device)
     if not dist.is_initialized():
         backend = cfg.backend if cfg.backend != "auto" else ("nccl" if cuda else "gloo")
         dist.init_process_group(backend, timeout=datetime.timedelta(minutes=cfg.timeout_minutes))
-    return DistState(dist.get_rank(), dist.get_world_size(), local_rank, device)
+    return DistState(dist.get_rank(), dist.get_world_size(), local_rank, device, grouped=alone_in_group)
 
 
 def shutdown_distributed(*objects_to_free: Any) -> None:
