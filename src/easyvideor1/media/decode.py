@@ -292,6 +292,7 @@ def _decode(
                     if pos in remaining:
                         got[pos] = (transform or frame_to_rgb)(frame)
                         remaining.discard(pos)
+                    del frame  # hand its buffer back before the decoder needs one for the next frame
                     while w < len(wanted) and wanted[w] in got:
                         w += 1
                     if w == len(wanted):

@@ -65,10 +65,9 @@ def _copy_rows(frame: av.VideoFrame, r0: int, r1: int) -> av.VideoFrame:
     strip = av.VideoFrame(frame.width, r1 - r0, frame.format.name)
     strip.colorspace, strip.color_range = frame.colorspace, frame.color_range
     for src, dst in zip(frame.planes, strip.planes, strict=True):
-        scale = src.height / frame.height  # plane rows per frame row (0.5 for 4:2:0 chroma)
         a = np.frombuffer(src, np.uint8).reshape(src.height, src.line_size)
         b = np.frombuffer(dst, np.uint8).reshape(dst.height, dst.line_size)
-        first = int(r0 * scale)
+        first = r0 * src.height // frame.height  # r0 / 2 for 4:2:0 chroma (r0 is even)
         b[:, : dst.width] = a[first : first + dst.height, : dst.width]
     return strip
 
