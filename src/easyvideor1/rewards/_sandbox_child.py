@@ -36,6 +36,7 @@ MS_NODEV = 0x4
 MS_REC = 0x4000
 MS_NOEXEC = 0x8
 MS_PRIVATE = 0x40000
+PR_SET_DUMPABLE = 4
 
 
 def _isolate(spec, report):
@@ -150,6 +151,10 @@ def _run_program(source):
 
 
 def main():
+    # Not dumpable: a process of the same uid (without root, the program is one) cannot trace this
+    # process, read its memory or open its descriptors through /proc. As root the uid change
+    # below has the same effect; the program may make its own process dumpable again, to no avail.
+    ctypes.CDLL(None).prctl(PR_SET_DUMPABLE, 0, 0, 0, 0)
     spec = json.loads(sys.stdin.buffer.read().decode("utf-8"))
     report_fd, link_fd, role = spec["report_fd"], spec.get("link_fd"), spec["role"]
     report = {"network": False, "filesystem": False, "user": False, "processes": False}

@@ -19,13 +19,15 @@ file-size, open-file and process-count limits. On Linux it also gets, where the 
 Trust model of test results. Nothing the program can reach carries a pass: stdin/stdout tests pass
 when the parent finds the expected output in the program's captured stdout (the expected output
 never enters the sandbox); assertion tests run in a second sandbox, the judge, which never runs the
-program and alone holds the descriptor its verdicts are written on, while the program's process only
-answers the judge's requests with plain data (`_sandbox_rpc` explains why that cannot forge a pass).
-Both processes start with no descriptor but stdin, stdout, stderr and their socket, and (as root)
-run under different fresh uids in different pid namespaces, so neither can see, signal, trace or
-read the other, nor open the parent's unlinked capture files. Without root the program runs under
-the caller's uid, which the kernel lets trace that uid's processes: there the results are only as
-trustworthy as the caller's other processes are safe from the program.
+program and alone holds the socket its verdicts travel on, while the program's process only answers
+the judge's requests with plain data (`_sandbox_rpc` explains why that cannot forge a pass). Both
+processes start with no descriptor but stdin, stdout, stderr and their socket, are not dumpable,
+and (as root) run under different fresh uids in different pid namespaces, so neither can see,
+signal, trace or read the other. Report channels are sockets and captured output unlinked files:
+nothing in the file system names them, and /proc cannot reopen a socket. Without root the program
+keeps the caller's uid, so the caller's other processes (the trainer itself) are exposed to it as
+far as the kernel lets one process of a uid trace another (Yama's ptrace scope): there the
+results are only as trustworthy as that.
 
 Not contained: files readable by "other" users stay readable (keep datasets with expected outputs
 `chmod o-rwx`); memory is limited per process (RLIMIT_AS), so a sandbox may use up to memory x
@@ -263,8 +265,8 @@ def judge_assertions(
                 _kill_everything(running.process, running.uid)
         program, judge = launched
         stdout, stderr = (_read(program.files[name], output_limit) for name in ("stdout", "stderr"))
-        program_lines = _result_lines(_read(program.files["report"], output_limit))
-        judge_lines = _result_lines(_read(judge.files["report"], 4 * output_limit))
+        program_lines = _result_lines(_drain(program.report, output_limit))
+        judge_lines = _result_lines(_drain(judge.report, 4 * output_limit))
     for running in launched:
         _clean_up(running, program_lines if running is program else judge_lines)
     verdicts: dict[int, list[dict]] = {}
@@ -309,6 +311,7 @@ class _Launched:
     process: subprocess.Popen
     uid: int | None
     files: dict[str, BinaryIO]
+    report: socket.socket
 
 
 def _launch(
@@ -328,13 +331,15 @@ def _launch(
         "processes": max(1, int(config.max_processes)),
     }
     # The host directory is root's (0700) and only holds the working directory; the captured
-    # output and the report are unlinked files, reachable through their descriptors alone.
+    # output is in unlinked files, reachable through their descriptors alone. The report channel is
+    # a socket: even a process of the same uid cannot open a socket through /proc/PID/fd.
     host_dir = stack.enter_context(tempfile.TemporaryDirectory(prefix="easyvideor1-sandbox-"))
     workdir = os.path.join(host_dir, "work")
     os.mkdir(workdir, 0o700)
-    files = {
-        name: stack.enter_context(tempfile.TemporaryFile()) for name in ("spec", "stdout", "stderr", "report")
-    }
+    files = {name: stack.enter_context(tempfile.TemporaryFile()) for name in ("spec", "stdout", "stderr")}
+    report, report_child = socket.socketpair()
+    stack.callback(report.close)
+    stack.callback(report_child.close)
     spec = {
         **role,
         "stdin": stdin,
@@ -344,7 +349,7 @@ def _launch(
         "tmpfs_bytes": max(1 << 20, limits["file_bytes"] * 2),
         "workdir": workdir,
         "limits": limits,
-        "report_fd": files["report"].fileno(),
+        "report_fd": report_child.fileno(),
         "link_fd": None if link is None else link.fileno(),
     }
     files["spec"].write(json.dumps(spec).encode())
@@ -355,12 +360,13 @@ def _launch(
         stdin=files["spec"],
         stdout=files["stdout"],
         stderr=files["stderr"],
-        pass_fds=(files["report"].fileno(), *(() if link is None else (link.fileno(),))),
+        pass_fds=(report_child.fileno(), *(() if link is None else (link.fileno(),))),
         env=_scrubbed_environment(workdir),
         cwd=workdir,
         start_new_session=True,
     )
-    return _Launched(process, uid, files)
+    report_child.close()
+    return _Launched(process, uid, files, report)
 
 
 def _execute(source: str, stdin: str, config: SandboxConfig, plan: _Plan, limit: float) -> ExecutionResult:
@@ -377,7 +383,7 @@ def _execute(source: str, stdin: str, config: SandboxConfig, plan: _Plan, limit:
             _kill_everything(running.process, running.uid)
         duration = time.monotonic() - started
         stdout, stderr = (_read(running.files[name], output_limit) for name in ("stdout", "stderr"))
-        lines = _result_lines(_read(running.files["report"], output_limit))
+        lines = _result_lines(_drain(running.report, output_limit))
     _clean_up(running, lines)
     returncode = None if timed_out else running.process.returncode
     return ExecutionResult(returncode, stdout, stderr, timed_out, duration, _isolation(lines))
@@ -456,6 +462,22 @@ def _remove_files_of(uid: int) -> None:
                         os.unlink(path)
                 except OSError:
                     continue
+
+
+def _drain(channel: socket.socket, limit: int) -> str:
+    """What the (killed) sandbox wrote on its report socket, without waiting for more."""
+    channel.setblocking(False)
+    chunks, size = [], 0
+    while size < limit:
+        try:
+            chunk = channel.recv(min(1 << 16, limit - size))
+        except (BlockingIOError, InterruptedError):
+            break
+        if not chunk:
+            break
+        chunks.append(chunk)
+        size += len(chunk)
+    return b"".join(chunks).decode("utf-8", errors="replace")
 
 
 def _read(handle: BinaryIO, limit: int) -> str:
