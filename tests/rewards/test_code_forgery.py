@@ -266,3 +266,78 @@ def test_tests_helpers_cannot_be_replaced_by_the_program() -> None:
     honest = "def square(n):\n    return n * n"
     assert judge_assertions(forged, tuple(tests), CONFIG.sandbox).passed == (False, False)
     assert judge_assertions(honest, tuple(tests), CONFIG.sandbox).passed == (True, True)
+
+
+NON_ROOT_RUN = """
+import json, sys
+sys.path.insert(0, sys.argv[1])
+from easyvideor1.rewards.config import SandboxConfig
+from easyvideor1.rewards.sandbox import judge_assertions, run_python
+config = SandboxConfig(wall_time_s=2.0, cpu_time_s=2)
+tests = tuple(json.loads(sys.argv[2]))
+programs = json.loads(sys.argv[3])
+print(json.dumps([list(judge_assertions(p, tests, config).passed) for p in programs]))
+"""
+PROC_INJECTION = SPRAY + (
+    "import glob\n"
+    "for path in glob.glob('/proc/[0-9]*/fd/*'):\n"
+    "    try:\n"
+    "        with open(path, 'ab') as handle:\n"
+    "            handle.write(FAKE)\n"
+    "    except OSError:\n"
+    "        pass\n"
+    "spray()\n"
+    "def square(n):\n    return None"
+)
+
+
+def test_without_root_a_program_cannot_inject_verdicts() -> None:
+    """Without root the program shares the caller's uid and sees every process of it, yet cannot
+    write into their descriptors (its user namespace, sockets /proc cannot reopen, a judge that is
+    not dumpable)."""
+    import shutil
+    import subprocess
+    import sys
+    import tempfile
+    from pathlib import Path
+
+    import easyvideor1.rewards as rewards
+
+    root = Path(tempfile.mkdtemp(prefix="easyvideor1-nonroot-"))
+    try:
+        package = root / "easyvideor1" / "rewards"
+        package.mkdir(parents=True)
+        (root / "easyvideor1" / "__init__.py").write_text("")
+        (package / "__init__.py").write_text("")
+        for name in ("sandbox", "_sandbox_child", "_sandbox_rpc", "_sandbox_wire", "config"):
+            shutil.copy(Path(rewards.__file__).with_name(f"{name}.py"), package)
+        for path in [root, *root.rglob("*")]:
+            path.chmod(0o755)
+        drop = {"user": 65534, "group": 65534, "extra_groups": []} if os.geteuid() == 0 else {}
+        pythons = [sys.executable, "/usr/bin/python3", shutil.which("python3")]
+        usable = [p for p in dict.fromkeys(pythons) if p and _runs(p, drop, root)]
+        assert usable, f"no interpreter the unprivileged user can run among {pythons}"
+        arguments = [json.dumps(ASSERTS), json.dumps([PROC_INJECTION, HONEST["assert"]])]
+        run = subprocess.run(
+            [usable[0], "-c", NON_ROOT_RUN, str(root), *arguments],
+            capture_output=True,
+            text=True,
+            timeout=120,
+            cwd=root,
+            **drop,
+        )
+        assert run.returncode == 0, run.stderr
+        forged, honest = json.loads(run.stdout)
+        assert forged == [False] * len(ASSERTS) and honest == [True] * len(ASSERTS)
+    finally:
+        shutil.rmtree(root, ignore_errors=True)
+
+
+def _runs(python: str, drop: dict, cwd) -> bool:
+    import subprocess
+
+    try:
+        probe = subprocess.run([python, "-c", "import json, ctypes"], capture_output=True, cwd=cwd, **drop)
+    except OSError:  # e.g. an interpreter under /root
+        return False
+    return probe.returncode == 0

@@ -25,9 +25,10 @@ processes start with no descriptor but stdin, stdout, stderr and their socket, a
 and (as root) run under different fresh uids in different pid namespaces, so neither can see,
 signal, trace or read the other. Report channels are sockets and captured output unlinked files:
 nothing in the file system names them, and /proc cannot reopen a socket. Without root the program
-keeps the caller's uid, so the caller's other processes (the trainer itself) are exposed to it as
-far as the kernel lets one process of a uid trace another (Yama's ptrace scope): there the
-results are only as trustworthy as that.
+keeps the caller's uid; the user namespace it gets for the network (where the kernel allows
+unprivileged ones) also denies it /proc access to, and tracing of, the caller's processes. Where
+neither root nor user namespaces are available, the caller's processes (the trainer itself) are
+exposed to it as far as the kernel lets one process of a uid trace another (Yama's ptrace scope).
 
 Not contained: files readable by "other" users stay readable (keep datasets with expected outputs
 `chmod o-rwx`); memory is limited per process (RLIMIT_AS), so a sandbox may use up to memory x
