@@ -148,21 +148,22 @@ def markdown(report: dict) -> str:
             "RL steps (means over the steps after the first; seconds unless stated):",
             "",
             "| run | steps | step | data | rollout | log-probs | update | tokens/s | "
-            "generated tok/s | peak GPU GiB (alloc / reserved) | process group |",
-            "|---|---|---|---|---|---|---|---|---|---|---|",
+            "generated tok/s | peak GPU GiB (alloc / reserved) | process group | video loads (cache / decoded) |",
+            "|---|---|---|---|---|---|---|---|---|---|---|---|",
         ]
         for mode, s in train.items():
             if mode == "decode_over_cache":
                 continue
             m, proc = s.get("mean") or {}, s.get("process") or {}
             group = f"{proc.get('backend', '-')} x{proc.get('world_size', '-')}"
+            loads = proc.get("video_loads") or {}
             lines.append(
                 f"| {mode} | {s.get('steps_logged', 0)} | {_fmt(m.get('time/step'))} | "
                 f"{_fmt(m.get('time/data'), 3)} | {_fmt(m.get('time/rollout'))} | "
                 f"{_fmt(m.get('time/logprobs'))} | {_fmt(m.get('time/update'))} | "
                 f"{_fmt(m.get('perf/tokens_per_s'), 0)} | {_fmt(s.get('rollout_generated_tokens_per_s'), 0)} | "
                 f"{_fmt(proc.get('max_memory_allocated_gib'))} / {_fmt(proc.get('max_memory_reserved_gib'))} | "
-                f"{group} |"
+                f"{group} | {loads.get('from_cache', '-')} / {loads.get('decoded', '-')} |"
             )
         ratio = train.get("decode_over_cache") or {}
         if ratio:

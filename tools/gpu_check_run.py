@@ -4,9 +4,10 @@ host memory, and which process group it joined (backend, world size).
 
 ``python tools/gpu_check_run.py STATS.json train config=run.yaml ...`` runs exactly what
 ``easyvideor1 train config=run.yaml ...`` runs (the CLI's ``main``), then writes STATS.json, also
-when the command fails (with the error), so a crashed phase still reports its memory. It also
-times the trainer's checkpoint write (or skips it with ``GPU_CHECK_SKIP_SAVE=1``). Both hooks only
-wrap a function and call it; what runs is the CLI's own code.
+when the command fails (with the error), so a crashed phase still reports its memory. For
+``train`` it also times the checkpoint write (or skips it with ``GPU_CHECK_SKIP_SAVE=1``) and counts
+the video loads served by the cache and decoded on the fly. The hooks only wrap a function and
+call it; what runs is the CLI's own code.
 """
 
 from __future__ import annotations
@@ -53,6 +54,22 @@ def _watch_checkpoint(seen: dict) -> None:
     loop.Trainer.save = save
 
 
+def _watch_video_loads(seen: dict) -> list:
+    """Keep every VideoLoader the trainer makes, to count at the end where its frames came from
+    (``stats.hits``: cache entries, ``stats.decoded``: decoded on the fly)."""
+    from easyvideor1.media import cache
+
+    loaders: list = []
+    original = cache.VideoLoader.__init__
+
+    def init(self, *args, **kwargs) -> None:
+        original(self, *args, **kwargs)
+        loaders.append(self)
+
+    cache.VideoLoader.__init__ = init
+    return loaders
+
+
 def _memory() -> dict:
     import torch
 
@@ -70,8 +87,10 @@ def main(argv: list[str]) -> int:
     stats_path, command = argv[0], argv[1:]
     seen: dict = {"command": command[:1], "rank": int(os.environ.get("RANK", "0"))}
     _watch_process_group(seen)
+    loaders: list = []
     if command[:1] == ["train"]:
         _watch_checkpoint(seen)
+        loaders = _watch_video_loads(seen)
     from easyvideor1.cli import main as cli_main
 
     t0 = time.perf_counter()
@@ -84,6 +103,11 @@ def main(argv: list[str]) -> int:
         raise
     finally:
         seen.update(rc=rc, seconds=round(time.perf_counter() - t0, 2), **_memory())
+        if loaders:
+            seen["video_loads"] = {
+                "from_cache": sum(loader.stats.hits for loader in loaders),
+                "decoded": sum(loader.stats.decoded for loader in loaders),
+            }
         if seen["rank"] == 0:
             with open(stats_path, "w", encoding="utf-8") as f:
                 json.dump(seen, f, indent=1)
