@@ -344,14 +344,16 @@ def judge(fd, result_fd, tests, test_time_s):
 
     failure = None
     try:
-        signal.setitimer(signal.ITIMER_REAL, test_time_s)
-        ready = link.channel.receive()
-        signal.setitimer(signal.ITIMER_REAL, 0)
+        try:
+            signal.setitimer(signal.ITIMER_REAL, test_time_s)
+            ready = link.channel.receive()
+        finally:
+            signal.setitimer(signal.ITIMER_REAL, 0)
         if not (isinstance(ready, dict) and ready.get("ready") is True):
             failure = "the program did not finish its top-level code"
     except TestTimeout:
         failure = "the program's top-level code timed out"
-    except (OSError, ValueError):
+    except Exception:  # a broken socket, or bytes that are not a message
         failure = "the program did not start"
     namespace = _TestNamespace(link, _module_names(tests))
     for index, code in enumerate(tests):
