@@ -237,11 +237,32 @@ def test_a_missing_cache_entry_stops_every_rank_at_start_up(demo_assets, tmp_pat
     )
     assert r.returncode != 0
     log = r.stdout + r.stderr
-    # both ranks raise the same start-up error naming the missing entry (no rank waits for the other)
-    assert log.count("preflight failed on rank 0: CacheError: train: 24 video(s) have no cache entry") >= 2, (
-        log[-4000:]
-    )
+    # every record is skipped (no cache entry), so both ranks raise the same start-up error
+    assert log.count("train: no record can be used: the media of all 24 could not be loaded") >= 2, log[
+        -4000:
+    ]
+    assert "no cache entry" in log
     assert time.perf_counter() - t0 < 120
+
+
+def test_a_bad_video_found_by_rank_1_is_skipped_by_every_rank(demo_assets, tmp_path):
+    """Issue 11 item 7 under torchrun: record 35 lies in rank 1's preflight block; the skip is
+    shared, so both ranks train on the same 39 prompts and the record is listed and counted once."""
+    rows = [json.loads(line) for line in open(demo_assets["train"])]
+    for r in rows:
+        r["videos"] = [str(demo_assets["dir"] / "data" / r["videos"][0])]
+    rows += [{**r, "problem_id": f"{r['problem_id']}-again"} for r in rows[:16]]
+    rows[35]["videos"] = [str(tmp_path / "missing.mp4")]
+    data = tmp_path / "forty.jsonl"
+    data.write_text("".join(json.dumps(r) + "\n" for r in rows))
+    out = tmp_path / "run"
+    r = _torchrun(2, *_train_args(demo_assets, out, "trainer.max_steps=1", f"data.train_files=[{data}]"))
+    assert r.returncode == 0, r.stdout[-3000:] + r.stderr[-3000:]
+    skipped = [json.loads(line) for line in open(out / "skipped_records.jsonl")]
+    assert [(s["index"], s["source"]) for s in skipped] == [(35, f"{data}:36")]
+    assert "preflight train: 39 prompts kept" in r.stdout
+    step = next(m for m in map(json.loads, open(out / "metrics.jsonl")) if "actor/pg_loss" in m)
+    assert step["data/skipped_records"] == 1
 
 
 def test_two_ranks_with_reference_model_kl_and_dynamic_sampling(demo_assets, tmp_path):

@@ -57,7 +57,7 @@ def test_below_threshold_mode_completes_confident_groups_online(make_cfg):
     batch = encode_prompts(t.processor, samples, cfg.data, t.train_set.loader)
     exp = collect(t.engine, t.processor.tokenizer, batch, samples, cfg.rollout, t.sampling, cfg.reward)
     assert len(exp) == 8 and not exp.offline.any()
-    cfg = make_cfg("rollout.hybrid=below_threshold", "rollout.hybrid_threshold=1.01")  # always below
+    cfg = make_cfg("rollout.hybrid=below_threshold", "rollout.hybrid_threshold=1.0")  # below unless all right
     t = Trainer(cfg)
     exp = collect(t.engine, t.processor.tokenizer, batch, samples, cfg.rollout, t.sampling, cfg.reward)
     assert len(exp) == 8 and int(exp.offline.sum()) == 2

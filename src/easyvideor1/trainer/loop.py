@@ -43,7 +43,7 @@ from .resume import resume, run_settings
 from .rollout_engines import make_rollout_engine, push_weights
 from .rounds import filter_rounds
 from .sampler import PromptSampler
-from .skipping import SkipLog, media_problem, skip_row, strict_error
+from .skipping import SkipLog, loadable_samples
 from .update import UpdateSettings, experience_logprobs, policy_update
 from .warmup import sft_warmup
 
@@ -311,31 +311,8 @@ class Trainer:
         return samples, batch
 
     def loadable(self, chosen: list[int]) -> list:
-        """The samples of ``chosen`` whose media load (loaded now, once); the others are skipped and
-        listed, or stop the run under ``data.strict``. Preflight found the bad files it could; this
-        catches the rest (``data.preflight=fast``, a file deleted or damaged mid-run)."""
-        samples, rows = [], []
-        for i in chosen:
-            if i in self.bad_prompts:
-                continue  # failed before: listed once, not retried
-            sample = self.train_set[i]
-            reason = media_problem(sample, self.cfg.data, self.train_set.loader)
-            if reason is None:
-                samples.append(sample)
-                continue
-            row = skip_row(sample, i, reason, "train", "step", self.step + 1)
-            if self.cfg.data.strict:
-                raise strict_error(row)
-            self.bad_prompts.add(i)
-            rows.append(row)
-        self.skipped_at_step += len(rows)
-        self.skip_log.write(rows)
-        if not samples:
-            raise ValueError(
-                f"no record of this step could be loaded ({len(chosen)} tried), e.g. "
-                f"{rows[0]['source'] if rows else chosen[0]}: see skipped_records.jsonl"
-            )
-        return samples
+        """The samples of ``chosen`` whose media load; the others are skipped (``skipping.py``)."""
+        return loadable_samples(self, chosen)
 
     def _my_share(self, chosen: list[int]) -> list[int]:
         balance = self.cfg.distributed.balance_tokens

@@ -78,6 +78,34 @@ def strict_error(row: dict[str, Any]) -> MediaLoadError:
     )
 
 
+def loadable_samples(trainer, chosen: list[int]) -> list[Sample]:
+    """The samples of ``chosen`` whose media load (loaded now, once); the others are skipped and
+    listed, or stop the run under ``data.strict``. Preflight found the bad files it could; this
+    catches the rest (``data.preflight=fast``, a file deleted or damaged mid-run)."""
+    samples, rows = [], []
+    for i in chosen:
+        if i in trainer.bad_prompts:
+            continue  # failed before: listed once, not retried
+        sample = trainer.train_set[i]
+        reason = media_problem(sample, trainer.cfg.data, trainer.train_set.loader)
+        if reason is None:
+            samples.append(sample)
+            continue
+        row = skip_row(sample, i, reason, "train", "step", trainer.step + 1)
+        if trainer.cfg.data.strict:
+            raise strict_error(row)
+        trainer.bad_prompts.add(i)
+        rows.append(row)
+    trainer.skipped_at_step += len(rows)
+    trainer.skip_log.write(rows)
+    if not samples:
+        raise ValueError(
+            f"no record of this step could be loaded ({len(chosen)} tried), e.g. "
+            f"{rows[0]['source'] if rows else chosen[0]}: see skipped_records.jsonl"
+        )
+    return samples
+
+
 class SkipLog:
     """Appends rows to ``<output_dir>/skipped_records.jsonl`` (one write per row, so ranks that append
     at the same time do not interleave within a line)."""
