@@ -220,3 +220,31 @@ def test_time_limit_cuts_the_pair() -> None:
     assert time.monotonic() - started < 1.5 + 1.5
     assert verdicts.timed_out and 0 < sum(verdicts.passed) < 10
     assert "no verdict" in verdicts.errors
+
+
+HOSTILE_SERVER = """
+import json, os, socket, stat
+link = next(socket.socket(fileno=fd) for fd in range(3, 64) if _is_socket(fd))
+link.sendall(b'{"ready": true}\\n')
+replies = [
+    lambda i: b'{"id": %d, "value": ' % i + b'[' * 100000 + b']' * 100000 + b'}\\n',  # too deep
+    lambda i: b'{"id": %d, "value": {"zz": 1}}\\n' % i,  # unknown tag
+    lambda i: b'{"id": %d, "value": {"t": [1, {"h": "x"}]}}\\n' % i,  # malformed handle
+    lambda i: b'{"id": %d, "value": {"i": "not hex"}}\\n' % i,
+    lambda i: b'{"id": %d, "raise": "SystemExit", "message": "bye"}\\n' % i,
+    lambda i: b'{"id": %d, "value": ' % i + b'1' * (20 << 20) + b'}\\n',  # longer than a message may be
+]
+for i, reply in enumerate(replies, start=1):
+    link.recv(1 << 16)
+    link.sendall(reply(i))
+link.recv(1 << 16)
+"""
+
+
+def test_judge_survives_a_hostile_server() -> None:
+    """A program that answers the judge with malformed, deep, huge or lying messages only fails."""
+    helper = "import os, stat\ndef _is_socket(fd):\n    try:\n        return stat.S_ISSOCK(os.fstat(fd).st_mode)\n    except OSError:\n        return False\n"
+    started = time.monotonic()
+    verdicts = judge_assertions(helper + HOSTILE_SERVER, ("assert f == 1",) * 7, LIMITS)
+    assert time.monotonic() - started < 5.0
+    assert verdicts.passed == (False,) * 7 and "no verdict" not in verdicts.errors, verdicts

@@ -36,7 +36,7 @@ import os
 import signal
 import sys
 
-from _sandbox_wire import Channel, from_wire, to_wire
+from _sandbox_wire import Channel, MessageTooLong, from_wire, to_wire
 
 ITERATION_BATCH = 256
 _BUILTIN_NAMES = frozenset(dir(builtins))
@@ -164,13 +164,17 @@ class Link:
             self.channel.send({"id": request_id, "op": op, **fields})
             while True:
                 reply = self.channel.receive()
+                if reply is None:
+                    raise EOFError("the program closed the connection")
                 if not isinstance(reply, dict):
-                    raise ValueError("the program closed the connection")
+                    continue
                 if reply.get("id") == request_id:
                     break
-        except (OSError, ValueError, RecursionError) as error:
+        except (OSError, EOFError, MessageTooLong) as error:
             self.lost = True
             raise ProgramGone(str(error)) from None
+        except (ValueError, RecursionError):  # one unreadable message: this request fails
+            raise RemoteError("malformed reply") from None
         if "raise" in reply:
             raise _rebuilt_exception(reply.get("raise"), reply.get("message"))
         return reply, from_wire(reply.get("value"), self.remote)

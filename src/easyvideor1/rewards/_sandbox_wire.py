@@ -111,6 +111,10 @@ def from_wire(data, handle, depth=0):
     raise ValueError("malformed value")
 
 
+class MessageTooLong(ValueError):
+    """A message exceeded `MAX_MESSAGE_BYTES`: the stream cannot be followed any further."""
+
+
 class Channel:
     """Newline-delimited JSON messages over a stream socket, with a bound on a message's size."""
 
@@ -125,7 +129,7 @@ class Channel:
         """The next message, or None at end of stream; ValueError when it is too long or not JSON."""
         while b"\n" not in self._buffer:
             if len(self._buffer) > MAX_MESSAGE_BYTES:
-                raise ValueError("message too long")
+                raise MessageTooLong("message too long")
             chunk = self._socket.recv(1 << 20)
             if not chunk:
                 return None
