@@ -284,3 +284,15 @@ def test_variable_frame_rate_timestamps_reach_the_model(tmp_path):
     assert said["index"] == [round((a + b) / 2 / 42, 1) for a, b in pairs]  # equal to qwen-vl-utils
     assert said["pts"] == [round((times[a] + times[b]) / 2, 1) for a, b in pairs]
     assert max(abs(a - b) for a, b in zip(said["index"], said["pts"], strict=True)) >= 0.5
+
+
+def test_the_settings_are_validated_with_their_key():
+    from easyvideor1.config import ConfigError, load_config
+
+    cfg = load_config(overrides=["data.timestamps=pts", "data.allow_truncated=true"]).data
+    assert (cfg.timestamps, cfg.sampling_params().allow_truncated) == ("pts", True)
+    assert load_config().data.timestamps == "index"  # default: equal to qwen-vl-utils
+    with pytest.raises(ConfigError, match="data.timestamps must be one of index, pts"):
+        load_config(overrides=["data.timestamps=wall"])
+    with pytest.raises(ConfigError, match="data.allow_truncated"):
+        load_config(overrides=["data.allow_truncated=maybe"])
