@@ -47,7 +47,7 @@ def preflight(
         found = _check_block(dataset, split, mine, cfg, processor, not state.enabled, encode)
         for r, (k, n, d, s, error) in enumerate(all_gather(found)):
             if error:  # every rank sees the same list, so every rank stops here
-                raise RuntimeError(f"preflight failed on rank {r}: {error}")
+                raise ValueError(f"preflight failed on rank {r}: {error}")  # the CLI prints it plainly
             keep += k
             lengths.update(zip(k, n, strict=True))
             dropped += d

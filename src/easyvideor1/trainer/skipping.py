@@ -27,7 +27,7 @@ SKIPPED_FILE = "skipped_records.jsonl"
 MEDIA_ERRORS = (DecodeError, CacheError, OSError, ValueError, DecompressionBombError)
 
 
-class MediaLoadError(RuntimeError):
+class MediaLoadError(ValueError):
     """A record's media cannot be loaded and ``data.strict`` is set."""
 
 
