@@ -123,6 +123,25 @@ ATTACKS = {
         "def square(n):\n    return EXPECTED[0] if EXPECTED else None\n"
         "print(EXPECTED[0] if EXPECTED else 'none')"
     ),
+    "own memory searched for expected values": (
+        "import ctypes, re\n"
+        "ctypes.CDLL(None).prctl(4, 1, 0, 0, 0)  # dumpable again, so /proc/self/mem opens\n"
+        "found = set()\n"
+        "with open('/proc/self/maps') as maps, open('/proc/self/mem', 'rb') as memory:\n"
+        "    for line in maps:\n"
+        "        span, perms = line.split()[:2]\n"
+        "        start, end = (int(x, 16) for x in span.split('-'))\n"
+        "        if 'r' not in perms or end - start > 64 << 20:\n"
+        "            continue\n"
+        "        try:\n"
+        "            memory.seek(start)\n"
+        "            found.update(re.findall(rb'== (-?\\d+)', memory.read(end - start)))\n"
+        "        except (OSError, ValueError, OverflowError):\n"
+        "            pass\n"
+        "GUESSES = sorted(int(x) for x in found)\n"
+        "def square(n):\n    return GUESSES[0] if GUESSES else None\n"
+        "print(GUESSES[0] if GUESSES else 'none')"
+    ),
     "other processes' memory and descriptors": SPRAY
     + (
         "import glob\n"
