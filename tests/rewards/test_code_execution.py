@@ -158,10 +158,10 @@ BUDGET = RewardConfig(strict=True, sandbox=SandboxConfig(wall_time_s=1.0, cpu_ti
 def test_time_budget_bounds_a_response(score, kind: str) -> None:
     """Eight tests that each take just under the per-test limit: ~7 s without a budget, 2.5 s with it."""
     if kind == "io":
-        program = "import time\ntime.sleep(0.85)\nprint(input())"
+        program = "import time\ntime.sleep(0.7)\nprint(input())"
         tests = [{"input": str(i), "output": str(i)} for i in range(8)]
     else:
-        program = "import time\ndef slow(x):\n    time.sleep(0.85)\n    return x"
+        program = "import time\ndef slow(x):\n    time.sleep(0.7)\n    return x"
         tests = [f"assert slow({i}) == {i}" for i in range(8)]
     started = time.monotonic()
     result = score(f"<answer>{program}</answer>", "", "code", config=BUDGET, test_cases=tests)
