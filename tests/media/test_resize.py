@@ -20,6 +20,7 @@ import pytest
 from easyvideor1.media import resize as R
 from easyvideor1.media.decode import probe_video, read_frames
 from easyvideor1.media.encode import encode_video
+from easyvideor1.media.resize import FrameResizer
 from easyvideor1.media.sampling import SamplingParams, video_frame_size
 from easyvideor1.media.video import resize_frames, sample_video
 from tests.conftest import gradient_frames
@@ -101,6 +102,17 @@ def test_strip_conversion_gives_the_pixels_of_the_stacked_path(sources, which, m
         assert np.array_equal(video.frames.numpy(), expected), f"{name}: strip path pixels differ"
         source = (video.meta["source_height"], video.meta["source_width"])  # (not the self-check's)
         assert calls.count(source) == (0 if name == "rotated_90" else 4), name  # rotated: plain path
+
+
+def test_batches_of_any_size_give_the_same_pixels(sources):
+    path = sources["h264_420"]  # 360x640: one RGB frame is 691,200 bytes
+    params = SamplingParams(factor=32, **PARAMS["down"])
+    indices = [0, 1, 2, 2, 4, 5, 6, 7]  # a repeated index too
+    expected = _stacked(path, params, indices)
+    info = probe_video(path)
+    for budget in (1, 3 * 640 * 360 * 3, 10**9):  # every frame alone, batches of 3, all at once
+        resizer = FrameResizer(lambda h, w: video_frame_size(params, h, w, len(indices)), batch_bytes=budget)
+        assert np.array_equal(read_frames(info, indices, collector=resizer), expected), budget
 
 
 def test_the_strip_check_refuses_conversions_that_are_not_row_local():

@@ -9,7 +9,7 @@ Design:
   before the cut point and hides it) are not frames: frame 0 is the first frame a player shows.
 - A file shorter than its container declares (a cut download) is reported, not silently used as a
   shorter video, unless truncated files are allowed (``truncation.py`` says what is compared).
-- ``read_frames`` decodes only what is needed, and can transform (resize) each frame as soon as
+- ``read_frames`` decodes only what is needed, and can hand each frame to a resizer as soon as
   it is decoded, so an 8000x8000 source never has more than one full-size frame alive. Between
   two wanted frames it either keeps decoding forward or seeks to the keyframe before the next
   wanted frame, whichever skips more work: a seek
@@ -27,14 +27,13 @@ from __future__ import annotations
 import bisect
 import os
 import time
-from collections.abc import Callable
 from dataclasses import dataclass, field
 from fractions import Fraction
 
 import av
 import numpy as np
 
-from .resize import frame_to_rgb
+from .resize import FrameCollector
 from .truncation import ReadExtent, truncation_reason
 
 # Decoder threads per video: 0 lets FFmpeg choose (all cores). Worker pools set 1, since they
@@ -208,13 +207,13 @@ def read_frames(
     indices: list[int],
     deadline: float | None = None,
     seek_min_skip: int = 48,
-    transform: Callable[[av.VideoFrame], np.ndarray] | None = None,
+    collector: FrameCollector | None = None,
 ) -> np.ndarray:
     """Decode the frames at ``indices`` (sorted, may repeat) as uint8 ``[T, H, W, 3]`` RGB.
 
-    ``transform`` turns each wanted decoded frame into its array right away (default: RGB with the
-    display rotation applied; :class:`~.resize.FrameResizer` resizes too), so only transformed
-    frames are kept: with a resize, memory follows the output, not the source resolution.
+    ``collector`` receives each wanted frame as soon as it is decoded (default: RGB at source size
+    with the display rotation applied); :class:`~.resize.FrameResizer` resizes them in batches of
+    bounded size, so memory follows the output, not the source resolution.
     """
     if not indices:
         raise ValueError("no frame indices requested")
@@ -223,12 +222,13 @@ def read_frames(
             f"frame indices must be sorted within [0, {info.total_frames}), got {indices[:3]}..."
         )
     wanted = sorted(set(indices))
-    got: dict[int, np.ndarray] = {}
+    collector = collector if collector is not None else FrameCollector()
     try:
-        _decode(info, wanted, got, deadline, seek_min_skip, transform)
+        _decode(info, wanted, collector, deadline, seek_min_skip)
     except _SeekFallback:
-        got.clear()  # a seek misbehaved on this file: decode it front to back instead
-        _decode(info, wanted, got, deadline, None, transform)
+        collector.clear()  # a seek misbehaved on this file: decode it front to back instead
+        _decode(info, wanted, collector, deadline, None)
+    got = collector.finish()
     if len(got) < len(wanted):
         missing = [i for i in wanted if i not in got]
         # Trailing frames a broken encoder never emitted: reuse the last good frame, but only for a
@@ -251,10 +251,9 @@ class _SeekFallback(Exception):
 def _decode(
     info: VideoInfo,
     wanted: list[int],
-    got: dict,
+    got: FrameCollector,
     deadline: float | None,
     seek_min_skip: int | None,
-    transform: Callable[[av.VideoFrame], np.ndarray] | None = None,
 ):
     """Fill ``got`` with the wanted frames; seek over gaps longer than ``seek_min_skip`` (None: never)."""
     pts_to_index = {p: i for i, p in enumerate(info.frame_pts)}
@@ -290,7 +289,7 @@ def _decode(
                     else:
                         raise _SeekFallback
                     if pos in remaining:
-                        got[pos] = (transform or frame_to_rgb)(frame)
+                        got.add(pos, frame)
                         remaining.discard(pos)
                     del frame  # hand its buffer back before the decoder needs one for the next frame
                     while w < len(wanted) and wanted[w] in got:

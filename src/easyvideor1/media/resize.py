@@ -100,19 +100,48 @@ def _strips_are_exact(pix_fmt: str, colorspace: int, color_range: int) -> bool:
     return True
 
 
-class FrameResizer:
-    """Decoded frame -> output-size uint8 RGB ``[h, w, 3]``, sized from the first frame seen.
+class FrameCollector:
+    """Decoded frames by index, kept as uint8 RGB at source size (what ``read_frames`` returns)."""
+
+    def __init__(self) -> None:
+        self.frames: dict[int, np.ndarray] = {}
+
+    def __contains__(self, index: int) -> bool:
+        return index in self.frames
+
+    def __len__(self) -> int:
+        return len(self.frames)
+
+    def add(self, index: int, frame: av.VideoFrame) -> None:
+        self.frames[index] = frame_to_rgb(frame)
+
+    def clear(self) -> None:
+        self.frames.clear()
+
+    def finish(self) -> dict[int, np.ndarray]:
+        """Every frame added, as its final array."""
+        return self.frames
+
+
+class FrameResizer(FrameCollector):
+    """Collects decoded frames resized to one output size, sized from the first frame added.
 
     ``size_for(height, width)`` gives the output size for the (rotated) source size; it is asked
-    once, and every later frame is resized to the same size, as a stacked video would be.
+    once, and every frame is resized to that size, as a stacked video would be. Source-size RGB
+    frames wait in a batch of at most ``batch_bytes`` (one resize call per batch: per-frame calls
+    are ~10x slower for small frames with several torch threads) and are resized when it is full;
+    frames of ``STRIP_MIN_PIXELS`` or more are converted and resized in strips as they come.
+    Memory: the output plus one batch, whatever the source resolution or the frame count.
     """
 
-    def __init__(self, size_for: Callable[[int, int], tuple[int, int]]):
-        self.size_for = size_for
+    def __init__(self, size_for: Callable[[int, int], tuple[int, int]], batch_bytes: int = 32 * 2**20):
+        super().__init__()
+        self.size_for, self.batch_bytes = size_for, batch_bytes
         self.source: tuple[int, int] | None = None  # (height, width) after display rotation
         self.output: tuple[int, int] | None = None
+        self._pending: list[int] = []  # indices whose frame is still at source size
 
-    def __call__(self, frame: av.VideoFrame) -> np.ndarray:
+    def add(self, index: int, frame: av.VideoFrame) -> None:
         k = _quarter_turns(frame)
         if self.output is None:
             self.source = (frame.height, frame.width) if k % 2 == 0 else (frame.width, frame.height)
@@ -123,6 +152,34 @@ class FrameResizer:
             and frame.width * frame.height >= STRIP_MIN_PIXELS
             and _strips_are_exact(frame.format.name, int(frame.colorspace), int(frame.color_range))
         ):
-            return _strip_resize(frame, height, width)
+            self.frames[index] = _strip_resize(frame, height, width)
+            return
         rgb = frame_to_rgb(frame)
-        return resize_frames(rgb[None], height, width)[0].numpy()
+        if rgb.shape[:2] != self.source:  # the stream changed size mid-way: this frame alone
+            self.frames[index] = resize_frames(rgb[None], height, width)[0].numpy()
+            return
+        self.frames[index] = rgb
+        self._pending.append(index)
+        if len(self._pending) * rgb.nbytes >= self.batch_bytes:
+            self._flush()
+
+    def _flush(self) -> None:
+        if not self._pending:
+            return
+        height, width = self.output
+        batch = np.stack([self.frames[i] for i in self._pending])
+        for i in self._pending:
+            del self.frames[i]  # drop the source-size frames before resizing their copy
+        out = resize_frames(batch, height, width).numpy()
+        del batch
+        for j, i in enumerate(self._pending):
+            self.frames[i] = out[j]
+        self._pending.clear()
+
+    def clear(self) -> None:
+        super().clear()
+        self._pending.clear()
+
+    def finish(self) -> dict[int, np.ndarray]:
+        self._flush()
+        return self.frames

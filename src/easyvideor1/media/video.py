@@ -98,8 +98,9 @@ def source_stat(path: str) -> tuple[int, int]:
 def sample_video(path: str, params: SamplingParams, time_limit: float | None = None) -> SampledVideo:
     """Decode ``path`` into model frames following ``params`` (qwen-vl-utils 0.0.14 rules).
 
-    Each frame is resized as soon as it is decoded (the same bicubic antialiased resize, frame by
-    frame, gives the same pixels as resizing the stacked video), so memory follows the output size.
+    Frames are resized as they are decoded, in batches of bounded size (the same bicubic
+    antialiased resize gives the same pixels per frame as on the stacked video), so memory follows
+    the output size, not the source resolution or the frame count.
     """
     path = os.path.abspath(path)
     t0 = time.monotonic()
@@ -120,7 +121,7 @@ def sample_video(path: str, params: SamplingParams, time_limit: float | None = N
             raise DecodeError(f"{path}: {e}") from e
 
     resizer = FrameResizer(size_for)
-    frames = torch.from_numpy(read_frames(info, indices, deadline=deadline, transform=resizer))
+    frames = torch.from_numpy(read_frames(info, indices, deadline=deadline, collector=resizer))
     (src_h, src_w), (height, width) = resizer.source, resizer.output
     meta = {
         "source_path": path,
