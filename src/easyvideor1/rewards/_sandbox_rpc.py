@@ -25,22 +25,38 @@ TypeError), so no object of the program takes part in a comparison. Names a test
 the judge's builtins, and to the judge's standard-library modules where the tests use them as modules
 (a program cannot redefine `abs` or `math.isclose` for the test), else to the program's globals.
 Tests that `eval` text the program returns hand it the judge: such tests trust the program by
-construction. Mutated list/dict/set arguments are copied back, so tests of in-place functions work.
+construction. Mutated list/dict/set arguments are copied back, so tests of in-place functions work;
+what a test passes to the program must be plain data or handles (not, say, a test's own lambda).
 """
 
 import ast
 import builtins
 import importlib
+import importlib.util
 import json
 import os
 import signal
 import sys
+import sysconfig
 
 from _sandbox_wire import Channel, MessageTooLong, from_wire, to_wire
 
 ITERATION_BATCH = 256
 _BUILTIN_NAMES = frozenset(dir(builtins))
-_STDLIB_MODULES = frozenset(getattr(sys, "stdlib_module_names", ()))
+_STDLIB_MODULES = getattr(sys, "stdlib_module_names", None)  # Python >= 3.10
+
+
+def _is_stdlib(name):
+    """Whether `name` is a standard-library module of the judge's interpreter."""
+    if _STDLIB_MODULES is not None:
+        return name in _STDLIB_MODULES
+    try:  # older interpreters: where the module would be found
+        spec = importlib.util.find_spec(name)
+    except (ImportError, ValueError):
+        return False
+    origin = str(getattr(spec, "origin", None) or "")
+    stdlib = sysconfig.get_paths()["stdlib"]
+    return origin in ("built-in", "frozen") or (origin.startswith(stdlib) and "-packages" not in origin)
 
 
 class RemoteError(Exception):
@@ -310,7 +326,7 @@ class _TestNamespace(dict):
         try:
             return self._link.request("get", name=name)[1]
         except NameError:
-            if name in _STDLIB_MODULES:
+            if _is_stdlib(name):
                 try:
                     return importlib.import_module(name)
                 except ImportError:
@@ -328,7 +344,7 @@ def _module_names(tests):
             continue  # compiled again per test, which reports it
         for node in ast.walk(tree):
             if isinstance(node, ast.Attribute) and isinstance(node.value, ast.Name):
-                if node.value.id in _STDLIB_MODULES:
+                if _is_stdlib(node.value.id):
                     names.add(node.value.id)
     return frozenset(names)
 
