@@ -9,7 +9,6 @@ import shutil
 import pytest
 
 from easyvideor1.trainer.loop import Trainer
-from easyvideor1.trainer.skipping import MediaLoadError
 
 
 def _rows(path):
@@ -47,6 +46,8 @@ def test_training_skips_records_whose_media_cannot_be_loaded(make_cfg, broken_da
     assert all(r["phase"] == "preflight" and r["split"] == "train" for r in skipped)
     step1 = [m for m in _rows(out / "metrics.jsonl") if m["step"] == 1 and "actor/pg_loss" in m]
     assert step1 and step1[0]["data/skipped_records"] == 3
+
+    from easyvideor1.trainer.skipping import MediaLoadError
 
     with pytest.raises(MediaLoadError, match=r"broken.jsonl:2 .*not found.*data.strict=true"):
         Trainer(make_cfg(*common, "data.val_files=[]", "data.strict=true"))

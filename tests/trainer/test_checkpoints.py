@@ -8,7 +8,6 @@ import json
 
 import pytest
 
-from easyvideor1.trainer.checkpoint_check import CheckpointError, check_safetensors
 from easyvideor1.trainer.loop import Trainer
 
 
@@ -26,7 +25,6 @@ def test_truncated_shard_falls_back_and_metrics_are_not_logged_twice(make_cfg, t
     size = shard.stat().st_size
     with open(shard, "r+b") as f:
         f.truncate(size // 2)
-    assert "truncated" in check_safetensors(shard)
 
     resumed = Trainer(make_cfg(f"trainer.output_dir={out}", "trainer.max_steps=3", "trainer.keep_last=3"))
     resumed.train()
@@ -37,6 +35,9 @@ def test_truncated_shard_falls_back_and_metrics_are_not_logged_twice(make_cfg, t
     # steps 2 and 3 ran again from step 1: each is logged once
     assert _step_rows(out / "metrics.jsonl") == [1, 2, 3]
     assert sorted(p.name for p in ckpts.glob("step_*")) == ["step_1", "step_2.damaged", "step_3"]
+    from easyvideor1.trainer.checkpoint_check import check_safetensors
+
+    assert "truncated" in check_safetensors(ckpts / "step_2.damaged" / "sharded" / shard.name)
 
 
 @pytest.mark.slow
@@ -54,6 +55,8 @@ def test_corrupt_state_is_named_and_changed_settings_are_applied_or_refused(make
     t = Trainer(make_cfg(f"trainer.output_dir={out}", "trainer.max_steps=2", "trainer.seed=7"))
     with pytest.raises(ValueError, match=r"trainer.seed changed .* \(0 -> 7\)"):
         t._resume()
+
+    from easyvideor1.trainer.checkpoint_check import CheckpointError
 
     (ckpt / "trainer_state.json").write_text('{"step": 1, "sampler": ')  # cut short
     t = Trainer(make_cfg(f"trainer.output_dir={out}", "trainer.max_steps=2", f"trainer.resume={ckpt}"))
