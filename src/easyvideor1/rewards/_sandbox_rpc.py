@@ -1,16 +1,16 @@
 """Assertion tests judged by a process that never runs the program (imported inside the sandbox only).
 
 Trust model. The program under test and the test code run in two separate sandboxed processes,
-each under its own fresh uid and pid namespace (so neither can see, signal, trace or read the
-memory of the other), joined by one socket:
+each (as root) under its own fresh uid and pid namespace, so neither can see, signal, trace or
+read the memory of the other (`sandbox.py` describes the non-root case), joined by one socket:
 
 * the *server* is the program's own process: after the program's top-level code it answers
   requests on the socket ("look up this global", "call this object with these arguments",
   "iterate it"), sending back results as plain data (numbers, strings, bytes, lists, tuples, dicts,
-  sets, ranges, fractions, decimals) and anything else as an opaque handle;
+  sets, ranges, fractions, decimals, namedtuples, deques) and anything else as an opaque handle;
 * the *judge* runs the test statements (`assert add(1, 2) == 3`, HumanEval's `check(candidate)`)
-  with the program's names bound to proxies of those handles, and alone writes the verdicts, on a
-  descriptor the program never holds.
+  with the program's names bound to proxies of those handles, each test within the per-test time
+  limit, and alone writes the verdicts, on a socket the program never holds.
 
 Everything in the program's process is untrusted, this module's server code included: the program
 may patch it, answer anything or nothing, or die. That is harmless, because all it can ever send is
