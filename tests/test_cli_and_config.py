@@ -177,6 +177,7 @@ def test_demo_command_writes_its_report_and_plot(tmp_path):
         (["data.video_min_frames=8", "data.video_max_frames=4"], ["data.video_min_frames"]),
         (["data.max_prompt_length=0"], ["data.max_prompt_length"]),
         (["data.decode_time_limit=0"], ["data.decode_time_limit"]),
+        (["data.prompt_template=fancy"], ["data.prompt_template", ".jinja"]),
         (["algorithm.gamma=1.5"], ["algorithm.gamma"]),
         (["algorithm.kl.coef=-0.1"], ["algorithm.kl.coef"]),
         (["algorithm.adv_estimator=grop"], ["algorithm.adv_estimator", "grpo"]),

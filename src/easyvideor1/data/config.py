@@ -116,6 +116,13 @@ class DataConfig:
 
         positive("data.decode_time_limit", self.decode_time_limit)
         require(
+            self.prompt_template in ("none", "plain", "reasoning")
+            or str(self.prompt_template).endswith(".jinja"),
+            "data.prompt_template",
+            "must be none, plain, reasoning or a .jinja file",
+            self.prompt_template,
+        )
+        require(
             isinstance(self.max_prompt_length, int) and self.max_prompt_length >= 1,
             "data.max_prompt_length",
             "must be >= 1",
