@@ -127,6 +127,7 @@ def checked_sqrt(x):
             True,
         ),
         ("assert len(Stack().push(1).push(2)) == 2", True),
+        ("assert add.__name__ == 'add' and Stack.__qualname__ == 'Stack'", True),
         ("assert Stack().push(5).items == [5]", True),
         ("assert list(evens(7)) == [0, 2, 4, 6] and 4 in evens(7)", True),
         ("values = [3, 1, 2]\nsort_in_place(values)\nassert values == [1, 2, 3]", True),  # in place

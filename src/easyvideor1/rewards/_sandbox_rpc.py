@@ -259,8 +259,8 @@ class Remote:
         return self._link.call(self._id, args, kwargs)
 
     def __getattr__(self, name):
-        if name.startswith("__"):  # protocols probed by the judge's own code stay local
-            raise AttributeError(name)
+        if name.startswith("__") and name not in ("__name__", "__qualname__"):
+            raise AttributeError(name)  # protocols probed by the judge's own code stay local
         return self._ask("attr", name=name)
 
     def __getitem__(self, key):
