@@ -13,7 +13,7 @@ or from a JSON ground truth. Two kinds:
   verdicts, and the program only ever hands it plain data (see `rewards/_sandbox_rpc.py` for why
   this cannot be forged: no object of the program takes part in a comparison, and nothing the
   program can reach carries a pass). The statements see the program's globals (later tests see what
-  earlier ones defined), except that builtins and standard-library module names are the judge's.
+  earlier ones defined), except builtins and standard-library modules used as modules: the judge's.
 
 Score = passed / run cases (the first `SandboxConfig.max_tests`). Time is bounded twice: after a
 case hits `wall_time_s` the remaining cases of its kind are not run, and all executions of one
@@ -58,7 +58,7 @@ class CodeTest:
 
 
 @dataclass(frozen=True)
-class TestRun:
+class CaseRun:
     """What running one response's tests gave.
 
     Attributes:
@@ -145,7 +145,7 @@ def _same_output(actual: str, expected: str) -> bool:
     return lines(actual) == lines(expected)
 
 
-def run_tests(code: str, cases: list[CodeTest], sample: Sample) -> TestRun:
+def run_tests(code: str, cases: list[CodeTest], sample: Sample) -> CaseRun:
     """Run `cases` against the program within the response's time budget."""
     config = sample.config.sandbox
     deadline = time.monotonic() + config.time_budget_s
@@ -171,7 +171,7 @@ def run_tests(code: str, cases: list[CodeTest], sample: Sample) -> TestRun:
             not_run += len(io_cases) - index - 1
             break
         passed += result.ok and _same_output(result.stdout, case.expected)
-    return TestRun(passed, not_run, exhausted)
+    return CaseRun(passed, not_run, exhausted)
 
 
 def markup_similarity(predicted: str, reference: str, kind: str) -> float:
@@ -230,7 +230,7 @@ def score_code(sample: Sample) -> TaskScore:
         compiles = True
     except (SyntaxError, ValueError, RecursionError, MemoryError):
         compiles = False
-    run = run_tests(code, cases, sample) if compiles else TestRun(0)
+    run = run_tests(code, cases, sample) if compiles else CaseRun(0)
     details = {
         "tests_passed": float(run.passed),
         "tests_total": float(len(cases)),
