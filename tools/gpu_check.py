@@ -296,6 +296,8 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--dry-run", action="store_true", help="tiny shapes on the CPU, gloo")
     ap.add_argument("--started", type=float, default=None, help="epoch seconds the kit started")
     ap.add_argument("--steps", type=int, help="RL steps per run (default: the profile's)")
+    ap.add_argument("--install", default="skipped", choices=["ok", "failed", "skipped"])
+    ap.add_argument("--install-seconds", type=float, default=0.0)
     args = ap.parse_args(argv)
 
     profile = DRY_RUN if args.dry_run else GPU
@@ -314,6 +316,16 @@ def main(argv: list[str] | None = None) -> int:
         "settings": asdict(profile),
         "phases": {},
     }
+    # the carried wheels' install, done by gpu_check.sh before this driver started
+    report["phases"]["install"] = {
+        "status": args.install,
+        "seconds": args.install_seconds,
+        "log": "install.log",
+    }
+    if args.install == "failed":
+        report["phases"]["install"]["log_tail"] = log_tail(os.path.join(logs, "install.log"))
+        report["error"] = "pip could not install the carried wheels (logs/install.log)"
+        return _finish(report, out, started, ok=False, code=1)
     report["environment"] = environment(args.dry_run)
     if not args.dry_run and not report["environment"]["cuda_available"]:
         report["error"] = "no CUDA device visible: run on the GPU machine, or use --dry-run on a CPU"
@@ -428,7 +440,7 @@ def main(argv: list[str] | None = None) -> int:
     if report["phases"]["eval"]["status"] == "ok" and report["eval"].get("failures"):
         report["phases"]["eval"]["status"] = "failed"
         report["phases"]["eval"]["reason"] = f"{report['eval']['failures']} samples failed"
-    ok = all(p.get("status") == "ok" for p in report["phases"].values())
+    ok = all(report["phases"][name].get("status") == "ok" for name in PHASES)
     return _finish(report, out, started, ok=ok, code=0 if ok else 1)
 
 

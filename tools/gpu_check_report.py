@@ -170,7 +170,8 @@ def markdown(report: dict) -> str:
             lines += ["", "Decode on the fly / cache: " + ", ".join(f"{k} {v}x" for k, v in ratio.items())]
         ckpt = (train.get("cache_only") or {}).get("process", {}).get("checkpoint_seconds")
         if ckpt:
-            lines += [f"Checkpoint write (cache run, HF export + sharded state): {ckpt} s"]
+            secs = ", ".join(f"{c:.1f}" for c in ckpt)
+            lines += [f"Checkpoint write (cache run, HF export + sharded weights and optimizer): {secs} s"]
     ev = report.get("eval") or {}
     if ev.get("evaluated") is not None:
         proc = ev.get("process") or {}

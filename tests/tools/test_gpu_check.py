@@ -81,7 +81,9 @@ def test_dry_run_runs_every_phase_and_reports(tmp_path):
     assert r.returncode == 0, r.stdout[-3000:] + r.stderr[-3000:]
     report = json.loads((out / "gpu_report.json").read_text())
     assert report["ok"] is True and report["mode"] == "dry-run"
-    assert {k: v["status"] for k, v in report["phases"].items()} == dict.fromkeys(gpu_check.PHASES, "ok")
+    assert {k: v["status"] for k, v in report["phases"].items()} == dict.fromkeys(
+        ("install", *gpu_check.PHASES), "ok"
+    )
 
     # the carried wheel went into the target without the network, and the target leads PYTHONPATH
     env = report["environment"]
@@ -128,8 +130,19 @@ def test_gpu_mode_without_a_gpu_fails_fast_with_a_report(tmp_path):
     assert time.time() - t0 < 60
     report = json.loads((out / "gpu_report.json").read_text())
     assert report["ok"] is False and "no CUDA device" in report["error"]
-    assert report["phases"] == {}
+    assert list(report["phases"]) == ["install"]  # nothing else started
     assert "NOT OK" in (out / "gpu_report.md").read_text()
+
+
+def test_wheels_that_do_not_install_stop_the_kit_with_a_report(tmp_path):
+    out, work, wheels = tmp_path / "report", tmp_path / "work", tmp_path / "wheels"
+    wheels.mkdir()
+    (wheels / "broken-1.0-py3-none-any.whl").write_bytes(b"not a zip file")
+    r = _kit(out, work, wheels, "--dry-run", timeout=120)
+    assert r.returncode == 1, r.stdout + r.stderr
+    report = json.loads((out / "gpu_report.json").read_text())
+    assert report["phases"]["install"]["status"] == "failed" and "carried wheels" in report["error"]
+    assert list(report["phases"]) == ["install"]  # nothing ran on a half-installed environment
 
 
 def test_a_phase_past_its_limit_is_killed_with_its_children(tmp_path):
