@@ -130,6 +130,7 @@ def checked_sqrt(x):
         ("assert add.__name__ == 'add' and Stack.__qualname__ == 'Stack'", True),
         ("assert Stack().push(5).items == [5]", True),
         ("assert list(evens(7)) == [0, 2, 4, 6] and 4 in evens(7)", True),
+        ("g = evens(5)\nassert next(g) == 0 and next(g) == 2 and list(g) == [4]", True),
         ("values = [3, 1, 2]\nsort_in_place(values)\nassert values == [1, 2, 3]", True),  # in place
         ("assert math.isclose(checked_sqrt(2) ** 2, 2)", True),  # the judge's math
         ("try:\n    checked_sqrt(-1)\nexcept ValueError:\n    pass\nelse:\n    raise AssertionError", True),

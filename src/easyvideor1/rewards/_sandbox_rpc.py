@@ -129,7 +129,9 @@ def _answer(request, namespace, handles, register):
         return {"value": to_wire(value, register), "after": after}
     if op == "next":
         items, done = [], False
-        for _ in range(ITERATION_BATCH):
+        count = request.get("n")
+        count = min(count, ITERATION_BATCH) if type(count) is int and count > 0 else 1
+        for _ in range(count):
             try:
                 items.append(next(target))
             except StopIteration:
@@ -278,6 +280,14 @@ class Remote:
     def __repr__(self):
         return str(self._ask("repr"))
 
+    def __next__(self):  # `next(generator)` in a test: exactly one item
+        reply, items = self._link.request("next", h=self._id, n=1)
+        if not isinstance(items, list):
+            raise TypeError("malformed iteration reply")
+        if not items:
+            raise StopIteration
+        return items[0]
+
     def __iter__(self):
         iterator = self._ask("iter")
         if not isinstance(iterator, Remote):
@@ -286,8 +296,11 @@ class Remote:
 
 
 class _RemoteIterator:
+    """Iterates a program's iterator in batches that double from 1 item, so a loop that stops early
+    takes at most about twice the items it used from a generator with side effects."""
+
     def __init__(self, link, handle_id):
-        self._link, self._id, self._items, self._done = link, handle_id, [], False
+        self._link, self._id, self._items, self._done, self._batch = link, handle_id, [], False, 1
 
     def __iter__(self):
         return self
@@ -296,7 +309,8 @@ class _RemoteIterator:
         while not self._items:
             if self._done:
                 raise StopIteration
-            reply, items = self._link.request("next", h=self._id)
+            reply, items = self._link.request("next", h=self._id, n=self._batch)
+            self._batch = min(2 * self._batch, ITERATION_BATCH)
             self._done = reply.get("done") is True
             if not isinstance(items, list):
                 raise TypeError("malformed iteration reply")
