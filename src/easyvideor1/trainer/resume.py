@@ -17,6 +17,7 @@
 from __future__ import annotations
 
 import dataclasses
+import json
 import os
 from pathlib import Path
 from typing import Any
@@ -92,7 +93,8 @@ def _aside(path: Path) -> Path:
 
 def check_settings(trainer, ckpt: Path, meta: dict[str, Any]) -> list[str]:
     """Refuse what cannot be resumed; return the ``key: old -> new`` list of what will be applied."""
-    saved, now = meta.get("settings", {}), run_settings(trainer.cfg)
+    # compared as saved (through JSON), so a tuple and the list it became are equal
+    saved, now = meta.get("settings", {}), json.loads(json.dumps(run_settings(trainer.cfg)))
     for key in REFUSED:
         if key in saved and saved[key] != now.get(key):
             raise ValueError(
