@@ -359,6 +359,7 @@ def main(argv: list[str] | None = None) -> int:
     with open(settings_path, "w", encoding="utf-8") as f:
         json.dump({**asdict(profile), "synth_dir": os.path.join(work, "synth"), "device": profile.device}, f)
     prepared_path = os.path.join(work, "prepared.json")
+    _clear(prepared_path)
     ok = phase(
         "prepare", [py, os.path.join(TOOLS, "gpu_check_prepare.py"), run_yaml, settings_path, prepared_path]
     )
@@ -376,6 +377,7 @@ def main(argv: list[str] | None = None) -> int:
     for name, mode in (("train_cache", "cache_only"), ("train_decode", "decode_only")):
         run_dir = os.path.join(work, name)
         stats = os.path.join(work, f"{name}_process.json")
+        _clear(run_dir, stats)  # a reused work directory: metrics.jsonl appends, never mix runs
         cmd = [
             py,
             "-m",
@@ -406,6 +408,7 @@ def main(argv: list[str] | None = None) -> int:
     # 4. the synthetic benchmark with the HF engine
     eval_dir = os.path.join(work, "eval")
     stats = os.path.join(work, "eval_process.json")
+    _clear(eval_dir, stats)  # eval resumes recorded samples: a reused work directory must not
     phase(
         "eval",
         [
@@ -442,6 +445,14 @@ def main(argv: list[str] | None = None) -> int:
         report["phases"]["eval"]["reason"] = f"{report['eval']['failures']} samples failed"
     ok = all(report["phases"][name].get("status") == "ok" for name in PHASES)
     return _finish(report, out, started, ok=ok, code=0 if ok else 1)
+
+
+def _clear(*paths: str) -> None:
+    for path in paths:
+        if os.path.isdir(path):
+            shutil.rmtree(path)
+        elif os.path.exists(path):
+            os.unlink(path)
 
 
 def _finish(report: dict, out: str, started: float, ok: bool, code: int) -> int:
