@@ -14,7 +14,8 @@ import os
 import pytest
 
 from easyvideor1.rewards import RewardConfig, SandboxConfig
-from easyvideor1.rewards.sandbox import judge_assertions, run_python
+from easyvideor1.rewards.assertion_judge import judge_assertions
+from easyvideor1.rewards.sandbox import run_python
 from tests.rewards.test_sandbox import sandbox_processes
 
 CONFIG = RewardConfig(strict=True, sandbox=SandboxConfig(wall_time_s=2.0, cpu_time_s=2, time_budget_s=6.0))
@@ -291,7 +292,8 @@ NON_ROOT_RUN = """
 import json, sys
 sys.path.insert(0, sys.argv[1])
 from easyvideor1.rewards.config import SandboxConfig
-from easyvideor1.rewards.sandbox import judge_assertions, run_python
+from easyvideor1.rewards.assertion_judge import judge_assertions
+from easyvideor1.rewards.sandbox import run_python
 config = SandboxConfig(wall_time_s=2.0, cpu_time_s=2)
 tests = tuple(json.loads(sys.argv[2]))
 programs = json.loads(sys.argv[3])
@@ -328,7 +330,14 @@ def test_without_root_a_program_cannot_inject_verdicts() -> None:
         package.mkdir(parents=True)
         (root / "easyvideor1" / "__init__.py").write_text("")
         (package / "__init__.py").write_text("")
-        for name in ("sandbox", "_sandbox_child", "_sandbox_rpc", "_sandbox_wire", "config"):
+        for name in (
+            "sandbox",
+            "assertion_judge",
+            "_sandbox_child",
+            "_sandbox_rpc",
+            "_sandbox_wire",
+            "config",
+        ):
             shutil.copy(Path(rewards.__file__).with_name(f"{name}.py"), package)
         for path in [root, *root.rglob("*")]:
             path.chmod(0o755)

@@ -13,7 +13,8 @@ from pathlib import Path
 import pytest
 
 from easyvideor1.rewards import RewardConfig, SandboxConfig
-from easyvideor1.rewards.sandbox import isolation_capabilities, judge_assertions, run_python
+from easyvideor1.rewards.assertion_judge import judge_assertions
+from easyvideor1.rewards.sandbox import isolation_capabilities, run_python
 
 LIMITS = SandboxConfig(wall_time_s=1.0, cpu_time_s=1, memory_mb=256, max_processes=8)
 SANDBOX_UID_BASE = 1_500_000_000

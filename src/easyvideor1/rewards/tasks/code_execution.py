@@ -37,9 +37,10 @@ from typing import Any
 from rapidfuzz import fuzz
 from rapidfuzz.distance import Indel
 
+from easyvideor1.rewards.assertion_judge import judge_assertions
 from easyvideor1.rewards.registry import normalize_task_name, register_task
 from easyvideor1.rewards.sample import GroundTruthError, Sample, TaskScore
-from easyvideor1.rewards.sandbox import judge_assertions, run_python
+from easyvideor1.rewards.sandbox import run_python
 
 _TAG_RE = re.compile(r"<answer>(.*?)</answer>", re.IGNORECASE | re.DOTALL)
 _FENCE_RE = re.compile(r"```[\w+-]*[ \t]*\n(.*?)```", re.DOTALL)
