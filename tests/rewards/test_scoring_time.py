@@ -158,3 +158,24 @@ def test_the_answer_at_the_end_of_a_long_response_is_still_read() -> None:
     assert (result["accuracy"], result["format"]) == (1.0, 1.0)
     # a truncated reasoning block stays reasoning however long: no answer is read from it
     assert compute_score("<think>" + reasoning + " the answer is B", "B", "mcq", COLOURS)["accuracy"] == 0.0
+
+
+def test_code_answer_extraction_is_linear_on_unclosed_tags() -> None:
+    """The code task finds its <answer> blocks in one pass (a lazy regex was quadratic here)."""
+    import time
+
+    from easyvideor1.rewards.tasks.code_execution import extract_code
+
+    class _Answer:
+        ambiguous = False
+
+    class _Sample:
+        answer = _Answer()
+        body = "<answer>" * 200_000 + "x = 1"
+
+    t = time.process_time()
+    assert extract_code(_Sample()) is None
+    assert time.process_time() - t < 2.0
+
+    _Sample.body = "<answer>\n```python\n    x = 1\n    y = x\n```\n</answer>"
+    assert extract_code(_Sample()) == "x = 1\ny = x"

@@ -71,9 +71,11 @@ def _blocks(text: str, opening: re.Pattern[str], closing: re.Pattern[str]) -> li
     return blocks
 
 
-def answer_tag_contents(text: str) -> list[str]:
-    """Stripped contents of every complete `<answer>...</answer>` in `text`, in order."""
-    return [text[a:b].strip() for _, a, b, _ in _blocks(text, _ANSWER_OPEN_RE, _ANSWER_CLOSE_RE)]
+def answer_tag_contents(text: str, strip: bool = True) -> list[str]:
+    """Contents of every complete `<answer>...</answer>` in `text`, in order (stripped unless
+    `strip=False`: code keeps its indentation)."""
+    found = [text[a:b] for _, a, b, _ in _blocks(text, _ANSWER_OPEN_RE, _ANSWER_CLOSE_RE)]
+    return [t.strip() for t in found] if strip else found
 
 
 def strip_think(text: str) -> str:

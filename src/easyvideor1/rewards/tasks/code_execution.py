@@ -38,11 +38,11 @@ from rapidfuzz import fuzz
 from rapidfuzz.distance import Indel
 
 from easyvideor1.rewards.assertion_judge import judge_assertions
+from easyvideor1.rewards.parsing import answer_tag_contents
 from easyvideor1.rewards.registry import normalize_task_name, register_task
 from easyvideor1.rewards.sample import GroundTruthError, Sample, TaskScore
 from easyvideor1.rewards.sandbox import run_python
 
-_TAG_RE = re.compile(r"<answer>(.*?)</answer>", re.IGNORECASE | re.DOTALL)
 _FENCE_RE = re.compile(r"```[\w+-]*[ \t]*\n(.*?)```", re.DOTALL)
 _MARKUP_TAG_RE = re.compile(r"<\s*([a-zA-Z][\w:-]*)")
 _TEST_KEYS = ("test_cases", "tests", "input_output")
@@ -78,7 +78,8 @@ def extract_code(sample: Sample) -> str | None:
     (dedented, otherwise verbatim); without a tag, the last fenced block of the response."""
     if sample.answer.ambiguous:
         return None
-    tags = [content for content in _TAG_RE.findall(sample.body) if content.strip()]
+    # one linear pass (a lazy regex rescans the rest of the text from every unclosed <answer>)
+    tags = [content for content in answer_tag_contents(sample.body, strip=False) if content.strip()]
     text = tags[-1] if tags else sample.body
     fences = _FENCE_RE.findall(text)
     if fences:
