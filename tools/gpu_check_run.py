@@ -15,6 +15,7 @@ from __future__ import annotations
 import json
 import os
 import resource
+import signal
 import sys
 import time
 import traceback
@@ -85,6 +86,8 @@ def _memory() -> dict:
 
 def main(argv: list[str]) -> int:
     stats_path, command = argv[0], argv[1:]
+    # a phase stopped at its limit gets SIGTERM: exit through ``finally`` so its stats are written
+    signal.signal(signal.SIGTERM, lambda signum, frame: sys.exit(128 + signum))
     seen: dict = {"command": command[:1], "rank": int(os.environ.get("RANK", "0"))}
     _watch_process_group(seen)
     loaders: list = []

@@ -250,3 +250,17 @@ def test_the_2b_model_config_is_qwen3vl_2b_sized():
     assert 2.0e9 < total < 2.3e9 and 0.38e9 < vision < 0.43e9, (total, vision)
     assert model.lm_head.weight is model.model.language_model.embed_tokens.weight
     assert len(model.model.language_model.layers) == 28 and len(model.model.visual.blocks) == 24
+
+
+def test_the_process_wrapper_writes_its_stats_when_the_command_fails(tmp_path):
+    stats = tmp_path / "stats.json"
+    missing = tmp_path / "missing.yaml"
+    r = subprocess.run(
+        [sys.executable, str(TOOLS / "gpu_check_run.py"), str(stats), "train", f"config={missing}"],
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert r.returncode == 2 and "missing.yaml" in r.stderr  # the CLI's own error and exit code
+    seen = json.loads(stats.read_text())
+    assert seen["rc"] == 2 and seen["command"] == ["train"] and seen["peak_host_rss_gib"] > 0
