@@ -258,15 +258,19 @@ def build_folder(dest: str) -> dict:
     if problems:
         raise WheelError("wheels need packages that would be missing there:\n  " + "\n  ".join(problems))
     check_installs(dest, pins)
+    return check_size(paths)
+
+
+def check_size(paths: list[str], limit: int = LIMIT_BYTES) -> dict:
+    """The wheels plus the working tree must fit in what may travel to the GPU machine."""
     wheels = sum(os.path.getsize(p) for p in paths)
     tree = tree_bytes()
-    report = {"wheels": len(paths), "wheel_bytes": wheels, "tree_bytes": tree, "limit_bytes": LIMIT_BYTES}
-    if wheels + tree > LIMIT_BYTES:
+    if wheels + tree > limit:
         raise WheelError(
-            f"{dest}: {wheels / 2**20:.1f} MiB of wheels + {tree / 2**20:.1f} MiB of working tree "
-            f"exceed the {LIMIT_BYTES / 2**20:.0f} MiB that may travel to the GPU machine"
+            f"{len(paths)} wheels ({wheels / 2**20:.1f} MiB) + {tree / 2**20:.1f} MiB of working tree "
+            f"exceed the {limit / 2**20:.0f} MiB that may travel to the GPU machine"
         )
-    return report
+    return {"wheels": len(paths), "wheel_bytes": wheels, "tree_bytes": tree, "limit_bytes": limit}
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -264,3 +264,14 @@ def test_the_process_wrapper_writes_its_stats_when_the_command_fails(tmp_path):
     assert r.returncode == 2 and "missing.yaml" in r.stderr  # the CLI's own error and exit code
     seen = json.loads(stats.read_text())
     assert seen["rc"] == 2 and seen["command"] == ["train"] and seen["peak_host_rss_gib"] > 0
+
+
+def test_gpu_wheels_fail_loudly_above_the_travel_limit(tmp_path):
+    wheel = tmp_path / "big-1.0-py3-none-any.whl"
+    wheel.write_bytes(os.urandom(3 * 2**20))
+    tree = gpu_wheels.tree_bytes()
+    assert tree > 0  # the working tree travels too and is counted
+    fits = gpu_wheels.check_size([str(wheel)], limit=tree + 4 * 2**20)
+    assert fits["wheel_bytes"] == 3 * 2**20
+    with pytest.raises(gpu_wheels.WheelError, match="1 wheels .3.0 MiB. .* exceed the"):
+        gpu_wheels.check_size([str(wheel)], limit=tree + 2 * 2**20)
