@@ -275,3 +275,19 @@ def test_gpu_wheels_fail_loudly_above_the_travel_limit(tmp_path):
     assert fits["wheel_bytes"] == 3 * 2**20
     with pytest.raises(gpu_wheels.WheelError, match="1 wheels .3.0 MiB. .* exceed the"):
         gpu_wheels.check_size([str(wheel)], limit=tree + 2 * 2**20)
+
+
+def test_the_gpu_profile_run_config_is_valid(tmp_path):
+    """The GPU run's settings are only loaded on the GPU machine: check them here first."""
+    import yaml
+
+    from easyvideor1.config import RunConfig, load_config
+
+    path = tmp_path / "run.yaml"
+    path.write_text(yaml.safe_dump(gpu_check.run_config(gpu_check.GPU, str(tmp_path))))
+    for mode in ("cache_only", "decode_only"):
+        cfg = load_config(RunConfig, str(path), [f"data.cache_mode={mode}"])
+        assert cfg.data.video_nframes == 64 and cfg.model.dtype == "bfloat16"
+        assert cfg.distributed.group_with_one_rank and cfg.rollout.hybrid == "always"
+    limits = gpu_check.GPU.limits
+    assert set(limits) == set(gpu_check.PHASES) and gpu_check.GPU.deadline_s <= 450  # within 8 minutes
