@@ -194,6 +194,14 @@ def _eval_config(args: argparse.Namespace, extra: list[str]) -> RunConfig:
     settings = {f: getattr(args, f) for f in _EVAL_FLAGS if getattr(args, f, None) is not None}
     if "benchmarks" in settings:
         settings["benchmarks"] = settings["benchmarks"].split(",")
+    for flag in ("data", "benchmark_files"):
+        if getattr(args, flag, None):
+            settings[flag] = list(getattr(args, flag))
+    if getattr(args, "group_by", None):
+        settings["group_by"] = [g.strip() for arg in args.group_by for g in arg.split(",") if g.strip()]
+    for flag in ("cache_dir", "cache_mode"):  # where frames come from (data.*): not in the digest
+        if getattr(args, flag, None) is not None:
+            data[flag] = getattr(args, flag)
     if getattr(args, "video_root", None) is not None:
         settings["video_root"] = args.video_root
     preset_name = settings.get("preset") or load_config(RunConfig, config_file, overrides).eval.preset
@@ -274,9 +282,9 @@ def _eval_engine(args: argparse.Namespace, model: str, settings):
 
 
 def cmd_eval_compare(args: argparse.Namespace, extra: list[str]) -> int:
-    from .evaluation.report import compare_runs
+    from .evaluation.compare import compare_runs
 
-    print(compare_runs(args.run_a, args.run_b))
+    print(compare_runs(args.run_a, args.run_b, args.out, seed=args.seed))
     return 0
 
 
@@ -288,6 +296,25 @@ def _benchmark_names() -> str:
 
 def _add_benchmark_flags(p: argparse.ArgumentParser) -> None:
     p.add_argument("--benchmarks", help="eval.benchmarks: comma-separated names (eval --list shows them)")
+    p.add_argument(
+        "--benchmark-file",
+        dest="benchmark_files",
+        action="append",
+        metavar="SPEC.yaml",
+        help="eval.benchmark_files: a benchmark defined in YAML (README: Evaluation); repeatable",
+    )
+    p.add_argument(
+        "--data",
+        action="append",
+        metavar="FILE",
+        help="eval.data: a records file in the training format, evaluated as a benchmark; repeatable",
+    )
+    p.add_argument(
+        "--group-by",
+        action="append",
+        metavar="FIELD[,FIELD]",
+        help="eval.group_by: record fields to break --data accuracy down by (besides problem_type)",
+    )
     p.add_argument(
         "--annotations",
         help="eval.annotations: directory of the unified annotation files "
@@ -385,6 +412,12 @@ def build_parser() -> argparse.ArgumentParser:
         help="vllm: engine copies (GPUs = dp x tp)",
     )
     _add_sampling_flags(p, video_root=False)
+    p.add_argument("--cache-dir", help="data.cache_dir: the frame cache `easyvideor1 preprocess` built")
+    p.add_argument(
+        "--cache-mode",
+        choices=["prefer_cache", "cache_only", "decode_only"],
+        help="data.cache_mode (cache_only: a cache miss is a failure, never a decode)",
+    )
     p.set_defaults(func=cmd_eval)
 
     p = sub.add_parser(
@@ -402,13 +435,25 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--max-samples", type=_number_above_zero(int), help="eval.max_samples")
     p.set_defaults(func=cmd_score)
 
-    p = sub.add_parser("eval-compare", help="per-benchmark score deltas of two eval runs")
+    p = sub.add_parser(
+        "eval-compare",
+        help="score deltas of two eval runs (per benchmark, per task, bootstrap CI) and a report "
+        "of the samples whose verdict changed",
+    )
     p.add_argument("run_a")
     p.add_argument("run_b")
+    p.add_argument("--out", help="the comparison page (default: RUN_B/compare.html)")
+    p.add_argument("--seed", type=int, default=0, help="bootstrap seed")
     p.set_defaults(func=cmd_eval_compare)
 
     p = sub.add_parser("make-tiny-model", help="a tiny random-weight Qwen-VL model built offline")
-    p.add_argument("--family", choices=["qwen3vl", "qwen2_5vl"], default="qwen3vl")
+    p.add_argument(
+        "--family",
+        choices=_family_choices(),
+        default="qwen3vl",
+        metavar="FAMILY",
+        help=f"one of {', '.join(_family_choices(canonical=True))} (default qwen3vl)",
+    )
     p.add_argument("--out", required=True)
     p.add_argument("--seed", type=int, default=0)
     p.set_defaults(func=cmd_make_tiny_model)

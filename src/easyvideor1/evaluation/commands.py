@@ -25,20 +25,29 @@ from .config import ANNOTATIONS_ENV, EvalConfig, digest_of
 from .pipeline import BenchmarkInputs, run_benchmark
 from .predictions import PredictionWriter, iter_rows
 from .registry import BenchmarkSpec, get_benchmark, list_benchmarks
-from .report import plot_scores, write_summary
+from .report import plot_scores, write_run_report, write_summary
 from .results import scored_pairs, summarize, write_json_atomic
 from .rows import failure_row, scored_row
+from .spec_file import SpecFileError, check_breakdown_fields, records_benchmarks, register_spec_file
 
 
 class EvalInputError(ValueError):
     """A benchmark name, annotation file or predictions file that cannot be used."""
 
 
-def resolve_benchmarks(names: list[str]) -> list[BenchmarkSpec]:
-    names = [n.strip() for n in names if n.strip()]
-    if not names:
+def resolve_benchmarks(settings: EvalConfig) -> list[BenchmarkSpec]:
+    """The run's benchmarks: spec files (registered first, so ``--benchmarks`` may name them), the
+    named benchmarks, then one benchmark per ``--data`` records file."""
+    try:
+        from_files = [register_spec_file(path) for path in settings.benchmark_files]
+        data_specs = records_benchmarks(settings.data, settings.group_by)
+    except SpecFileError as e:
+        raise EvalInputError(str(e)) from None
+    names = [n.strip() for n in settings.benchmarks if n.strip()]
+    if not names and not settings.data and not from_files:
         raise EvalInputError(
-            "no benchmarks given: --benchmarks NAME[,NAME...] (see `easyvideor1 eval --list`)"
+            "no benchmarks given: --benchmarks NAME[,NAME...] (see `easyvideor1 eval --list`), "
+            "--benchmark-file SPEC.yaml or --data RECORDS.jsonl"
         )
     specs, unknown = [], []
     for name in names:
@@ -50,11 +59,16 @@ def resolve_benchmarks(names: list[str]) -> list[BenchmarkSpec]:
         raise EvalInputError(
             f"unknown benchmark(s) {', '.join(map(repr, unknown))}; known: {', '.join(list_benchmarks())}"
         )
-    return specs
+    # a spec file not named in --benchmarks is evaluated too: giving the file says "run it"
+    specs += [s for s in from_files if s not in specs]
+    return specs + data_specs
 
 
 def annotation_dir(spec: BenchmarkSpec, settings: EvalConfig) -> str:
-    """Where ``spec``'s annotation file lives (``synthetic``: the synth directory, i.e. the video root)."""
+    """Where ``spec``'s annotation file lives (``synthetic``: the synth directory, i.e. the video root;
+    spec files and ``--data`` files: their own absolute path)."""
+    if os.path.isabs(spec.annotation):
+        return os.path.dirname(spec.annotation)
     if spec.name == "synthetic":
         if not settings.video_root:
             raise EvalInputError(
@@ -80,7 +94,8 @@ def load_inputs(specs: list[BenchmarkSpec], settings: EvalConfig) -> list[Benchm
     for spec in specs:
         try:
             records = spec.load(os.path.dirname(paths[spec.name]))
-        except RecordError as e:
+            check_breakdown_fields(spec, records)
+        except (RecordError, SpecFileError) as e:
             raise EvalInputError(f"{spec.name}: {e}") from e
         out.append(BenchmarkInputs.build(spec, records, paths[spec.name], settings))
     return out
@@ -89,6 +104,11 @@ def load_inputs(specs: list[BenchmarkSpec], settings: EvalConfig) -> list[Benchm
 def benchmark_table(settings: EvalConfig) -> str:
     """``eval --list``: every benchmark, its annotation file, metric, judge, default length, file found."""
     root = settings.annotations_dir()
+    try:
+        for path in settings.benchmark_files:
+            register_spec_file(path)
+    except SpecFileError as e:
+        raise EvalInputError(str(e)) from None
     lines = [
         f"annotations: {root or f'(not set: --annotations DIR, eval.annotations or ${ANNOTATIONS_ENV})'}",
         f"{'benchmark':<18} {'annotation file':<28} {'metric':<34} {'judge':<6} {'tokens':>6}  found",
@@ -97,11 +117,13 @@ def benchmark_table(settings: EvalConfig) -> str:
         spec = get_benchmark(name)
         if spec.name == "synthetic":
             found = "(in --video-root)"
+        elif spec.origin:
+            found = f"{'yes' if os.path.isfile(spec.annotation) else 'no'} ({os.path.basename(spec.origin)})"
         else:
             found = "yes" if root and os.path.isfile(os.path.join(root, spec.annotation)) else "no"
         judge = "yes" if spec.needs_judge else "no"
         lines.append(
-            f"{spec.name:<18} {spec.annotation:<28} {spec.metric:<34} {judge:<6} {spec.max_new_tokens:>6}  {found}"
+            f"{spec.name:<18} {os.path.basename(spec.annotation):<28} {spec.metric:<34} {judge:<6} {spec.max_new_tokens:>6}  {found}"
         )
     return "\n".join(lines)
 
@@ -114,7 +136,7 @@ def evaluate(
     from .identity import model_fingerprint
 
     settings = cfg.eval
-    inputs = load_inputs(resolve_benchmarks(settings.benchmarks), settings)
+    inputs = load_inputs(resolve_benchmarks(settings), settings)
     if not settings.video_root:
         raise EvalInputError("no video root: give --video-root DIR (config key eval.video_root)")
     model_id = model_fingerprint(model)
@@ -137,6 +159,7 @@ def evaluate(
             engine.close()
     write_summary(results, out)
     plot_scores(results, out)
+    print(f"report: {write_run_report(out, inputs, results, cfg.reward)}")
     return results
 
 
@@ -147,7 +170,7 @@ def _fmt(score: float | None) -> str:
 def dry_run(settings: EvalConfig, out: str) -> dict[str, str]:
     """Write ``OUT/B/prompts.jsonl`` for every benchmark; loads no model and decodes no video."""
     written = {}
-    for item in load_inputs(resolve_benchmarks(settings.benchmarks), settings):
+    for item in load_inputs(resolve_benchmarks(settings), settings):
         bench_dir = os.path.join(out, item.spec.name)
         os.makedirs(bench_dir, exist_ok=True)
         path = os.path.join(bench_dir, "prompts.jsonl")
@@ -188,7 +211,7 @@ def _responses(files: list[str], names: list[str]) -> tuple[dict[str, dict[str, 
 def score(cfg: RunConfig, predictions: list[str], out: str) -> dict[str, dict]:
     """Score responses made elsewhere; writes each benchmark's predictions.jsonl and results.json."""
     settings = cfg.eval
-    inputs = load_inputs(resolve_benchmarks(settings.benchmarks), settings)
+    inputs = load_inputs(resolve_benchmarks(settings), settings)
     given, skipped = _responses(predictions, [i.spec.name for i in inputs])
     results = {}
     for item in inputs:
@@ -232,4 +255,5 @@ def score(cfg: RunConfig, predictions: list[str], out: str) -> dict[str, dict]:
             f"{len(unknown)} unknown ids ignored)"
         )
     write_summary(results, out)
+    print(f"report: {write_run_report(out, inputs, results, cfg.reward)}")
     return results

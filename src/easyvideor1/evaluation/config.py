@@ -40,6 +40,11 @@ class EvalConfig:
         max_samples: Evaluate only the first N samples of each benchmark.
         max_in_flight: vLLM engine: requests submitted at once.
         dtype: ``float32`` or ``bfloat16`` (both engines).
+        data: Records files in the training format, each evaluated as a benchmark of its own
+            (named after the file; scored by the reward library per ``problem_type``).
+        group_by: Record fields whose values break the ``data`` files' accuracy down
+            (``by_<field>`` in ``results.json``), besides ``problem_type``.
+        benchmark_files: YAML benchmark specs registered at run time (``spec_file.py``).
     """
 
     benchmarks: list[str] = field(default_factory=list)
@@ -59,6 +64,9 @@ class EvalConfig:
     max_samples: int | None = None
     max_in_flight: int = 64
     dtype: str = "float32"
+    data: list[str] = field(default_factory=list)
+    group_by: list[str] = field(default_factory=list)
+    benchmark_files: list[str] = field(default_factory=list)
 
     def __post_init__(self) -> None:
         self.validate()

@@ -133,6 +133,7 @@ def run_benchmark(
     )
     ready: queue.Queue = queue.Queue(maxsize=settings.queue_size)
     timing = {"load": 0.0, "generate": 0.0}
+    thumbs = PredictionWriter(os.path.join(bench_dir, "thumbs.jsonl"))  # for report.html
 
     def produce():
         # Loader processes, not threads: decoding holds the GIL long enough to stall generation.
@@ -142,14 +143,16 @@ def run_benchmark(
         with ProcessPoolExecutor(
             max_workers=max(1, settings.load_workers), mp_context=ctx, initializer=_loader_init
         ) as pool:
-            for item, seconds in pool.map(_load_one, todo):  # in order: resumes stay deterministic
+            for item, seconds, thumb in pool.map(_load_one, todo):  # in order: resumes stay deterministic
                 timing["load"] += seconds
+                if thumb:
+                    thumbs.write([{"sample_id": inputs.ids[item[0]], "thumb": thumb}])
                 ready.put(item)
         ready.put(_DONE)
 
     threading.Thread(target=produce, daemon=True).start()
     job = _Job(inputs, dataset, processor, sampling, digest, timing, reward)
-    with PredictionWriter(pred_path) as out:
+    with thumbs, PredictionWriter(pred_path) as out:
         if getattr(engine, "streaming", False):
             _stream(ready, engine, job, out.write, settings.max_in_flight)
         else:
@@ -162,13 +165,9 @@ def run_benchmark(
         },
         "model_fingerprint": model_id,
     }
-    results = write_results(
+    return write_results(
         inputs, pred_path, digest, bench_dir, time.perf_counter() - t0, timing, detail, reward
     )
-    from .report import write_sample_pages
-
-    write_sample_pages(bench_dir, inputs, dataset, digest)
-    return results
 
 
 @dataclasses.dataclass
@@ -270,15 +269,23 @@ def _loader_init() -> None:
 
 
 def _load_one(i: int):
-    """Loader process body: one sample with its media loaded (or the reason it could not be)."""
+    """Loader process body: one sample with its media loaded (or the reason it could not be), and a
+    thumbnail strip of the frames just loaded (the report never decodes a video again)."""
+    from .report_html import thumbnail_strip
+
     t = time.perf_counter()
     sample = _LOADER_DATASET[i]
+    thumb = None
     try:
         sample.loaded = load_media(sample, _LOADER_DATASET.cfg, _LOADER_DATASET.loader)
         item = (i, sample, None)
     except Exception as e:  # recorded as a failure, counted as wrong
-        item = (i, sample, f"{type(e).__name__}: {e}")
-    return item, time.perf_counter() - t
+        return (i, sample, f"{type(e).__name__}: {e}"), time.perf_counter() - t, None
+    try:
+        thumb = thumbnail_strip(*sample.loaded)
+    except Exception:  # a sample without a thumbnail is still evaluated
+        thumb = None
+    return item, time.perf_counter() - t, thumb
 
 
 def eval_data_config(data: DataConfig) -> DataConfig:

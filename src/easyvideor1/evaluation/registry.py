@@ -52,6 +52,9 @@ class BenchmarkSpec:
         metric: The headline metric's official name ("accuracy", "mIoU", "judge accuracy", ...).
         prompt_source: Where the prompt construction comes from (URL or paper section).
         needs_judge: Whether (part of) the official metric is LLM-judged.
+        breakdown_fields: Record fields the breakdowns group by (the report's breakdown filters).
+        origin: The file that defined a run-time benchmark (spec file or ``--data`` records file);
+            empty for built-ins. An absolute ``annotation`` path is read as it is.
     """
 
     name: str
@@ -66,6 +69,8 @@ class BenchmarkSpec:
     metric: str = "accuracy"
     prompt_source: str = "generic (evaluation/prompts.py): question, options, the task's answer instruction"
     needs_judge: bool = False
+    breakdown_fields: tuple[str, ...] = ()
+    origin: str = ""
 
     def load(self, annotations_dir: str) -> list[Record]:
         records = load_records(os.path.join(annotations_dir, self.annotation))

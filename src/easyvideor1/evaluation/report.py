@@ -1,8 +1,8 @@
-"""Run-level outputs: ``results.json`` over all benchmarks and a Markdown table."""
+"""Run-level outputs: ``results.json`` over all benchmarks, a Markdown table, ``scores.png`` and
+``report.html`` (every sample; ``report_html.py``)."""
 
 from __future__ import annotations
 
-import json
 import os
 from typing import Any
 
@@ -54,65 +54,26 @@ def plot_scores(results: dict[str, dict[str, Any]], out_dir: str) -> str | None:
     return path
 
 
-def compare_runs(run_a: str, run_b: str) -> str:
-    """A table of per-benchmark scores of two runs and their difference (B - A), in points."""
-    a = json.load(open(os.path.join(run_a, "results.json"), encoding="utf-8"))
-    b = json.load(open(os.path.join(run_b, "results.json"), encoding="utf-8"))
-    lines = [
-        f"| benchmark | {os.path.basename(run_a.rstrip('/'))} | {os.path.basename(run_b.rstrip('/'))} | delta |",
-        "|---|---|---|---|",
-    ]
-    for name in sorted(set(a) | set(b)):
-        sa, sb = (
-            100 * r[name]["score"] if name in r and r[name]["score"] is not None else None for r in (a, b)
-        )
-        delta = f"{sb - sa:+.2f}" if sa is not None and sb is not None else "-"
-        fmt = lambda v: "-" if v is None else f"{v:.2f}"  # noqa: E731
-        lines.append(f"| {name} | {fmt(sa)} | {fmt(sb)} | {delta} |")
-    return "\n".join(lines)
+def write_run_report(out_dir: str, items: list, results: dict[str, dict[str, Any]], reward=None) -> str:
+    """``OUT/report.html``: every sample of every benchmark of the run (``report_html.py``).
 
-
-def write_sample_pages(bench_dir: str, inputs, dataset, digest: str, n: int = 6) -> str:
-    """``samples.html``: for a handful of samples, sampled frames, the prompt, the response and the score."""
-    import base64
-    import html
-    import io
-
-    from PIL import Image
-
+    ``items`` are the run's BenchmarkInputs; each benchmark's rows are those its ``results.json``
+    counted (same settings digest, re-scored under ``reward`` when stale)."""
     from .predictions import read_predictions
+    from .report_html import read_thumbs, sample_rows, write_page
+    from .rows import rescore
 
-    rows = read_predictions(os.path.join(bench_dir, "predictions.jsonl"), digest).rows
-    parts = [
-        "<html><head><meta charset='utf-8'><title>samples</title></head><body style='font-family:sans-serif'>"
-    ]
-    shown = 0
-    for i, (rec, sid) in enumerate(zip(inputs.records, inputs.ids, strict=True)):
-        row = rows.get(sid)
-        if row is None or shown >= n:
-            continue
-        shown += 1
-        thumbs = ""
-        sample = dataset[i]
-        try:
-            for video in (
-                dataset.loader.load(sample.videos[0], sample.video_params).frames[::4][:4]
-                if sample.videos
-                else []
-            ):
-                buf = io.BytesIO()
-                Image.fromarray(video.numpy()).save(buf, format="PNG")
-                thumbs += f"<img height=96 src='data:image/png;base64,{base64.b64encode(buf.getvalue()).decode()}'> "
-        except Exception as e:  # a page without frames beats no page
-            thumbs = f"<i>frames unavailable: {html.escape(str(e))}</i>"
-        parts.append(
-            f"<h3>{html.escape(sid)} - accuracy {float(row.get('accuracy') or 0):.2f}</h3><div>{thumbs}</div>"
-            f"<pre>{html.escape(sample.record.problem)}</pre><p><b>response</b></p>"
-            f"<pre>{html.escape(str(row.get('prediction') or row.get('error')))}</pre>"
-            f"<p><b>answer</b> {html.escape(rec.answer)}</p><hr>"
-        )
-    parts.append("</body></html>")
-    path = os.path.join(bench_dir, "samples.html")
-    with open(path, "w", encoding="utf-8") as f:
-        f.write("\n".join(parts))
-    return path
+    rows: list[dict] = []
+    for item in items:
+        bench_dir = os.path.join(out_dir, item.spec.name)
+        digest = results[item.spec.name].get("settings")
+        found = read_predictions(os.path.join(bench_dir, "predictions.jsonl"), digest).rows
+        by_id = {rec_id: found[rec_id] for rec_id in item.ids if rec_id in found}
+        for rec, sid in zip(item.records, item.ids, strict=True):
+            if sid in by_id:
+                by_id[sid] = rescore(item.spec, rec, by_id[sid], reward)
+        rows += sample_rows(item, by_id, read_thumbs(os.path.join(bench_dir, "thumbs.jsonl")))
+    keep = ("metric", "score", "samples", "evaluated", "failures", "extraction_failures", "not_scored")
+    benchmarks = {name: {k: r.get(k) for k in keep} for name, r in results.items()}
+    title = f"easyvideor1 eval: {os.path.basename(os.path.abspath(out_dir))}"
+    return write_page(os.path.join(out_dir, "report.html"), title, benchmarks, rows, mode="run")

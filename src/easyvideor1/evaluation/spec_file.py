@@ -1,0 +1,274 @@
+"""Benchmarks defined outside the code: YAML spec files (``--benchmark-file``) and records files
+evaluated as they are (``--data``).
+
+A spec file names an annotation file in the unified/training records format, a Jinja prompt
+template, a metric from the registry's aggregations and the record fields to break it down by::
+
+    name: my_bench                 # becomes OUT/my_bench/ and the name in `eval --list`
+    annotation: my_bench.jsonl     # relative to this YAML file's folder (or absolute)
+    video_dir: my_bench_videos     # under --video-root (default: the root itself)
+    metric: accuracy               # accuracy | macro_accuracy | miou | multi_binary | spatio_temporal
+    macro_over: category           # macro_accuracy only: the field whose groups are averaged
+    breakdowns: {by_task: problem_type, by_duration: duration}   # or a list: [duration] -> by_duration
+    problem_type: multiple choice  # for records without one (selects the reward task / scorer)
+    max_new_tokens: 512            # generation default (--max-new-tokens overrides)
+    prompt: |                      # Jinja; default: the generic prompt (GENERIC_TEMPLATE)
+      {{ question }} ...
+
+Template variables: ``question`` (the record's question, numbered image placeholders made plain),
+``options`` (list), ``instruction`` (the answer instruction of the record's reward task for the run's
+style, the text training uses), ``style``, ``problem_type`` and ``record`` (every other field of the
+record; the answer is withheld, so a template cannot leak it). Scoring is the reward library's, per
+``problem_type`` (as in training). Every mistake is an error naming the file and the key.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import os
+import re
+from collections.abc import Callable
+from typing import Any
+
+import jinja2
+import yaml
+
+from ..data.records import Record
+from ..rewards import answer_instruction
+from .metrics import Scored, accuracy, macro_over, multi_binary, spatio_temporal, temporal_recall
+from .prompts import check_style, question_text
+from .registry import BENCHMARKS, BenchmarkSpec, list_benchmarks, register_benchmark
+
+# The generic prompt (prompts.render_prompt) as a template: a spec file without `prompt` uses it.
+GENERIC_TEMPLATE = """\
+{% if options %}Select the best answer to the following multiple-choice question based on the video.
+Question: {{ question or "Describe the video in detail." }}
+Options:
+{{ options | join("\\n") }}{% else %}Answer the following question based on the video.
+Question: {{ question or "Describe the video in detail." }}{% endif %}
+{{ instruction }}"""
+
+_KEYS = {
+    "name": "registry name (letters, digits, - _ .)",
+    "annotation": "annotation file (JSON array or JSONL records)",
+    "video_dir": "sub-directory of --video-root",
+    "metric": "headline aggregation",
+    "macro_over": "field averaged over (metric macro_accuracy)",
+    "breakdowns": "list of fields, or {name: field}",
+    "problem_type": "problem_type of records that lack one",
+    "max_new_tokens": "default response length",
+    "prompt": "Jinja template of the user text",
+    "description": "free text shown nowhere but the file",
+}
+_RECORD_ATTRS = {f.name for f in dataclasses.fields(Record)} - {"extra"}
+_NAME = re.compile(r"^[a-z0-9][a-z0-9_.-]*$")
+
+
+class SpecFileError(ValueError):
+    """A benchmark spec file or records file that cannot be used; the message names file and key."""
+
+
+def field_label(record: Record, name: str) -> str:
+    """A record field's value as a breakdown label (``unknown`` when missing or empty)."""
+    from .specs import label
+
+    value = getattr(record, name) if name in _RECORD_ATTRS else record.extra.get(name)
+    return label(value)
+
+
+def _by(field: str) -> Callable[[Record], str]:
+    return lambda rec: field_label(rec, field)
+
+
+def _breakdowns(breakdowns: dict[str, str]) -> Callable[[list[Scored]], dict[str, Any]]:
+    def add(rows: list[Scored]) -> dict[str, Any]:
+        out: dict[str, Any] = {}
+        for name, field in breakdowns.items():
+            groups: dict[str, list[Scored]] = {}
+            for rec, res in rows:
+                groups.setdefault(field_label(rec, field), []).append((rec, res))
+            out[name] = {g: accuracy(r) for g, r in sorted(groups.items())}
+        return out
+
+    return add
+
+
+def _headline(metric: str, macro_field: str | None) -> Callable[[list[Scored]], dict[str, Any]]:
+    if metric == "accuracy":
+        return lambda rows: {"score": accuracy(rows)}
+    if metric == "macro_accuracy":
+        return macro_over(_by(str(macro_field)), f"by_{macro_field}")
+    if metric == "miou":
+        return temporal_recall()
+    return {"multi_binary": multi_binary, "spatio_temporal": spatio_temporal}[metric]
+
+
+METRICS = {
+    "accuracy": "accuracy",
+    "macro_accuracy": "mean accuracy over groups",
+    "miou": "mIoU",
+    "multi_binary": "multi-binary accuracy",
+    "spatio_temporal": "0.5 tIoU + 0.5 box IoU",
+}
+
+
+def aggregator(
+    metric: str, breakdowns: dict[str, str], macro_field: str | None = None
+) -> Callable[[list[Scored]], dict[str, Any]]:
+    """A registry aggregation plus accuracy breakdowns by record fields."""
+    head, extra = _headline(metric, macro_field), _breakdowns(breakdowns)
+    return lambda rows: {**head(rows), **extra(rows)}
+
+
+@dataclasses.dataclass(frozen=True)
+class TemplatePrompt:
+    """A Jinja prompt template, callable as a spec's ``prompt`` (``(record, style) -> text``)."""
+
+    source: str
+    origin: str
+
+    def __call__(self, record: Record, style: str) -> str:
+        check_style(style)
+        env = jinja2.Environment(undefined=jinja2.StrictUndefined, autoescape=False)
+        fields = {k: v for k, v in record.to_dict().items() if k not in ("answer", "offline_output")}
+        try:
+            return env.from_string(self.source).render(
+                question=question_text(record),
+                options=list(record.options or []),
+                instruction=answer_instruction(
+                    record.problem_type, record.options, reasoning=style == "thinking"
+                ),
+                style=style,
+                problem_type=record.problem_type,
+                record=fields,
+            )
+        except jinja2.TemplateError as e:
+            raise SpecFileError(
+                f"{self.origin}: key 'prompt': record {record.problem_id!r} ({record.source}): {e}"
+            ) from None
+
+
+def _fail(path: str, key: str, why: str) -> SpecFileError:
+    return SpecFileError(f"{path}: key {key!r}: {why}")
+
+
+def _breakdown_map(path: str, value: Any) -> dict[str, str]:
+    if value is None:
+        return {}
+    if isinstance(value, list) and all(isinstance(v, str) and v for v in value):
+        return {f"by_{v}": v for v in value}
+    if isinstance(value, dict) and all(
+        isinstance(k, str) and isinstance(v, str) and v for k, v in value.items()
+    ):
+        return dict(value)
+    raise _fail(path, "breakdowns", "must be a list of field names or a mapping {name: field}")
+
+
+def load_spec_file(path: str) -> BenchmarkSpec:
+    """The benchmark a YAML spec file defines (not registered; see :func:`register_spec_file`)."""
+    if not os.path.isfile(path):
+        raise SpecFileError(f"benchmark file not found: {path}")
+    try:
+        with open(path, encoding="utf-8") as f:
+            raw = yaml.safe_load(f)
+    except yaml.YAMLError as e:
+        raise SpecFileError(f"{path}: not valid YAML: {e}") from None
+    if not isinstance(raw, dict):
+        raise SpecFileError(
+            f"{path}: expected a mapping of keys ({', '.join(_KEYS)}), got {type(raw).__name__}"
+        )
+    unknown = sorted(set(map(str, raw)) - set(_KEYS))
+    if unknown:
+        raise _fail(path, unknown[0], f"unknown key; known keys: {', '.join(_KEYS)}")
+    for key in ("name", "annotation"):
+        if not isinstance(raw.get(key), str) or not raw[key].strip():
+            raise _fail(path, key, f"required: {_KEYS[key]}")
+    name = raw["name"].strip().lower()
+    if not _NAME.match(name):
+        raise _fail(path, "name", f"{raw['name']!r}: use lower-case letters, digits, '-', '_' or '.'")
+    for key in ("video_dir", "macro_over", "problem_type", "prompt", "description"):
+        if key in raw and not isinstance(raw[key], str):
+            raise _fail(path, key, f"must be text, got {type(raw[key]).__name__}")
+    metric = raw.get("metric", "accuracy")
+    if metric not in METRICS:
+        raise _fail(path, "metric", f"{metric!r} is not one of {', '.join(METRICS)}")
+    if (metric == "macro_accuracy") != bool(raw.get("macro_over")):
+        raise _fail(path, "macro_over", "give it exactly when metric is macro_accuracy")
+    tokens = raw.get("max_new_tokens", 1024)
+    if isinstance(tokens, bool) or not isinstance(tokens, int) or tokens < 1:
+        raise _fail(path, "max_new_tokens", f"must be a positive integer, got {tokens!r}")
+    template = raw.get("prompt") or GENERIC_TEMPLATE
+    try:
+        jinja2.Environment().parse(template)
+    except jinja2.TemplateSyntaxError as e:
+        raise _fail(path, "prompt", f"Jinja syntax error on line {e.lineno}: {e.message}") from None
+    annotation = os.path.expanduser(raw["annotation"])
+    if not os.path.isabs(annotation):
+        annotation = os.path.join(os.path.dirname(os.path.abspath(path)), annotation)
+    breakdowns = _breakdown_map(path, raw.get("breakdowns"))
+    default_type = raw.get("problem_type")
+    return BenchmarkSpec(
+        name,
+        os.path.normpath(annotation),
+        raw.get("video_dir", ""),
+        aggregator(metric, breakdowns, raw.get("macro_over")),
+        adapt=(lambda r: r if r.problem_type else dataclasses.replace(r, problem_type=default_type))
+        if default_type
+        else None,
+        breakdown_note=f"defined in {path}",
+        prompt=TemplatePrompt(template, path),
+        max_new_tokens=tokens,
+        metric=METRICS[metric],
+        prompt_source=f"{path} (Jinja)" if raw.get("prompt") else f"{path} (generic template)",
+        breakdown_fields=tuple(dict.fromkeys([*breakdowns.values(), *filter(None, [raw.get("macro_over")])])),
+        origin=os.path.abspath(path),
+    )
+
+
+def register_spec_file(path: str) -> BenchmarkSpec:
+    """Load and register ``path``'s benchmark (again from the same file: the registered one)."""
+    spec = load_spec_file(path)
+    list_benchmarks()  # the built-ins first, so a clash is seen
+    known = BENCHMARKS.get(spec.name)
+    if known is not None:
+        if known.origin == spec.origin:
+            return known
+        where = f"in {known.origin}" if known.origin else "built in"
+        raise _fail(path, "name", f"{spec.name!r} is already a benchmark ({where})")
+    return register_benchmark(spec)
+
+
+def records_benchmarks(paths: list[str], group_by: list[str]) -> list[BenchmarkSpec]:
+    """One benchmark per records file (``--data``): named after the file, generic prompt, scored by
+    the reward library per ``problem_type``, accuracy broken down by ``problem_type`` and ``group_by``."""
+    specs, taken = [], set(list_benchmarks())
+    breakdowns = {"by_problem_type": "problem_type", **{f"by_{g}": g for g in group_by}}
+    for path in paths:
+        if not os.path.isfile(path):
+            raise SpecFileError(f"--data: records file not found: {path}")
+        stem = re.sub(r"[^a-z0-9_.-]+", "_", os.path.basename(path).split(".")[0].lower()) or "data"
+        name, k = stem, 1
+        while name in taken:  # "videomme.jsonl" must not pass for the built-in videomme
+            k += 1
+            name = f"{stem}-{k}"
+        taken.add(name)
+        specs.append(
+            BenchmarkSpec(
+                name,
+                os.path.abspath(path),
+                "",
+                aggregator("accuracy", breakdowns),
+                breakdown_note="accuracy by problem_type" + "".join(f", by {g}" for g in group_by),
+                metric="accuracy",
+                breakdown_fields=tuple(breakdowns.values()),
+                origin=os.path.abspath(path),
+            )
+        )
+    return specs
+
+
+def check_breakdown_fields(spec: BenchmarkSpec, records: list[Record]) -> None:
+    """A breakdown field no record has is a typo, not a breakdown with one "unknown" group."""
+    for name in spec.breakdown_fields:
+        if not any(field_label(r, name) != "unknown" for r in records):
+            raise SpecFileError(f"{spec.origin or spec.name}: breakdown field {name!r} is in no record")
