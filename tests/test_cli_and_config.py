@@ -60,6 +60,8 @@ def test_synth_then_preprocess_from_the_command_line(tmp_path):
             "--cache-dir",
             str(tmp_path / "cache"),
             "--quiet",
+            "--model-family",
+            "qwen3vl",
             f"config={cfg}",
             "data.video_fps=1",
         ],

@@ -24,9 +24,21 @@ def _shard(text: str) -> tuple[int, int]:
     return i, n
 
 
+def _family_choices(canonical: bool = False) -> list[str]:
+    from .models.families import all_names, family_names
+
+    return list(family_names() if canonical else all_names())
+
+
 def _add_sampling_flags(p: argparse.ArgumentParser, video_root: bool = True) -> None:
     g = p.add_argument_group("frame sampling (data.* config keys)")
-    g.add_argument("--model-family", choices=["qwen2vl", "qwen2_5vl", "qwen3vl"], help="data.model_family")
+    g.add_argument(
+        "--model-family",
+        choices=_family_choices(),
+        metavar="FAMILY",
+        help=f"data.model_family: {', '.join(_family_choices(canonical=True))} (a model's config.json "
+        "names its family; this checks it, or names it where no model is given)",
+    )
     g.add_argument("--fps", type=float, help="data.video_fps")
     g.add_argument("--nframes", type=int, help="data.video_nframes (instead of --fps)")
     g.add_argument("--min-frames", type=int, help="data.video_min_frames")
@@ -111,6 +123,14 @@ def cmd_preprocess(args: argparse.Namespace, extra: list[str]) -> int:
     cache_dir = args.cache_dir or cfg.data.cache_dir
     if not cache_dir:
         raise ConfigError("no cache directory: give --cache-dir DIR (or data.cache_dir)")
+    model = args.model or cfg.model.path
+    if model:  # the model's config.json names the family (a --model-family that disagrees is an error)
+        cfg.data = cfg.data.with_model(model)
+    elif cfg.data.model_family is None and all(os.path.isfile(f) for f in files):  # (file errors first)
+        raise ConfigError(
+            "preprocess needs the model family (it decides the frame size): give --model PATH "
+            "(its config.json names it) or --model-family FAMILY"
+        )
     report = preprocess(
         files, cfg.data, cache_dir, workers=args.workers, shard=args.shard, progress=not args.quiet
     )
@@ -128,8 +148,8 @@ def cmd_demo(args: argparse.Namespace, extra: list[str]) -> int:
     if rest or config_file:
         raise ConfigError(f"demo takes only key=value overrides, got {' '.join(rest or [config_file])}")
     if args.compare:
-        run_demo(args.out, overrides, cold_start=True)
-    result = run_demo(args.out, overrides, cold_start=args.cold_start)
+        run_demo(args.out, overrides, cold_start=True, family=args.family)
+    result = run_demo(args.out, overrides, cold_start=args.cold_start, family=args.family)
     return 0 if result["accuracy_after"] is not None else 1
 
 
@@ -344,6 +364,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--shard", type=_shard, help="I/N: process only this machine's share of the videos")
     p.add_argument("--strict", action="store_true", help="exit non-zero when any input failed")
     p.add_argument("--quiet", action="store_true", help="no progress bar")
+    p.add_argument("--model", help="model directory whose config.json names the family (or --model-family)")
     _add_sampling_flags(p)
     p.set_defaults(func=cmd_preprocess)
 
@@ -351,6 +372,13 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--out", default="runs/demo")
     p.add_argument("--cold-start", action="store_true", help="pure GRPO: no hybrid groups, no warm-up")
     p.add_argument("--compare", action="store_true", help="run the cold start too and plot both curves")
+    p.add_argument(
+        "--family",
+        choices=_family_choices(),
+        default="qwen3vl",
+        metavar="FAMILY",
+        help=f"tiny model family: {', '.join(_family_choices(canonical=True))} (default qwen3vl)",
+    )
     p.set_defaults(func=cmd_demo)
 
     p = sub.add_parser("train", help="RL training: easyvideor1 train config=FILE.yaml key=value ...")

@@ -1,7 +1,7 @@
 """``easyvideor1 demo``: the whole loop on a laptop CPU, from nothing, in minutes.
 
 Synthesise a video task set with offline responses -> build the frame cache -> build a tiny
-Qwen3-VL -> validate -> (supervised warm-up on the offline responses) -> hybrid GRPO -> validate
+model of the chosen family (``--family``, default Qwen3-VL) -> validate -> (supervised warm-up on the offline responses) -> hybrid GRPO -> validate
 -> ``report.json`` and ``reward_curve.png`` in the output directory, and a short table.
 """
 
@@ -15,6 +15,7 @@ from importlib import resources
 from .config import RunConfig, load_config
 from .data.synthetic import write_demo_set
 from .media.preprocess import format_report, preprocess
+from .models.families import family_of_checkpoint, get_family
 from .models.tiny import make_tiny_model
 
 CHANCE = 0.25
@@ -24,8 +25,11 @@ def demo_config_path() -> str:
     return str(resources.files("easyvideor1") / "configs" / "demo.yaml")
 
 
-def prepare_demo_assets(cfg: RunConfig) -> RunConfig:
-    """Create the demo's videos, records and tiny model where ``cfg`` expects them (if missing)."""
+def prepare_demo_assets(cfg: RunConfig, family: str | None = None) -> RunConfig:
+    """Create the demo's videos, records and tiny model where ``cfg`` expects them (if missing).
+
+    The tiny model is of ``family`` (else ``data.model_family``, else Qwen3-VL); a model already
+    at ``model.path`` must be of that family."""
     d = cfg.demo
     train, val = os.path.join(d.data_dir, "train.jsonl"), os.path.join(d.data_dir, "val.jsonl")
     if not os.path.exists(val):
@@ -34,8 +38,14 @@ def prepare_demo_assets(cfg: RunConfig) -> RunConfig:
         cfg.data.train_files = [train]
     if not cfg.data.val_files:
         cfg.data.val_files = [val]
+    wanted = get_family(family or cfg.data.model_family or "qwen3_vl").model_type
     if not os.path.exists(os.path.join(cfg.model.path, "config.json")):
-        make_tiny_model(cfg.model.path, cfg.data.model_family)
+        make_tiny_model(cfg.model.path, wanted)
+    elif family is not None and family_of_checkpoint(cfg.model.path).model_type != wanted:
+        raise ValueError(
+            f"{cfg.model.path} holds a {family_of_checkpoint(cfg.model.path).model_type} model, not {wanted}: "
+            "give another model.path or --out"
+        )
     return cfg
 
 
@@ -45,11 +55,15 @@ def run_demo(
     cold_start: bool = False,
     n_train: int = 256,
     n_val: int = 64,
+    family: str = "qwen3vl",
 ) -> dict:
     t0 = time.time()
     os.makedirs(out, exist_ok=True)
-    data_dir, cache_dir, model_dir = (os.path.join(out, d) for d in ("data", "cache", "model"))
-    run_name = "cold_start" if cold_start else "hybrid"
+    family = get_family(family).model_type
+    # the default family keeps the historical layout; others get their own model and run dirs
+    suffix = "" if family == "qwen3_vl" else f"-{family}"
+    data_dir, cache_dir, model_dir = (os.path.join(out, d) for d in ("data", "cache", "model" + suffix))
+    run_name = ("cold_start" if cold_start else "hybrid") + suffix
     base = [
         f"demo.data_dir={data_dir}",
         f"demo.n_train={n_train}",
@@ -61,8 +75,9 @@ def run_demo(
     if cold_start:  # the cold start the hybrid interface exists for: no warm-up, no offline responses
         base += ["rollout.hybrid=off", "trainer.sft_warmup_steps=0"]
     cfg: RunConfig = prepare_demo_assets(
-        load_config(RunConfig, demo_config_path(), base + list(overrides or []))
+        load_config(RunConfig, demo_config_path(), base + list(overrides or [])), family
     )
+    cfg.data = cfg.data.with_model(cfg.model.path)
     train, val = cfg.data.train_files[0], cfg.data.val_files[0]
     report = preprocess([train, val], cfg.data, cache_dir, workers=2, progress=False)
     print(format_report(report))
@@ -76,6 +91,7 @@ def run_demo(
     after = hist[-1]
     result = {
         "variant": run_name,
+        "family": family,
         "accuracy_before": before.get("val/accuracy"),
         "accuracy_after_warmup": next(
             (h["val/accuracy_after_warmup"] for h in hist if "val/accuracy_after_warmup" in h), None
@@ -88,14 +104,15 @@ def run_demo(
         "wall_seconds": round(time.time() - t0, 1),
         "curve": [{k: h[k] for k in ("step", "reward/accuracy", "val/accuracy") if k in h} for h in hist],
     }
-    with open(os.path.join(out, "report.json" if not cold_start else "report_cold_start.json"), "w") as f:
+    report_name = ("report" if not cold_start else "report_cold_start") + suffix + ".json"
+    with open(os.path.join(out, report_name), "w") as f:
         json.dump(result, f, indent=1)
-    plot_curves(out)
+    plot_curves(out, suffix)
     print_table(result)
     return result
 
 
-def plot_curves(out: str) -> str | None:
+def plot_curves(out: str, suffix: str = "") -> str | None:
     """``reward_curve.png``: training accuracy per step and validation accuracy, for every variant run."""
     try:
         import matplotlib
@@ -105,14 +122,17 @@ def plot_curves(out: str) -> str | None:
     except ImportError:
         return None
     fig, ax = plt.subplots(figsize=(7, 4))
-    for name, colour in (("report.json", "tab:blue"), ("report_cold_start.json", "tab:red")):
+    for name, colour in (
+        (f"report{suffix}.json", "tab:blue"),
+        (f"report_cold_start{suffix}.json", "tab:red"),
+    ):
         path = os.path.join(out, name)
         if not os.path.exists(path):
             continue
         r = json.load(open(path))
         train = [(c["step"], c["reward/accuracy"]) for c in r["curve"] if "reward/accuracy" in c]
         val = [(c["step"], c["val/accuracy"]) for c in r["curve"] if "val/accuracy" in c]
-        label = "hybrid GRPO (+ warm-up)" if r["variant"] == "hybrid" else "pure GRPO (cold start)"
+        label = "hybrid GRPO (+ warm-up)" if r["variant"].startswith("hybrid") else "pure GRPO (cold start)"
         if train:
             ax.plot(
                 *zip(*train, strict=True), color=colour, alpha=0.35, lw=1, label=f"{label}: rollout accuracy"
@@ -133,8 +153,8 @@ def plot_curves(out: str) -> str | None:
     ax.set_ylabel("accuracy")
     ax.set_ylim(-0.02, 1.02)
     ax.legend(fontsize=7, loc="lower right")
-    ax.set_title("easyvideor1 demo: tiny Qwen3-VL, colour of a moving square")
-    path = os.path.join(out, "reward_curve.png")
+    ax.set_title(f"easyvideor1 demo: tiny {suffix.lstrip('-') or 'qwen3_vl'}, colour of a moving square")
+    path = os.path.join(out, f"reward_curve{suffix}.png")
     fig.tight_layout()
     fig.savefig(path, dpi=110)
     plt.close(fig)

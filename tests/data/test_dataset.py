@@ -15,7 +15,7 @@ from easyvideor1.media.preprocess import preprocess
 from easyvideor1.models.tiny import build_processor
 from tests.conftest import make_video
 
-CFG = dict(video_fps=2.0, video_min_pixels=4 * 32 * 32, video_max_pixels=16 * 32 * 32)
+CFG = dict(model_family="qwen3vl", video_fps=2.0, video_min_pixels=4 * 32 * 32, video_max_pixels=16 * 32 * 32)
 
 
 @pytest.fixture(scope="module")

@@ -151,7 +151,9 @@ def test_a_utf8_bom_is_accepted_in_every_text_format(tmp_path, small_video):
     array.write_bytes(b"\xef\xbb\xbf" + json.dumps(rows).encode())
     for path in (jsonl, array):
         assert [r.problem for r in load_records(str(path))] == ["<video>What?", "2+2?"]
-    cfg = DataConfig(video_fps=2.0, video_min_pixels=4 * 32 * 32, video_max_pixels=16 * 32 * 32)
+    cfg = DataConfig(
+        model_family="qwen3vl", video_fps=2.0, video_min_pixels=4 * 32 * 32, video_max_pixels=16 * 32 * 32
+    )
     report = preprocess([str(jsonl)], cfg, str(tmp_path / "cache"), workers=1, progress=False)
     assert report["built"] == 1 and report["failed"] == 0 and report["bad_records"] == 0
 

@@ -157,6 +157,7 @@ def test_a_failing_request_is_a_recorded_failure_and_spares_its_batch(assets, tm
             return real.generate(prompts, repeats, sampling)
 
     data = DataConfig(
+        model_family="qwen3vl",
         video_root=str(assets / "syn"),
         video_fps=None,
         video_nframes=4,

@@ -18,7 +18,9 @@ from easyvideor1.media.manifest import read_rows
 from easyvideor1.media.preprocess import preprocess
 from tests.conftest import make_video
 
-CFG = DataConfig(video_fps=2.0, video_min_pixels=4 * 32 * 32, video_max_pixels=64 * 32 * 32)
+CFG = DataConfig(
+    model_family="qwen3vl", video_fps=2.0, video_min_pixels=4 * 32 * 32, video_max_pixels=64 * 32 * 32
+)
 P = CFG.sampling_params()
 
 

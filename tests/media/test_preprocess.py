@@ -20,7 +20,9 @@ from easyvideor1.media.preprocess import preprocess
 from easyvideor1.media.workers import run_tasks
 from tests.conftest import make_video
 
-CFG = DataConfig(video_fps=2.0, video_min_pixels=4 * 32 * 32, video_max_pixels=64 * 32 * 32)
+CFG = DataConfig(
+    model_family="qwen3vl", video_fps=2.0, video_min_pixels=4 * 32 * 32, video_max_pixels=64 * 32 * 32
+)
 
 
 def _write_jsonl(path: Path, rows: list) -> str:
@@ -181,7 +183,10 @@ def test_rerun_reuses_and_parameter_or_content_change_rebuilds(tmp_path):
     again = preprocess([data], CFG, cache, workers=1, progress=False)
     assert (again["built"], again["reused"]) == (0, 3)
     other_fps = DataConfig(
-        video_fps=1.0, video_min_pixels=CFG.video_min_pixels, video_max_pixels=CFG.video_max_pixels
+        model_family="qwen3vl",
+        video_fps=1.0,
+        video_min_pixels=CFG.video_min_pixels,
+        video_max_pixels=CFG.video_max_pixels,
     )
     assert preprocess([data], other_fps, cache, workers=1, progress=False)["built"] == 3
     make_video(tmp_path, "v0", fps=10, duration=3)  # replace one video's content

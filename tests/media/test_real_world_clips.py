@@ -219,12 +219,16 @@ def test_preprocess_lists_a_truncated_file_as_a_failure(tmp_path):
     rows = [{"problem_id": "cut", "problem": "q", "answer": "a", "videos": ["cut.mp4"]}]
     (tmp_path / "d.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
     report = preprocess(
-        [str(tmp_path / "d.jsonl")], DataConfig(), str(tmp_path / "c1"), workers=1, progress=False
+        [str(tmp_path / "d.jsonl")],
+        DataConfig(model_family="qwen3vl"),
+        str(tmp_path / "c1"),
+        workers=1,
+        progress=False,
     )
     assert (report["built"], report["failed"]) == (0, 1)
     (failure,) = [json.loads(x) for x in (tmp_path / "c1" / "failures.jsonl").read_text().splitlines()]
     assert failure["record"] == "cut" and "truncated file" in failure["reason"]
-    allowed = DataConfig(allow_truncated=True)
+    allowed = DataConfig(model_family="qwen3vl", allow_truncated=True)
     report = preprocess([str(tmp_path / "d.jsonl")], allowed, str(tmp_path / "c2"), workers=1, progress=False)
     assert (report["built"], report["failed"]) == (1, 0)
 
@@ -262,6 +266,7 @@ def test_variable_frame_rate_timestamps_reach_the_model(tmp_path):
     said = {}
     for mode in ("index", "pts"):
         cfg = DataConfig(
+            model_family="qwen3vl",
             video_fps=2.0,
             video_min_pixels=4 * 32 * 32,
             video_max_pixels=16 * 32 * 32,

@@ -46,6 +46,7 @@ def main(work: str) -> None:
     report = {}
     for mode in ("index", "pts"):
         cfg = DataConfig(
+            model_family="qwen3vl",
             video_fps=2.0,
             video_min_pixels=4 * 32 * 32,
             video_max_pixels=16 * 32 * 32,

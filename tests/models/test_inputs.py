@@ -23,7 +23,12 @@ def test_gather_prompts_keeps_each_prompts_media(tmp_path):
         parse_record({"problem": "image", "images": [str(tmp_path / "i.png")]}, "f[3]"),
     ]
     cfg = DataConfig(
-        video_nframes=2, video_fps=None, video_min_pixels=1024, video_max_pixels=4096, image_max_pixels=4096
+        model_family="qwen3vl",
+        video_nframes=2,
+        video_fps=None,
+        video_min_pixels=1024,
+        video_max_pixels=4096,
+        image_max_pixels=4096,
     )
     ds = RecordDataset(records, cfg, str(tmp_path / "d.jsonl"))
     processor = build_processor()

@@ -23,7 +23,9 @@ def setup(tmp_path_factory):
     d = tmp_path_factory.mktemp("r")
     model_dir = make_tiny_model(str(d / "model"), "qwen3vl")
     data = write_synthetic_set(str(d / "syn"), 3, size=(64, 48), duration=1.0)
-    cfg = DataConfig(video_nframes=4, video_fps=None, video_min_pixels=1024, video_max_pixels=2048)
+    cfg = DataConfig(
+        model_family="qwen3vl", video_nframes=4, video_fps=None, video_min_pixels=1024, video_max_pixels=2048
+    )
     ds = RecordDataset(load_records(data), cfg, data)
     model = AutoModelForImageTextToText.from_pretrained(model_dir)
     processor = AutoProcessor.from_pretrained(model_dir)

@@ -43,7 +43,9 @@ def main(model_dir: str, data_file: str, out_path: str, multiprocess: bool) -> N
     from easyvideor1.rollout.vllm import VLLMRolloutEngine, vllm_prompt
 
     report: dict = {}
-    cfg = DataConfig(video_nframes=4, video_fps=None, video_min_pixels=1024, video_max_pixels=4096)
+    cfg = DataConfig(
+        model_family="qwen3vl", video_nframes=4, video_fps=None, video_min_pixels=1024, video_max_pixels=4096
+    )
     ds = RecordDataset(load_records(data_file), cfg, data_file)
     samples = [ds[i] for i in range(len(ds))]
     report["kinds"] = [r.extra.get("kind", "") for r in ds.records]

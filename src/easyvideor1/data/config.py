@@ -2,10 +2,10 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 from ..media.cache import CACHE_MODES
-from ..media.sampling import MODEL_FAMILIES, SamplingParams, factor_for_family
+from ..media.sampling import SamplingParams, factor_for_family, family_factors
 from ..media.video import TIMESTAMP_MODES
 
 
@@ -18,8 +18,12 @@ class DataConfig:
         val_files: Validation / evaluation data files.
         video_root: Directory that relative ``videos``/``images`` paths are joined to. Default: the
             directory of the data file that holds the record.
-        model_family: ``qwen2vl``, ``qwen2_5vl`` or ``qwen3vl``. Decides the resize factor: 28 for
-            Qwen2/2.5-VL (patch 14), 32 for Qwen3-VL (patch 16).
+        model_family: Optional. The family comes from the model (``config.json`` ``model_type``:
+            ``qwen2_vl``, ``qwen2_5_vl``, ``qwen3_vl``, ``qwen3_vl_moe``, ``qwen3_5``, ``qwen3_5_moe``;
+            older spellings such as ``qwen3vl`` are accepted). Set, it is a check: a model of another
+            family is an error. Without a model (``preprocess`` without ``--model``) it is how the
+            family is named. It decides the resize factor: 28 for patch-14 families (Qwen2/2.5-VL),
+            32 for patch-16 ones (Qwen3-VL, Qwen3.5).
         video_fps: Frames sampled per second of video (qwen-vl-utils ``fps``; default 2.0). A record's
             own ``fps`` field overrides it.
         video_nframes: A fixed frame count instead of ``video_fps`` (mutually exclusive with it).
@@ -61,7 +65,7 @@ class DataConfig:
     train_files: list[str] = field(default_factory=list)
     val_files: list[str] = field(default_factory=list)
     video_root: str | None = None
-    model_family: str = "qwen3vl"
+    model_family: str | None = None
     video_fps: float | None = 2.0
     video_nframes: int | None = None
     video_min_frames: int | None = None
@@ -91,7 +95,7 @@ class DataConfig:
         if self.preflight not in ("full", "fast"):
             raise ValueError(f"data.preflight must be full or fast, got {self.preflight!r}")
         self._check_ranges()
-        if self.model_family not in MODEL_FAMILIES:
+        if self.model_family is not None:
             factor_for_family(self.model_family)  # raises a clear error for unknown families
         if self.cache_mode not in CACHE_MODES:
             raise ValueError(
@@ -99,11 +103,16 @@ class DataConfig:
             )
         if self.video_nframes is not None:
             self.video_fps = None  # a fixed count replaces the fps rule
+        # validate the budgets now, not at the first video: with the family's factor, or, before the
+        # model names the family, with the smallest one (the check is repeated by with_model)
+        self._check_budgets(self.factor if self.model_family is not None else min(family_factors()))
+
+    def _check_budgets(self, factor: int) -> None:
         try:
-            self.sampling_params()  # validate the budgets now, not at the first video
+            self._sampling_params(factor)
         except ValueError as e:  # name the setting: "fps must be positive" -> data.video_fps
             raise ValueError(f"data.video_{e}" if str(e).split()[0].isidentifier() else str(e)) from None
-        image_min = self.image_min_pixels if self.image_min_pixels is not None else 4 * self.factor**2
+        image_min = self.image_min_pixels if self.image_min_pixels is not None else 4 * factor**2
         if self.image_max_pixels is not None and self.image_max_pixels < image_min:
             raise ValueError(
                 f"data.image_max_pixels ({self.image_max_pixels}) is below data.image_min_pixels "
@@ -151,10 +160,27 @@ class DataConfig:
 
     @property
     def factor(self) -> int:
+        if self.model_family is None:
+            raise ValueError(
+                "the model family is not known, so neither is the frame resize factor: give a model "
+                "(model.path, or --model PATH for preprocess) or name the family (data.model_family, "
+                "--model-family)"
+            )
         return factor_for_family(self.model_family)
+
+    def with_model(self, model_path: str) -> DataConfig:
+        """This config with the family of the checkpoint at ``model_path`` (an error if
+        ``model_family`` is set to another family)."""
+        from ..models.families import resolve_model_family
+
+        family = resolve_model_family(self.model_family, model_path)
+        return self if family == self.model_family else replace(self, model_family=family)
 
     def sampling_params(self, record=None) -> SamplingParams:
         """The sampling parameters for one record's videos (record overrides applied)."""
+        return self._sampling_params(self.factor, record)
+
+    def _sampling_params(self, factor: int, record=None) -> SamplingParams:
         fps, nframes, max_frames = self.video_fps, self.video_nframes, self.video_max_frames
         start = end = None
         if record is not None:
@@ -164,7 +190,7 @@ class DataConfig:
                 max_frames = record.max_frames
             start, end = record.video_start, record.video_end
         return SamplingParams(
-            factor=self.factor,
+            factor=factor,
             fps=fps,
             nframes=nframes,
             min_frames=self.video_min_frames,

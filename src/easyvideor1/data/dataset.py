@@ -145,12 +145,25 @@ def load_media(sample: Sample, cfg: DataConfig, loader: VideoLoader) -> tuple[li
     return videos, [load_image(p, cfg) for p in sample.images]
 
 
-def render_text(processor, sample: Sample, add_generation_prompt: bool = True) -> str:
-    """The sample's user turn rendered by the chat template (vision placeholders unexpanded)."""
+def render_text(
+    processor, sample: Sample, add_generation_prompt: bool = True, thinking: bool | None = None
+) -> str:
+    """The sample's user turn rendered by the chat template (vision placeholders unexpanded).
+
+    ``thinking`` becomes the template's ``enable_thinking`` (templates without it, Qwen-VL's,
+    ignore it); ``None`` leaves the template's own default, as its processor does.
+    """
     messages = [{"role": "user", "content": sample.content}]
+    extra = {} if thinking is None else {"enable_thinking": thinking}
     return processor.apply_chat_template(
-        messages, add_generation_prompt=add_generation_prompt, tokenize=False
+        messages, add_generation_prompt=add_generation_prompt, tokenize=False, **extra
     )
+
+
+def thinking_mode(cfg: DataConfig) -> bool | None:
+    """``enable_thinking`` for a thinking-template model: on for the ``reasoning`` prompt, off for
+    ``plain`` (an answer-only prompt), the template's default for ``none`` and ``.jinja`` prompts."""
+    return {"plain": False, "reasoning": True}.get(cfg.prompt_template)
 
 
 def raw_media(videos: list, images: list) -> dict[str, list]:
@@ -171,20 +184,24 @@ def prompt_parts(
 ) -> tuple[str, dict[str, list]]:
     """One prompt's text and :func:`raw_media`, without running the processor (vLLM evaluation)."""
     videos, images = sample.loaded or load_media(sample, cfg, loader)
-    return render_text(processor, sample), raw_media(videos, images)
+    return render_text(processor, sample, thinking=thinking_mode(cfg)), raw_media(videos, images)
 
 
 def _render(processor, samples, cfg, loader, add_generation_prompt, responses):
     texts, loaded = [], []
     for i, sample in enumerate(samples):
-        text = render_text(processor, sample, add_generation_prompt)
+        text = render_text(processor, sample, add_generation_prompt, thinking_mode(cfg))
         texts.append(text + (responses[i] if responses else ""))
         loaded.append(sample.loaded or load_media(sample, cfg, loader))
     return texts, loaded
 
 
-def _process(processor, texts: list[str], loaded: list[tuple[list, list]], padding_side: str):
+def _process(
+    processor, texts: list[str], loaded: list[tuple[list, list]], padding_side: str, cfg: DataConfig
+):
     from transformers.video_utils import VideoMetadata
+
+    from ..models.families import get_family
 
     videos, metadata, images = [], [], []
     for sample_videos, sample_images in loaded:
@@ -195,12 +212,18 @@ def _process(processor, texts: list[str], loaded: list[tuple[list, list]], paddi
     kwargs: dict[str, Any] = {}
     if videos:
         kwargs.update(videos=videos, video_metadata=metadata, do_sample_frames=False)
+        # the family's explicit per-frame pixel cap (the one our sampler applied), never a default
+        kwargs.update(get_family(cfg.model_family or _unknown_family()).video_processor_kwargs())
     if images:
         kwargs["images"] = images
     # our frames and images are already on the factor grid within their budgets
     return processor(
         text=texts, do_resize=False, return_tensors="pt", padding=True, padding_side=padding_side, **kwargs
     )
+
+
+def _unknown_family() -> str:
+    raise ValueError("data.model_family is not known: give a model (model.path) or data.model_family")
 
 
 def encode_batch(
@@ -214,7 +237,7 @@ def encode_batch(
 ):
     """Processor inputs for several samples at once (left-padded prompts, ready for ``generate``)."""
     texts, loaded = _render(processor, samples, cfg, loader, add_generation_prompt, responses)
-    return _process(processor, texts, loaded, padding_side)
+    return _process(processor, texts, loaded, padding_side, cfg)
 
 
 def encode_prompts(processor, samples: list[Sample], cfg: DataConfig, loader: VideoLoader):
@@ -226,7 +249,7 @@ def encode_prompts(processor, samples: list[Sample], cfg: DataConfig, loader: Vi
     from ..models.inputs import PromptBatch
 
     texts, loaded = _render(processor, samples, cfg, loader, True, None)
-    inputs = _process(processor, texts, loaded, "left")
+    inputs = _process(processor, texts, loaded, "left", cfg)
     return PromptBatch(
         dict(inputs),
         [len(s.videos) for s in samples],

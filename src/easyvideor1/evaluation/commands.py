@@ -139,6 +139,7 @@ def evaluate(
     inputs = load_inputs(resolve_benchmarks(settings), settings)
     if not settings.video_root:
         raise EvalInputError("no video root: give --video-root DIR (config key eval.video_root)")
+    cfg.data = cfg.data.with_model(model)  # the checkpoint names the family; data.model_family checks it
     model_id = model_fingerprint(model)
     engine, processor = make_engine()
     results: dict[str, dict] = {}

@@ -88,7 +88,7 @@ class AsyncVLLMEvalEngine(VLLMResponses):
         params.output_kind = RequestOutputKind.FINAL_ONLY  # one output per request, no streaming
         request_id = f"{key}#{next(self._ids)}"
         return asyncio.run_coroutine_threadsafe(
-            self._run(request_id, vllm_prompt(text, media), params), self._loop
+            self._run(request_id, vllm_prompt(text, media, self.mm_kwargs), params), self._loop
         )
 
     async def _run(self, request_id: str, prompt: dict[str, Any], params) -> Responses:

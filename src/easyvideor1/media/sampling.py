@@ -1,7 +1,7 @@
 """Frame-count, frame-index and resize rules, equal to qwen-vl-utils 0.0.14.
 
 Qwen-VL models see a video as frames resized to a multiple of ``factor`` (patch size x spatial
-merge: 28 for Qwen2/2.5-VL, 32 for Qwen3-VL), sampled at ``fps`` with an even frame count, and a
+merge: 28 for Qwen2/2.5-VL, 32 for Qwen3-VL and Qwen3.5), sampled at ``fps`` with an even frame count, and a
 per-video pixel budget split over the frames. A model trained on one rule and evaluated on another
 sees different inputs, so these functions reproduce qwen-vl-utils 0.0.14 *exactly* (the same float
 arithmetic, Python's banker's rounding, float32 ``torch.linspace``); ``tests/media`` checks them
@@ -29,24 +29,19 @@ IMAGE_MAX_TOKEN_NUM = 16384
 MODEL_SEQ_LEN = 128000  # qwen-vl-utils reads $MODEL_SEQ_LEN; we make the budget an explicit parameter
 MAX_RATIO = 200
 
-PATCH_SIZE_BY_FAMILY = {"qwen2vl": 14, "qwen2_5vl": 14, "qwen3vl": 16}
-MODEL_FAMILIES = tuple(PATCH_SIZE_BY_FAMILY)
-
 
 def factor_for_family(model_family: str) -> int:
-    """Resize factor (patch size x spatial merge) of a model family: 28 or 32."""
-    key = model_family.lower().replace("-", "_").replace(".", "_")
-    key = {
-        "qwen2_vl": "qwen2vl",
-        "qwen2_5_vl": "qwen2_5vl",
-        "qwen25vl": "qwen2_5vl",
-        "qwen3_vl": "qwen3vl",
-    }.get(key, key)
-    if key not in PATCH_SIZE_BY_FAMILY:
-        raise ValueError(
-            f"unknown model family {model_family!r}; expected one of {', '.join(MODEL_FAMILIES)}"
-        )
-    return PATCH_SIZE_BY_FAMILY[key] * SPATIAL_MERGE_SIZE
+    """Resize factor (patch size x spatial merge) of a model family (its adapter says): 28 or 32."""
+    from ..models.families import get_family
+
+    return get_family(model_family).factor
+
+
+def family_factors() -> tuple[int, ...]:
+    """The resize factors of every registered family (28 and 32 today)."""
+    from ..models.families import family_names, get_family
+
+    return tuple(sorted({get_family(name).factor for name in family_names()}))
 
 
 def round_by_factor(number: float, factor: int) -> int:
@@ -116,8 +111,11 @@ class SamplingParams:
             raise ValueError("give either fps or nframes, not both")
         if not isinstance(self.allow_truncated, bool):
             raise ValueError(f"allow_truncated must be true or false, got {self.allow_truncated!r}")
-        if self.factor not in (28, 32):
-            raise ValueError(f"factor must be 28 (Qwen2/2.5-VL) or 32 (Qwen3-VL), got {self.factor}")
+        if self.factor not in family_factors():
+            raise ValueError(
+                f"factor must be one of {', '.join(map(str, family_factors()))} (a model family's "
+                f"patch size x merge size), got {self.factor}"
+            )
         for name in (
             "fps",
             "nframes",

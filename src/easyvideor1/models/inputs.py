@@ -13,10 +13,8 @@ from typing import Any
 
 import torch
 
-_VISION = {
-    "video": ("pixel_values_videos", "video_grid_thw", "second_per_grid_ts"),
-    "image": ("pixel_values", "image_grid_thw", None),
-}
+from .families import VISION_INPUTS as _VISION
+
 _PER_ROW = ("input_ids", "attention_mask", "mm_token_type_ids")
 
 

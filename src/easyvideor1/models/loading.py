@@ -1,4 +1,4 @@
-"""Load a policy (any HF Qwen2-VL / Qwen2.5-VL / Qwen3-VL checkpoint) and its processor."""
+"""Load a policy (a Hugging Face checkpoint of a registered model family) and its processor."""
 
 from __future__ import annotations
 
@@ -25,11 +25,14 @@ def load_policy(
         )
     if dtype not in _DTYPES:
         raise ValueError(f"model.dtype must be one of {', '.join(_DTYPES)}, got {dtype!r}")
+    from .families import family_of_checkpoint
+
+    family = family_of_checkpoint(path)  # a clear error for unsupported checkpoints, before loading
     model = AutoModelForImageTextToText.from_pretrained(path, dtype=_DTYPES[dtype])
     processor = AutoProcessor.from_pretrained(path)
     if gradient_checkpointing:
         model.gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": False})
     if freeze_vision_tower:
-        for p in model.model.visual.parameters():
+        for p in family.vision_tower(model).parameters():
             p.requires_grad_(False)
     return model, processor

@@ -9,37 +9,26 @@ from __future__ import annotations
 
 import os
 
-QWEN_SPECIAL_TOKENS = [
-    "<|endoftext|>",
-    "<|im_start|>",
-    "<|im_end|>",
-    "<|vision_start|>",
-    "<|vision_end|>",
-    "<|vision_pad|>",
-    "<|image_pad|>",
-    "<|video_pad|>",
-    "<|object_ref_start|>",
-    "<|object_ref_end|>",
-    "<|box_start|>",
-    "<|box_end|>",
-    "<|quad_start|>",
-    "<|quad_end|>",
-    "<think>",
-    "</think>",
-    "<answer>",
-    "</answer>",
-]
+from .families import QWEN_SPECIAL_TOKENS, get_family
 
-# Qwen-style template: media items render as vision placeholders, in message order.
-CHAT_TEMPLATE = (
+# Qwen-style template: media items render as vision placeholders, in message order; the
+# assistant turn opens the family's way (Qwen3.5: with its think block).
+_TEMPLATE_BODY = (
     "{% for message in messages %}<|im_start|>{{ message['role'] }}\n"
     "{% if message['content'] is string %}{{ message['content'] }}"
     "{% else %}{% for item in message['content'] %}"
     "{% if item['type'] == 'image' %}<|vision_start|><|image_pad|><|vision_end|>"
     "{% elif item['type'] == 'video' %}<|vision_start|><|video_pad|><|vision_end|>"
     "{% elif item['type'] == 'text' %}{{ item['text'] }}{% endif %}{% endfor %}{% endif %}"
-    "<|im_end|>\n{% endfor %}{% if add_generation_prompt %}<|im_start|>assistant\n{% endif %}"
+    "<|im_end|>\n{% endfor %}{% if add_generation_prompt %}"
 )
+
+
+def chat_template(model_family: str = "qwen3_vl") -> str:
+    return _TEMPLATE_BODY + get_family(model_family).tiny_generation_prompt() + "{% endif %}"
+
+
+CHAT_TEMPLATE = chat_template()
 
 _CORPUS = (
     "Watch the video carefully, then answer the question. What colour is the moving square? "
@@ -51,7 +40,7 @@ _CORPUS = (
 )
 
 
-def build_tokenizer(vocab_size: int = 512):
+def build_tokenizer(vocab_size: int = 512, model_family: str = "qwen3_vl"):
     from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
     from transformers import PreTrainedTokenizerFast
 
@@ -60,7 +49,7 @@ def build_tokenizer(vocab_size: int = 512):
     tok.decoder = decoders.ByteLevel()
     trainer = trainers.BpeTrainer(
         vocab_size=vocab_size,
-        special_tokens=QWEN_SPECIAL_TOKENS,
+        special_tokens=list(QWEN_SPECIAL_TOKENS),
         initial_alphabet=pre_tokenizers.ByteLevel.alphabet(),
         show_progress=False,
     )
@@ -69,34 +58,25 @@ def build_tokenizer(vocab_size: int = 512):
         tokenizer_object=tok,
         eos_token="<|im_end|>",
         pad_token="<|endoftext|>",
-        additional_special_tokens=QWEN_SPECIAL_TOKENS[1:],
+        additional_special_tokens=list(QWEN_SPECIAL_TOKENS[1:]),
     )
-    fast.chat_template = CHAT_TEMPLATE
+    fast.chat_template = chat_template(model_family)
     return fast
 
 
-def build_processor(model_family: str = "qwen3vl"):
-    """A real transformers Qwen-VL processor around the tiny tokenizer."""
+def build_processor(model_family: str = "qwen3_vl"):
+    """A real transformers processor of the family around the tiny tokenizer."""
     import transformers
 
-    # family -> (processor class, video processor class, patch size)
-    families = {
-        "qwen3vl": ("Qwen3VLProcessor", "Qwen3VLVideoProcessor", 16),
-        "qwen2_5vl": ("Qwen2_5_VLProcessor", "Qwen2VLVideoProcessor", 14),
-    }
-    if model_family not in families:
-        raise ValueError(f"tiny models exist for {', '.join(families)}, not {model_family!r}")
-    processor_cls, video_cls, patch = families[model_family]
-    sizes = dict(patch_size=patch, merge_size=2, temporal_patch_size=2)
-    return getattr(transformers, processor_cls)(
-        image_processor=transformers.Qwen2VLImageProcessor(**sizes),
-        video_processor=getattr(transformers, video_cls)(**sizes),
-        tokenizer=build_tokenizer(),
-        chat_template=CHAT_TEMPLATE,
+    family = get_family(model_family)
+    return getattr(transformers, family.processor_class)(
+        **family.tiny_processor_parts(),
+        tokenizer=build_tokenizer(model_family=family.model_type),
+        chat_template=chat_template(family.model_type),
     )
 
 
-def save_processor(out_dir: str, model_family: str = "qwen3vl") -> str:
+def save_processor(out_dir: str, model_family: str = "qwen3_vl") -> str:
     os.makedirs(out_dir, exist_ok=True)
     build_processor(model_family).save_pretrained(out_dir)
     return out_dir
@@ -106,69 +86,11 @@ def tiny_config(
     model_family: str, vocab_size: int, token_ids: dict[str, int], hidden: int = 128, layers: int = 2
 ):
     """A sub-1M-parameter config of the family's real architecture."""
-    common = dict(
-        image_token_id=token_ids["<|image_pad|>"],
-        video_token_id=token_ids["<|video_pad|>"],
-        vision_start_token_id=token_ids["<|vision_start|>"],
-        vision_end_token_id=token_ids["<|vision_end|>"],
-        tie_word_embeddings=False,
-    )
-    text = dict(
-        vocab_size=vocab_size,
-        hidden_size=hidden,
-        intermediate_size=hidden * 2,
-        num_hidden_layers=layers,
-        num_attention_heads=4,
-        num_key_value_heads=2,
-        head_dim=32,
-        max_position_embeddings=4096,
-        bos_token_id=token_ids["<|endoftext|>"],
-        eos_token_id=token_ids["<|im_end|>"],
-        pad_token_id=token_ids["<|endoftext|>"],
-    )
-    if model_family == "qwen3vl":
-        from transformers import Qwen3VLConfig
-
-        text["rope_parameters"] = {
-            "rope_type": "default",
-            "rope_theta": 10000.0,
-            "mrope_section": [6, 5, 5],
-            "mrope_interleaved": True,
-        }
-        vision = dict(
-            depth=2,
-            hidden_size=64,
-            intermediate_size=128,
-            num_heads=2,
-            patch_size=16,
-            spatial_merge_size=2,
-            temporal_patch_size=2,
-            out_hidden_size=hidden,
-            num_position_embeddings=256,
-            deepstack_visual_indexes=[0],
-        )
-        return Qwen3VLConfig(text_config=text, vision_config=vision, **common)
-    from transformers import Qwen2_5_VLConfig
-
-    text["rope_parameters"] = {"rope_type": "default", "rope_theta": 10000.0, "mrope_section": [6, 5, 5]}
-    vision = dict(
-        depth=2,
-        hidden_size=64,
-        intermediate_size=128,
-        num_heads=2,
-        patch_size=14,
-        spatial_merge_size=2,
-        temporal_patch_size=2,
-        out_hidden_size=hidden,
-        window_size=56,
-        fullatt_block_indexes=[1],
-        tokens_per_second=2,
-    )
-    return Qwen2_5_VLConfig(text_config=text, vision_config=vision, **common)
+    return get_family(model_family).tiny_config(vocab_size, token_ids, hidden=hidden, layers=layers)
 
 
 def make_tiny_model(
-    out_dir: str, model_family: str = "qwen3vl", seed: int = 0, hidden: int = 128, layers: int = 2
+    out_dir: str, model_family: str = "qwen3_vl", seed: int = 0, hidden: int = 128, layers: int = 2
 ):
     """Write a tiny random-weight model + tokenizer + processor to ``out_dir`` (loads with from_pretrained)."""
     import torch

@@ -20,13 +20,14 @@ from typing import Any
 
 import torch
 
+from .families import VISION_INPUTS
+
 
 def vision_tower(model) -> torch.nn.Module:
-    inner = getattr(model, "model", model)
-    tower = getattr(inner, "visual", None)
-    if tower is None:
-        raise TypeError(f"{type(model).__name__} has no vision tower at .model.visual")
-    return tower
+    """The model's vision tower, where its family's adapter says it is."""
+    from .families import family_of_model
+
+    return family_of_model(model).vision_tower(model)
 
 
 class DummyVisionPass:
@@ -60,11 +61,7 @@ class DummyVisionPass:
     def expect(self, inputs: dict[str, Any], enabled: bool = True):
         """Within the block, the next forward gets dummy passes for the modalities ``inputs`` lacks."""
         if enabled:
-            self.missing = tuple(
-                m
-                for m, key in (("image", "pixel_values"), ("video", "pixel_values_videos"))
-                if inputs.get(key) is None
-            )
+            self.missing = tuple(m for m, (key, _, _) in VISION_INPUTS.items() if inputs.get(key) is None)
         try:
             yield self
         finally:

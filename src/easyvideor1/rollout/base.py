@@ -12,9 +12,8 @@ from typing import Protocol
 
 import torch
 
+from ..models.families import family_names, get_family
 from ..models.inputs import PromptBatch
-
-VISION_TOKENS = ("<|image_pad|>", "<|video_pad|>", "<|vision_start|>", "<|vision_end|>", "<|vision_pad|>")
 
 
 @dataclass
@@ -63,7 +62,9 @@ class RolloutEngine(Protocol):
 
 
 def banned_token_ids(tokenizer) -> list[int]:
-    ids = [tokenizer.convert_tokens_to_ids(t) for t in VISION_TOKENS]
+    """Ids of every registered family's vision placeholder tokens that the tokenizer has."""
+    tokens = dict.fromkeys(t for name in family_names() for t in get_family(name).placeholder_tokens)
+    ids = [tokenizer.convert_tokens_to_ids(t) for t in tokens]
     return [i for i in ids if i is not None and i != tokenizer.unk_token_id]
 
 

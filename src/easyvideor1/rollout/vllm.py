@@ -76,7 +76,13 @@ class VLLMResponses:
     sampling parameters and the HF engine's response contract (cut at EOS, decode)."""
 
     def __init__(self, model_path: str, processor, seed: int = 0):
+        from ..models.families import family_of_checkpoint
+
         self.processor, self.model_path = processor, model_path
+        self.family = family_of_checkpoint(model_path)
+        # what vLLM's processor is told with every request: our frames are already on the grid,
+        # and the family's per-frame pixel cap is set explicitly (as in the cache and HF processor)
+        self.mm_kwargs = {"do_resize": False, **self.family.video_processor_kwargs()}
         tok = processor.tokenizer
         self.banned = banned_token_ids(tok)
         self.eos_ids = _eos_ids(model_path, tok)
@@ -229,7 +235,7 @@ class VLLMRolloutEngine(VLLMResponses):
         for text, media, r in zip(batch.texts, batch.media, repeats, strict=True):
             if r == 0:
                 continue
-            prompt = vllm_prompt(text, media)
+            prompt = vllm_prompt(text, media, self.mm_kwargs)
             # vLLM refuses n > 1 with greedy decoding: greedy repeats are separate requests
             for n in [1] * r if greedy else [r]:
                 prompts.append(prompt)
@@ -293,6 +299,13 @@ def engine_args(model_path: str, processor, *, dtype: str = "auto", **kwargs: An
     """vLLM engine arguments with this project's corrections for the platform and processor."""
     from vllm.platforms import current_platform
 
+    from ..models.families import family_of_checkpoint
+
+    family = family_of_checkpoint(model_path)
+    if current_platform.is_cpu() and family.vllm_cpu:
+        raise ValueError(
+            f"vLLM cannot run {family.model_type} on the CPU: {family.vllm_cpu}; use the HF engine"
+        )
     out: dict[str, Any] = {"model": model_path, "dtype": _DTYPE_ALIASES.get(dtype, dtype), **kwargs}
     if not _same_normalisation(processor):
         # vLLM 0.32 normalises every modality on the device with the *image* processor's
@@ -350,13 +363,14 @@ def _keep_callers_process_group() -> None:
     core.cleanup_dist_env_and_memory = cleanup
 
 
-def vllm_prompt(text: str, media: dict[str, list]) -> dict[str, Any]:
-    """One vLLM prompt: text plus media, with resizing off (our frames are already on the grid)."""
+def vllm_prompt(text: str, media: dict[str, list], mm_kwargs: dict[str, Any] | None = None) -> dict[str, Any]:
+    """One vLLM prompt: text plus media, with resizing off (our frames are already on the grid)
+    and the model family's processor settings (``mm_kwargs``, e.g. ``cap_pixels_per_frame``)."""
     prompt: dict[str, Any] = {"prompt": text}
     data = {k: v for k, v in media.items() if v}
     if data:
         prompt["multi_modal_data"] = data
-        prompt["mm_processor_kwargs"] = {"do_resize": False}
+        prompt["mm_processor_kwargs"] = dict(mm_kwargs or {"do_resize": False})
     return prompt
 
 

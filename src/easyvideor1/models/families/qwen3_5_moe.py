@@ -1,0 +1,43 @@
+"""Qwen3.5-MoE: Qwen3.5's hybrid decoder with routed + shared experts in every layer."""
+
+from __future__ import annotations
+
+from .base import ModelFamily, qwen3_vision_config, qwen_token_fields
+from .qwen3_5 import VLLM_CPU_REASON, hybrid_text_config
+from .registry import register
+
+
+class Qwen3_5MoeFamily(ModelFamily):
+    def tiny_config(self, vocab_size, token_ids, hidden=128, layers=2):
+        from transformers import Qwen3_5MoeConfig
+
+        text = hybrid_text_config(vocab_size, token_ids, hidden, max(layers, 2))
+        text.pop("intermediate_size")
+        text.update(
+            num_experts=4,
+            num_experts_per_tok=2,
+            moe_intermediate_size=hidden,
+            shared_expert_intermediate_size=hidden,
+        )
+        return Qwen3_5MoeConfig(
+            text_config=text,
+            vision_config=qwen3_vision_config(hidden, deepstack=False),
+            **qwen_token_fields(token_ids),
+        )
+
+
+FAMILY = register(
+    Qwen3_5MoeFamily(
+        model_type="qwen3_5_moe",
+        aliases=("qwen3.5_moe", "qwen35moe", "qwen3_5moe"),
+        patch_size=16,
+        processor_class="Qwen3VLProcessor",
+        video_processor_class="Qwen3VLVideoProcessor",
+        cap_pixels_per_frame=True,
+        vllm_architecture="Qwen3_5MoeForConditionalGeneration",
+        vllm_cpu=VLLM_CPU_REASON,
+        thinking_template=True,
+        hybrid_attention=True,
+        moe=True,
+    )
+)

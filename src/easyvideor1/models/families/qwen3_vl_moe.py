@@ -1,0 +1,38 @@
+"""Qwen3-VL-MoE: Qwen3-VL with mixture-of-experts feed-forward layers in the language model."""
+
+from __future__ import annotations
+
+from .base import ModelFamily, qwen3_vision_config, qwen_text_config, qwen_token_fields
+from .qwen3_vl import _TINY_MROPE
+from .registry import register
+
+
+class Qwen3VLMoeFamily(ModelFamily):
+    def tiny_config(self, vocab_size, token_ids, hidden=128, layers=2):
+        from transformers import Qwen3VLMoeConfig
+
+        text = qwen_text_config(vocab_size, token_ids, hidden, layers)
+        text.update(
+            rope_parameters=dict(_TINY_MROPE),
+            num_experts=4,
+            num_experts_per_tok=2,
+            moe_intermediate_size=hidden,
+            decoder_sparse_step=1,
+        )
+        return Qwen3VLMoeConfig(
+            text_config=text, vision_config=qwen3_vision_config(hidden), **qwen_token_fields(token_ids)
+        )
+
+
+FAMILY = register(
+    Qwen3VLMoeFamily(
+        model_type="qwen3_vl_moe",
+        aliases=("qwen3vlmoe", "qwen3vl_moe"),
+        patch_size=16,
+        processor_class="Qwen3VLProcessor",
+        video_processor_class="Qwen3VLVideoProcessor",
+        cap_pixels_per_frame=True,
+        vllm_architecture="Qwen3VLMoeForConditionalGeneration",
+        moe=True,
+    )
+)
