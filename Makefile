@@ -21,6 +21,11 @@ $(STAMP): pyproject.toml $(CONSTRAINTS) tools/torchvision_cpu_hook.py
 	$(PIP) install -q $(if $(CONSTRAINTS),-c $(CONSTRAINTS)) -e ".[$(EXTRAS)]"
 	$(if $(PRUNE),$(PIP) uninstall -y -q $(PRUNE) 2>/dev/null || true)
 	$(PY) tools/torchvision_cpu_hook.py install
+	@# the report test's headless browser (Debian's, over apt: as root, else through sudo -n)
+	@command -v chromium-headless-shell >/dev/null 2>&1 || command -v chromium >/dev/null 2>&1 || \
+	  $(if $(filter 0,$(shell id -u)),,sudo -n) env DEBIAN_FRONTEND=noninteractive sh -c \
+	  'apt-get install -y -q chromium-headless-shell || (apt-get update -q && apt-get install -y -q chromium-headless-shell)' \
+	  >/dev/null || echo "warning: chromium-headless-shell not installed: tests/evaluation/test_report_browser.py will fail"
 	@touch $(STAMP)
 
 install: $(STAMP)

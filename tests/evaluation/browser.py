@@ -103,7 +103,9 @@ class Browser:
     ) -> None:
         self.call("Page.navigate", {"url": url}, session=True)
         deadline = time.monotonic() + timeout
-        while not self.eval(ready_js):
+        # the old document may still answer at first: wait for the new one's condition to hold
+        probe = f"(() => {{ try {{ return location.href === {json.dumps(url)} && !!({ready_js}); }} catch (e) {{ return false; }} }})()"
+        while not self.eval(probe):
             if time.monotonic() > deadline:
                 raise TimeoutError(f"{url}: not ready in {timeout} s")
             time.sleep(0.05)
