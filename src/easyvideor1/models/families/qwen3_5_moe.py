@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from .base import ModelFamily, qwen3_vision_config, qwen_token_fields
-from .qwen3_5 import VLLM_CPU_REASON, hybrid_text_config
+from .qwen3_5 import VLLM_CPU_DTYPE, hybrid_text_config
 from .registry import register
 
 
@@ -35,7 +35,7 @@ FAMILY = register(
         video_processor_class="Qwen3VLVideoProcessor",
         cap_pixels_per_frame=True,
         vllm_architecture="Qwen3_5MoeForConditionalGeneration",
-        vllm_cpu=VLLM_CPU_REASON,
+        vllm_cpu_dtype=VLLM_CPU_DTYPE,
         thinking_template=True,
         hybrid_attention=True,
         moe=True,

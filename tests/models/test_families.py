@@ -1,0 +1,191 @@
+"""The family matrix: every registered family builds a tiny model that loads, names its family
+from config.json, encodes cached and decoded inputs identically, trains a step through the dummy
+vision pass with every parameter reached, and round-trips through a trainer checkpoint."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+import torch
+
+from easyvideor1.data.config import DataConfig
+from easyvideor1.data.dataset import RecordDataset, encode_sample, render_text
+from easyvideor1.data.records import load_records
+from easyvideor1.media.preprocess import preprocess
+from easyvideor1.models.families import (
+    family_names,
+    family_of_checkpoint,
+    family_of_model,
+    get_family,
+    resolve_model_family,
+)
+from easyvideor1.models.loading import load_policy
+from easyvideor1.models.tiny import build_processor, make_tiny_model
+from easyvideor1.models.vision import DummyVisionPass
+from easyvideor1.trainer.checkpoint import save_checkpoint
+from easyvideor1.trainer.distributed import decoder_layers
+from tests.conftest import make_video
+
+FAMILIES = family_names()
+
+
+@pytest.fixture(scope="module")
+def media(tmp_path_factory):
+    """A records file with one video + image prompt and one text-only prompt."""
+    from PIL import Image
+
+    d = tmp_path_factory.mktemp("media")
+    make_video(d, "v", fps=8, duration=1.0, size=(64, 48))  # writes v.mp4
+    Image.new("RGB", (40, 40), "red").save(d / "i.png")
+    rows = [
+        {
+            "problem_id": "mixed",
+            "problem": "<video><image>What colour?",
+            "answer": "A",
+            "videos": ["v.mp4"],
+            "images": ["i.png"],
+        },
+        {"problem_id": "text", "problem": "What colour?", "answer": "A"},
+    ]
+    (d / "data.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
+    return d / "data.jsonl"
+
+
+@pytest.fixture(scope="module", params=FAMILIES)
+def tiny(request, tmp_path_factory):
+    return request.param, make_tiny_model(str(tmp_path_factory.mktemp(request.param)), request.param)
+
+
+def test_tiny_model_loads_and_its_adapter_knows_it(tiny):
+    name, path = tiny
+    family = get_family(name)
+    assert family_of_checkpoint(path) is family
+    model, processor = load_policy(path, freeze_vision_tower=True)
+    assert family_of_model(model) is family
+    assert sum(p.numel() for p in model.parameters()) < 1_100_000
+    # the vision tower is where the adapter says, and freezing it froze exactly it
+    tower = family.vision_tower(model)
+    assert tower is model.model.visual and not any(p.requires_grad for p in tower.parameters())
+    assert all(p.requires_grad for n, p in model.named_parameters() if not n.startswith("model.visual"))
+    # FSDP2 units from _no_split_modules: every decoder layer (linear- and full-attention alike) and
+    # every vision block, each once
+    units = decoder_layers(model)
+    text_layers = list(model.model.language_model.layers)
+    blocks = list(model.model.visual.blocks)
+    assert [id(u) for u in units] == [id(m) for m in (*text_layers, *blocks)] or sorted(
+        map(id, units)
+    ) == sorted(map(id, (*text_layers, *blocks)))
+    if family.hybrid_attention:
+        kinds = {lt for lt in model.config.text_config.layer_types}
+        assert kinds == {"linear_attention", "full_attention"}
+    # the per-frame cap is explicit in the saved processor (no "cap_pixels_per_frame" warning)
+    assert getattr(processor.video_processor, "cap_pixels_per_frame", None) == family.cap_pixels_per_frame
+    assert type(processor).__name__ == family.processor_class
+    assert family.factor == processor.video_processor.patch_size * processor.video_processor.merge_size
+
+
+def _dataset(media, cfg):
+    return RecordDataset(load_records(str(media)), cfg, str(media))
+
+
+def test_cached_and_decoded_inputs_identical_and_a_step_reaches_every_parameter(
+    tiny, media, tmp_path, caplog
+):
+    from transformers.utils import logging as hf_logging
+
+    name, path = tiny
+    base = DataConfig(
+        video_fps=None, video_nframes=4, video_min_pixels=1024, video_max_pixels=4096
+    ).with_model(path)
+    assert get_family(base.model_family) is get_family(name)
+    cache = tmp_path / "cache"
+    assert preprocess([str(media)], base, str(cache), workers=1, progress=False)["built"] == 1
+    from dataclasses import replace
+
+    cached = _dataset(media, replace(base, cache_dir=str(cache), cache_mode="cache_only"))
+    decoded = _dataset(media, replace(base, cache_mode="decode_only"))
+    model, processor = load_policy(path)
+    hf_logging.get_logger("transformers.models.qwen3_vl.video_processing_qwen3_vl").warning_once.cache_clear()
+    caplog.set_level("WARNING")
+    a = encode_sample(processor, cached[0], cached.cfg, cached.loader)
+    b = encode_sample(processor, decoded[0], decoded.cfg, decoded.loader)
+    assert "cap_pixels_per_frame" not in caplog.text
+    assert a.keys() == b.keys() and "pixel_values_videos" in a and "pixel_values" in a
+    for k in a:
+        assert torch.equal(torch.as_tensor(a[k]), torch.as_tensor(b[k])), k
+    # frames on the family's grid: patches per frame pair = (h / patch) * (w / patch)
+    t, gh, gw = a["video_grid_thw"][0].tolist()
+    assert t == 2 and (gh * get_family(name).patch_size) % get_family(name).factor == 0
+
+    # a text-only forward still calls the vision tower (dummy pass): every parameter gets a gradient
+    dummy = DummyVisionPass(model)
+    text = encode_sample(processor, decoded[1], decoded.cfg, decoded.loader)
+    with dummy.expect(text):
+        loss = model(**text, labels=text["input_ids"]).loss
+    loss.backward()
+    assert torch.isfinite(loss) and dummy.calls == 2
+    missing = [n for n, p in model.named_parameters() if p.requires_grad and p.grad is None]
+    assert not missing, missing[:5]
+
+
+def test_checkpoint_round_trip_loads_with_from_pretrained(tiny, tmp_path):
+    from transformers import AutoModelForImageTextToText, AutoProcessor
+
+    name, path = tiny
+    model, processor = load_policy(path)
+    opt = torch.optim.SGD(model.parameters(), lr=0.1)
+    ids = torch.tensor([[1, 2, 3, 4, 5]])
+    with DummyVisionPass(model).expect({"input_ids": ids}):
+        model(input_ids=ids, labels=ids).loss.backward()
+    opt.step()
+    ckpt = save_checkpoint(tmp_path, 1, model, processor, opt, None, {})
+    assert family_of_checkpoint(str(ckpt)) is get_family(name)
+    loaded = AutoModelForImageTextToText.from_pretrained(str(ckpt))
+    AutoProcessor.from_pretrained(str(ckpt))
+    want, got = model.state_dict(), loaded.state_dict()
+    assert want.keys() == got.keys()
+    assert all(torch.equal(want[k], got[k]) for k in want)
+
+
+def test_qwen3_5_chat_template_thinking_as_its_processor_does(media):
+    processor = build_processor("qwen3_5")
+    sample = _dataset(media, DataConfig(model_family="qwen3_5"))[1]
+    default = render_text(processor, sample)
+    off = render_text(processor, sample, thinking=False)
+    on = render_text(processor, sample, thinking=True)
+    assert default.endswith("<|im_start|>assistant\n<think>\n") and on == default
+    assert off.endswith("<|im_start|>assistant\n<think>\n\n</think>\n\n")
+    # Qwen-VL templates take no thinking switch: the flag changes nothing there
+    qwen3vl = build_processor("qwen3vl")
+    assert render_text(qwen3vl, sample, thinking=False) == render_text(qwen3vl, sample)
+
+
+def test_family_comes_from_the_checkpoint_and_a_configured_one_is_checked(tmp_path):
+    (tmp_path / "config.json").write_text(json.dumps({"model_type": "qwen3_5"}))
+    assert resolve_model_family(None, str(tmp_path)) == "qwen3_5"
+    assert resolve_model_family("qwen3.5", str(tmp_path)) == "qwen3.5"
+    assert DataConfig().with_model(str(tmp_path)).factor == 32
+    with pytest.raises(ValueError, match="data.model_family is 'qwen2_5vl' but the model at .* is 'qwen3_5'"):
+        DataConfig(model_family="qwen2_5vl").with_model(str(tmp_path))
+    with pytest.raises(ValueError, match="model family is not known"):
+        DataConfig().sampling_params()
+    (tmp_path / "config.json").write_text(json.dumps({"model_type": "llava"}))
+    with pytest.raises(ValueError, match="model_type 'llava' is not a supported family"):
+        family_of_checkpoint(str(tmp_path))
+    with pytest.raises(ValueError, match="unknown model family 'llama'"):
+        DataConfig(model_family="llama")
+
+
+def test_aliases_and_factors():
+    assert get_family("qwen3vl") is get_family("qwen3_vl") and get_family("Qwen2.5-VL") is get_family(
+        "qwen2_5_vl"
+    )
+    assert {n: get_family(n).factor for n in FAMILIES} == {
+        "qwen2_vl": 28,
+        "qwen2_5_vl": 28,
+        "qwen3_vl": 32,
+        "qwen3_vl_moe": 32,
+        "qwen3_5": 32,
+        "qwen3_5_moe": 32,
+    }

