@@ -84,6 +84,20 @@ def annotation_dir(spec: BenchmarkSpec, settings: EvalConfig) -> str:
     return found
 
 
+def media_root(spec: BenchmarkSpec, settings: EvalConfig, data_root: str | None) -> str | None:
+    """The directory ``spec``'s relative media paths start from: ``--video-root`` (plus the spec's
+    ``video_dir``). A run-time benchmark (``--data``, spec file) may go without: its paths are then
+    resolved as training resolves them, against ``data.video_root`` or else the file's own folder."""
+    if settings.video_root:
+        return os.path.join(settings.video_root, spec.video_dir)
+    if not spec.origin:
+        raise EvalInputError(
+            f"no video root for {spec.name!r}: give --video-root DIR (config key eval.video_root)"
+        )
+    base = data_root or (os.path.dirname(spec.annotation) if spec.video_dir else None)
+    return os.path.join(base, spec.video_dir) if base else None
+
+
 def load_inputs(specs: list[BenchmarkSpec], settings: EvalConfig) -> list[BenchmarkInputs]:
     """Every benchmark's samples, after checking that every annotation file exists."""
     paths = {spec.name: os.path.join(annotation_dir(spec, settings), spec.annotation) for spec in specs}
@@ -137,16 +151,14 @@ def evaluate(
 
     settings = cfg.eval
     inputs = load_inputs(resolve_benchmarks(settings), settings)
-    if not settings.video_root:
-        raise EvalInputError("no video root: give --video-root DIR (config key eval.video_root)")
-    cfg.data = cfg.data.with_model(model)  # the checkpoint names the family; data.model_family checks it
+    roots = {item.spec.name: media_root(item.spec, settings, cfg.data.video_root) for item in inputs}
     model_id = model_fingerprint(model)
     engine, processor = make_engine()
     results: dict[str, dict] = {}
     try:
         for item in inputs:
             data = dataclasses.replace(
-                cfg.data, video_root=os.path.join(settings.video_root, item.spec.video_dir)
+                cfg.data, video_root=roots[item.spec.name]
             )
             loader = VideoLoader(data.cache_dir, data.cache_mode, data.decode_time_limit)
             res = run_benchmark(item, engine, processor, data, settings, out, model_id, loader, cfg.reward)

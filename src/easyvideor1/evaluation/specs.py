@@ -68,6 +68,7 @@ _SPECS = [
         micro_with_breakdown(_field("duration"), "by_duration"),
         breakdown_note="accuracy by duration (short / medium / long)",
         max_new_tokens=_SHORT,
+        breakdown_fields=("duration",),
     ),
     BenchmarkSpec(
         "mvbench",
@@ -86,6 +87,7 @@ _SPECS = [
         "LongVideoBench",
         micro_with_breakdown(_field("original_question_type"), "by_question_type"),
         max_new_tokens=_SHORT,
+        breakdown_fields=("original_question_type",),
     ),
     BenchmarkSpec("mlvu-dev", "mlvu-dev.json", "MLVU_dev/MLVU_dev", max_new_tokens=_SHORT),
     BenchmarkSpec("mlvu-test", "mlvu-test.json", "MLVU_Test", max_new_tokens=_SHORT),
@@ -96,6 +98,7 @@ _SPECS = [
         micro_with_breakdown(_field("original_question_type"), "by_question_type"),
         breakdown_note="numerical answers rule-based (number match), as VideoMMMU's own parser",
         max_new_tokens=_LONG,
+        breakdown_fields=("original_question_type",),
     ),
     BenchmarkSpec(
         "vsibench",
@@ -105,6 +108,7 @@ _SPECS = [
         breakdown_note="macro average over task types; MRA for numeric answers",
         max_new_tokens=_SHORT,
         metric="mean over task types (accuracy; MRA for numeric)",
+        breakdown_fields=("original_question_type",),
     ),
     BenchmarkSpec(
         "mmvu",
@@ -134,6 +138,7 @@ _SPECS = [
         "MotionBench",
         micro_with_breakdown(_field("original_question_type"), "by_category"),
         max_new_tokens=_SHORT,
+        breakdown_fields=("original_question_type",),
     ),
     BenchmarkSpec(
         "charades_sta",
@@ -172,6 +177,7 @@ _SPECS = [
         prompt_source=ovobench.SOURCE,
         max_new_tokens=_SHORT,
         metric="mean of category means of task accuracy",
+        breakdown_fields=("ovo_task", "ovo_category"),
     ),
     BenchmarkSpec(
         "odvbench",
@@ -179,6 +185,7 @@ _SPECS = [
         "ODV-Bench/clips",
         several_breakdowns(by_task=_field("odv_task"), by_subtask=_field("odv_subtask")),
         max_new_tokens=_SHORT,
+        breakdown_fields=("odv_task", "odv_subtask"),
     ),
     BenchmarkSpec(
         "livesports3k_qa",
@@ -186,6 +193,7 @@ _SPECS = [
         "LiveSports-3K-QA/clips",
         several_breakdowns(by_question_type=_field("q_type_livesports"), by_ocr=_field("ocr_livesports")),
         max_new_tokens=_SHORT,
+        breakdown_fields=("q_type_livesports", "ocr_livesports"),
     ),
     BenchmarkSpec(
         "minerva",
@@ -227,6 +235,7 @@ _SPECS = [
         "TempCompass",
         micro_with_breakdown(_field("original_question_type"), "by_dimension"),
         max_new_tokens=_SHORT,
+        breakdown_fields=("original_question_type",),
     ),
     # `easyvideor1 synth --out DIR` output: DIR is both the annotation directory and the video root
     BenchmarkSpec(
