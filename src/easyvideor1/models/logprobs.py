@@ -49,8 +49,11 @@ def response_logprobs(
     full = append_responses(full, response_ids, response_mask)
     prompt_len = seq_inputs["input_ids"].shape[1]
     ctx = dummy.expect(full) if dummy is not None else nullcontext()
-    with ctx:
-        out = model(**full, use_cache=False)
     T = response_ids.shape[1]
-    logits = out.logits[:, prompt_len - 1 : prompt_len - 1 + T] / temperature
+    with ctx:
+        # only the positions that predict response tokens go through the LM head: full-vocabulary
+        # logits over a 4k-token video prompt would be ~1.2 GB (bf16, 151k vocab) per sequence
+        out = model(**full, use_cache=False, logits_to_keep=T + 1)
+    assert full["input_ids"].shape[1] == prompt_len + T
+    logits = out.logits[:, :T] / temperature
     return token_logprobs(logits, response_ids, banned, response_mask)
