@@ -58,6 +58,7 @@ def _predictions(out):
     return rows
 
 
+@pytest.mark.slow  # ~30 s: three evaluations of 121 samples
 def test_eval_data_from_the_cache_then_killed_and_resumed(assets, tmp_path):
     d, total = assets
     # 1. from the frame cache only: a lookup that missed would be a failure, never a decode
