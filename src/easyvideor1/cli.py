@@ -123,7 +123,9 @@ def cmd_preprocess(args: argparse.Namespace, extra: list[str]) -> int:
     cache_dir = args.cache_dir or cfg.data.cache_dir
     if not cache_dir:
         raise ConfigError("no cache directory: give --cache-dir DIR (or data.cache_dir)")
-    model = args.model or cfg.model.path
+    model = args.model
+    if not model and cfg.model.path and os.path.isfile(os.path.join(cfg.model.path, "config.json")):
+        model = cfg.model.path  # a recipe's model, where it is on this machine
     if model:  # the model's config.json names the family (a --model-family that disagrees is an error)
         cfg.data = cfg.data.with_model(model)
     elif cfg.data.model_family is None and all(os.path.isfile(f) for f in files):  # (file errors first)

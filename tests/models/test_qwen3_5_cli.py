@@ -4,6 +4,7 @@ config for 2 steps; the output holds a checkpoint that loads with ``from_pretrai
 
 from __future__ import annotations
 
+import json
 import os
 import subprocess
 import sys
@@ -44,9 +45,10 @@ def test_make_tiny_qwen3_5_then_train_the_demo_config_and_load_the_checkpoint(tm
         # the demo's assets, small: 32 prompts, 2 warm-up steps
         f"demo.data_dir={tmp_path / 'data'}",
         f"data.cache_dir={tmp_path / 'cache'}",
-        "demo.n_train=32",
-        "demo.n_val=8",
-        "trainer.sft_warmup_steps=2",
+        "demo.n_train=16",
+        "demo.n_val=4",
+        "trainer.val_size=4",
+        "trainer.sft_warmup_steps=1",
         "trainer.loggers=[jsonl]",
         cwd=tmp_path,
     )
@@ -61,29 +63,30 @@ def test_make_tiny_qwen3_5_then_train_the_demo_config_and_load_the_checkpoint(tm
     assert moved > 0 and all(torch.isfinite(v).all() for v in model.state_dict().values())
 
 
-def test_preprocess_takes_the_family_from_model_or_says_what_is_missing(tmp_path):
+def test_preprocess_takes_the_family_from_model_or_says_what_is_missing(tmp_path, capsys):
+    """In process (the CLI's main), to spare two interpreter start-ups."""
+    from easyvideor1.cli import main
     from easyvideor1.data.synthetic import write_demo_set
     from easyvideor1.models.tiny import make_tiny_model
 
     train, _ = write_demo_set(str(tmp_path / "d"), n_train=2, n_val=1)
     model = make_tiny_model(str(tmp_path / "m"), "qwen2_5_vl")
-    common = ["preprocess", "--data", train, "--quiet", "--nframes", "4"]
-    r = _cli(*common, "--cache-dir", str(tmp_path / "c0"), cwd=tmp_path)
-    assert r.returncode == 2 and "give --model PATH" in r.stderr and "--model-family" in r.stderr
-    r = _cli(
-        *common,
-        "--cache-dir",
-        str(tmp_path / "c1"),
-        "--model",
-        model,
-        "--model-family",
-        "qwen3vl",
-        cwd=tmp_path,
+    common = ["preprocess", "--data", train, "--quiet", "--nframes", "4", "--workers", "1"]
+    assert main([*common, "--cache-dir", str(tmp_path / "c0")]) == 2
+    err = capsys.readouterr().err
+    assert "give --model PATH" in err and "--model-family" in err
+    assert (
+        main([*common, "--cache-dir", str(tmp_path / "c1"), "--model", model, "--model-family", "qwen3vl"])
+        == 2
     )
-    assert r.returncode == 2 and "data.model_family is 'qwen3vl' but the model" in r.stderr
-    r = _cli(*common, "--cache-dir", str(tmp_path / "c2"), "--model", model, cwd=tmp_path)
-    assert r.returncode == 0, r.stderr[-2000:]
-    import json
-
+    assert "data.model_family is 'qwen3vl' but the model" in capsys.readouterr().err
+    assert main([*common, "--cache-dir", str(tmp_path / "c2"), "--model", model]) == 0
     report = json.loads((tmp_path / "c2" / "report.json").read_text())
     assert report["built"] == 2 and report["failed"] == 0
+    # the factor came from the model: Qwen2.5-VL frames are on the 28-pixel grid (not 32's)
+    from safetensors import safe_open
+
+    for entry in (tmp_path / "c2").rglob("*.safetensors"):
+        with safe_open(str(entry), "pt") as f:
+            _, h, w, _ = f.get_slice("frames").get_shape()
+        assert h % 28 == 0 and w % 28 == 0 and (h % 32 or w % 32), (h, w)
