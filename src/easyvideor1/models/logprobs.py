@@ -7,7 +7,9 @@ from contextlib import nullcontext
 import torch
 
 from .inputs import append_responses
+from .packing import pack
 from .vision import DummyVisionPass
+from .vision_cache import VisionFeatureCache
 
 
 def token_logprobs(
@@ -41,19 +43,67 @@ def response_logprobs(
     banned: list[int] | None = None,
     temperature: float = 1.0,
     dummy: DummyVisionPass | None = None,
+    *,
+    padding_free: bool = False,
+    media_counts: tuple[list[int], list[int]] | None = None,
+    vision: VisionFeatureCache | None = None,
+    prompt_ids: list[int] | None = None,
 ):
-    """(logp [N, T], entropy [N, T]) of each response token given its prompt."""
+    """(logp [N, T], entropy [N, T]) of each response token given its prompt.
+
+    ``padding_free``: the sequences run as one packed row (``models.packing``); it needs
+    ``media_counts`` (videos, images of each sequence). ``vision``: a started feature cache serves
+    the vision features of ``prompt_ids`` (each sequence's prompt index in the cache's batch).
+    Both give the padded, re-encoding forward's values (within float tolerance).
+    """
     device = next(model.parameters()).device  # inputs are built on the CPU; GPU runs move them here
-    full = {k: v.to(device) if isinstance(v, torch.Tensor) else v for k, v in seq_inputs.items()}
-    response_ids, response_mask = response_ids.to(device), response_mask.to(device)
-    full = append_responses(full, response_ids, response_mask)
-    prompt_len = seq_inputs["input_ids"].shape[1]
-    ctx = dummy.expect(full) if dummy is not None else nullcontext()
-    T = response_ids.shape[1]
+    serve = vision is not None and vision.active
+    if serve and prompt_ids is None:
+        raise ValueError("a vision feature cache needs the prompt index of every sequence")
+    with vision.serving(prompt_ids) if serve else nullcontext():
+        if padding_free:
+            if media_counts is None:
+                raise ValueError("padding-free log-probs need each sequence's media counts")
+            return _packed_logprobs(
+                model,
+                seq_inputs,
+                response_ids,
+                response_mask,
+                banned,
+                temperature,
+                dummy,
+                media_counts,
+                serve,
+            )
+        full = {k: v.to(device) if isinstance(v, torch.Tensor) else v for k, v in seq_inputs.items()}
+        response_ids, response_mask = response_ids.to(device), response_mask.to(device)
+        full = append_responses(full, response_ids, response_mask)
+        prompt_len = seq_inputs["input_ids"].shape[1]
+        # a served forward calls no tower, so no dummy either (the frozen tower needs no gradient)
+        ctx = dummy.expect(full) if dummy is not None and not serve else nullcontext()
+        T = response_ids.shape[1]
+        with ctx:
+            # only the positions that predict response tokens go through the LM head: full-vocabulary
+            # logits over a 4k-token video prompt would be ~1.2 GB (bf16, 151k vocab) per sequence
+            out = model(**full, use_cache=False, logits_to_keep=T + 1)
+        assert full["input_ids"].shape[1] == prompt_len + T
+        logits = out.logits[:, :T] / temperature
+        return token_logprobs(logits, response_ids, banned, response_mask)
+
+
+def _packed_logprobs(
+    model, seq_inputs, response_ids, response_mask, banned, temperature, dummy, counts, serve
+):
+    device = next(model.parameters()).device
+    packed = pack(model, seq_inputs, response_ids, response_mask, counts[0], counts[1])
+    inputs = {k: v.to(device) if isinstance(v, torch.Tensor) else v for k, v in packed.inputs.items()}
+    ctx = dummy.expect(inputs) if dummy is not None and not serve else nullcontext()
     with ctx:
-        # only the positions that predict response tokens go through the LM head: full-vocabulary
-        # logits over a 4k-token video prompt would be ~1.2 GB (bf16, 151k vocab) per sequence
-        out = model(**full, use_cache=False, logits_to_keep=T + 1)
-    assert full["input_ids"].shape[1] == prompt_len + T
-    logits = out.logits[:, :T] / temperature
-    return token_logprobs(logits, response_ids, banned, response_mask)
+        # a tensor logits_to_keep selects exactly the positions that predict response tokens
+        out = model(**inputs, use_cache=False, logits_to_keep=packed.keep.to(device))
+    ids = response_ids.to(device)[packed.rows.to(device), packed.cols.to(device)]
+    lp, ent = token_logprobs(out.logits / temperature, ids[None], banned)
+    index = (packed.rows.to(device), packed.cols.to(device))
+    logp = lp.new_zeros(response_ids.shape).index_put(index, lp[0])
+    entropy = ent.new_zeros(response_ids.shape).index_put(index, ent[0])
+    return logp, entropy

@@ -132,6 +132,13 @@ class TrainerConfig:
         micro_batch_size: Sequences per forward/backward (gradient accumulation; the loss is
             weighted so that the result does not depend on it).
         ppo_epochs: Passes over each rollout batch.
+        padding_free: Run each micro-batch's sequences packed into one row (per-sequence M-RoPE
+            positions and attention boundaries) instead of padded to the longest; same log-probs
+            (fp32, within 1e-5). Not for hybrid linear-attention families (Qwen3.5: refused).
+        max_tokens_per_micro_batch: When > 0, micro-batches are formed by this token budget (prompt
+            tokens, media placeholders included, plus response tokens; padded micro-batches count
+            rows times the widest row) instead of ``micro_batch_size`` sequences; a longer sequence
+            runs alone. The loss and gradient do not change.
         lr: AdamW learning rate. weight_decay, betas: AdamW settings.
         warmup_steps: Linear learning-rate warm-up (optimizer steps). lr_schedule: ``constant`` or ``cosine``.
         max_grad_norm: Gradient clipping; a non-finite norm skips the optimizer step (logged).
@@ -151,6 +158,8 @@ class TrainerConfig:
     mini_batch_prompts: int = 8
     micro_batch_size: int = 16
     ppo_epochs: int = 1
+    padding_free: bool = False
+    max_tokens_per_micro_batch: int = 0
     lr: float = 1e-6
     weight_decay: float = 0.01
     betas: list[float] = field(default_factory=lambda: [0.9, 0.999])
@@ -172,6 +181,19 @@ class TrainerConfig:
         for key in ("max_steps", "prompts_per_step", "mini_batch_prompts", "micro_batch_size", "ppo_epochs"):
             at_least(f"trainer.{key}", getattr(self, key), 1)
         at_least("trainer.sft_batch_size", self.sft_batch_size, 1)
+        require(
+            isinstance(self.padding_free, bool),
+            "trainer.padding_free",
+            "must be true or false",
+            self.padding_free,
+        )
+        n = self.max_tokens_per_micro_batch
+        require(
+            isinstance(n, int) and not isinstance(n, bool) and n >= 0,
+            "trainer.max_tokens_per_micro_batch",
+            "must be a whole number of tokens >= 0 (0: micro-batches of trainer.micro_batch_size sequences)",
+            n,
+        )
         for key in ("warmup_steps", "sft_warmup_steps", "val_every", "val_size", "save_every", "keep_last"):
             non_negative(f"trainer.{key}", getattr(self, key))
         for key in ("lr", "sft_lr", "max_grad_norm"):

@@ -22,7 +22,9 @@ from ..algorithms.kl import kl_penalty
 from ..algorithms.masked import masked_mean
 from ..data.dataset import RecordDataset, encode_prompts
 from ..models.loading import load_policy
+from ..models.packing import check_packable
 from ..models.vision import DummyVisionPass
+from ..models.vision_cache import VisionFeatureCache
 from ..rollout.base import SamplingConfig
 from .advantages import step_advantages
 from .checkpoint import save_checkpoint
@@ -117,6 +119,12 @@ class Trainer:
         self.dummy = DummyVisionPass(self.model)
         # under FSDP the reference forward is a collective too; alone, it needs no dummy passes
         self.ref_dummy = DummyVisionPass(self.ref_model) if self.ref_model and self.dist.enabled else None
+        if tc.padding_free:
+            check_packable(self.model)  # a clear start-up error where packing cannot be exact
+        # a frozen tower's features are computed once per step and reused by every forward
+        self.vision_cache = (
+            VisionFeatureCache([self.model, self.ref_model]) if cfg.model.freeze_vision_tower else None
+        )
         self.engine = self._make_engine()
         self.train_set = RecordDataset.from_files(cfg.data.train_files, cfg.data)
         self.val_set = (
@@ -166,6 +174,8 @@ class Trainer:
             kl_kind=self.alg.kl.type,
             temperature=r.temperature,
             micro_batch_size=tc.micro_batch_size,
+            padding_free=tc.padding_free,
+            max_tokens_per_micro_batch=tc.max_tokens_per_micro_batch,
             max_grad_norm=tc.max_grad_norm,
             offline_shaping=r.offline_shaping,
         )
@@ -209,6 +219,13 @@ class Trainer:
             )
             scores += pen
             metrics["reward/overlong_penalty"] = float(pen.mean())
+        if self.vision_cache is not None:
+            self.vision_cache.start(exp.batch)  # served until the update ends
+        speed = dict(
+            padding_free=self.settings.padding_free,
+            max_tokens=self.settings.max_tokens_per_micro_batch,
+            vision=self.vision_cache,
+        )
         exp.old_logp, entropy = experience_logprobs(
             self.model,
             exp,
@@ -216,6 +233,7 @@ class Trainer:
             self.dummy,
             self.sampling.temperature,
             self.cfg.trainer.micro_batch_size,
+            **speed,
         )
         if self.ref_model is not None:
             exp.ref_logp, _ = experience_logprobs(
@@ -225,6 +243,7 @@ class Trainer:
                 self.ref_dummy,
                 self.sampling.temperature,
                 self.cfg.trainer.micro_batch_size,
+                **speed,
             )
             kl = kl_penalty(exp.old_logp, exp.ref_logp, self.alg.kl.type, exp.mask)
             if self.alg.kl.apply_as == "reward":
@@ -254,16 +273,21 @@ class Trainer:
         sleeping = self.cfg.rollout.engine == "vllm" and self.cfg.rollout.vllm.sleep_between_phases
         if sleeping:
             self.engine.sleep()  # give the update the engine's GPU memory back
-        update = policy_update(
-            self.model,
-            self.optimizer,
-            self.scheduler,
-            exp,
-            mini,
-            self.settings,
-            self.engine.banned,
-            self.dummy,
-        )  # already global
+        try:
+            update = policy_update(
+                self.model,
+                self.optimizer,
+                self.scheduler,
+                exp,
+                mini,
+                self.settings,
+                self.engine.banned,
+                self.dummy,
+                vision=self.vision_cache,
+            )  # already global
+        finally:
+            if self.vision_cache is not None:
+                self.vision_cache.stop()  # the next step's weights and media differ
         if sleeping:
             self.engine.wake_up()
         self.sync_rollout_weights()

@@ -12,6 +12,7 @@ from ..algorithms.kl import kl_loss
 from ..algorithms.policy_losses import compute_policy_loss
 from ..models.inputs import gather_prompts
 from ..models.logprobs import response_logprobs
+from ..models.vision_cache import VisionFeatureCache
 from .distributed import max_over_ranks, sum_over_ranks
 from .experience import Experience
 
@@ -28,16 +29,81 @@ class UpdateSettings:
     micro_batch_size: int = 16
     max_grad_norm: float = 1.0
     offline_shaping: float = 0.0  # LUFFY-style policy shaping gamma for offline responses (0 = off)
+    padding_free: bool = False  # pack each micro-batch into one row (models/packing.py)
+    max_tokens_per_micro_batch: int = 0  # > 0: micro-batches by token budget instead of a count
 
 
 def micro_batches(indices: list[int], size: int) -> list[list[int]]:
     return [indices[i : i + size] for i in range(0, len(indices), size)]
 
 
+def sequence_tokens(exp: Experience, idx: list[int]) -> list[int]:
+    """Real tokens of each sequence: its prompt without padding (media placeholders included)
+    plus its response."""
+    prompt = exp.batch.inputs["attention_mask"].sum(1)
+    return [int(prompt[exp.prompt_of[i]]) + int(exp.mask[i].sum()) for i in idx]
+
+
+def token_micro_batches(exp: Experience, indices: list[int], max_tokens: int, padding_free: bool):
+    """Consecutive micro-batches whose forward holds at most ``max_tokens`` tokens.
+
+    A forward's size is what it computes: the sum of the sequences' lengths when packed, rows times
+    the widest row when padded (prompts are padded to the step's longest prompt). A sequence over
+    the budget on its own forms a micro-batch alone (it cannot be split). The loss does not depend
+    on the split (GlobalBatchStats), so this changes memory and speed only.
+    """
+    width = exp.batch.inputs["input_ids"].shape[1]
+    lengths = sequence_tokens(exp, indices)
+    out: list[list[int]] = []
+    current: list[int] = []
+    longest = total = 0
+    for i, n in zip(indices, lengths, strict=True):
+        resp = int(exp.mask[i].sum())
+        new_longest = max(longest, width + resp)
+        cost = total + n if padding_free else new_longest * (len(current) + 1)
+        if current and cost > max_tokens:
+            out.append(current)
+            current, longest, total = [], 0, 0
+            new_longest = width + resp
+        current.append(i)
+        longest, total = new_longest, total + n
+    if current:
+        out.append(current)
+    return out
+
+
+def split_micro_batches(exp: Experience, indices: list[int], settings: UpdateSettings) -> list[list[int]]:
+    """The micro-batches of ``indices``: by token budget when one is set, else by count."""
+    if settings.max_tokens_per_micro_batch > 0:
+        return token_micro_batches(exp, indices, settings.max_tokens_per_micro_batch, settings.padding_free)
+    return micro_batches(indices, settings.micro_batch_size)
+
+
 def _micro_inputs(exp: Experience, idx: list[int]):
     width = int(exp.mask[idx].sum(1).max())
     seq_inputs = gather_prompts(exp.batch, [exp.prompt_of[i] for i in idx])
     return seq_inputs, exp.ids[idx, :width], exp.mask[idx, :width], width
+
+
+def _logprobs(model, exp: Experience, idx: list[int], banned, dummy, temperature, padding_free, vision):
+    """One forward over the sequences ``idx``: (logp, entropy, mask, width)."""
+    seq_inputs, ids, mask, width = _micro_inputs(exp, idx)
+    prompts = [exp.prompt_of[i] for i in idx]
+    counts = ([exp.batch.video_counts[p] for p in prompts], [exp.batch.image_counts[p] for p in prompts])
+    logp, entropy = response_logprobs(
+        model,
+        seq_inputs,
+        ids,
+        mask,
+        banned,
+        temperature,
+        dummy,
+        padding_free=padding_free,
+        media_counts=counts,
+        vision=vision,
+        prompt_ids=prompts,
+    )
+    return logp, entropy, mask, width
 
 
 def padded(chunks: list[list[int]]) -> list[tuple[list[int], bool]]:
@@ -54,13 +120,30 @@ def padded(chunks: list[list[int]]) -> list[tuple[list[int], bool]]:
 
 
 @torch.no_grad()
-def experience_logprobs(model, exp: Experience, banned, dummy, temperature: float, micro_batch_size: int):
-    """Per-token log-probs ``[N, T]`` and entropy of every response under ``model`` (no gradient)."""
+def experience_logprobs(
+    model,
+    exp: Experience,
+    banned,
+    dummy,
+    temperature: float,
+    micro_batch_size: int,
+    *,
+    padding_free: bool = False,
+    max_tokens: int = 0,
+    vision: VisionFeatureCache | None = None,
+):
+    """Per-token log-probs ``[N, T]`` and entropy of every response under ``model`` (no gradient).
+
+    ``padding_free``, ``max_tokens`` (token-budget micro-batches) and ``vision`` (a started
+    feature cache) change speed and memory, not the values (see ``UpdateSettings``).
+    """
     logp = torch.zeros(exp.ids.shape, dtype=torch.float32)
     entropy = torch.zeros(exp.ids.shape, dtype=torch.float32)
-    for idx, real in padded(micro_batches(list(range(len(exp))), micro_batch_size)):
-        seq_inputs, ids, mask, width = _micro_inputs(exp, idx)
-        lp, ent = response_logprobs(model, seq_inputs, ids, mask, banned, temperature, dummy)
+    split = UpdateSettings(
+        micro_batch_size=micro_batch_size, padding_free=padding_free, max_tokens_per_micro_batch=max_tokens
+    )
+    for idx, real in padded(split_micro_batches(exp, list(range(len(exp))), split)):
+        lp, ent, mask, width = _logprobs(model, exp, idx, banned, dummy, temperature, padding_free, vision)
         if real:
             lp, ent, m = lp.cpu(), ent.cpu(), mask.bool()
             logp[idx, :width] = torch.where(m, lp, torch.zeros_like(lp))
@@ -77,8 +160,11 @@ def policy_update(
     settings: UpdateSettings,
     banned,
     dummy,
+    vision: VisionFeatureCache | None = None,
 ) -> dict[str, float]:
     """One optimizer step per mini-batch (lists of sequence indices); returns averaged metrics.
+
+    ``vision``: a started feature cache serving the (frozen) vision features of ``exp``'s prompts.
 
     Under data parallelism each rank passes its own sequences; the loss denominators are summed over
     ranks first, so the step equals the single-process step on the union of the ranks' batches.
@@ -87,15 +173,14 @@ def policy_update(
     replicated: dict[str, float] = {}
     steps = skipped = 0
     for seqs, real_step in padded(mini_batches):
-        micros = micro_batches(seqs, settings.micro_batch_size)
+        micros = split_micro_batches(exp, seqs, settings)
         local = [exp.mask[m] for m in micros] if real_step else []
         stats = GlobalBatchStats.from_masks(local).all_reduce()
         optimizer.zero_grad(set_to_none=True)
         for idx, real in padded(micros):
             real = real and real_step
-            seq_inputs, ids, mask, width = _micro_inputs(exp, idx)
-            logp, entropy = response_logprobs(
-                model, seq_inputs, ids, mask, banned, settings.temperature, dummy
+            logp, entropy, mask, width = _logprobs(
+                model, exp, idx, banned, dummy, settings.temperature, settings.padding_free, vision
             )
             mask = mask.to(logp.device)
             old_logp, adv = (

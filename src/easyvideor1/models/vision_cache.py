@@ -1,0 +1,163 @@
+"""Vision features computed once per step and reused (``model.freeze_vision_tower: true``).
+
+Why: with a frozen tower a sample's vision features do not change within a step, yet the old
+log-probs, the reference log-probs and every actor forward of every PPO epoch encode them again,
+and a micro-batch holding ``n`` responses to one prompt encodes its video ``n`` times.
+
+How: the Qwen-VL models obtain features through ``model.model.get_{image,video}_features``; this
+cache shadows those two methods on each attached model (instance attributes, nothing global).
+Inside :meth:`VisionFeatureCache.serving` the first forward of a step encodes every media item of
+the step's prompts, one tower call per modality, from its input-embedding hook (so the call runs
+inside the model's forward, where FSDP has gathered the tower), and every forward of the step then
+gets its items' features by prompt index, with no tower call. The result equals recomputation: the
+tower encodes each item independently (per-item attention), and the features go through the same
+code in the model's forward as freshly computed ones.
+
+Under FSDP every rank makes the same tower calls: exactly one per modality per step (a zero
+dummy input when a rank has no item of that modality), and none in later forwards; the frozen
+tower needs no dummy pass for gradients, so ``DummyVisionPass`` is off while the cache serves.
+Forwards outside ``serving`` (generation, validation, SFT warm-up) are untouched.
+"""
+
+from __future__ import annotations
+
+import functools
+from contextlib import contextmanager
+from typing import Any
+
+import torch
+
+from .families import VISION_INPUTS
+from .inputs import PromptBatch
+
+_METHODS = {"image": "get_image_features", "video": "get_video_features"}
+
+
+class VisionFeatureCache:
+    """Per-step cache of vision-encoder outputs, shared by the models it is attached to.
+
+    ``models`` (policy, reference; ``None`` entries are skipped) must have frozen, equal vision
+    towers: the features one computes stand for all of them.
+    """
+
+    def __init__(self, models) -> None:
+        self.batch: PromptBatch | None = None
+        self.features: dict[str, Any] = {}  # kind -> encoder output over all the step's items
+        self.first_item: dict[str, list[int]] = {}  # kind -> each prompt's first item index
+        self.prompts: list[int] | None = None  # prompts of the forward in flight
+        self.encodes = 0  # real (non-dummy) encoder calls made (tests, metrics)
+        self.served = 0  # feature requests answered from the cache
+        self._encoding = False
+        self._encoded = False  # this step's items are encoded
+        self._originals: dict[int, dict[str, Any]] = {}
+        for model in models:
+            if model is not None:
+                self._attach(model)
+
+    # ------------------------------------------------------------------------------ the step
+    def start(self, batch: PromptBatch) -> None:
+        """A new step: forget the previous step's features; ``batch`` holds this step's media."""
+        self.batch, self.features, self.prompts = batch, {}, None
+        self.first_item, self._encoded = {}, False
+        for kind, counts in (("video", batch.video_counts), ("image", batch.image_counts)):
+            starts, total = [], 0
+            for c in counts:
+                starts.append(total)
+                total += c
+            self.first_item[kind] = starts
+
+    def stop(self) -> None:
+        """End of the step: drop the features (the next step's weights or media differ)."""
+        self.batch, self.features, self.prompts = None, {}, None
+        self._encoded = False
+
+    @property
+    def active(self) -> bool:
+        return self.batch is not None
+
+    @contextmanager
+    def serving(self, prompt_ids: list[int]):
+        """The next forward is of sequences answering ``prompt_ids`` (indices into the batch)."""
+        if self.batch is None:
+            raise RuntimeError("VisionFeatureCache.serving outside a step: call start(batch) first")
+        self.prompts = list(prompt_ids)
+        try:
+            yield self
+        finally:
+            self.prompts = None
+
+    # ------------------------------------------------------------------------------ the model
+    def _attach(self, model) -> None:
+        inner = getattr(model, "model", model)
+        originals = {kind: getattr(inner, name) for kind, name in _METHODS.items()}
+        self._originals[id(inner)] = originals
+        for kind, name in _METHODS.items():
+            setattr(inner, name, self._server(kind, originals[kind]))
+        model.get_input_embeddings().register_forward_hook(
+            lambda module, args, output, inner=inner: self._encode_step(inner, output)
+        )
+
+    def _encode_step(self, inner, embeds: torch.Tensor) -> None:
+        """First forward of the step: encode every item, one encoder call per modality."""
+        if self.prompts is None or self._encoded or self.batch is None:
+            return
+        originals = self._originals[id(inner)]
+        tower = inner.visual
+        self._encoding = True
+        try:
+            with torch.no_grad():
+                for kind in ("video", "image"):
+                    pix_key, grid_key, _ = VISION_INPUTS[kind]
+                    pixels, grid = self.batch.inputs.get(pix_key), self.batch.inputs.get(grid_key)
+                    if grid is None or pixels is None:
+                        pixels, grid = _dummy_input(tower)
+                        originals[kind](pixels.to(embeds.device), grid.to(embeds.device), return_dict=True)
+                        continue
+                    out = originals[kind](pixels.to(embeds.device), grid.to(embeds.device), return_dict=True)
+                    self.features[kind] = out
+                    self.encodes += 1
+        finally:
+            self._encoding = False
+        self._encoded = True
+
+    def _server(self, kind: str, original):
+        pix_key, grid_key, _ = VISION_INPUTS[kind]
+
+        # the original's signature is kept (functools.wraps): generate() reads it to pick its inputs
+        @functools.wraps(original)
+        def get_features(*args, **kwargs):
+            if self._encoding or self.prompts is None or kind not in self.features:
+                return original(*args, **kwargs)
+            grid = args[1] if len(args) > 1 else kwargs.get(grid_key)
+            return self._serve(kind, grid, kwargs.get("return_dict", True))
+
+        return get_features
+
+    def _serve(self, kind: str, grid_thw, return_dict: bool):
+        out = self.features[kind]
+        counts = self.batch.video_counts if kind == "video" else self.batch.image_counts
+        items = [self.first_item[kind][p] + j for p in self.prompts or [] for j in range(counts[p])]
+        grids = self.batch.inputs[VISION_INPUTS[kind][1]]
+        expected = grids[items] if items else grids[:0]
+        if grid_thw is None or not torch.equal(expected, grid_thw.detach().cpu().to(expected.dtype)):
+            raise RuntimeError(
+                f"vision cache: the forward's {kind} grids differ from its prompts' "
+                f"{self.prompts} in the step's batch (inputs not built from this step's batch?)"
+            )
+        served = type(out)()
+        served.pooler_output = tuple(out.pooler_output[i] for i in items)
+        deepstack = getattr(out, "deepstack_features", None)
+        if deepstack:
+            served.deepstack_features = [tuple(layer[i] for i in items) for layer in deepstack]
+        self.served += 1
+        return served if return_dict else served.to_tuple()
+
+
+def _dummy_input(tower) -> tuple[torch.Tensor, torch.Tensor]:
+    """The smallest input the tower accepts (as models.vision.DummyVisionPass builds it)."""
+    cfg = tower.config
+    merge = getattr(cfg, "spatial_merge_size", 2)
+    patch_dim = cfg.in_channels * cfg.temporal_patch_size * cfg.patch_size**2
+    p = next(tower.parameters())
+    grid = torch.tensor([[1, merge, merge]])
+    return torch.zeros(merge * merge, patch_dim, dtype=p.dtype), grid

@@ -1,0 +1,121 @@
+"""Padding-free packing: packed log-probs equal the padded forward's (fp32, within 1e-5) for every
+family where packing is supported; the hybrid family is refused with the key named."""
+
+from __future__ import annotations
+
+import json
+from types import SimpleNamespace
+
+import numpy as np
+import pytest
+import torch
+from PIL import Image
+
+from easyvideor1.data.config import DataConfig
+from easyvideor1.data.dataset import RecordDataset
+from easyvideor1.media.encode import encode_video
+from easyvideor1.models.inputs import gather_prompts
+from easyvideor1.models.loading import load_policy
+from easyvideor1.models.packing import check_packable, pack
+from easyvideor1.models.tiny import make_tiny_model
+from easyvideor1.models.vision import DummyVisionPass
+from easyvideor1.rollout.base import banned_token_ids
+from easyvideor1.trainer.update import experience_logprobs
+
+from ..trainer.dist_worker import build_experience
+
+KINDS = ["video", "image", "text", "mixed"]
+
+
+@pytest.fixture(scope="module")
+def records(tmp_path_factory) -> str:
+    """A video (8 frames), an image, text only, and video + image: prompts of different lengths."""
+    d = tmp_path_factory.mktemp("pack")
+    rng = np.random.default_rng(0)
+    frames = [rng.integers(0, 255, (32, 32, 3), dtype=np.uint8) for _ in range(8)]
+    encode_video(str(d / "v.mp4"), frames, 4)
+    Image.fromarray(frames[0]).save(d / "i.png")
+    base = {
+        "problem": "What colour?",
+        "problem_type": "multiple choice",
+        "answer": "A",
+        "options": ["A. r", "B. b"],
+    }
+    rows = [
+        {**base, "problem_id": "video", "videos": ["v.mp4"]},
+        {**base, "problem_id": "image", "images": ["i.png"]},
+        {**base, "problem_id": "text"},
+        {**base, "problem_id": "mixed", "videos": ["v.mp4"], "images": ["i.png"]},
+    ]
+    path = d / "kinds.jsonl"
+    path.write_text("".join(json.dumps(r) + "\n" for r in rows))
+    return str(path)
+
+
+_SETUPS: dict[str, tuple] = {}
+
+
+def _setup(tmp_path, family: str, records: str):
+    """A tiny model of ``family`` and a 4-prompt experience (built once per family)."""
+    if family not in _SETUPS:
+        model_dir = make_tiny_model(str(tmp_path / family), family, layers=1)
+        model, processor = load_policy(model_dir)
+        model.eval()
+        cfg = DataConfig(video_fps=None, video_nframes=4).with_model(model_dir)
+        exp = build_experience(processor, RecordDataset.from_files([records], cfg), KINDS)
+        _SETUPS[family] = (model, processor, exp)
+    return _SETUPS[family]
+
+
+SLOW = pytest.mark.slow  # the same code path as the fast families, another architecture
+
+
+@pytest.mark.parametrize(
+    "family",
+    [
+        "qwen3_vl",
+        "qwen2_5_vl",
+        pytest.param("qwen2_vl", marks=SLOW),
+        pytest.param("qwen3_vl_moe", marks=SLOW),
+    ],
+)
+def test_packed_logprobs_equal_padded(tmp_path, records, family):
+    model, processor, exp = _setup(tmp_path, family, records)
+    banned, dummy = banned_token_ids(processor.tokenizer), DummyVisionPass(model)
+    padded, ent_padded = experience_logprobs(model, exp, banned, dummy, 1.0, 3)
+    packed, ent_packed = experience_logprobs(model, exp, banned, dummy, 1.0, 3, padding_free=True)
+    m = exp.mask.bool()
+    assert torch.isfinite(padded[m]).all() and padded[m].abs().min() > 0
+    assert torch.allclose(packed[m], padded[m], atol=1e-5, rtol=0)
+    assert torch.allclose(ent_packed[m], ent_padded[m], atol=1e-5, rtol=0)
+    assert (packed[~m] == 0).all()
+
+
+def test_packing_removes_padding_and_restarts_positions(tmp_path, records):
+    model, _, exp = _setup(tmp_path, "qwen3_vl", records)
+    idx = list(range(len(exp)))
+    seq = gather_prompts(exp.batch, [exp.prompt_of[i] for i in idx])
+    counts = (
+        [exp.batch.video_counts[exp.prompt_of[i]] for i in idx],
+        [exp.batch.image_counts[exp.prompt_of[i]] for i in idx],
+    )
+    p = pack(model, seq, exp.ids, exp.mask, *counts)
+    assert (
+        p.inputs["input_ids"].shape[1] == sum(p.lengths) == int(seq["attention_mask"].sum() + exp.mask.sum())
+    )
+    assert p.inputs["input_ids"].shape[1] < seq["input_ids"].numel() + exp.ids.numel()
+    text = p.inputs["position_ids"][0, 0]
+    assert (text == 0).sum() == len(exp)  # every sequence restarts at 0: its attention boundary
+    assert len(p.keep) == int(exp.mask.sum())
+    # a control: without the boundaries (one causal row), sequences see each other and differ
+    with torch.no_grad():
+        inputs = dict(p.inputs, position_ids=p.inputs["position_ids"][1:])
+        leaky = model(**inputs, use_cache=False, logits_to_keep=p.keep).logits
+        exact = model(**p.inputs, use_cache=False, logits_to_keep=p.keep).logits
+    assert (leaky - exact).abs().max() > 1e-3
+
+
+def test_hybrid_family_is_refused_naming_the_key():
+    fake = SimpleNamespace(config=SimpleNamespace(model_type="qwen3_5"))
+    with pytest.raises(ValueError, match="trainer.padding_free.*qwen3_5"):
+        check_packable(fake)

@@ -1,0 +1,183 @@
+"""The step speed-ups (issue 13 part 2) change speed, not results: token-budget micro-batches give
+the fixed-count update, reused vision features equal re-encoded ones (and the tower runs once per
+step), and all speed-ups on give the weights of all off, in one process and on two ranks (gloo)."""
+
+from __future__ import annotations
+
+import copy
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import numpy as np
+import pytest
+import torch
+from PIL import Image
+from safetensors import safe_open
+
+from easyvideor1.data.config import DataConfig
+from easyvideor1.data.dataset import RecordDataset
+from easyvideor1.media.encode import encode_video
+from easyvideor1.models.loading import load_policy
+from easyvideor1.models.vision import DummyVisionPass, vision_tower
+from easyvideor1.models.vision_cache import VisionFeatureCache
+from easyvideor1.rollout.base import banned_token_ids
+from easyvideor1.trainer.update import (
+    UpdateSettings,
+    experience_logprobs,
+    policy_update,
+    token_micro_batches,
+)
+
+from .conftest import free_port
+from .dist_worker import KINDS, build_experience
+
+HERE = Path(__file__).parent
+
+
+@pytest.fixture(scope="module")
+def records(tmp_path_factory) -> str:
+    d = tmp_path_factory.mktemp("speed")
+    rng = np.random.default_rng(1)
+    frames = [rng.integers(0, 255, (32, 32, 3), dtype=np.uint8) for _ in range(4)]
+    encode_video(str(d / "v.mp4"), frames, 4)
+    Image.fromarray(frames[0]).save(d / "i.png")
+    base = {
+        "problem": "What colour?",
+        "problem_type": "multiple choice",
+        "answer": "A",
+        "options": ["A. r", "B. b"],
+    }
+    rows = [
+        {**base, "problem_id": "video", "videos": ["v.mp4"]},
+        {**base, "problem_id": "image", "images": ["i.png"]},
+        {**base, "problem_id": "text"},
+        {**base, "problem_id": "mixed", "videos": ["v.mp4"], "images": ["i.png"]},
+    ]
+    path = d / "kinds.jsonl"
+    path.write_text("".join(json.dumps(r) + "\n" for r in rows))
+    return str(path)
+
+
+@pytest.fixture(scope="module")
+def setup(demo_assets, records):
+    model, processor = load_policy(demo_assets["model"], freeze_vision_tower=True)
+    model.train()
+    cfg = DataConfig(video_fps=None, video_nframes=4).with_model(demo_assets["model"])
+    exp = build_experience(processor, RecordDataset.from_files([records], cfg), list(KINDS))
+    return model, processor, exp
+
+
+def _step(model, processor, exp, *, on_budget=0, padding_free=False, cache=None, epochs=2, calls=None):
+    """Old log-probs and one SGD step of ``epochs`` passes on a copy of ``model``; returns the copy,
+    the old log-probs and the feature cache (``calls`` collects vision-tower calls)."""
+    model = copy.deepcopy(model)
+    if calls is not None:
+        vision_tower(model).register_forward_hook(lambda *a: calls.append(1))
+    dummy, banned = DummyVisionPass(model), banned_token_ids(processor.tokenizer)
+    cache = VisionFeatureCache([model]) if cache else None
+    if cache is not None:
+        cache.start(exp.batch)
+    exp = copy.copy(exp)
+    kw = dict(padding_free=padding_free, max_tokens=on_budget, vision=cache)
+    exp.old_logp, _ = experience_logprobs(model, exp, banned, dummy, 1.0, 3, **kw)
+    settings = UpdateSettings(
+        micro_batch_size=3, max_grad_norm=1e9, padding_free=padding_free, max_tokens_per_micro_batch=on_budget
+    )
+    opt = torch.optim.SGD([p for p in model.parameters() if p.requires_grad], lr=0.1)
+    everything = list(range(len(exp)))
+    policy_update(model, opt, None, exp, [everything] * epochs, settings, banned, dummy, vision=cache)
+    return model, exp.old_logp, cache
+
+
+@pytest.fixture(scope="module")
+def all_off(setup):
+    """The step with every speed-up off: padded, 3 sequences per micro-batch, re-encoding."""
+    model, processor, exp = setup
+    calls: list[int] = []
+    out = _step(model, processor, exp, calls=calls)
+    return (*out, len(calls))
+
+
+def _max_diff(a, b) -> float:
+    sb = b.state_dict()
+    return max(float((v - sb[k]).abs().max()) for k, v in a.state_dict().items())
+
+
+def test_token_budget_micro_batches_respect_the_budget(setup):
+    _, _, exp = setup
+    idx = list(range(len(exp)))
+    for padding_free in (False, True):
+        for budget in (1, 150, 400, 10**6):
+            chunks = token_micro_batches(exp, idx, budget, padding_free)
+            assert [i for c in chunks for i in c] == idx
+            width = exp.batch.inputs["input_ids"].shape[1]
+            for c in chunks:
+                resp = exp.mask[c].sum(1)
+                prompt = exp.batch.inputs["attention_mask"][[exp.prompt_of[i] for i in c]].sum(1)
+                size = int((prompt + resp).sum()) if padding_free else len(c) * (width + int(resp.max()))
+                assert size <= budget or len(c) == 1
+        assert len(token_micro_batches(exp, idx, 1, padding_free)) == len(exp)
+        assert len(token_micro_batches(exp, idx, 10**6, padding_free)) == 1
+
+
+def test_token_budget_gives_the_fixed_count_update(setup, all_off):
+    model, processor, exp = setup
+    fixed = all_off[0]
+    budget, _, _ = _step(model, processor, exp, on_budget=400)  # 2 rows per padded forward
+    assert _max_diff(fixed, model) > 1e-4  # the step moved the weights
+    assert _max_diff(fixed, budget) < 1e-5
+
+
+def test_reused_vision_features_equal_recomputed_and_encode_once(setup, all_off):
+    model, processor, exp = setup
+    fresh, fresh_logp, _, fresh_calls = all_off
+    calls: list[int] = []
+    reused, reused_logp, cache = _step(model, processor, exp, cache=True, calls=calls)
+    assert torch.equal(fresh_logp, reused_logp)
+    assert _max_diff(fresh, reused) < 1e-6
+    # the whole step (old log-probs, then 2 epochs of 3 micro-batches) calls the tower once per
+    # modality; re-encoding calls it in every forward (real or dummy)
+    assert len(calls) == cache.encodes == 2 and cache.served >= 6
+    assert fresh_calls >= 2 * 9
+
+
+def test_all_on_equals_all_off_one_process(setup, all_off):
+    model, processor, exp = setup
+    off, off_logp = all_off[:2]
+    on, on_logp, _ = _step(model, processor, exp, on_budget=150, padding_free=True, cache=True)
+    m = exp.mask.bool()
+    assert torch.allclose(on_logp[m], off_logp[m], atol=1e-5, rtol=0)
+    assert _max_diff(off, on) < 1e-5
+
+
+@pytest.mark.slow
+def test_all_on_on_two_ranks_equals_all_off_in_one_process(demo_assets, records, tmp_path):
+    env = dict(os.environ, OMP_NUM_THREADS="1", TOKENIZERS_PARALLELISM="false")
+    env["PYTHONPATH"] = os.pathsep.join([str(HERE.parent.parent), env.get("PYTHONPATH", "")])
+    worker = [str(HERE / "speedups_worker.py"), demo_assets["model"], records]
+    single, double = tmp_path / "off.safetensors", tmp_path / "on2.safetensors"
+    r1 = subprocess.run(
+        [sys.executable, *worker, str(single), "--all-off"],
+        capture_output=True,
+        text=True,
+        env=env,
+        timeout=300,
+    )
+    assert r1.returncode == 0, r1.stderr[-3000:]
+    launch = [sys.executable, "-m", "torch.distributed.run", "--nproc-per-node=2", "--master-addr=127.0.0.1"]
+    r2 = subprocess.run(
+        [*launch, f"--master-port={free_port()}", *worker, str(double), "--all-on"],
+        capture_output=True,
+        text=True,
+        env=env,
+        timeout=300,
+    )
+    assert r2.returncode == 0, r2.stderr[-3000:]
+    with safe_open(str(single), "pt") as a, safe_open(str(double), "pt") as b:
+        assert set(a.keys()) == set(b.keys())
+        worst = max(float((a.get_tensor(k) - b.get_tensor(k)).abs().max()) for k in a.keys())
+        assert json.loads(b.metadata()["metrics"])["encodes"] >= 1
+    assert worst < 1e-5
