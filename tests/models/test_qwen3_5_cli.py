@@ -45,10 +45,15 @@ def test_make_tiny_qwen3_5_then_train_the_demo_config_and_load_the_checkpoint(tm
         # the demo's assets, small: 32 prompts, 2 warm-up steps
         f"demo.data_dir={tmp_path / 'data'}",
         f"data.cache_dir={tmp_path / 'cache'}",
-        "demo.n_train=16",
-        "demo.n_val=4",
-        "trainer.val_size=4",
+        "demo.n_train=8",
+        "demo.n_val=2",
+        # small steps: the hybrid layers run on transformers' PyTorch reference kernels here
+        "trainer.val_size=2",
         "trainer.sft_warmup_steps=1",
+        "trainer.sft_batch_size=4",
+        "trainer.prompts_per_step=2",
+        "trainer.mini_batch_prompts=2",
+        "rollout.n=2",
         "trainer.loggers=[jsonl]",
         cwd=tmp_path,
     )

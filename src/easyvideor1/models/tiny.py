@@ -11,21 +11,10 @@ import os
 
 from .families import QWEN_SPECIAL_TOKENS, get_family
 
-# Qwen-style template: media items render as vision placeholders, in message order; the
-# assistant turn opens the family's way (Qwen3.5: with its think block).
-_TEMPLATE_BODY = (
-    "{% for message in messages %}<|im_start|>{{ message['role'] }}\n"
-    "{% if message['content'] is string %}{{ message['content'] }}"
-    "{% else %}{% for item in message['content'] %}"
-    "{% if item['type'] == 'image' %}<|vision_start|><|image_pad|><|vision_end|>"
-    "{% elif item['type'] == 'video' %}<|vision_start|><|video_pad|><|vision_end|>"
-    "{% elif item['type'] == 'text' %}{{ item['text'] }}{% endif %}{% endfor %}{% endif %}"
-    "<|im_end|>\n{% endfor %}{% if add_generation_prompt %}"
-)
-
 
 def chat_template(model_family: str = "qwen3_vl") -> str:
-    return _TEMPLATE_BODY + get_family(model_family).tiny_generation_prompt() + "{% endif %}"
+    """The tiny tokenizer's chat template for a family (its adapter writes it)."""
+    return get_family(model_family).tiny_chat_template()
 
 
 CHAT_TEMPLATE = chat_template()

@@ -52,6 +52,16 @@ VISION_INPUTS = {
     "image": ("pixel_values", "image_grid_thw", None),
 }
 
+_TINY_TEMPLATE_BODY = (
+    "{% for message in messages %}<|im_start|>{{ message['role'] }}\n"
+    "{% if message['content'] is string %}{{ message['content'] }}"
+    "{% else %}{% for item in message['content'] %}"
+    "{% if item['type'] == 'image' %}<|vision_start|><|image_pad|><|vision_end|>"
+    "{% elif item['type'] == 'video' %}<|vision_start|><|video_pad|><|vision_end|>"
+    "{% elif item['type'] == 'text' %}{{ item['text'] }}{% endif %}{% endfor %}{% endif %}"
+    "<|im_end|>\n{% endfor %}{% if add_generation_prompt %}"
+)
+
 
 @dataclass(frozen=True)
 class ModelFamily:
@@ -137,6 +147,11 @@ class ModelFamily:
         return {"cap_pixels_per_frame": self.cap_pixels_per_frame}
 
     # --- the tiny offline model -----------------------------------------------------------------
+    def tiny_chat_template(self) -> str:
+        """A Qwen-style template for the tiny tokenizer: media items render as vision
+        placeholders in message order; the assistant turn opens the family's way."""
+        return _TINY_TEMPLATE_BODY + self.tiny_generation_prompt() + "{% endif %}"
+
     def tiny_generation_prompt(self) -> str:
         """Jinja for the assistant turn's opening in the tiny chat template.
 
