@@ -95,3 +95,44 @@ def test_preprocess_takes_the_family_from_model_or_says_what_is_missing(tmp_path
         with safe_open(str(entry), "pt") as f:
             _, h, w, _ = f.get_slice("frames").get_shape()
         assert h % 28 == 0 and w % 28 == 0 and (h % 32 or w % 32), (h, w)
+
+
+def test_eval_qwen3_5_with_its_official_preset(tmp_path):
+    """``easyvideor1 eval`` on a tiny Qwen3.5 (HF engine): the checkpoint names the family (no
+    --model-family), the Qwen3.5 preset's sampling is what ran, every sample is evaluated."""
+    from easyvideor1.data.synthetic import write_synthetic_set
+    from easyvideor1.models.tiny import make_tiny_model
+
+    write_synthetic_set(str(tmp_path / "syn"), 1, size=(64, 48), duration=1.0)
+    model = make_tiny_model(str(tmp_path / "model"), "qwen3_5")
+    r = _cli(
+        "eval",
+        "--model",
+        model,
+        "--benchmarks",
+        "synthetic",
+        "--video-root",
+        str(tmp_path / "syn"),
+        "--out",
+        str(tmp_path / "out"),
+        "--preset",
+        "qwen3_5-official",
+        "--min-pixels",
+        "1024",
+        "--max-pixels",
+        "4096",
+        "--max-frames",
+        "4",
+        "--max-new-tokens",
+        "8",
+        "--max-samples",
+        "3",
+        cwd=tmp_path,
+    )
+    assert r.returncode == 0, r.stdout[-2000:] + r.stderr[-3000:]
+    res = json.loads((tmp_path / "out" / "results.json").read_text())["synthetic"]
+    assert res["evaluated"] == 3 and res["failures"] == 0
+    detail = res["settings_detail"]
+    assert detail["frames"]["model_family"] == "qwen3_5"
+    sampling = json.dumps(detail)
+    assert '"presence_penalty": 1.5' in sampling and '"top_p": 0.8' in sampling

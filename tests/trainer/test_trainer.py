@@ -324,7 +324,7 @@ def test_a_step_with_offline_shaping(make_cfg):
     assert m["actor/skipped_steps"] == 0 and m["actor/grad_norm"] > 0
 
 
-@pytest.mark.parametrize("family", ["qwen3vl", "qwen2_5vl"])
+@pytest.mark.parametrize("family", ["qwen3vl", "qwen2_5vl", "qwen3_5"])
 def test_checkpoint_weights_load_back_exactly(tmp_path, family):
     from easyvideor1.models.tiny import make_tiny_model
     from easyvideor1.trainer.checkpoint import load_model_weights
