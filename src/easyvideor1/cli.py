@@ -114,7 +114,7 @@ def cmd_synth(args: argparse.Namespace, extra: list[str]) -> int:
 
 
 def cmd_preprocess(args: argparse.Namespace, extra: list[str]) -> int:
-    from .media.preprocess import format_report, preprocess
+    from .data.preprocess import format_report, preprocess
 
     cfg = _run_config(args, extra)
     files = args.data or cfg.data.train_files + cfg.data.val_files

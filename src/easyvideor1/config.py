@@ -15,6 +15,7 @@ import yaml
 from omegaconf import DictConfig, OmegaConf
 from omegaconf.errors import OmegaConfBaseException
 
+from .algorithms._registry import load_plugin_files
 from .algorithms.config import AlgorithmConfig
 from .data.config import DataConfig
 from .evaluation.config import EvalConfig
@@ -51,6 +52,7 @@ GROUP_ESTIMATORS = ("grpo", "dr_grpo", "rloo", "gdpo")
 def _check_across_sections(cfg: RunConfig) -> None:
     """Settings that are each valid but make no sense together."""
     from .algorithms._registry import normalize_name
+    from .algorithms.advantages import advantage_inputs
 
     est = normalize_name(cfg.algorithm.adv_estimator)
     n, k = cfg.rollout.n, cfg.rollout.offline_k
@@ -72,7 +74,7 @@ def _check_across_sections(cfg: RunConfig) -> None:
             f"algorithm.online_filtering.criterion=std with rollout.n={n}: a group of one never has "
             "reward spread, so every group would be dropped"
         )
-    if est in ("gdpo", "remax") and (
+    if advantage_inputs(est) and (
         cfg.algorithm.overlong.enable or (cfg.algorithm.kl.enabled and cfg.algorithm.kl.apply_as == "reward")
     ):
         raise ValueError(
@@ -113,6 +115,9 @@ def load_config(
             merged = OmegaConf.merge(merged, OmegaConf.create(values))
         if overrides:
             merged = OmegaConf.merge(merged, OmegaConf.from_dotlist(overrides))
+        plugins = OmegaConf.select(merged, "algorithm.plugin_files", default=None)
+        if plugins:  # user algorithms registered before any section checks the names it holds
+            load_plugin_files(list(plugins))
         return OmegaConf.to_object(merged)
     except OmegaConfBaseException as e:
         key = getattr(e, "full_key", None)

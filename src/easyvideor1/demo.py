@@ -13,8 +13,8 @@ import time
 from importlib import resources
 
 from .config import RunConfig, load_config
+from .data.preprocess import format_report, preprocess
 from .data.synthetic import write_demo_set
-from .media.preprocess import format_report, preprocess
 from .models.families import family_of_checkpoint, get_family
 from .models.tiny import make_tiny_model
 

@@ -9,7 +9,7 @@ import torch
 from torch.utils.data import DataLoader
 
 from easyvideor1.data.config import DataConfig
-from easyvideor1.data.dataset import RecordDataset, Sample, build_content, encode_sample
+from easyvideor1.data.dataset import MediaSample, RecordDataset, build_content, encode_sample
 from easyvideor1.data.records import RecordError, parse_record
 from easyvideor1.media.preprocess import preprocess
 from easyvideor1.models.tiny import build_processor
@@ -94,7 +94,7 @@ def test_dataloader_workers_carry_paths_not_tensors(dataset_files):
     ds = RecordDataset(load_records(data), DataConfig(**CFG), data)
     batches = list(DataLoader(ds, batch_size=3, num_workers=2, collate_fn=list))
     samples = [s for b in batches for s in b]
-    assert len(samples) == 3 and all(isinstance(s, Sample) for s in samples)
+    assert len(samples) == 3 and all(isinstance(s, MediaSample) for s in samples)
     assert samples[0].videos[0].endswith("clip.mp4") and not any(
         isinstance(v, torch.Tensor) for s in samples for v in vars(s).values()
     )

@@ -93,3 +93,32 @@ def test_config_reaches_workers() -> None:
     items[0]["response"] = "```python\nprint(int(input()) ** 2)\n```"
     assert compute_scores(items, config, workers=1)[0]["overall"] == pytest.approx(0.5)
     shutdown_pool()
+
+
+def test_score_records_equals_scoring_each_record_alone() -> None:
+    """Training and validation score a step's responses as one batch (math in the pool): the same
+    results as the per-row call evaluation keeps, record fields passed as metadata except those
+    named like the scoring arguments."""
+    from easyvideor1.data.records import parse_record
+    from easyvideor1.rewards import score_record, score_records
+
+    rows = [
+        {"problem": "q", "answer": "B", "problem_type": "multiple choice", "options": COLOURS, "response": "x"},
+        {"problem": "q", "answer": "0.5", "problem_type": "math", "config": 3},
+        {"problem": "q", "answer": "A", "problem_type": "multiple choice", "options": COLOURS},
+    ]  # fmt: skip
+    records = [parse_record(r, f"t[{i}]") for i, r in enumerate(rows)]
+    responses = ["<answer>B</answer>", "<answer>1/2</answer>", "<answer>B</answer>"]
+    lengths = [4, 5, 4]
+    batch = score_records(responses, records, lengths, RewardConfig(), workers=1)
+    alone = [
+        score_record(t, r, response_length=n) for t, r, n in zip(responses, records, lengths, strict=True)
+    ]
+    assert [(b["task"], b["accuracy"], b["overall"]) for b in batch] == [
+        (a["task"], a["accuracy"], a["overall"]) for a in alone
+    ]
+    assert [b["task"] for b in batch] == ["multiple_choice", "math", "multiple_choice"]
+    assert [b["accuracy"] for b in batch][::2] == [1.0, 0.0]
+    with pytest.raises(ValueError, match="2 responses, 3 records"):
+        score_records(responses[:2], records, lengths)
+    shutdown_pool()

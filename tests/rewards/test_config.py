@@ -12,7 +12,7 @@ from easyvideor1.rewards import RewardConfig, SandboxConfig, TaskWeights
 def test_defaults() -> None:
     config = RewardConfig()
     assert (config.accuracy_weight, config.format_weight) == (0.9, 0.1)
-    assert config.require_think is False and config.overlong_buffer == 0
+    assert config.require_think is False and config.overlong_buffer is None
     assert config.default_box_format == "pixel"
     assert config.llm_judge is None and config.reward_function is None
     assert config.sandbox.wall_time_s > 0 and config.sandbox.max_processes > 1
@@ -24,7 +24,7 @@ def test_defaults() -> None:
     [
         {"accuracy_weight": -0.1},
         {"default_box_format": "inches"},
-        {"overlong_buffer": 100, "overlong_max_length": 50},
+        {"overlong_buffer": 100, "overlong_max_length": 50},  # removed keys
         {"numeric_rel_tol": -1},
         {"math_timeout_s": 0},
     ],

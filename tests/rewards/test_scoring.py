@@ -1,4 +1,4 @@
-"""The dispatcher: weights, format score, overlong penalty, error reporting, no rewriting."""
+"""The dispatcher: weights, format score, error reporting, no rewriting."""
 
 from __future__ import annotations
 
@@ -86,26 +86,13 @@ def test_require_think(score) -> None:
     assert score("<think></think><answer>B</answer>", "B", "mc", COLOURS, config=config)["format"] == 0.0
 
 
-@pytest.mark.parametrize(
-    ("length", "penalty"),
-    [(0, 0.0), (3000, 0.0), (3072, 0.0), (3584, -0.25), (4096, -0.5), (5000, -0.5)],
-)
-def test_overlong_penalty_in_tokens(score, length: int, penalty: float) -> None:
-    config = RewardConfig(
-        strict=True, overlong_buffer=1024, overlong_max_length=4096, overlong_penalty_factor=0.5
-    )
-    result = score(
-        "<answer>B</answer>", "B", "multiple choice", COLOURS, config=config, response_length=length
-    )
-    assert result["overlong_penalty"] == pytest.approx(penalty)
-    assert result["overall"] == pytest.approx(1.0 + penalty)
-
-
-def test_overlong_penalty_needs_the_length(score) -> None:
-    config = RewardConfig(overlong_buffer=10, overlong_max_length=100)
-    with pytest.raises(ValueError, match="response_length"):
-        score("<answer>B</answer>", "B", "multiple choice", COLOURS, config=config)
-    assert "overlong_penalty" not in score("<answer>B</answer>", "B", "multiple choice", COLOURS)
+@pytest.mark.parametrize("key", ["overlong_buffer", "overlong_max_length", "overlong_penalty_factor"])
+def test_the_reward_level_overlong_penalty_is_gone(score, key: str) -> None:
+    # one overlong penalty: algorithm.overlong in the training step; the old keys say where it went
+    with pytest.raises(ValueError, match="algorithm.overlong"):
+        RewardConfig(**{key: 10})
+    result = score("<answer>B</answer>", "B", "multiple choice", COLOURS, response_length=10**6)
+    assert "overlong_penalty" not in result and result["overall"] == pytest.approx(1.0)
 
 
 def test_task_errors_are_reported_not_zeroed_silently(caplog) -> None:

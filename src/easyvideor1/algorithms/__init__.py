@@ -13,9 +13,12 @@ Advantage estimators, policy losses and KL estimators are registries: add one wi
 `@register_advantage("name")`, `@register_policy_loss("name")` or `@register_kl_estimator("name")`.
 """
 
-from ._registry import UnknownAlgorithmError
+from ._registry import UnknownAlgorithmError, load_plugin_files
 from .advantages import (
+    GREEDY_BASELINE,
+    RAW_REWARD_KEYS,
     AdvantageOutput,
+    advantage_inputs,
     compute_advantages,
     get_advantage_estimator,
     group_normalize,
@@ -24,7 +27,7 @@ from .advantages import (
 )
 from .aggregation import LOSS_AGG_MODES, GlobalBatchStats, aggregate_loss
 from .config import AlgorithmConfig, KLConfig, OnlineFilterConfig, OverlongConfig
-from .filtering import DynamicSampler, GroupFilterResult, RoundSummary, filter_groups, overlong_penalty
+from .filtering import DynamicSampler, GroupFilterResult, RoundSummary, filter_groups
 from .kl import (
     AdaptiveKLController,
     FixedKLController,
@@ -43,8 +46,15 @@ from .policy_losses import (
     list_policy_losses,
     register_policy_loss,
 )
+from .shaping import ShapedRewards, overlong_penalty, shape_rewards
 
 __all__ = [
+    "GREEDY_BASELINE",
+    "RAW_REWARD_KEYS",
+    "ShapedRewards",
+    "advantage_inputs",
+    "load_plugin_files",
+    "shape_rewards",
     "LOSS_AGG_MODES",
     "AdaptiveKLController",
     "AdvantageOutput",

@@ -87,6 +87,11 @@ class Registry(Generic[F]):
             )
         return self._functions[canonical]
 
+    def canonical(self, name: str) -> str:
+        """The canonical name `name` (any alias or spelling) stands for; raises like :meth:`get`."""
+        self.get(name)
+        return self._names[normalize_name(name)]
+
     def names(self) -> list[str]:
         """Sorted canonical names."""
         return sorted(self._functions)
@@ -107,3 +112,36 @@ def call_with_supported(function: Callable[..., Any], *args: Any, options: Mappi
         return function(*args, **options)
     accepted = {p.name for p in params if p.kind in (p.KEYWORD_ONLY, p.POSITIONAL_OR_KEYWORD)}
     return function(*args, **{k: v for k, v in options.items() if k in accepted})
+
+
+_PLUGINS: dict[str, Any] = {}
+
+
+def load_plugin_files(paths: Iterable[str], key: str = "algorithm.plugin_files") -> None:
+    """Import user files whose `@register_advantage` / `@register_policy_loss` /
+    `@register_kl_estimator` decorators add algorithms (idempotent: each file is imported once).
+
+    A missing file, or one that fails to import, raises naming ``key`` and the file.
+    """
+    import importlib.util
+    import sys
+    from pathlib import Path
+
+    for path in paths:
+        resolved = Path(path).expanduser().resolve()
+        if str(resolved) in _PLUGINS:
+            continue
+        if not resolved.is_file():
+            raise ValueError(f"{key}: {path} is not a file")
+        name = f"easyvideor1_algorithm_plugin_{len(_PLUGINS)}_{resolved.stem}"
+        spec = importlib.util.spec_from_file_location(name, resolved)
+        if spec is None or spec.loader is None:
+            raise ValueError(f"{key}: {path} cannot be imported as a Python file")
+        module = importlib.util.module_from_spec(spec)
+        sys.modules[name] = module
+        try:
+            spec.loader.exec_module(module)
+        except Exception as e:
+            sys.modules.pop(name, None)
+            raise ValueError(f"{key}: importing {path} failed: {type(e).__name__}: {e}") from e
+        _PLUGINS[str(resolved)] = module

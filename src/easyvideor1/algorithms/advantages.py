@@ -31,7 +31,7 @@ from typing import Any, NamedTuple
 
 import torch
 
-from ._registry import Registry, call_with_supported
+from ._registry import Registry, call_with_supported, normalize_name
 from .masked import (
     GroupIndex,
     as_bool_mask,
@@ -55,11 +55,43 @@ AdvantageEstimator = Callable[..., AdvantageOutput]
 ADVANTAGE_ESTIMATORS: Registry[AdvantageEstimator] = Registry("advantage estimator")
 
 
+# Extra inputs an estimator may declare (`register_advantage(..., inputs=...)`); the trainer provides
+# each declared one and nothing else, so it needs no estimator-specific branches.
+GREEDY_BASELINE = "greedy_baseline"  # `baseline_scores` [B]: the score of one greedy response per prompt
+RAW_REWARD_KEYS = "raw_reward_keys"  # `scores` is {key: [B]} of the unshaped reward keys it names
+ADVANTAGE_INPUT_KINDS = (GREEDY_BASELINE, RAW_REWARD_KEYS)
+_INPUTS: dict[str, frozenset[str]] = {}
+
+
 def register_advantage(
-    name: str, *, aliases: Sequence[str] = (), override: bool = False
+    name: str, *, aliases: Sequence[str] = (), override: bool = False, inputs: Sequence[str] = ()
 ) -> Callable[[AdvantageEstimator], AdvantageEstimator]:
-    """Decorator: register an advantage estimator as `name` (signature: see the module docstring)."""
-    return ADVANTAGE_ESTIMATORS.register(name, aliases=aliases, override=override)
+    """Decorator: register an advantage estimator as `name` (signature: see the module docstring).
+
+    `inputs` declares what it needs beyond the shaped scores: `GREEDY_BASELINE` (the trainer
+    generates one greedy response per prompt and passes its score as `baseline_scores`) and/or
+    `RAW_REWARD_KEYS` (`scores` becomes `{key: [B]}` of the raw reward keys in
+    `algorithm.gdpo_reward_keys`; reward shaping is then refused at config time).
+    """
+    unknown = [i for i in inputs if i not in ADVANTAGE_INPUT_KINDS]
+    if unknown:
+        raise ValueError(
+            f"advantage estimator {name!r}: unknown input(s) {unknown}; known: {ADVANTAGE_INPUT_KINDS}"
+        )
+    register = ADVANTAGE_ESTIMATORS.register(name, aliases=aliases, override=override)
+
+    def decorator(function: AdvantageEstimator) -> AdvantageEstimator:
+        register(function)
+        _INPUTS[normalize_name(name)] = frozenset(inputs)
+        return function
+
+    return decorator
+
+
+def advantage_inputs(name: str) -> frozenset[str]:
+    """The extra inputs estimator `name` declared (empty for the shaped-score-only ones)."""
+    get_advantage_estimator(name)  # an unknown name raises, listing the known ones
+    return _INPUTS.get(normalize_name(ADVANTAGE_ESTIMATORS.canonical(name)), frozenset())
 
 
 def get_advantage_estimator(name: str) -> AdvantageEstimator:
@@ -235,7 +267,7 @@ def reinforce_plus_plus(
     return AdvantageOutput(masked_whiten(returns, mask, whiten_eps).to(dtype), returns.to(dtype))
 
 
-@register_advantage("remax")
+@register_advantage("remax", inputs=(GREEDY_BASELINE,))
 def remax(
     scores: torch.Tensor,
     response_mask: torch.Tensor,
@@ -271,7 +303,7 @@ def remax(
     return AdvantageOutput(adv.to(dtype), returns.to(dtype))
 
 
-@register_advantage("gdpo")
+@register_advantage("gdpo", inputs=(RAW_REWARD_KEYS,))
 def gdpo(
     scores: Mapping[str, torch.Tensor],
     response_mask: torch.Tensor,

@@ -19,7 +19,7 @@ from typing import Any
 
 from ..validation import in_range, non_negative, positive
 from . import advantages, kl, policy_losses
-from ._registry import UnknownAlgorithmError
+from ._registry import UnknownAlgorithmError, load_plugin_files
 from .aggregation import normalize_loss_agg_mode
 from .filtering import FILTER_CRITERIA
 from .kl import AdaptiveKLController, FixedKLController
@@ -178,6 +178,11 @@ class AlgorithmConfig:
             (see `algorithms/aggregation.py`); always weighted over the whole mini-batch.
         loss_norm_length (`int` or `None`, *optional*, defaults to `None`):
             Constant divisor of `seq-mean-token-sum-norm`; `None` means the max response length.
+        plugin_files (`list[str]`, *optional*, defaults to `[]`):
+            Python files imported before the names above are checked, so that their
+            `@register_advantage` / `@register_policy_loss` / `@register_kl_estimator` functions can
+            be selected by name (like `reward.task_files` for reward tasks). `load_config` imports
+            them before building any section (the `kl` section is built first).
         kl (`KLConfig`): KL regularisation.
         online_filtering (`OnlineFilterConfig`): DAPO dynamic sampling.
         overlong (`OverlongConfig`): DAPO overlong reward shaping.
@@ -196,11 +201,13 @@ class AlgorithmConfig:
     clip_ratio_dual: float | None = 3.0
     loss_agg_mode: str = "token-mean"
     loss_norm_length: int | None = None
+    plugin_files: list[str] = field(default_factory=list)
     kl: KLConfig = field(default_factory=KLConfig)
     online_filtering: OnlineFilterConfig = field(default_factory=OnlineFilterConfig)
     overlong: OverlongConfig = field(default_factory=OverlongConfig)
 
     def __post_init__(self) -> None:
+        load_plugin_files(self.plugin_files)  # before any name is looked up
         _named("algorithm.adv_estimator", advantages.get_advantage_estimator, self.adv_estimator)
         _named("algorithm.policy_loss", policy_losses.get_policy_loss, self.policy_loss)
         try:

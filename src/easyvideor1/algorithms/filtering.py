@@ -1,4 +1,4 @@
-"""DAPO dynamic sampling (online group filtering) and DAPO's soft overlong penalty.
+"""DAPO dynamic sampling (online group filtering).
 
 A group whose responses all get the same reward has zero GRPO advantage everywhere: it costs a
 forward/backward pass and only dilutes the batch. DAPO generates more prompts and keeps only groups
@@ -20,7 +20,7 @@ from typing import Any, Generic, TypeVar
 
 import torch
 
-from .masked import GroupIndex, group_index, sequence_lengths
+from .masked import GroupIndex, group_index
 
 FILTER_CRITERIA = ("std", "mean")
 T = TypeVar("T")
@@ -226,21 +226,3 @@ class DynamicSampler(Generic[T]):
         """Forget all rounds (start the next training batch)."""
         self.rounds = self.total_kept_groups = self.total_dropped_groups = 0
         self._parts.clear()
-
-
-def overlong_penalty(
-    lengths_or_mask: torch.Tensor, *, max_length: int, buffer: int, factor: float = 1.0
-) -> torch.Tensor:
-    """DAPO's soft overlong punishment per sequence, `[B]` float32, counted in tokens.
-
-    0 while `length <= max_length - buffer`, then linear down to `-factor` at `length == max_length`
-    (and `-factor` beyond). Add it to the scores before computing advantages. Accepts lengths `[B]`
-    or a response mask `[B, T]`.
-    """
-    if not (0 < buffer <= max_length):
-        raise ValueError(
-            f"overlong penalty needs 0 < buffer <= max_length, got buffer={buffer}, max={max_length}"
-        )
-    lengths = sequence_lengths(lengths_or_mask) if lengths_or_mask.dim() == 2 else lengths_or_mask
-    over = (lengths.to(torch.float64) - (max_length - buffer)).clamp(min=0.0)
-    return (-factor * (over / buffer).clamp(max=1.0)).to(torch.float32)

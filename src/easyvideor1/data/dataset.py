@@ -1,6 +1,6 @@
 """Records -> samples (file paths only) -> processor inputs.
 
-A :class:`Sample` carries paths: the source videos, their cache entries and images. Data-loader
+A :class:`MediaSample` carries paths: the source videos, their cache entries and images. Data-loader
 workers therefore pass small objects, never frame tensors. :func:`encode_sample` loads the frames
 (memory-mapped from the cache, or decoded) and runs the Hugging Face processor with sampling and
 resizing switched off and each video's real metadata passed along, so the processor neither
@@ -18,9 +18,9 @@ from typing import Any
 from torch.utils.data import Dataset
 
 from ..media.cache import VideoLoader
-from ..media.preprocess import resolve_media_path
 from ..media.sampling import SamplingParams, image_size
 from .config import DataConfig
+from .preprocess import resolve_media_path
 from .prompt import format_question
 from .records import Record, RecordError, load_records
 
@@ -62,8 +62,9 @@ def build_content(record: Record, text: str | None = None) -> list[dict[str, Any
 
 
 @dataclass
-class Sample:
-    """One record, ready to load: every media item as a path."""
+class MediaSample:
+    """One record, ready to load: every media item as a path (the reward library's scoring input
+    is another class, ``rewards.Sample``)."""
 
     record: Record
     content: list[dict[str, Any]]
@@ -75,7 +76,7 @@ class Sample:
 
 
 class RecordDataset(Dataset):
-    """Records of one data file as :class:`Sample` objects (paths only; cheap to pickle to workers)."""
+    """Records of one data file as :class:`MediaSample` objects (paths only; cheap to pickle to workers)."""
 
     def __init__(
         self,
@@ -105,7 +106,7 @@ class RecordDataset(Dataset):
     def __len__(self) -> int:
         return len(self.records)
 
-    def __getitem__(self, i: int) -> Sample:
+    def __getitem__(self, i: int) -> MediaSample:
         rec = self.records[i]
         params = self.cfg.sampling_params(rec) if rec.videos else None
         data_file = self.data_files[i]
@@ -114,7 +115,7 @@ class RecordDataset(Dataset):
         for v in videos:
             entry = self.loader.locate(v, params) if os.path.exists(v) or self.cfg.cache_dir else None
             entries.append(str(entry) if entry else None)
-        return Sample(
+        return MediaSample(
             record=rec,
             content=build_content(rec, format_question(rec, self.cfg.prompt_template)),
             videos=videos,
@@ -134,7 +135,7 @@ def load_image(path: str, cfg: DataConfig):
         return im.resize((w, h), Image.BICUBIC) if (h, w) != (im.height, im.width) else im.copy()
 
 
-def load_media(sample: Sample, cfg: DataConfig, loader: VideoLoader) -> tuple[list, list]:
+def load_media(sample: MediaSample, cfg: DataConfig, loader: VideoLoader) -> tuple[list, list]:
     """The sample's videos (cache entries or decoded) and images, ready for the processor."""
     videos = [
         loader.load(v, sample.video_params, entry=e)
@@ -146,7 +147,7 @@ def load_media(sample: Sample, cfg: DataConfig, loader: VideoLoader) -> tuple[li
 
 
 def render_text(
-    processor, sample: Sample, add_generation_prompt: bool = True, thinking: bool | None = None
+    processor, sample: MediaSample, add_generation_prompt: bool = True, thinking: bool | None = None
 ) -> str:
     """The sample's user turn rendered by the chat template (vision placeholders unexpanded).
 
@@ -183,7 +184,7 @@ def raw_media(videos: list, images: list) -> dict[str, list]:
 
 
 def prompt_parts(
-    processor, sample: Sample, cfg: DataConfig, loader: VideoLoader
+    processor, sample: MediaSample, cfg: DataConfig, loader: VideoLoader
 ) -> tuple[str, dict[str, list]]:
     """One prompt's text and :func:`raw_media`, without running the processor (vLLM evaluation)."""
     videos, images = sample.loaded or load_media(sample, cfg, loader)
@@ -231,7 +232,7 @@ def _unknown_family() -> str:
 
 def encode_batch(
     processor,
-    samples: list[Sample],
+    samples: list[MediaSample],
     cfg: DataConfig,
     loader: VideoLoader,
     add_generation_prompt: bool = True,
@@ -243,7 +244,7 @@ def encode_batch(
     return _process(processor, texts, loaded, padding_side, cfg)
 
 
-def encode_prompts(processor, samples: list[Sample], cfg: DataConfig, loader: VideoLoader):
+def encode_prompts(processor, samples: list[MediaSample], cfg: DataConfig, loader: VideoLoader):
     """A :class:`~easyvideor1.models.inputs.PromptBatch` (left-padded, generation prompt added).
 
     It also keeps each prompt's text and raw media (``texts``, ``media``) for engines that run
@@ -263,7 +264,7 @@ def encode_prompts(processor, samples: list[Sample], cfg: DataConfig, loader: Vi
 
 
 def encode_sample(
-    processor, sample: Sample, cfg: DataConfig, loader: VideoLoader, add_generation_prompt=True
+    processor, sample: MediaSample, cfg: DataConfig, loader: VideoLoader, add_generation_prompt=True
 ):
     """Processor inputs (``input_ids``, ``pixel_values_videos``, ``video_grid_thw``, ...) for one sample."""
     return encode_batch(processor, [sample], cfg, loader, add_generation_prompt)

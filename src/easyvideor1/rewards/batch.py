@@ -16,7 +16,7 @@ from typing import Any
 
 from easyvideor1.rewards.config import RewardConfig
 from easyvideor1.rewards.registry import load_task_files, resolve_task
-from easyvideor1.rewards.scoring import record_errors, score_items
+from easyvideor1.rewards.scoring import record_errors, record_item, score_items
 
 _pool: ProcessPoolExecutor | None = None
 _pool_workers = 0
@@ -97,3 +97,20 @@ def compute_scores(
     final = [result for result in results if result is not None]
     record_errors(final)
     return final
+
+
+def score_records(
+    responses: Sequence[str],
+    records: Sequence[Any],
+    lengths: Sequence[int],
+    config: RewardConfig | None = None,
+    workers: int | None = None,
+) -> list[dict[str, Any]]:
+    """Score ``responses[i]`` (``lengths[i]`` tokens) against ``records[i]`` with :func:`compute_scores`:
+    the one scoring call of training rollouts and validation (expensive tasks in the process pool)."""
+    if not len(responses) == len(records) == len(lengths):
+        raise ValueError(
+            f"score_records: {len(responses)} responses, {len(records)} records, {len(lengths)} lengths"
+        )
+    items = [record_item(r, rec, n) for r, rec, n in zip(responses, records, lengths, strict=True)]
+    return compute_scores(items, config, workers)

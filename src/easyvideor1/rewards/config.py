@@ -92,7 +92,7 @@ class SandboxConfig:
 class RewardConfig:
     """Configuration of the task-aware reward (`easyvideor1.rewards.compute_score`).
 
-    `overall = accuracy_weight * accuracy + format_weight * format (+ overlong penalty)`.
+    `overall = accuracy_weight * accuracy + format_weight * format`.
 
     Parameters:
         accuracy_weight (`float`, *optional*, defaults to `0.9`):
@@ -107,15 +107,10 @@ class RewardConfig:
         require_think (`bool`, *optional*, defaults to `False`):
             Give format 0 unless a non-empty `<think>...</think>` block (or, for chat templates that
             open the block in the prompt, a non-empty text closed by `</think>`) precedes the answer.
-        overlong_buffer (`int`, *optional*, defaults to `0`):
-            DAPO soft overlong punishment: length of the buffer, in tokens, before `overlong_max_length`
-            in which the penalty grows linearly. 0 disables the penalty. The caller passes the
-            response length in tokens as `response_length`.
-        overlong_max_length (`int`, *optional*, defaults to `0`):
-            Maximum response length in tokens (the rollout's `max_tokens`). Required when
-            `overlong_buffer > 0`.
-        overlong_penalty_factor (`float`, *optional*, defaults to `1.0`):
-            Penalty at (and beyond) `overlong_max_length`; added to `overall` as a negative number.
+        overlong_buffer, overlong_max_length, overlong_penalty_factor:
+            Removed: the one DAPO overlong penalty is the training step's reward shaping,
+            `algorithm.overlong` (`buffer`, `max_length`, `factor`); setting one of these raises,
+            so the penalty cannot be applied twice.
         numeric_rel_tol (`float`, *optional*, defaults to `0.005`):
             Relative tolerance of numerical answers: correct if `|pred - gt| <= max(abs_tol,
             rel_tol * |gt|)`. 0.5 % accepts answers rounded to three significant digits and rejects
@@ -156,9 +151,9 @@ class RewardConfig:
     format_weight: float = 0.1
     task_weights: dict[str, TaskWeights] = field(default_factory=dict)
     require_think: bool = False
-    overlong_buffer: int = 0
-    overlong_max_length: int = 0
-    overlong_penalty_factor: float = 1.0
+    overlong_buffer: int | None = None  # removed (see above): must stay unset
+    overlong_max_length: int | None = None
+    overlong_penalty_factor: float | None = None
     numeric_rel_tol: float = 0.005
     numeric_abs_tol: float = 1e-6
     default_box_format: str = "pixel"
@@ -185,12 +180,12 @@ class RewardConfig:
             raise ValueError(
                 f"default_box_format must be one of {BOX_FORMATS}, got {self.default_box_format!r}"
             )
-        if self.overlong_buffer < 0 or self.overlong_penalty_factor < 0:
-            raise ValueError("overlong_buffer and overlong_penalty_factor must be >= 0")
-        if self.overlong_buffer > 0 and self.overlong_max_length <= self.overlong_buffer:
-            raise ValueError(
-                "overlong_max_length must exceed overlong_buffer when the overlong penalty is on"
-            )
+        for name in ("overlong_buffer", "overlong_max_length", "overlong_penalty_factor"):
+            if getattr(self, name) is not None:
+                raise ValueError(
+                    f"reward.{name} was removed: the overlong penalty is reward shaping in the training "
+                    "step, algorithm.overlong (enable, buffer, max_length, factor), applied once"
+                )
         if self.numeric_rel_tol < 0 or self.numeric_abs_tol < 0:
             raise ValueError("numeric tolerances must be >= 0")
         if self.math_timeout_s <= 0:

@@ -1,6 +1,7 @@
 """The dispatcher: one record in, one reward dict out, for training rollouts and evaluation alike.
 
-`overall = w_acc * accuracy + w_fmt * format + overlong_penalty`. An exception inside a task is not
+`overall = w_acc * accuracy + w_fmt * format` (the overlong penalty is the trainer's reward shaping,
+`algorithms/shaping.py`). An exception inside a task is not
 turned silently into a zero: the result carries an `error` key ("ExceptionType: message") with zero
 scores, the module-level counters (`error_counts()`) grow, and the first error of each kind is
 logged with its traceback. `RewardConfig.strict` re-raises instead.
@@ -49,13 +50,11 @@ def compute_score(
         problem_type: task name or alias, any spelling ("multiple choice", "stvg", "REC", ...).
         options: multiple-choice options ("A. ..."), if any.
         config: reward configuration (defaults: `RewardConfig()`).
-        **meta: any other record field: `response_length` (tokens, for the overlong penalty),
-            `box_format`, `width`, `height`, `test_cases`, ...
+        **meta: any other record field: `response_length` (tokens), `box_format`, `width`, `height`, `test_cases`, ...
 
     Returns:
         `overall`, `accuracy`, `format`, `task` (canonical name), `prediction` (the answer read from
-        the response, None if none was found), task details, `overlong_penalty` when enabled, and
-        `error` when the task raised.
+        the response, None if none was found), task details, and `error` when the task raised.
 
     Raises:
         UnknownTaskError: for a problem type no task handles (validate at start-up instead).
@@ -93,7 +92,6 @@ def score_item(item: Mapping[str, Any], config: RewardConfig) -> dict[str, Any]:
         meta=meta,
         config=config,
     )
-    penalty = overlong_penalty(meta.get("response_length"), config)
     weights = config.weights_for(spec.name)
     try:
         score = spec.function(sample)
@@ -110,15 +108,13 @@ def score_item(item: Mapping[str, Any], config: RewardConfig) -> dict[str, Any]:
     else:
         format_score = score_format(sample, score)
         result = {
-            "overall": weights.accuracy * accuracy + weights.format * format_score + penalty,
+            "overall": weights.accuracy * accuracy + weights.format * format_score,
             "accuracy": accuracy,
             "format": format_score,
             "task": spec.name,
             "prediction": score.prediction,
             **score.details,
         }
-    if config.overlong_buffer > 0:
-        result["overlong_penalty"] = penalty
     return result
 
 
@@ -135,18 +131,6 @@ def score_format(sample: Sample, score: TaskScore) -> float:
     if answer.ambiguous or score.well_formed is False:
         return 0.5
     return 1.0
-
-
-def overlong_penalty(response_length: Any, config: RewardConfig) -> float:
-    """DAPO soft overlong punishment: 0 up to `max - buffer` tokens, then linear down to `-factor`."""
-    if config.overlong_buffer <= 0:
-        return 0.0
-    if response_length is None:
-        raise ValueError("the overlong penalty is on but the record has no response_length (tokens)")
-    exceed = float(response_length) - (config.overlong_max_length - config.overlong_buffer)
-    if exceed <= 0:
-        return 0.0
-    return -min(exceed / config.overlong_buffer, 1.0) * config.overlong_penalty_factor
 
 
 def coerce_options(options: Any) -> list[str] | None:
@@ -259,13 +243,27 @@ _SCORE_ARGUMENTS = frozenset(
 )
 
 
-def score_record(
-    response: str, record: Any, *, config: RewardConfig | None = None, response_length: int | None = None
-) -> dict[str, Any]:
-    """Score a response against a record (anything with ``answer``, ``problem_type``, ``options`` and
-    ``extra``): the one call training rollouts and evaluation predictions share. Record fields
-    reach the task as metadata, except those named like ``compute_score``'s own parameters."""
+def record_item(response: str, record: Any, response_length: int | None = None) -> dict[str, Any]:
+    """The scoring input of a response to a record (anything with ``answer``, ``problem_type``,
+    ``options`` and ``extra``). Record fields reach the task as metadata, except those named like
+    ``compute_score``'s own parameters."""
     meta = {k: v for k, v in record.extra.items() if k not in _SCORE_ARGUMENTS}
     if response_length is not None:
         meta["response_length"] = response_length
-    return compute_score(response, record.answer, record.problem_type, record.options, config=config, **meta)
+    item = {
+        "response": response,
+        "ground_truth": record.answer,
+        "problem_type": record.problem_type,
+        "options": record.options,
+    }
+    return {**meta, **item}
+
+
+def score_record(
+    response: str, record: Any, *, config: RewardConfig | None = None, response_length: int | None = None
+) -> dict[str, Any]:
+    """Score a response against a record: evaluation's per-row call (training scores whole batches
+    with ``batch.score_records``, which builds the same items)."""
+    result = score_items([record_item(response, record, response_length)], config or _DEFAULT_CONFIG)[0]
+    record_errors([result])
+    return result

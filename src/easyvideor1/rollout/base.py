@@ -7,6 +7,7 @@ not generate. Vision placeholder tokens can never be sampled.
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 from dataclasses import dataclass, field
 from typing import Protocol
 
@@ -56,8 +57,43 @@ class Responses:
 
 
 class RolloutEngine(Protocol):
+    """What the trainer and evaluation use of an engine (``hf.py``, ``vllm.py``); nothing is probed.
+
+    Attributes:
+        eos_ids: End-of-turn token ids; responses are cut after the first one.
+        pad_id: Right-padding id of :class:`Responses`.
+        banned: Token ids never sampled (vision placeholders); masked out of training log-probs too.
+        owns_weights: True when the engine generates with its own copy of the policy, which must
+            receive the trainer's weights (:meth:`update_weights`) after every optimizer step.
+    """
+
+    eos_ids: list[int]
+    pad_id: int
+    banned: list[int]
+    owns_weights: bool
+
     def generate(self, batch: PromptBatch, repeats: list[int], sampling: SamplingConfig) -> Responses:
         """Sample ``repeats[i]`` responses for prompt ``i``, in prompt order."""
+        ...
+
+    def decode(self, ids: torch.Tensor) -> str:
+        """Response text of ``ids`` without the end-of-turn token."""
+        ...
+
+    def update_weights(self, named_tensors: Iterable[tuple[str, torch.Tensor]]) -> None:
+        """Load full (unsharded) policy weights by transformers parameter name."""
+        ...
+
+    def sleep(self) -> None:
+        """Release the engine's accelerator memory for the update (a no-op where unsupported)."""
+        ...
+
+    def wake_up(self) -> None:
+        """Take the memory released by :meth:`sleep` back."""
+        ...
+
+    def close(self) -> None:
+        """Release the engine for good."""
         ...
 
 

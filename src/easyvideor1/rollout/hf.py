@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from collections.abc import Iterable
+
 import torch
 from transformers import LogitsProcessor, LogitsProcessorList
 
@@ -28,8 +30,16 @@ class PresencePenalty(LogitsProcessor):
 
 
 class HFRolloutEngine:
-    def __init__(self, model, processor):
+    """``generate`` over a Hugging Face model (the :class:`~.base.RolloutEngine` protocol).
+
+    ``owns_weights=False`` (one process): the model *is* the training model, so updates reach it
+    without a push. ``True``: the model is a separate full copy (under FSDP) that
+    :meth:`update_weights` keeps equal to the trainer's.
+    """
+
+    def __init__(self, model, processor, owns_weights: bool = False):
         self.model, self.processor = model, processor
+        self.owns_weights = owns_weights
         tok = processor.tokenizer
         self.banned = banned_token_ids(tok)
         eos = model.generation_config.eos_token_id
@@ -80,6 +90,24 @@ class HFRolloutEngine:
             logprobs = torch.where(mask.bool(), logprobs, torch.zeros_like(logprobs))
         texts = [self.decode(row[m.bool()]) for row, m in zip(ids, mask, strict=True)]
         return Responses(ids=ids, mask=mask, texts=texts, truncated=truncated, logprobs=logprobs)
+
+    @torch.no_grad()
+    def update_weights(self, named_tensors: Iterable[tuple[str, torch.Tensor]]) -> None:
+        """Copy full weights, by transformers parameter name, into the engine's own model."""
+        if not self.owns_weights:
+            raise RuntimeError("this HF engine generates with the training model itself: nothing to update")
+        target = self.model.state_dict()
+        for name, tensor in named_tensors:
+            target[name].copy_(tensor)
+
+    def sleep(self) -> None:
+        """Nothing to release: ``generate`` holds no memory between calls."""
+
+    def wake_up(self) -> None:
+        """See :meth:`sleep`."""
+
+    def close(self) -> None:
+        """Nothing to shut down (the model belongs to the caller)."""
 
     def decode(self, ids: torch.Tensor) -> str:
         """Response text without the end-of-turn token (tags like <answer> are kept: rewards read them)."""

@@ -1,56 +1,95 @@
-"""One step's advantages from its scores, on one process or gathered over data-parallel ranks."""
+"""One step's advantages from its rewards, on one process or gathered over data-parallel ranks.
+
+The estimator declares what it needs beyond the shaped rewards (``algorithms.advantage_inputs``):
+the raw reward keys (GDPO) or a greedy response's score per prompt as its baseline (ReMax); the
+trainer provides exactly those, with no estimator-specific branch.
+"""
 
 from __future__ import annotations
 
 import torch
 
-from ..algorithms._registry import normalize_name
-from ..algorithms.advantages import compute_advantages
+from ..algorithms.advantages import GREEDY_BASELINE, RAW_REWARD_KEYS, advantage_inputs, compute_advantages
+from ..rollout.base import Responses
 from .distributed import DistState, all_gather
 from .experience import Experience, score
 
 
+def needs_greedy_baseline(alg) -> bool:
+    """Whether ``alg.adv_estimator`` needs one greedy response per prompt (its baseline)."""
+    return GREEDY_BASELINE in advantage_inputs(alg.adv_estimator)
+
+
 def step_advantages(
-    alg, exp: Experience, scores: torch.Tensor, samples, greedy, reward_cfg, state: DistState
+    alg,
+    exp: Experience,
+    rewards: torch.Tensor,
+    samples,
+    greedy: Responses | None,
+    reward_cfg,
+    state: DistState,
 ) -> torch.Tensor:
     """``[N, T]`` advantages of ``exp`` with ``alg.adv_estimator``.
 
-    ``scores`` are the shaped rewards (overlong penalty, KL-in-reward); GDPO reads the raw reward
-    keys instead; ReMax needs ``greedy``, one greedy response per prompt, as its baseline.
+    ``rewards`` are the shaped rewards (``[N]``, or ``[N, T]`` with the KL penalty in the reward);
+    ``greedy`` holds one greedy response per prompt when the estimator declared ``GREEDY_BASELINE``.
     """
-    name = normalize_name(alg.adv_estimator)
+    name = alg.adv_estimator
+    needs = advantage_inputs(name)
     opts = alg.advantage_options()
-    values = {k: exp.scores[k] for k in alg.gdpo_reward_keys} if name == "gdpo" else scores
-    if name == "remax":
+    values = {k: exp.scores[k] for k in alg.gdpo_reward_keys} if RAW_REWARD_KEYS in needs else rewards
+    if GREEDY_BASELINE in needs:
+        if greedy is None:
+            raise ValueError(f"advantage estimator {name} needs one greedy response per prompt")
         lengths = greedy.mask.sum(1).tolist()
-        base, _, _ = score(greedy.texts, samples, list(range(len(samples))), lengths, reward_cfg)
-        opts["baseline_scores"] = base["overall"][torch.tensor(exp.prompt_of)]
+        base = score(greedy.texts, samples, list(range(len(samples))), lengths, reward_cfg).values["overall"]
+        opts["baseline_scores"] = base[torch.tensor(exp.prompt_of)]
     if not state.enabled:
         return compute_advantages(name, values, exp.mask, exp.prompt_of, **opts).advantages.float()
     return _gathered(name, values, exp, len(samples), opts, state)
 
 
+def _rows(values: torch.Tensor, lengths: list[int]) -> list:
+    """Per-sequence values as lists: a float for ``[N]``, the valid tokens for ``[N, T]``."""
+    if values.dim() == 1:
+        return values.tolist()
+    return [values[i, :n].tolist() for i, n in enumerate(lengths)]
+
+
+def _stack(rows: list, lengths: list[int], width: int) -> torch.Tensor:
+    """Inverse of :func:`_rows` over every rank's rows (token rows right-padded with zeros)."""
+    if not rows or not isinstance(rows[0], list):
+        return torch.tensor(rows)
+    out = torch.zeros(len(rows), width)
+    for i, (row, n) in enumerate(zip(rows, lengths, strict=True)):
+        out[i, :n] = torch.tensor(row)
+    return out
+
+
 def _gathered(name, values, exp: Experience, n_prompts: int, opts: dict, state: DistState) -> torch.Tensor:
-    """Advantages computed on every rank's scores at once (a few floats per sequence), then this
-    rank's rows: identical to the single-process result for every estimator, batch-wide ones too."""
+    """Advantages computed on every rank's rewards at once (a few floats per sequence, or per token
+    with the KL penalty in the reward), then this rank's rows: identical to the single-process
+    result for every estimator, batch-wide ones too."""
     keyed = values if isinstance(values, dict) else {"": values}
+    lengths_mine = exp.mask.sum(1).tolist()
     mine = {
-        "values": {k: v.tolist() for k, v in keyed.items()},
-        "lengths": exp.mask.sum(1).tolist(),
+        "values": {k: _rows(v, lengths_mine) for k, v in keyed.items()},
+        "lengths": lengths_mine,
         "prompt_of": exp.prompt_of,
         "n_prompts": n_prompts,
         "baseline": opts["baseline_scores"].tolist() if "baseline_scores" in opts else None,
     }
     parts = all_gather(mine)
     lengths = [n for p in parts for n in p["lengths"]]
-    mask = torch.zeros(len(lengths), max(max(lengths, default=1), 1), dtype=exp.mask.dtype)
+    width = max(max(lengths, default=1), 1)
+    mask = torch.zeros(len(lengths), width, dtype=exp.mask.dtype)
     for i, n in enumerate(lengths):
         mask[i, :n] = 1
     prompt_of, offset = [], 0
     for p in parts:
         prompt_of += [q + offset for q in p["prompt_of"]]
         offset += p["n_prompts"]
-    every = {k: torch.tensor([x for p in parts for x in p["values"][k]]) for k in keyed}
+    every = {k: _stack([x for p in parts for x in p["values"][k]], lengths, width) for k in keyed}
     if mine["baseline"] is not None:
         opts["baseline_scores"] = torch.tensor([x for p in parts for x in p["baseline"]])
     out = compute_advantages(name, every if isinstance(values, dict) else every[""], mask, prompt_of, **opts)

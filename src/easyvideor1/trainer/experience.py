@@ -11,14 +11,15 @@ accuracy reaches the threshold is completed with ``k`` more online responses ins
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Any
 
 import torch
 
-from ..data.dataset import Sample
+from ..data.dataset import MediaSample
 from ..models.inputs import PromptBatch
-from ..rewards import score_record
-from ..rollout.base import Responses, SamplingConfig
+from ..rewards import score_records
+from ..rollout.base import Responses, RolloutEngine, SamplingConfig
+
+SCORE_KEYS = ("overall", "accuracy", "format")
 
 
 @dataclass
@@ -62,103 +63,153 @@ def tokenize_offline(tokenizer, text: str, eos_id: int, max_tokens: int) -> tupl
     return torch.tensor(ids[:max_tokens], dtype=torch.long), truncated
 
 
+@dataclass
+class Scores:
+    """Rewards of ``N`` responses: ``overall`` / ``accuracy`` / ``format`` tensors ``[N]``, the task of
+    each, and how many scorings raised (recorded with zero scores, see ``rewards.scoring``)."""
+
+    values: dict[str, torch.Tensor]
+    tasks: list[str]
+    errors: int
+
+    def __iter__(self):  # (values, tasks, errors), as callers unpack it
+        return iter((self.values, self.tasks, self.errors))
+
+
 def score(
-    texts: list[str], samples: list[Sample], prompt_of: list[int], lengths: list[int], reward_cfg
-) -> tuple:
-    """Rewards of each response from the record it answers (one implementation for train and eval)."""
-    rows: list[dict[str, Any]] = []
-    for text, p, n_tokens in zip(texts, prompt_of, lengths, strict=True):
-        rec = samples[p].record
-        rows.append(score_record(text, rec, config=reward_cfg, response_length=n_tokens))
-    keys = ("overall", "accuracy", "format")
-    scores = {k: torch.tensor([float(r[k]) for r in rows], dtype=torch.float32) for k in keys}
-    return scores, [r["task"] for r in rows], sum(1 for r in rows if r.get("error"))
+    texts: list[str], samples: list[MediaSample], prompt_of: list[int], lengths: list[int], reward_cfg
+) -> Scores:
+    """Rewards of each response from the record it answers, scored as one batch
+    (``rewards.score_records``: expensive tasks in its process pool); validation uses it too."""
+    records = [samples[p].record for p in prompt_of]
+    rows = score_records(texts, records, lengths, reward_cfg)
+    values = {k: torch.tensor([float(r[k]) for r in rows], dtype=torch.float32) for k in SCORE_KEYS}
+    return Scores(values, [r["task"] for r in rows], sum(1 for r in rows if r.get("error")))
 
 
-def _append_online(per_prompt: list[list[tuple]], responses: Responses, counts: list[int]) -> None:
-    """Distribute generated responses (prompt order, ``counts[p]`` each) to their groups."""
+@dataclass
+class Response:
+    """One response of a group: generated (``logp`` = the engine's log-probs, if it returned them)
+    or offline (a record's ``offline_output``, tokenised)."""
+
+    ids: torch.Tensor  # [L], ends with the end-of-turn token unless truncated
+    text: str
+    offline: bool
+    truncated: bool
+    logp: torch.Tensor | None = None  # [L]
+
+
+def _online(responses: Responses, counts: list[int]) -> list[list[Response]]:
+    """Generated responses (prompt order, ``counts[p]`` each) split into their groups."""
+    groups: list[list[Response]] = []
     row = 0
-    for p, count in enumerate(counts):
+    for count in counts:
+        group = []
         for _ in range(count):
             m = responses.mask[row].bool()
             logp = responses.logprobs[row][m] if responses.logprobs is not None else None
-            per_prompt[p].append(
-                (responses.ids[row][m], responses.texts[row], False, responses.truncated[row], logp)
+            group.append(
+                Response(
+                    responses.ids[row][m], responses.texts[row], False, bool(responses.truncated[row]), logp
+                )
             )
             row += 1
+        groups.append(group)
+    return groups
+
+
+def _offline(
+    engine: RolloutEngine, tokenizer, sample: MediaSample, k: int, max_tokens: int
+) -> list[Response]:
+    """``k`` copies of the record's offline response."""
+    ids, trunc = tokenize_offline(tokenizer, sample.record.offline_output, engine.eos_ids[0], max_tokens)
+    # a truncated offline response is scored on what is trained: the kept tokens only
+    text = engine.decode(ids) if trunc else sample.record.offline_output
+    return [Response(ids, text, True, trunc) for _ in range(k)]
+
+
+def _confident(
+    groups: list[list[Response]], samples: list[MediaSample], reward_cfg, threshold: float
+) -> list[bool]:
+    """Per prompt: the mean accuracy of its online responses reaches ``threshold``."""
+    prompt_of = [p for p, group in enumerate(groups) for _ in group]
+    flat = [r for group in groups for r in group]
+    acc = score([r.text for r in flat], samples, prompt_of, [len(r.ids) for r in flat], reward_cfg).values[
+        "accuracy"
+    ]
+    out = []
+    for p in range(len(groups)):
+        idx = [i for i, q in enumerate(prompt_of) if q == p]
+        out.append((float(acc[idx].mean()) if idx else 0.0) >= threshold)
+    return out
 
 
 def collect(
-    engine,
+    engine: RolloutEngine,
     tokenizer,
     batch: PromptBatch,
-    samples: list[Sample],
+    samples: list[MediaSample],
     rollout_cfg,
     sampling: SamplingConfig,
     reward_cfg,
 ) -> Experience:
     """Generate, add offline responses, and score: the groups of one step (prompt order kept)."""
     n, k, mode = rollout_cfg.n, rollout_cfg.offline_k, rollout_cfg.hybrid
-    eos_id, pad_id = engine.eos_ids[0], engine.pad_id
     has_offline = [mode != "off" and k > 0 and bool(s.record.offline_output) for s in samples]
     online_n = [n - k if h else n for h in has_offline]
-    first = engine.generate(batch, online_n, sampling)
-    # responses per prompt: list of (ids, text, offline, truncated)
-    per_prompt: list[list[tuple]] = [[] for _ in samples]
-    _append_online(per_prompt, first, online_n)
+    groups = _online(engine.generate(batch, online_n, sampling), online_n)
     use_offline = list(has_offline)
     if mode == "below_threshold" and any(has_offline):
         # score the online part first; confident groups are completed online instead
-        prompt_of = [p for p, c in enumerate(online_n) for _ in range(c)]
-        s, _, _ = score(first.texts, samples, prompt_of, first.mask.sum(1).tolist(), reward_cfg)
-        acc = s["accuracy"]
-        for p in range(len(samples)):
-            if has_offline[p]:
-                idx = [i for i, q in enumerate(prompt_of) if q == p]
-                mean = float(acc[idx].mean()) if idx else 0.0
-                use_offline[p] = mean < rollout_cfg.hybrid_threshold
-        extra = [k if has_offline[p] and not use_offline[p] else 0 for p in range(len(samples))]
+        confident = _confident(groups, samples, reward_cfg, rollout_cfg.hybrid_threshold)
+        use_offline = [h and not c for h, c in zip(has_offline, confident, strict=True)]
+        extra = [k if h and not u else 0 for h, u in zip(has_offline, use_offline, strict=True)]
         if any(extra):
-            _append_online(per_prompt, engine.generate(batch, extra, sampling), extra)
+            more = _online(engine.generate(batch, extra, sampling), extra)
+            groups = [g + m for g, m in zip(groups, more, strict=True)]
     for p, sample in enumerate(samples):
         if use_offline[p]:
-            ids, trunc = tokenize_offline(
-                tokenizer, sample.record.offline_output, eos_id, sampling.max_new_tokens
-            )
-            # a truncated offline response is scored on what is trained: the kept tokens only
-            text = engine.decode(ids) if trunc else sample.record.offline_output
-            for _ in range(k):
-                per_prompt[p].append((ids, text, True, trunc, None))
-    prompt_of = [p for p, group in enumerate(per_prompt) for _ in group]
-    flat = [r for group in per_prompt for r in group]
-    ids = pad_stack([r[0] for r in flat], pad_id)
-    mask = pad_stack([torch.ones(len(r[0]), dtype=torch.long) for r in flat], 0)
-    texts = [r[1] for r in flat]
+            groups[p] += _offline(engine, tokenizer, sample, k, sampling.max_new_tokens)
+    exp = _experience(batch, samples, groups, engine.pad_id, reward_cfg)
+    exp.metrics["hybrid/groups_with_offline"] = float(sum(use_offline))
+    return exp
+
+
+def _experience(
+    batch: PromptBatch, samples: list[MediaSample], groups: list[list[Response]], pad_id: int, reward_cfg
+) -> Experience:
+    """The groups as padded tensors, scored."""
+    prompt_of = [p for p, group in enumerate(groups) for _ in group]
+    flat = [r for group in groups for r in group]
+    ids = pad_stack([r.ids for r in flat], pad_id)
+    mask = pad_stack([torch.ones(len(r.ids), dtype=torch.long) for r in flat], 0)
     rollout_logp = None
-    if any(r[4] is not None for r in flat):
+    if any(r.logp is not None for r in flat):
         rollout_logp = torch.full(ids.shape, float("nan"))
         for i, r in enumerate(flat):
-            if r[4] is not None:
-                rollout_logp[i, : len(r[4])] = r[4]
-    scores, tasks, errors = score(texts, samples, prompt_of, mask.sum(1).tolist(), reward_cfg)
+            if r.logp is not None:
+                rollout_logp[i, : len(r.logp)] = r.logp
+    texts = [r.text for r in flat]
+    scored = score(texts, samples, prompt_of, mask.sum(1).tolist(), reward_cfg)
     exp = Experience(
         batch=batch,
         prompt_of=prompt_of,
         ids=ids,
         mask=mask,
         texts=texts,
-        offline=torch.tensor([r[2] for r in flat]),
-        truncated=torch.tensor([bool(r[3]) for r in flat]),
-        scores=scores,
-        tasks=tasks,
+        offline=torch.tensor([r.offline for r in flat]),
+        truncated=torch.tensor([r.truncated for r in flat]),
+        scores=scored.values,
+        tasks=scored.tasks,
         rollout_logp=rollout_logp,
     )
-    exp.metrics["reward/errors"] = float(errors)
-    exp.metrics["hybrid/groups_with_offline"] = float(sum(use_offline))
+    exp.metrics["reward/errors"] = float(scored.errors)
     return exp
 
 
-def merge_groups(parts: list[tuple[Experience, list[Sample], list[int]]], batch: PromptBatch) -> Experience:
+def merge_groups(
+    parts: list[tuple[Experience, list[MediaSample], list[int]]], batch: PromptBatch
+) -> Experience:
     """One experience from the chosen groups of several rounds.
 
     ``parts`` holds (experience, its samples, the prompt indices to keep); ``batch`` encodes the kept

@@ -16,17 +16,16 @@ import time
 
 import torch
 
-from ..algorithms._registry import normalize_name
-from ..algorithms.filtering import overlong_penalty
 from ..algorithms.kl import kl_penalty
 from ..algorithms.masked import masked_mean
+from ..algorithms.shaping import ShapedRewards, shape_rewards
 from ..data.dataset import RecordDataset, encode_prompts
 from ..models.loading import load_policy
 from ..models.packing import check_packable
 from ..models.vision import DummyVisionPass
 from ..models.vision_cache import VisionFeatureCache
 from ..rollout.base import SamplingConfig
-from .advantages import step_advantages
+from .advantages import needs_greedy_baseline, step_advantages
 from .checkpoint import save_checkpoint
 from .distributed import (
     all_gather,
@@ -42,7 +41,7 @@ from .experience import Experience, collect
 from .metrics import MetricsLogger, hybrid_metrics, mismatch_metrics, reward_metrics
 from .preflight import preflight
 from .resume import resume, run_settings
-from .rollout_engines import make_rollout_engine, push_weights
+from .rollout_engines import EngineHandoff, make_rollout_engine
 from .rounds import filter_rounds
 from .sampler import PromptSampler
 from .skipping import SkipLog, loadable_samples
@@ -126,6 +125,8 @@ class Trainer:
             VisionFeatureCache([self.model, self.ref_model]) if cfg.model.freeze_vision_tower else None
         )
         self.engine = self._make_engine()
+        sleep = cfg.rollout.engine == "vllm" and cfg.rollout.vllm.sleep_between_phases
+        self.handoff = EngineHandoff(self.engine, self.model, sleep=sleep)
         self.train_set = RecordDataset.from_files(cfg.data.train_files, cfg.data)
         self.val_set = (
             RecordDataset.from_files(cfg.data.val_files, cfg.data, self.train_set.loader)
@@ -196,73 +197,88 @@ class Trainer:
         return keep
 
     def _make_engine(self):
-        model = self.rollout_model if self.rollout_model is not None else self.model
-        return make_rollout_engine(self.cfg, self.processor, model, self.dist)
+        if self.rollout_model is not None:  # a separate copy, kept equal to the trainer's
+            return make_rollout_engine(
+                self.cfg, self.processor, self.rollout_model, self.dist, owns_weights=True
+            )
+        return make_rollout_engine(self.cfg, self.processor, self.model, self.dist)
 
     def sync_rollout_weights(self) -> None:
-        """Push the trainer's weights to a rollout engine that holds its own copy (after each update)."""
-        push_weights(self.model, self.rollout_model, self.engine)
+        """Push the trainer's weights to a rollout engine that holds its own copy (warm-up, resume)."""
+        self.handoff.push()
 
     # ------------------------------------------------------------------------------------- one step
     def rl_step(self) -> dict[str, float]:
+        """One step, as the README describes it: prompts and media -> rollouts -> rewards (and
+        dynamic sampling) -> old and reference log-probs -> reward shaping -> advantages -> PPO
+        update (the rollout engine asleep, then given the new weights)."""
         t0 = time.perf_counter()
         metrics: dict[str, float] = {}
         exp, samples, batch, t_data = self._collect_groups(metrics)
         t_rollout = time.perf_counter()
-        scores = exp.scores["overall"].clone()
-        if self.alg.overlong.enable:
-            pen = overlong_penalty(
-                exp.mask,
-                max_length=self.alg.overlong.max_length or self.sampling.max_new_tokens,
-                buffer=self.alg.overlong.buffer,
-                factor=self.alg.overlong.factor,
-            )
-            scores += pen
-            metrics["reward/overlong_penalty"] = float(pen.mean())
+        entropy = self._logprobs(exp)
+        shaped = self._shape_rewards(exp)  # with the KL coefficient this step's rollouts were made under
+        metrics.update(shaped.metrics)
+        metrics.update(self._update_kl_coef(exp))
+        metrics.update(mismatch_metrics(exp))
+        t_logp = time.perf_counter()
+        exp.advantages = self._advantages(exp, shaped.rewards, batch, samples)
+        metrics.update(hybrid_metrics(exp))
+        metrics["actor/entropy_rollout"] = float(masked_mean(entropy, exp.mask.bool()))
+        with self.handoff:  # the engine sleeps during the update and gets the new weights after it
+            update = self._update(exp)
+        t_end = time.perf_counter()
+        times = {"data": t_data - t0, "rollout": t_rollout - t_data, "logprobs": t_logp - t_rollout}
+        times.update(update=t_end - t_logp, step=t_end - t0)
+        metrics = self._reduce_metrics(metrics, exp, batch, times)
+        metrics.update(update)  # already global
+        return metrics
+
+    def _logprobs(self, exp: Experience) -> torch.Tensor:
+        """Old (and reference) log-probs of the responses; returns the old policy's entropy."""
+        mb = self.cfg.trainer.micro_batch_size
+        temperature = self.sampling.temperature
         if self.vision_cache is not None:
-            self.vision_cache.start(exp.batch)  # served until the update ends
+            self.vision_cache.start(exp.batch)  # served until the update ends (_update)
         speed = dict(
             padding_free=self.settings.padding_free,
             max_tokens=self.settings.max_tokens_per_micro_batch,
             vision=self.vision_cache,
         )
         exp.old_logp, entropy = experience_logprobs(
-            self.model,
-            exp,
-            self.engine.banned,
-            self.dummy,
-            self.sampling.temperature,
-            self.cfg.trainer.micro_batch_size,
-            **speed,
+            self.model, exp, self.engine.banned, self.dummy, temperature, mb, **speed
         )
         if self.ref_model is not None:
             exp.ref_logp, _ = experience_logprobs(
-                self.ref_model,
-                exp,
-                self.engine.banned,
-                self.ref_dummy,
-                self.sampling.temperature,
-                self.cfg.trainer.micro_batch_size,
-                **speed,
+                self.ref_model, exp, self.engine.banned, self.ref_dummy, temperature, mb, **speed
             )
-            kl = kl_penalty(exp.old_logp, exp.ref_logp, self.alg.kl.type, exp.mask)
-            if self.alg.kl.apply_as == "reward":
-                scores = scores - self.kl_ctl.value * (kl * exp.mask).sum(1)
-                metrics["actor/reward_kl"] = float(masked_mean(kl, exp.mask.bool()))
-            local = {
-                "kl": float((kl * exp.mask).sum()),
-                "tokens": float(exp.mask.sum()),
-                "n": float(len(exp)),
-            }
-            totals = sum_over_ranks(local)
-            self.kl_ctl.update(totals["kl"] / max(totals["tokens"], 1.0), int(totals["n"]))
-            self.settings.kl_loss_coef = self.kl_ctl.value if self.alg.kl.apply_as == "loss" else 0.0
-            metrics["actor/kl_coef"] = self.kl_ctl.value
-        metrics.update(mismatch_metrics(exp))
-        t_logp = time.perf_counter()
-        exp.advantages = self._advantages(exp, scores, batch, samples)
-        metrics.update(hybrid_metrics(exp))
-        metrics["actor/entropy_rollout"] = float(masked_mean(entropy, exp.mask.bool()))
+        return entropy
+
+    def _shape_rewards(self, exp: Experience) -> ShapedRewards:
+        """Overlong penalty and KL-in-reward on the ``overall`` scores (``algorithms/shaping.py``)."""
+        return shape_rewards(
+            exp.scores["overall"],
+            exp.mask,
+            self.alg,
+            max_response_length=self.sampling.max_new_tokens,
+            kl_coef=self.kl_ctl.value,
+            log_prob=exp.old_logp,
+            ref_log_prob=exp.ref_logp,
+        )
+
+    def _update_kl_coef(self, exp: Experience) -> dict[str, float]:
+        """Feed this step's KL (totalled over ranks) to the KL controller; the loss uses its new value."""
+        if self.ref_model is None:
+            return {}
+        kl = kl_penalty(exp.old_logp, exp.ref_logp, self.alg.kl.type, exp.mask)
+        local = {"kl": float((kl * exp.mask).sum()), "tokens": float(exp.mask.sum()), "n": float(len(exp))}
+        totals = sum_over_ranks(local)
+        self.kl_ctl.update(totals["kl"] / max(totals["tokens"], 1.0), int(totals["n"]))
+        self.settings.kl_loss_coef = self.kl_ctl.value if self.alg.kl.apply_as == "loss" else 0.0
+        return {"actor/kl_coef": self.kl_ctl.value}
+
+    def _mini_batches(self, exp: Experience) -> list[list[int]]:
+        """Sequence indices of each mini-batch, PPO epoch after PPO epoch (whole groups together)."""
         groups = sorted(set(exp.prompt_of))
         per_mini = self.cfg.trainer.mini_batch_prompts // self.dist.world  # this rank's share
         mini = []
@@ -270,51 +286,42 @@ class Trainer:
             for g in range(0, len(groups), per_mini):
                 chosen = set(groups[g : g + per_mini])
                 mini.append([i for i, p in enumerate(exp.prompt_of) if p in chosen])
-        sleeping = self.cfg.rollout.engine == "vllm" and self.cfg.rollout.vllm.sleep_between_phases
-        if sleeping:
-            self.engine.sleep()  # give the update the engine's GPU memory back
+        return mini
+
+    def _update(self, exp: Experience) -> dict[str, float]:
+        """The PPO epochs over mini-batches and micro-batches (metrics already global)."""
         try:
-            update = policy_update(
+            return policy_update(
                 self.model,
                 self.optimizer,
                 self.scheduler,
                 exp,
-                mini,
+                self._mini_batches(exp),
                 self.settings,
                 self.engine.banned,
                 self.dummy,
                 vision=self.vision_cache,
-            )  # already global
+            )
         finally:
             if self.vision_cache is not None:
                 self.vision_cache.stop()  # the next step's weights and media differ
-        if sleeping:
-            self.engine.wake_up()
-        self.sync_rollout_weights()
-        t_end = time.perf_counter()
-        tokens = int(exp.mask.sum()) + int(batch.inputs["attention_mask"].sum()) * self.cfg.rollout.n
-        metrics.update(
-            {
-                "time/data": t_data - t0,
-                "time/rollout": t_rollout - t_data,
-                "time/logprobs": t_logp - t_rollout,
-                "time/update": t_end - t_logp,
-                "time/step": t_end - t0,
-            }
-        )
+
+    def _reduce_metrics(self, metrics: dict, exp: Experience, batch, times: dict) -> dict[str, float]:
+        """The step's metrics with times, data counters and throughput, reduced over ranks
+        (counts summed, rates and means averaged)."""
+        metrics.update({f"time/{k}": v for k, v in times.items()})
         if self.cfg.data.preflight == "fast":
             metrics["data/dropped_overlong"] = float(self.dropped_overlong)  # so far, this rank
         # records left out so far: start-up's (counted once, on rank 0) plus this rank's since
         metrics["data/skipped_records"] = float(
             self.skipped_at_step + (self.skipped_preflight if self.dist.is_main else 0)
         )
+        tokens = int(exp.mask.sum()) + int(batch.inputs["attention_mask"].sum()) * self.cfg.rollout.n
         per_rank = all_gather(tokens)  # [tokens] in one process
         if self.dist.enabled:
             metrics["perf/rank_token_imbalance"] = max(per_rank) / max(sum(per_rank) / len(per_rank), 1)
-        # counts are totalled over ranks; rates and means are averaged
         metrics = reduce_over_ranks(metrics, summed=_COUNT_METRICS)
-        metrics["perf/tokens_per_s"] = sum(per_rank) / (t_end - t0)
-        metrics.update(update)  # already global
+        metrics["perf/tokens_per_s"] = sum(per_rank) / times["step"]
         return metrics
 
     def _next_samples(self):
@@ -390,13 +397,14 @@ class Trainer:
         metrics.update(filtered)
         return exp, samples, batch, t0 + timer[0]
 
-    def _advantages(self, exp: Experience, scores: torch.Tensor, batch, samples) -> torch.Tensor:
+    def _advantages(self, exp: Experience, rewards: torch.Tensor, batch, samples) -> torch.Tensor:
+        """Advantages of the shaped ``rewards``, with the extra inputs the estimator declared."""
         greedy = None
-        if normalize_name(self.alg.adv_estimator) == "remax":  # ReMax's baseline: one greedy response
+        if needs_greedy_baseline(self.alg):  # e.g. ReMax: one greedy response per prompt
             greedy = self.engine.generate(
                 batch, [1] * len(samples), dataclasses.replace(self.sampling, temperature=0)
             )
-        return step_advantages(self.alg, exp, scores, samples, greedy, self.cfg.reward, self.dist)
+        return step_advantages(self.alg, exp, rewards, samples, greedy, self.cfg.reward, self.dist)
 
     def sft_warmup(self) -> bool:
         if not sft_warmup(self, self.dist):
@@ -481,8 +489,9 @@ class Trainer:
 
     def close(self) -> None:
         """Release the models and leave the process group (see ``shutdown_distributed``)."""
-        if hasattr(self.engine, "close"):
+        if self.engine is not None:
             self.engine.close()  # a vLLM engine tears down its groups while the process group lives
         self.model = self.ref_model = self.rollout_model = self.optimizer = self.engine = None
+        self.handoff = None
         self.dummy = self.ref_dummy = None
         shutdown_distributed()

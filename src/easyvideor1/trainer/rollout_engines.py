@@ -9,12 +9,14 @@ from __future__ import annotations
 
 import torch
 
+from ..rollout.base import RolloutEngine
 from ..rollout.hf import HFRolloutEngine
 from .distributed import DistState, full_weights
 
 
-def make_rollout_engine(cfg, processor, model, state: DistState):
-    """``rollout.engine``: ``hf`` over ``model``, or one vLLM engine for this rank."""
+def make_rollout_engine(cfg, processor, model, state: DistState, owns_weights: bool = False) -> RolloutEngine:
+    """``rollout.engine``: ``hf`` over ``model`` (a separate copy when ``owns_weights``), or one vLLM
+    engine for this rank."""
     if cfg.rollout.engine == "vllm":
         from ..rollout.vllm import VLLMRolloutEngine
 
@@ -31,18 +33,37 @@ def make_rollout_engine(cfg, processor, model, state: DistState):
             in_process=v.in_process,
             enable_sleep_mode=v.sleep_between_phases,
         )
-    return HFRolloutEngine(model, processor)
+    return HFRolloutEngine(model, processor, owns_weights=owns_weights)
 
 
-def push_weights(model, rollout_model, engine) -> None:
-    """Copy ``model``'s weights (gathered from FSDP shards if sharded) into the engine's copy.
+class EngineHandoff:
+    """The rollout engine's side of an update, as one context object.
 
-    A collective under FSDP: every rank calls it. A no-op for the HF engine over ``model`` itself.
+    ``with handoff: update()`` puts the engine to sleep first when ``sleep`` is set (vLLM sleep
+    mode gives its accelerator memory to the update), and after a successful update wakes it up
+    and pushes the new weights to an engine that holds its own copy (``engine.owns_weights``).
+    :meth:`push` alone is the sync after a warm-up or a resume. The push is a collective under
+    FSDP (the shards are gathered): every rank enters and leaves the context together.
     """
-    if rollout_model is not None:
-        with torch.no_grad():
-            target = rollout_model.state_dict()
-            for name, tensor in full_weights(model):
-                target[name].copy_(tensor)
-    elif hasattr(engine, "update_weights"):
-        engine.update_weights(full_weights(model))
+
+    def __init__(self, engine: RolloutEngine, model: torch.nn.Module, sleep: bool = False):
+        self.engine, self.model, self.sleep = engine, model, sleep
+
+    def __enter__(self) -> EngineHandoff:
+        if self.sleep:
+            self.engine.sleep()
+        return self
+
+    def __exit__(self, exc_type, exc, tb) -> None:
+        if exc_type is not None:  # the update failed: leave the engine as it is, the error propagates
+            return
+        if self.sleep:
+            self.engine.wake_up()
+        self.push()
+
+    def push(self) -> None:
+        """Give the engine the trainer's weights (gathered from FSDP shards); a no-op for an engine
+        that generates with the training model itself."""
+        if self.engine.owns_weights:
+            with torch.no_grad():
+                self.engine.update_weights(full_weights(self.model))

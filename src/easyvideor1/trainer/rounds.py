@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 
-from ..algorithms.filtering import filter_groups
+from ..algorithms.filtering import DynamicSampler
 from .distributed import max_over_ranks
 from .experience import Experience, merge_groups
 
@@ -29,32 +29,37 @@ def filter_rounds(
 
     ``exp`` is the first round's experience; ``draw()`` gives the next prompts, ``rollout`` samples
     and scores them, ``encode`` re-encodes the kept prompts as one batch. ``f`` is the
-    ``algorithm.online_filtering`` config; ``target`` this rank's number of groups.
+    ``algorithm.online_filtering`` config; ``target`` this rank's number of groups. The bookkeeping
+    is :class:`~easyvideor1.algorithms.filtering.DynamicSampler`'s; the rounds are counted here,
+    since a rank that is already full still takes part in the others' rounds.
     """
-    parts, kept, rounds, dropped = [], 0, 0, 0
+    sampler: DynamicSampler[tuple[Experience, list]] = DynamicSampler(
+        target, max_tries=f.max_tries, criterion=f.criterion, low=f.low, high=f.high, key=f.key
+    )
+    last = (exp, samples, batch)  # the last round this rank rolled out
     current: Experience | None = exp
+    rounds = 0
     while True:
         if current is not None:
-            res = filter_groups(
-                current.scores, current.prompt_of, criterion=f.criterion, low=f.low, high=f.high, key=f.key
-            )
-            chosen = {current.prompt_of[i] for i in res.keep.nonzero().flatten().tolist()}
-            keep = sorted(chosen)[: target - kept]
-            parts.append((current, samples, keep))
-            kept, dropped = kept + len(keep), dropped + res.dropped_groups
-            exp = current
+            sampler.add_round(current.scores, current.prompt_of, payload=(current, samples))
+            last = (current, samples, batch)
         rounds += 1
-        if not max_over_ranks(int(kept < target)) or (f.max_tries > 0 and rounds >= f.max_tries):
+        if not max_over_ranks(int(not sampler.done)) or (f.max_tries > 0 and rounds >= f.max_tries):
             break
         samples, batch = draw()
-        current = rollout(samples, batch) if kept < target else None
+        current = rollout(samples, batch) if not sampler.done else None
+    parts = []
+    for sel in sampler.selection():
+        part_exp, part_samples = sel.payload
+        parts.append((part_exp, part_samples, sorted({part_exp.prompt_of[i] for i in sel.rows.tolist()})))
+    kept = sum(len(keep) for _, _, keep in parts)
     metrics = {
         "filter/rounds": float(rounds),
         "filter/kept_groups": float(kept),
-        "filter/dropped_groups": float(dropped),
+        "filter/dropped_groups": float(sampler.total_dropped_groups),
     }
     if kept == 0:  # no group passed the filter: train on the last round as it is
-        return exp, parts[-1][1], batch, metrics
+        return (*last, metrics)
     kept_samples = [s[p] for _, s, keep in parts for p in keep]
     batch = encode(kept_samples)
     return merge_groups(parts, batch), kept_samples, batch, metrics

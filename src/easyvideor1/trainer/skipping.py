@@ -15,7 +15,7 @@ from typing import Any
 
 from PIL.Image import DecompressionBombError
 
-from ..data.dataset import Sample, load_media
+from ..data.dataset import MediaSample, load_media
 from ..media.cache import CacheError
 from ..media.decode import DecodeError
 from .metrics import rewrite_jsonl
@@ -31,7 +31,7 @@ class MediaLoadError(ValueError):
     """A record's media cannot be loaded and ``data.strict`` is set."""
 
 
-def media_problem(sample: Sample, cfg, loader, load: bool = True) -> str | None:
+def media_problem(sample: MediaSample, cfg, loader, load: bool = True) -> str | None:
     """Why ``sample``'s media cannot be used, or None.
 
     With ``load`` the media are loaded (and kept in ``sample.loaded``, so encoding the prompt does
@@ -56,7 +56,9 @@ def media_problem(sample: Sample, cfg, loader, load: bool = True) -> str | None:
     return None
 
 
-def skip_row(sample: Sample, index: int, reason: str, split: str, phase: str, step: int) -> dict[str, Any]:
+def skip_row(
+    sample: MediaSample, index: int, reason: str, split: str, phase: str, step: int
+) -> dict[str, Any]:
     """One line of ``skipped_records.jsonl``."""
     rec = sample.record
     return {
@@ -78,7 +80,7 @@ def strict_error(row: dict[str, Any]) -> MediaLoadError:
     )
 
 
-def loadable_samples(trainer, chosen: list[int]) -> list[Sample]:
+def loadable_samples(trainer, chosen: list[int]) -> list[MediaSample]:
     """The samples of ``chosen`` whose media load (loaded now, once); the others are skipped and
     listed, or stop the run under ``data.strict``. Preflight found the bad files it could; this
     catches the rest (``data.preflight=fast``, a file deleted or damaged mid-run)."""
