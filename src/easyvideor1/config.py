@@ -20,7 +20,8 @@ from .algorithms.config import AlgorithmConfig
 from .data.config import DataConfig
 from .evaluation.config import EvalConfig
 from .rewards.config import RewardConfig
-from .trainer.config import DemoConfig, ModelConfig, RolloutConfig, TrainerConfig
+from .rollout.config import RolloutConfig
+from .trainer.config import DemoConfig, ModelConfig, TrainerConfig
 from .trainer.distributed import DistributedConfig
 
 T = TypeVar("T")

@@ -1,9 +1,13 @@
-"""Configuration of the model, rollouts and the training loop (sections of the run config)."""
+"""Configuration of the model and the training loop (sections of the run config).
+
+The rollout sections live beside the engines, in ``rollout/config.py`` (re-exported here for old imports).
+"""
 
 from __future__ import annotations
 
 from dataclasses import dataclass, field
 
+from ..rollout.config import RolloutConfig, VLLMConfig  # noqa: F401  (re-exported)
 from ..validation import at_least, in_range, non_negative, one_of, positive, require
 
 LOGGERS = ("console", "jsonl", "tensorboard", "wandb")
@@ -29,95 +33,6 @@ class ModelConfig:
 
     def __post_init__(self) -> None:
         one_of("model.dtype", self.dtype, ("float32", "fp32", "bfloat16", "bf16"))
-
-
-@dataclass
-class VLLMConfig:
-    """The vLLM rollout engine (``rollout.engine=vllm``): one colocated engine per rank.
-
-    Parameters:
-        gpu_memory_utilization: Share of the GPU vLLM may take (weights + KV cache); leave the
-            trainer room. On CPUs the KV cache size comes from ``VLLM_CPU_KVCACHE_SPACE`` (GiB).
-        tensor_parallel_size: GPUs per engine.
-        enforce_eager: Skip CUDA-graph capture (faster start-up, slower decoding).
-        in_process: Run vLLM's engine core in the trainer process (starts in seconds, weights are
-            pushed by reference); false uses vLLM's worker processes (weights travel as bytes).
-        sleep_between_phases: Release the engine's GPU memory during the update (vLLM sleep mode;
-            ignored where the platform lacks it).
-        max_model_len: Prompt + response token limit (0: the model's own limit).
-    """
-
-    gpu_memory_utilization: float = 0.5
-    tensor_parallel_size: int = 1
-    enforce_eager: bool = False
-    in_process: bool = True
-    sleep_between_phases: bool = False
-    max_model_len: int = 0
-
-    def __post_init__(self) -> None:
-        in_range("rollout.vllm.gpu_memory_utilization", self.gpu_memory_utilization, 0, 1, low_open=True)
-        at_least("rollout.vllm.tensor_parallel_size", self.tensor_parallel_size, 1)
-        non_negative("rollout.vllm.max_model_len", self.max_model_len)
-
-
-@dataclass
-class RolloutConfig:
-    """Sampling responses, and hybrid offline/online groups.
-
-    Parameters:
-        engine: ``hf`` (transformers ``generate``, any machine) or ``vllm`` (``vllm`` on GPUs,
-            ``vllm-cpu`` on CPUs; settings under ``rollout.vllm``). Either way the engine's weights
-            follow the trainer's after every optimizer step.
-        n: Responses per prompt (the group size).
-        temperature: Sampling temperature for training rollouts.
-        top_p: Nucleus mass.
-        top_k: 0 samples from the whole vocabulary.
-        max_new_tokens: Response length limit (tokens); offline responses are truncated to it too.
-        hybrid: ``off``, ``always`` (every record with ``offline_output`` gets ``offline_k`` offline
-            responses in its group) or ``below_threshold`` (only when the online responses' mean
-            accuracy is below ``hybrid_threshold``; otherwise the group is completed online).
-        offline_k: Offline responses per hybrid group (the rest, n - k, are generated).
-        hybrid_threshold: Accuracy threshold of the ``below_threshold`` mode.
-        val_temperature: Sampling temperature for validation (0 = greedy).
-        offline_shaping: Off-policy correction for offline responses: 0 keeps the reference's
-            behaviour (old log-probs from the current policy, plain clipped loss); a value gamma > 0
-            trains offline tokens with LUFFY's policy shaping ``-A * p / (p + gamma)`` (e.g. 0.1),
-            which strengthens the gradient of tokens the policy finds unlikely.
-    """
-
-    engine: str = "hf"
-    n: int = 8
-    temperature: float = 1.0
-    top_p: float = 1.0
-    top_k: int = 0
-    max_new_tokens: int = 64
-    hybrid: str = "off"
-    offline_k: int = 1
-    hybrid_threshold: float = 0.5
-    val_temperature: float = 0.0
-    offline_shaping: float = 0.0
-    vllm: VLLMConfig = field(default_factory=VLLMConfig)
-
-    def __post_init__(self) -> None:
-        # YAML reads a bare `off` as the boolean false; accept it as the mode it was meant to be
-        if str(self.hybrid).lower() in ("false", "no", "0", "none"):
-            self.hybrid = "off"
-        one_of("rollout.hybrid", self.hybrid, ("off", "always", "below_threshold"))
-        one_of("rollout.engine", self.engine, ("hf", "vllm"))
-        require(
-            isinstance(self.temperature, (int, float)) and 0 < self.temperature < float("inf"),
-            "rollout.temperature",
-            "must be > 0 for training rollouts (use rollout.val_temperature=0 for greedy)",
-            self.temperature,
-        )
-        at_least("rollout.n", self.n, 1)
-        in_range("rollout.top_p", self.top_p, 0, 1, low_open=True)
-        non_negative("rollout.top_k", self.top_k)
-        at_least("rollout.max_new_tokens", self.max_new_tokens, 1)
-        in_range("rollout.offline_k", self.offline_k, 0, self.n)
-        in_range("rollout.hybrid_threshold", self.hybrid_threshold, 0, 1)
-        non_negative("rollout.val_temperature", self.val_temperature)
-        non_negative("rollout.offline_shaping", self.offline_shaping)
 
 
 @dataclass
