@@ -33,10 +33,11 @@ def _greedy(model_dir, cfg, indices) -> list[str]:
 
     model, processor = load_policy(str(model_dir))
     engine = HFRolloutEngine(model, processor)
-    data = RecordDataset.from_files(cfg.data.val_files, cfg.data)
+    data_cfg = cfg.data.with_model(str(model_dir))  # the checkpoint names the family, as in training
+    data = RecordDataset.from_files(cfg.data.val_files, data_cfg)
     samples = [data[i] for i in indices]
     out = engine.generate(
-        encode_prompts(processor, samples, cfg.data, data.loader),
+        encode_prompts(processor, samples, data_cfg, data.loader),
         [1] * len(samples),
         SamplingConfig(temperature=0, max_new_tokens=cfg.rollout.max_new_tokens),
     )
