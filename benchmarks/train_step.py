@@ -6,7 +6,12 @@ Two video sets, same trainer settings:
   video dominates a tiny model's step, as it dominates a big model's rollout/log-prob phases in
   the reference's measurement (1.47x overall there).
 Each variant runs a few RL steps after one warm-up step; the mean step time and its data-loading
-share are reported. Usage: python benchmarks/train_step.py [--steps N]
+share are reported.
+
+``--profile realistic`` runs the realistic-profile training step instead (``step_profile.py``):
+padded vs packed, fixed vs token-budget micro-batches, re-encoded vs reused vision features, all on
+vs all off, with peak memory (issue 13 part 2). ``--profile all`` (the default) runs both.
+Usage: python benchmarks/train_step.py [--steps N] [--profile cache|realistic|all]
 """
 
 from __future__ import annotations
@@ -76,8 +81,15 @@ def step_times(train: str, model: str, cache: str, mode: str, steps: int, work: 
 def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("--steps", type=int, default=5)
+    ap.add_argument("--profile", choices=("cache", "realistic", "all"), default="all")
     args = ap.parse_args()
     work = Path(tempfile.mkdtemp(prefix="evr1-step-"))
+    if args.profile in ("realistic", "all"):
+        from step_profile import realistic_profile
+
+        realistic_profile(work / "realistic", min(args.steps, 2))
+        if args.profile == "realistic":
+            return
     demo_train, _ = write_demo_set(str(work / "demo"), n_train=64, n_val=8)
     model = make_tiny_model(str(work / "model"))
     real_train = realistic_set(Path(demo_train), work / "real", 64)
