@@ -10,8 +10,8 @@ from torch.utils.data import DataLoader
 
 from easyvideor1.data.config import DataConfig
 from easyvideor1.data.dataset import MediaSample, RecordDataset, build_content, encode_sample
+from easyvideor1.data.preprocess import preprocess
 from easyvideor1.data.records import RecordError, parse_record
-from easyvideor1.media.preprocess import preprocess
 from easyvideor1.models.tiny import build_processor
 from tests.conftest import make_video
 

@@ -140,7 +140,7 @@ def test_every_benchmark_annotation_loads(name):
 def test_a_utf8_bom_is_accepted_in_every_text_format(tmp_path, small_video):
     """Windows tools write a byte-order mark; every line was rejected while preprocess exited 0."""
     from easyvideor1.data.config import DataConfig
-    from easyvideor1.media.preprocess import preprocess
+    from easyvideor1.data.preprocess import preprocess
 
     rows = [
         {"problem": "<video>What?", "answer": "A", "videos": [small_video]},
