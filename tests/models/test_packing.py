@@ -27,6 +27,16 @@ from ..trainer.dist_worker import build_experience
 KINDS = ["video", "image", "text", "mixed"]
 
 
+@pytest.fixture(autouse=True, scope="module")
+def one_thread():
+    """One intra-op thread: tiny models gain nothing from more, and on a shared machine idle
+    threads spinning for a busy core cost far more than the work (restored afterwards)."""
+    before = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(before)
+
+
 @pytest.fixture(scope="module")
 def records(tmp_path_factory) -> str:
     """A video (8 frames), an image, text only, and video + image: prompts of different lengths."""

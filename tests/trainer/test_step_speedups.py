@@ -37,6 +37,16 @@ from .dist_worker import KINDS, build_experience
 HERE = Path(__file__).parent
 
 
+@pytest.fixture(autouse=True, scope="module")
+def one_thread():
+    """One intra-op thread: tiny models gain nothing from more, and on a shared machine idle
+    threads spinning for a busy core cost far more than the work (restored afterwards)."""
+    before = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(before)
+
+
 @pytest.fixture(scope="module")
 def records(tmp_path_factory) -> str:
     d = tmp_path_factory.mktemp("speed")
@@ -181,3 +191,18 @@ def test_all_on_on_two_ranks_equals_all_off_in_one_process(demo_assets, records,
         worst = max(float((a.get_tensor(k) - b.get_tensor(k)).abs().max()) for k in a.keys())
         assert json.loads(b.metadata()["metrics"])["encodes"] >= 1
     assert worst < 1e-5
+
+
+@pytest.mark.parametrize(
+    "kw, key",
+    [
+        ({"padding_free": "yes"}, "trainer.padding_free"),
+        ({"max_tokens_per_micro_batch": -1}, "trainer.max_tokens_per_micro_batch"),
+        ({"max_tokens_per_micro_batch": 1.5}, "trainer.max_tokens_per_micro_batch"),
+    ],
+)
+def test_bad_settings_name_their_key(kw, key):
+    from easyvideor1.trainer.config import TrainerConfig
+
+    with pytest.raises(ValueError, match=key.replace(".", r"\.")):
+        TrainerConfig(**kw)
