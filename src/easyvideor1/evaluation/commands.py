@@ -152,6 +152,7 @@ def evaluate(
     settings = cfg.eval
     inputs = load_inputs(resolve_benchmarks(settings), settings)
     roots = {item.spec.name: media_root(item.spec, settings, cfg.data.video_root) for item in inputs}
+    cfg.data = cfg.data.with_model(model)  # the checkpoint names the family; data.model_family checks it
     model_id = model_fingerprint(model)
     engine, processor = make_engine()
     results: dict[str, dict] = {}
