@@ -36,7 +36,7 @@ VARIANTS = {  # name: (padding_free, token budget, reuse vision features)
 }
 FRAMES = (8, 16, 24, 32, 48, 64)
 MICRO_BATCH = 4  # sequences per micro-batch when fixed
-N_RESPONSES = 2
+N_RESPONSES = 4
 SIDE = 64  # frame side in pixels: 2x2 merged tokens per temporal patch (CPU-sized)
 
 
