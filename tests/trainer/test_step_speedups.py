@@ -206,3 +206,29 @@ def test_bad_settings_name_their_key(kw, key):
 
     with pytest.raises(ValueError, match=key.replace(".", r"\.")):
         TrainerConfig(**kw)
+
+
+def test_trainer_step_with_every_speed_up_on(make_cfg):
+    """The Trainer wiring: one RL step (reference model, KL loss) with all three on; the frozen
+    tower's features are encoded once and served to the old, reference and actor forwards."""
+    from math import isfinite
+
+    from easyvideor1.trainer.loop import Trainer
+
+    cfg = make_cfg(
+        "model.freeze_vision_tower=true",
+        "trainer.padding_free=true",
+        "trainer.max_tokens_per_micro_batch=300",
+        "algorithm.kl.type=k3",
+        "algorithm.kl.apply_as=loss",
+        "trainer.max_steps=1",
+        "trainer.val_size=0",
+        "trainer.resume=never",
+    )
+    trainer = Trainer(cfg)
+    metrics = trainer.rl_step()
+    cache = trainer.vision_cache
+    assert cache is not None and not cache.active  # stopped after the update
+    assert cache.encodes == 1 and cache.served >= 3  # videos only; old + reference + actor
+    assert all(isfinite(v) for v in metrics.values())
+    trainer.close()
