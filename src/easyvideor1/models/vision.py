@@ -30,16 +30,22 @@ def vision_tower(model) -> torch.nn.Module:
     return family_of_model(model).vision_tower(model)
 
 
+def smallest_vision_input(tower: torch.nn.Module) -> tuple[torch.Tensor, torch.Tensor]:
+    """Zero pixels and their grid: the smallest input ``tower`` accepts (one merged token)."""
+    cfg = tower.config
+    merge = getattr(cfg, "spatial_merge_size", 2)
+    patch_dim = cfg.in_channels * cfg.temporal_patch_size * cfg.patch_size**2
+    p = next(tower.parameters())
+    grid = torch.tensor([[1, merge, merge]], device=p.device)
+    return torch.zeros(merge * merge, patch_dim, dtype=p.dtype, device=p.device), grid
+
+
 class DummyVisionPass:
     """Adds zero-weighted dummy vision-tower passes for the modalities a forward lacks."""
 
     def __init__(self, model) -> None:
         self.model = model
         self.tower = vision_tower(model)
-        cfg = model.config.vision_config
-        self.patch_dim = cfg.in_channels * cfg.temporal_patch_size * cfg.patch_size**2
-        merge = getattr(cfg, "spatial_merge_size", 2)
-        self.grid = torch.tensor([[1, merge, merge]])  # the smallest grid the merger accepts
         self.missing: tuple[str, ...] = ()
         self.calls = 0  # dummy tower calls made (for tests and metrics)
         model.get_input_embeddings().register_forward_hook(self._add_dummy)
@@ -48,11 +54,10 @@ class DummyVisionPass:
         if not self.missing:
             return output
         missing, self.missing = self.missing, ()  # once per forward (generation reuses the embedder)
-        p = next(self.tower.parameters())
         zero = output.new_zeros(())
         for _ in missing:
-            x = torch.zeros(int(self.grid.prod()), self.patch_dim, dtype=p.dtype, device=p.device)
-            out = self.tower(x, grid_thw=self.grid.to(p.device))
+            x, grid = smallest_vision_input(self.tower)
+            out = self.tower(x, grid_thw=grid)
             zero = zero + _sum_outputs(out)
             self.calls += 1
         return output + 0.0 * zero.to(output.dtype)

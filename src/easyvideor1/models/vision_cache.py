@@ -29,6 +29,7 @@ import torch
 
 from .families import VISION_INPUTS
 from .inputs import PromptBatch
+from .vision import smallest_vision_input, vision_tower
 
 _METHODS = {"image": "get_image_features", "video": "get_video_features"}
 
@@ -50,6 +51,7 @@ class VisionFeatureCache:
         self._encoding = False
         self._encoded = False  # this step's items are encoded
         self._originals: dict[int, dict[str, Any]] = {}
+        self._towers: dict[int, torch.nn.Module] = {}
         for model in models:
             if model is not None:
                 self._attach(model)
@@ -91,6 +93,7 @@ class VisionFeatureCache:
         inner = getattr(model, "model", model)
         originals = {kind: getattr(inner, name) for kind, name in _METHODS.items()}
         self._originals[id(inner)] = originals
+        self._towers[id(inner)] = vision_tower(model)
         for kind, name in _METHODS.items():
             setattr(inner, name, self._server(kind, originals[kind]))
         model.get_input_embeddings().register_forward_hook(
@@ -102,7 +105,7 @@ class VisionFeatureCache:
         if self.prompts is None or self._encoded or self.batch is None:
             return
         originals = self._originals[id(inner)]
-        tower = inner.visual
+        tower = self._towers[id(inner)]
         self._encoding = True
         try:
             with torch.no_grad():
@@ -110,7 +113,7 @@ class VisionFeatureCache:
                     pix_key, grid_key, _ = VISION_INPUTS[kind]
                     pixels, grid = self.batch.inputs.get(pix_key), self.batch.inputs.get(grid_key)
                     if grid is None or pixels is None:
-                        pixels, grid = _dummy_input(tower)
+                        pixels, grid = smallest_vision_input(tower)
                         originals[kind](pixels.to(embeds.device), grid.to(embeds.device), return_dict=True)
                         continue
                     out = originals[kind](pixels.to(embeds.device), grid.to(embeds.device), return_dict=True)
@@ -151,13 +154,3 @@ class VisionFeatureCache:
             served.deepstack_features = [tuple(layer[i] for i in items) for layer in deepstack]
         self.served += 1
         return served if return_dict else served.to_tuple()
-
-
-def _dummy_input(tower) -> tuple[torch.Tensor, torch.Tensor]:
-    """The smallest input the tower accepts (as models.vision.DummyVisionPass builds it)."""
-    cfg = tower.config
-    merge = getattr(cfg, "spatial_merge_size", 2)
-    patch_dim = cfg.in_channels * cfg.temporal_patch_size * cfg.patch_size**2
-    p = next(tower.parameters())
-    grid = torch.tensor([[1, merge, merge]])
-    return torch.zeros(merge * merge, patch_dim, dtype=p.dtype), grid
