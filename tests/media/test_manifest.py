@@ -93,7 +93,17 @@ def test_two_concurrent_cli_runs_keep_every_line(tmp_path, two_sets):
     procs = [
         subprocess.Popen(
             [sys.executable, "-m", "easyvideor1", "preprocess", "--data", _data(tmp_path / f"{n}.jsonl", v)]
-            + ["--cache-dir", str(cache), "--workers", "1", "--quiet", "--fps", "2"]
+            + [
+                "--cache-dir",
+                str(cache),
+                "--workers",
+                "1",
+                "--quiet",
+                "--fps",
+                "2",
+                "--model-family",
+                "qwen3vl",
+            ]
             + ["--min-pixels", str(4 * 32 * 32), "--max-pixels", str(64 * 32 * 32)],
             stdout=subprocess.PIPE,
             stderr=subprocess.PIPE,

@@ -123,6 +123,8 @@ def test_cli_exit_status_and_strict(tmp_path):
         str(64 * 32 * 32),
         "--min-pixels",
         "4096",
+        "--model-family",
+        "qwen3vl",
     ]
     ok = subprocess.run(base, capture_output=True, text=True)
     assert ok.returncode == 0, ok.stderr
@@ -153,6 +155,8 @@ def test_sigkill_midway_then_rerun_gives_a_complete_valid_cache(tmp_path):
         str(240 * 320),
         "--min-pixels",
         "4096",
+        "--model-family",
+        "qwen3vl",
     ]
     proc = subprocess.Popen(cmd, start_new_session=True, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
     deadline = time.monotonic() + 60

@@ -170,7 +170,7 @@ def test_sigkill_of_preprocess_leaves_no_worker_behind(tmp_path, slow_videos):
     marker = f"EASYVIDEOR1_TEST_JOB={uuid.uuid4().hex}"
     cmd = [sys.executable, "-m", "easyvideor1", "preprocess", "--data", str(data), "--cache-dir"]
     cmd += [str(cache), "--workers", "2", "--quiet", "--fps", "4", "--max-pixels", str(320 * 240)]
-    cmd += ["--min-pixels", "4096"]
+    cmd += ["--min-pixels", "4096", "--model-family", "qwen3vl"]
     proc = subprocess.Popen(cmd, env=_job_env(marker), stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
     seen: set[int] = set()
     try:
