@@ -50,6 +50,9 @@ class DataConfig:
         prompt_template: How a question becomes the model's text: ``none`` (as written), ``plain``
             (options block + answer-format instruction), ``reasoning`` (plus a <think> request), or
             a ``.jinja`` file rendered with the record's fields.
+        thinking: ``enable_thinking`` for chat templates that read it (Qwen3.5): None derives it
+            from ``prompt_template`` (off for ``plain``, on for ``reasoning``, the template's own
+            default otherwise); ``eval`` sets it from its style (``direct`` off, ``thinking`` on).
         strict: A record whose media cannot be loaded (missing, corrupt or undecodable video or
             image, or no cache entry in ``cache_only`` mode) stops training with its error. By
             default (false) such a record is skipped, listed with the reason in
@@ -79,6 +82,7 @@ class DataConfig:
     cache_mode: str = "prefer_cache"
     decode_time_limit: float = 300.0
     prompt_template: str = "plain"
+    thinking: bool | None = None
     max_prompt_length: int = 4096
     preflight: str = "full"
     strict: bool = False

@@ -165,8 +165,11 @@ def render_text(
 
 
 def thinking_mode(cfg: DataConfig) -> bool | None:
-    """``enable_thinking`` for a thinking-template model: on for the ``reasoning`` prompt, off for
-    ``plain`` (an answer-only prompt), the template's default for ``none`` and ``.jinja`` prompts."""
+    """``enable_thinking`` for a thinking-template model: ``data.thinking`` when set, else on for the
+    ``reasoning`` prompt, off for ``plain`` (an answer-only prompt), the template's default for
+    ``none`` and ``.jinja`` prompts."""
+    if cfg.thinking is not None:
+        return cfg.thinking
     return {"plain": False, "reasoning": True}.get(cfg.prompt_template)
 
 

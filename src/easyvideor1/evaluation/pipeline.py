@@ -116,7 +116,9 @@ def run_benchmark(
     os.makedirs(bench_dir, exist_ok=True)
     pred_path = os.path.join(bench_dir, "predictions.jsonl")
     digest = settings_digest(settings, spec, data, model_id)
-    dataset = RecordDataset(inputs.prompted(), eval_data_config(data), inputs.annotation_file, loader)
+    dataset = RecordDataset(
+        inputs.prompted(), eval_data_config(data, settings.style), inputs.annotation_file, loader
+    )
     done = read_predictions(pred_path, digest).rows
     todo = [
         i
@@ -288,8 +290,11 @@ def _load_one(i: int):
     return item, time.perf_counter() - t, thumb
 
 
-def eval_data_config(data: DataConfig) -> DataConfig:
-    return dataclasses.replace(data, prompt_template="none")  # the evaluation prompt is already rendered
+def eval_data_config(data: DataConfig, style: str = "direct") -> DataConfig:
+    """The prompt is already rendered; a thinking-template model (Qwen3.5) thinks only in the
+    ``thinking`` style, unless ``data.thinking`` says otherwise."""
+    thinking = style == "thinking" if data.thinking is None else data.thinking
+    return dataclasses.replace(data, prompt_template="none", thinking=thinking)
 
 
 def _generate_and_score(batch, engine, job: _Job) -> list[dict]:
