@@ -28,10 +28,10 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
 from easyvideor1.data.config import DataConfig  # noqa: E402
+from easyvideor1.data.preprocess import preprocess  # noqa: E402
 from easyvideor1.data.synthetic import random_scene, render_frames  # noqa: E402
 from easyvideor1.media.cache import VideoLoader, entry_key, entry_path, write_entry  # noqa: E402
 from easyvideor1.media.encode import encode_video  # noqa: E402
-from easyvideor1.media.preprocess import preprocess  # noqa: E402
 from easyvideor1.media.sampling import SamplingParams  # noqa: E402
 from easyvideor1.media.video import sample_video  # noqa: E402
 

@@ -50,7 +50,7 @@ _BEFORE = textwrap.dedent(
     """
 )
 
-_BASELINE = "import torch, av, easyvideor1.media.video, easyvideor1.media.preprocess"
+_BASELINE = "import torch, av, easyvideor1.media.video, easyvideor1.data.preprocess"
 
 
 def make_source(path: Path, size: int, frames: int, fps: int = 2) -> None:

@@ -25,9 +25,9 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "src"))
 
 from easyvideor1.config import RunConfig, load_config  # noqa: E402
+from easyvideor1.data.preprocess import preprocess  # noqa: E402
 from easyvideor1.data.synthetic import write_demo_set  # noqa: E402
 from easyvideor1.demo import demo_config_path  # noqa: E402
-from easyvideor1.media.preprocess import preprocess  # noqa: E402
 from easyvideor1.models.tiny import make_tiny_model  # noqa: E402
 
 

@@ -148,8 +148,8 @@ def write_train_file(records_path: str, out_path: str, per_video: int) -> int:
 
 def prepare(run_yaml: str, settings: dict) -> dict:
     from easyvideor1.config import RunConfig, load_config
+    from easyvideor1.data.preprocess import format_report, preprocess
     from easyvideor1.data.synthetic import write_synthetic_set
-    from easyvideor1.media.preprocess import format_report, preprocess
 
     cfg = load_config(RunConfig, run_yaml, [])
     out: dict = {}

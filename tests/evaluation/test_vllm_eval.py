@@ -67,6 +67,8 @@ def test_vllm_eval_predictions_equal_hf_and_resume(assets, tmp_path):
         assert r["prediction"] == hf[r["sample_id"]]["prediction"], r["sample_id"]
         assert r.get("output_tokens") == hf[r["sample_id"]].get("output_tokens")
     failed = [r for r in rows if r["failed"]]
-    assert [r["sample_id"].split("~")[0] for r in failed] == ["missing-video"] and failed[0]["accuracy"] == 0.0
+    assert [r["sample_id"].split("~")[0] for r in failed] == ["missing-video"] and failed[0][
+        "accuracy"
+    ] == 0.0
     assert results["failures"] == hf_results["failures"] == 1
     assert results["score"] == hf_results["score"] and results["evaluated"] == 16

@@ -12,10 +12,10 @@ import pytest
 import torch
 
 from easyvideor1.data.config import DataConfig
+from easyvideor1.data.preprocess import preprocess
 from easyvideor1.media.cache import CacheError, VideoLoader, entry_key, read_entry
 from easyvideor1.media.identity import sample_offsets, source_identity
 from easyvideor1.media.manifest import read_rows
-from easyvideor1.media.preprocess import preprocess
 from tests.conftest import make_video
 
 CFG = DataConfig(

@@ -12,9 +12,9 @@ from pathlib import Path
 import pytest
 
 from easyvideor1.data.config import DataConfig
+from easyvideor1.data.preprocess import preprocess
 from easyvideor1.media.cache import CacheError, VideoLoader
 from easyvideor1.media.manifest import load_index, read_rows, write_merged
-from easyvideor1.media.preprocess import preprocess
 from tests.conftest import make_video
 
 CFG = DataConfig(

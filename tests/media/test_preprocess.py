@@ -15,8 +15,8 @@ import numpy as np
 import pytest
 
 from easyvideor1.data.config import DataConfig
+from easyvideor1.data.preprocess import preprocess
 from easyvideor1.media.cache import read_entry, read_header
-from easyvideor1.media.preprocess import preprocess
 from easyvideor1.media.workers import run_tasks
 from tests.conftest import make_video
 

@@ -21,10 +21,10 @@ import pytest
 
 from easyvideor1.data.config import DataConfig
 from easyvideor1.data.dataset import RecordDataset, encode_sample, load_media, raw_media
+from easyvideor1.data.preprocess import preprocess
 from easyvideor1.data.records import load_records
 from easyvideor1.media.decode import DecodeError, probe_video, read_frames
 from easyvideor1.media.encode import encode_video
-from easyvideor1.media.preprocess import preprocess
 from easyvideor1.media.sampling import SamplingParams
 from easyvideor1.media.video import sample_video
 from easyvideor1.models.tiny import build_processor

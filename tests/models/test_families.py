@@ -11,8 +11,8 @@ import torch
 
 from easyvideor1.data.config import DataConfig
 from easyvideor1.data.dataset import RecordDataset, encode_sample, render_text
+from easyvideor1.data.preprocess import preprocess
 from easyvideor1.data.records import load_records
-from easyvideor1.media.preprocess import preprocess
 from easyvideor1.models.families import (
     family_names,
     family_of_checkpoint,

@@ -17,9 +17,8 @@ import json
 import os
 import sys
 from collections.abc import Callable
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from ..config import RunConfig
 from ..data.records import RecordError
 from .config import ANNOTATIONS_ENV, EvalConfig, digest_of
 from .pipeline import BenchmarkInputs, run_benchmark
@@ -29,6 +28,9 @@ from .report import plot_scores, write_run_report, write_summary
 from .results import scored_pairs, summarize, write_json_atomic
 from .rows import failure_row, scored_row
 from .spec_file import SpecFileError, check_breakdown_fields, records_benchmarks, register_spec_file
+
+if TYPE_CHECKING:  # the root config imports evaluation.config: no import back at run time
+    from ..config import RunConfig
 
 
 class EvalInputError(ValueError):
@@ -158,9 +160,7 @@ def evaluate(
     results: dict[str, dict] = {}
     try:
         for item in inputs:
-            data = dataclasses.replace(
-                cfg.data, video_root=roots[item.spec.name]
-            )
+            data = dataclasses.replace(cfg.data, video_root=roots[item.spec.name])
             loader = VideoLoader(data.cache_dir, data.cache_mode, data.decode_time_limit)
             res = run_benchmark(item, engine, processor, data, settings, out, model_id, loader, cfg.reward)
             results[item.spec.name] = res
