@@ -1,0 +1,106 @@
+"""Flag helpers shared by the commands: frame-sampling flags (``data.*`` keys), number checks,
+and the run config built from flags, ``config=FILE.yaml`` and dotted overrides."""
+
+from __future__ import annotations
+
+import argparse
+
+from ..config import ConfigError, RunConfig, load_config, split_overrides
+
+
+def shard(text: str) -> tuple[int, int]:
+    try:
+        i, n = (int(x) for x in text.split("/"))
+    except ValueError as e:
+        raise argparse.ArgumentTypeError(f"--shard expects I/N, got {text!r}") from e
+    if not (n >= 1 and 0 <= i < n):
+        raise argparse.ArgumentTypeError(f"--shard I/N needs 0 <= I < N, got {text!r}")
+    return i, n
+
+
+def family_choices(canonical: bool = False) -> list[str]:
+    from ..models.families import all_names, family_names
+
+    return list(family_names() if canonical else all_names())
+
+
+def add_sampling_flags(p: argparse.ArgumentParser, video_root: bool = True) -> None:
+    g = p.add_argument_group("frame sampling (data.* config keys)")
+    g.add_argument(
+        "--model-family",
+        choices=family_choices(),
+        metavar="FAMILY",
+        help=f"data.model_family: {', '.join(family_choices(canonical=True))} (a model's config.json "
+        "names its family; this checks it, or names it where no model is given)",
+    )
+    g.add_argument("--fps", type=float, help="data.video_fps")
+    g.add_argument("--nframes", type=int, help="data.video_nframes (instead of --fps)")
+    g.add_argument("--min-frames", type=int, help="data.video_min_frames")
+    g.add_argument("--max-frames", type=int, help="data.video_max_frames")
+    g.add_argument("--min-pixels", type=int, help="data.video_min_pixels")
+    g.add_argument("--max-pixels", type=int, help="data.video_max_pixels")
+    g.add_argument("--total-pixels", type=int, help="data.video_total_pixels")
+    if video_root:
+        g.add_argument("--video-root", help="data.video_root: base for relative video paths")
+
+
+FLAG_TO_KEY = {
+    "model_family": "model_family",
+    "fps": "video_fps",
+    "nframes": "video_nframes",
+    "min_frames": "video_min_frames",
+    "max_frames": "video_max_frames",
+    "min_pixels": "video_min_pixels",
+    "max_pixels": "video_max_pixels",
+    "total_pixels": "video_total_pixels",
+    "video_root": "video_root",
+}
+
+
+def data_values(args: argparse.Namespace) -> dict:
+    """The ``data.*`` values the frame-sampling flags set (``--nframes`` replaces the fps rule)."""
+    data = {
+        key: getattr(args, flag) for flag, key in FLAG_TO_KEY.items() if getattr(args, flag, None) is not None
+    }
+    if data.get("video_nframes") is not None:
+        data["video_fps"] = None
+    return data
+
+
+def split_extra(extra: list[str]) -> tuple[str | None, list[str]]:
+    """``config=FILE`` and ``key=value`` overrides; anything else is an error."""
+    config_file, overrides, rest = split_overrides(extra)
+    if rest:
+        raise ConfigError(f"unrecognised arguments: {' '.join(rest)}")
+    return config_file, overrides
+
+
+def run_config(args: argparse.Namespace, extra: list[str]) -> RunConfig:
+    config_file, overrides = split_extra(extra)
+    data = data_values(args)
+    return load_config(RunConfig, config_file, overrides, values={"data": data} if data else None)
+
+
+def number_above_zero(kind: type):
+    """An argparse type: a number of ``kind`` that must be > 0 (``--n -1`` once "wrote -1 videos")."""
+
+    def parse(text: str):
+        try:
+            value = kind(text)
+        except ValueError as e:
+            raise argparse.ArgumentTypeError(f"expected a {kind.__name__}, got {text!r}") from e
+        if not value > 0:
+            raise argparse.ArgumentTypeError(f"must be > 0, got {text}")
+        return value
+
+    return parse
+
+
+def frame_size(text: str) -> tuple[int, int]:
+    try:
+        w, h = (int(x) for x in text.lower().split("x"))
+    except ValueError as e:
+        raise argparse.ArgumentTypeError(f"expected WIDTHxHEIGHT, e.g. 160x120, got {text!r}") from e
+    if w < 16 or h < 16:
+        raise argparse.ArgumentTypeError(f"WIDTH and HEIGHT must be >= 16, got {text!r}")
+    return w, h

@@ -1,0 +1,247 @@
+"""``eval`` (with ``--list`` and ``--dry-run``), ``score`` and ``eval-compare``; the work is in
+:mod:`easyvideor1.evaluation.commands`."""
+
+from __future__ import annotations
+
+import argparse
+import os
+
+from ..config import ConfigError, RunConfig, load_config
+from .common import add_sampling_flags, data_values, number_above_zero, split_extra
+
+# eval/score flags -> eval.* config keys (flags win over config=FILE and over a preset)
+_EVAL_FLAGS = (
+    "benchmarks annotations style max_new_tokens batch_size load_workers max_samples dtype engine "
+    "max_in_flight preset"
+).split()
+
+
+def _eval_config(args: argparse.Namespace, extra: list[str]) -> RunConfig:
+    """The run config with eval flags applied. Order: defaults < config=FILE < preset < flags < key=value.
+
+    A preset (``--preset`` or ``eval.preset``) sets the frame budget and sampling unless flags or
+    overrides set them; ``--video-root`` is the benchmarks' root (``eval.video_root``)."""
+    from ..evaluation.presets import get_preset
+
+    config_file, overrides = split_extra(extra)
+    data = data_values(args)
+    data.pop("video_root", None)  # eval's video root is the benchmarks' (eval.video_root)
+    settings = {f: getattr(args, f) for f in _EVAL_FLAGS if getattr(args, f, None) is not None}
+    if "benchmarks" in settings:
+        settings["benchmarks"] = settings["benchmarks"].split(",")
+    for flag in ("data", "benchmark_files"):
+        if getattr(args, flag, None):
+            settings[flag] = list(getattr(args, flag))
+    if getattr(args, "group_by", None):
+        settings["group_by"] = [g.strip() for arg in args.group_by for g in arg.split(",") if g.strip()]
+    for flag in ("cache_dir", "cache_mode"):  # where frames come from (data.*): not in the digest
+        if getattr(args, flag, None) is not None:
+            data[flag] = getattr(args, flag)
+    if getattr(args, "video_root", None) is not None:
+        settings["video_root"] = args.video_root
+    preset_name = settings.get("preset") or load_config(RunConfig, config_file, overrides).eval.preset
+    if preset_name:
+        preset = get_preset(preset_name)
+        data = {**preset["data"], **data}
+        settings = {**preset["sampling"], **settings}
+    return load_config(RunConfig, config_file, overrides, values={"data": data, "eval": settings})
+
+
+def cmd_eval(args: argparse.Namespace, extra: list[str]) -> int:
+    from ..evaluation import commands
+
+    cfg = _eval_config(args, extra)
+    if args.list:
+        print(commands.benchmark_table(cfg.eval))
+        return 0
+    if not args.out:
+        raise ConfigError("--out DIR is required")
+    if args.dry_run:
+        commands.dry_run(cfg.eval, args.out)
+        return 0
+    model = args.model or cfg.model.path
+    if not model:
+        raise ConfigError("no model: give --model DIR (or model.path in config=FILE)")
+    if not os.path.exists(model):
+        raise ConfigError(f"model directory not found: {model}")
+
+    def make_engine():
+        import torch
+
+        # on a CPU-only machine, leave the loader processes their cores
+        if not torch.cuda.is_available():
+            torch.set_num_threads(max(1, (os.cpu_count() or 2) - cfg.eval.load_workers))
+        return _eval_engine(args, model, cfg.eval)
+
+    commands.evaluate(cfg, model, args.out, make_engine)
+    return 0
+
+
+def cmd_score(args: argparse.Namespace, extra: list[str]) -> int:
+    from ..evaluation import commands
+
+    cfg = _eval_config(args, extra)
+    commands.score(cfg, args.predictions, args.out)
+    return 0
+
+
+def _eval_engine(args: argparse.Namespace, model: str, settings):
+    """HF ``generate`` in batches, or vLLM ``AsyncLLM`` with one request per sample."""
+    if settings.engine == "hf":
+        import torch
+
+        from ..models.loading import load_policy
+        from ..rollout.hf import HFRolloutEngine
+
+        policy, processor = load_policy(model, dtype=settings.dtype)
+        policy.to("cuda" if torch.cuda.is_available() else "cpu").eval()
+        return HFRolloutEngine(policy, processor), processor
+    from transformers import AutoProcessor
+
+    from ..evaluation.engines import AsyncVLLMEvalEngine
+
+    processor = AutoProcessor.from_pretrained(model)
+    engine = AsyncVLLMEvalEngine(
+        model,
+        processor,
+        dtype=settings.dtype,
+        max_model_len=args.max_model_len,
+        gpu_memory_utilization=args.gpu_memory_utilization,
+        tensor_parallel_size=args.tensor_parallel_size,
+        enforce_eager=args.enforce_eager,
+        engine_kwargs={"data_parallel_size": args.data_parallel_size}
+        if args.data_parallel_size > 1
+        else None,
+    )
+    return engine, processor
+
+
+def cmd_eval_compare(args: argparse.Namespace, extra: list[str]) -> int:
+    from ..evaluation.compare import compare_runs
+
+    print(compare_runs(args.run_a, args.run_b, args.out, seed=args.seed))
+    return 0
+
+
+def _benchmark_names() -> str:
+    from ..evaluation import list_benchmarks
+
+    return ", ".join(list_benchmarks())
+
+
+def _add_benchmark_flags(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--benchmarks", help="eval.benchmarks: comma-separated names (eval --list shows them)")
+    p.add_argument(
+        "--benchmark-file",
+        dest="benchmark_files",
+        action="append",
+        metavar="SPEC.yaml",
+        help="eval.benchmark_files: a benchmark defined in YAML (README: Evaluation); repeatable",
+    )
+    p.add_argument(
+        "--data",
+        action="append",
+        metavar="FILE",
+        help="eval.data: a records file in the training format, evaluated as a benchmark; repeatable",
+    )
+    p.add_argument(
+        "--group-by",
+        action="append",
+        metavar="FIELD[,FIELD]",
+        help="eval.group_by: record fields to break --data accuracy down by (besides problem_type)",
+    )
+    p.add_argument(
+        "--annotations",
+        help="eval.annotations: directory of the unified annotation files "
+        "(default: $EASYVIDEOR1_ANNOTATIONS)",
+    )
+
+
+def add_parsers(sub) -> None:
+    p = sub.add_parser(
+        "eval",
+        help="evaluate a model on video benchmarks (resumable); --list, --dry-run",
+        description="Evaluate a model on video benchmarks. Flags are shortcuts for eval.* / data.* keys; "
+        "config=FILE.yaml (the training run's config works) and key=value overrides follow the flags. "
+        "Benchmarks: " + _benchmark_names(),
+    )
+    p.add_argument("--model", help="a Hugging Face model directory (default: model.path of config=FILE)")
+    _add_benchmark_flags(p)
+    p.add_argument(
+        "--video-root", help="eval.video_root: root of the benchmarks' videos (synthetic: the synth dir)"
+    )
+    p.add_argument("--out", help="output directory (required except with --list)")
+    p.add_argument(
+        "--list", action="store_true", help="list every benchmark: annotation file, metric, found?"
+    )
+    p.add_argument(
+        "--dry-run", action="store_true", help="write OUT/B/prompts.jsonl; load no model, decode no video"
+    )
+    p.add_argument("--style", choices=["direct", "thinking"], help="eval.style (default direct)")
+    p.add_argument("--preset", help="named settings, e.g. qwen3vl-official or greedy (flags override them)")
+    p.add_argument(
+        "--max-new-tokens",
+        type=number_above_zero(int),
+        help="eval.max_new_tokens (default: each benchmark's own)",
+    )
+    p.add_argument(
+        "--batch-size",
+        type=number_above_zero(int),
+        help="eval.batch_size: HF engine samples per generate call",
+    )
+    p.add_argument(
+        "--load-workers", type=number_above_zero(int), help="eval.load_workers: media loader processes"
+    )
+    p.add_argument(
+        "--max-samples", type=number_above_zero(int), help="eval.max_samples: only the first N samples"
+    )
+    p.add_argument("--dtype", choices=["float32", "bfloat16", "auto"], help="eval.dtype (both engines)")
+    g = p.add_argument_group("engine")
+    g.add_argument("--engine", choices=["hf", "vllm"], help="hf: batched generate (default); vllm: AsyncLLM")
+    g.add_argument("--max-in-flight", type=number_above_zero(int), help="vllm: requests submitted at once")
+    g.add_argument("--max-model-len", type=number_above_zero(int), help="vllm: prompt + response token limit")
+    g.add_argument("--gpu-memory-utilization", type=float, default=0.9, help="vllm: share of GPU memory")
+    g.add_argument(
+        "--tensor-parallel-size", type=number_above_zero(int), default=1, help="vllm: GPUs per engine copy"
+    )
+    g.add_argument("--enforce-eager", action="store_true", help="vllm: no compilation / CUDA graphs")
+    g.add_argument(
+        "--data-parallel-size",
+        type=number_above_zero(int),
+        default=1,
+        help="vllm: engine copies (GPUs = dp x tp)",
+    )
+    add_sampling_flags(p, video_root=False)
+    p.add_argument("--cache-dir", help="data.cache_dir: the frame cache `easyvideor1 preprocess` built")
+    p.add_argument(
+        "--cache-mode",
+        choices=["prefer_cache", "cache_only", "decode_only"],
+        help="data.cache_mode (cache_only: a cache miss is a failure, never a decode)",
+    )
+    p.set_defaults(func=cmd_eval)
+
+    p = sub.add_parser(
+        "score",
+        help="score responses made elsewhere (no model, no videos), exactly as eval scores",
+        description="FILE is JSONL with sample_id (as in eval --dry-run's prompts.jsonl) and response; "
+        "a sample missing from FILE counts as a failure. Benchmarks: " + _benchmark_names(),
+    )
+    _add_benchmark_flags(p)
+    p.add_argument("--video-root", help="eval.video_root (only the synthetic benchmark reads it)")
+    p.add_argument("--predictions", action="append", required=True, help="JSONL predictions file; repeatable")
+    p.add_argument("--out", required=True)
+    p.add_argument("--style", choices=["direct", "thinking"], help="eval.style the responses were made with")
+    p.add_argument("--preset", help=argparse.SUPPRESS)
+    p.add_argument("--max-samples", type=number_above_zero(int), help="eval.max_samples")
+    p.set_defaults(func=cmd_score)
+
+    p = sub.add_parser(
+        "eval-compare",
+        help="score deltas of two eval runs (per benchmark, per task, bootstrap CI) and a report "
+        "of the samples whose verdict changed",
+    )
+    p.add_argument("run_a")
+    p.add_argument("run_b")
+    p.add_argument("--out", help="the comparison page (default: RUN_B/compare.html)")
+    p.add_argument("--seed", type=int, default=0, help="bootstrap seed")
+    p.set_defaults(func=cmd_eval_compare)

@@ -1,0 +1,146 @@
+"""``synth``, ``preprocess``, ``demo``, ``train`` and ``make-tiny-model``."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+
+from ..config import ConfigError, RunConfig, load_config, split_overrides
+from .common import add_sampling_flags, family_choices, frame_size, number_above_zero, run_config, shard
+
+
+def cmd_synth(args: argparse.Namespace, extra: list[str]) -> int:
+    from ..data.synthetic import write_synthetic_set
+
+    if extra:
+        raise ConfigError(f"synth takes no key=value settings, got {' '.join(extra)}")
+    w, h = args.size
+    path = write_synthetic_set(args.out, args.n, seed=args.seed, size=(w, h), fps=args.fps, codec=args.codec)
+    print(f"wrote {args.n} videos and {sum(1 for _ in open(path))} records to {path}")
+    return 0
+
+
+def cmd_preprocess(args: argparse.Namespace, extra: list[str]) -> int:
+    from ..data.preprocess import format_report, preprocess
+
+    cfg = run_config(args, extra)
+    files = args.data or cfg.data.train_files + cfg.data.val_files
+    if not files:
+        raise ConfigError("no data files: give --data FILE (or data.train_files / data.val_files)")
+    cache_dir = args.cache_dir or cfg.data.cache_dir
+    if not cache_dir:
+        raise ConfigError("no cache directory: give --cache-dir DIR (or data.cache_dir)")
+    model = args.model
+    if not model and cfg.model.path and os.path.isfile(os.path.join(cfg.model.path, "config.json")):
+        model = cfg.model.path  # a recipe's model, where it is on this machine
+    if model:  # the model's config.json names the family (a --model-family that disagrees is an error)
+        cfg.data = cfg.data.with_model(model)
+    elif cfg.data.model_family is None and all(os.path.isfile(f) for f in files):  # (file errors first)
+        raise ConfigError(
+            "preprocess needs the model family (it decides the frame size): give --model PATH "
+            "(its config.json names it) or --model-family FAMILY"
+        )
+    report = preprocess(
+        files, cfg.data, cache_dir, workers=args.workers, shard=args.shard, progress=not args.quiet
+    )
+    print(format_report(report))
+    if report["failed"] or report["bad_records"]:
+        print("some inputs failed; see failures.jsonl" + (" (--strict: exit 1)" if args.strict else ""))
+        return 1 if args.strict else 0
+    return 0
+
+
+def cmd_demo(args: argparse.Namespace, extra: list[str]) -> int:
+    from ..demo import run_demo
+
+    config_file, overrides, rest = split_overrides(extra)
+    if rest or config_file:
+        raise ConfigError(f"demo takes only key=value overrides, got {' '.join(rest or [config_file])}")
+    if args.compare:
+        run_demo(args.out, overrides, cold_start=True, family=args.family)
+    result = run_demo(args.out, overrides, cold_start=args.cold_start, family=args.family)
+    return 0 if result["accuracy_after"] is not None else 1
+
+
+def cmd_train(args: argparse.Namespace, extra: list[str]) -> int:
+    from ..trainer.distributed import barrier, init_distributed
+    from ..trainer.loop import Trainer
+
+    config_file, overrides, rest = split_overrides(extra)
+    if rest:
+        raise ConfigError(f"unrecognised arguments: {' '.join(rest)}")
+    cfg = load_config(RunConfig, config_file, overrides)
+    state = init_distributed(cfg.distributed)  # a no-op outside torchrun
+    if cfg.demo.prepare:
+        from ..demo import prepare_demo_assets
+
+        if not state.is_main:
+            barrier()  # rank 0 writes the demo assets; the others then only find them
+        prepare_demo_assets(cfg)
+        if state.is_main:
+            barrier()
+    trainer = Trainer(cfg)
+    final = trainer.train()
+    if state.is_main:
+        print(json.dumps({k: round(v, 4) for k, v in final.items() if k.count("/") == 1}))
+    trainer.close()
+    return 0
+
+
+def cmd_make_tiny_model(args: argparse.Namespace, extra: list[str]) -> int:
+    from ..models.tiny import make_tiny_model
+
+    make_tiny_model(args.out, args.family, seed=args.seed)
+    print(f"wrote a tiny {args.family} model, tokenizer and processor to {args.out}")
+    return 0
+
+
+def add_parsers(sub) -> None:
+    p = sub.add_parser("synth", help="write synthetic videos and records with ground truth")
+    p.add_argument("--out", required=True, help="output directory (becomes the video root)")
+    p.add_argument("--n", type=number_above_zero(int), default=16, help="number of videos (> 0)")
+    p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--size", type=frame_size, default=(160, 120), help="WIDTHxHEIGHT (default 160x120)")
+    p.add_argument("--fps", type=number_above_zero(float), default=10.0)
+    p.add_argument("--codec", default="h264", choices=["h264", "hevc", "vp9", "vp8", "mpeg4", "mjpeg"])
+    p.set_defaults(func=cmd_synth)
+
+    p = sub.add_parser("preprocess", help="decode the videos of data files once, into the frame cache")
+    p.add_argument("--data", action="append", help="data file (JSON, JSONL, Parquet); repeatable")
+    p.add_argument("--cache-dir", help="cache directory (data.cache_dir)")
+    p.add_argument("--workers", type=int, default=max(1, (os.cpu_count() or 2)), help="processes")
+    p.add_argument("--shard", type=shard, help="I/N: process only this machine's share of the videos")
+    p.add_argument("--strict", action="store_true", help="exit non-zero when any input failed")
+    p.add_argument("--quiet", action="store_true", help="no progress bar")
+    p.add_argument("--model", help="model directory whose config.json names the family (or --model-family)")
+    add_sampling_flags(p)
+    p.set_defaults(func=cmd_preprocess)
+
+    p = sub.add_parser("demo", help="the whole loop on a tiny model and synthetic videos (CPU, minutes)")
+    p.add_argument("--out", default="runs/demo")
+    p.add_argument("--cold-start", action="store_true", help="pure GRPO: no hybrid groups, no warm-up")
+    p.add_argument("--compare", action="store_true", help="run the cold start too and plot both curves")
+    p.add_argument(
+        "--family",
+        choices=family_choices(),
+        default="qwen3vl",
+        metavar="FAMILY",
+        help=f"tiny model family: {', '.join(family_choices(canonical=True))} (default qwen3vl)",
+    )
+    p.set_defaults(func=cmd_demo)
+
+    p = sub.add_parser("train", help="RL training: easyvideor1 train config=FILE.yaml key=value ...")
+    p.set_defaults(func=cmd_train)
+
+    p = sub.add_parser("make-tiny-model", help="a tiny random-weight Qwen-VL model built offline")
+    p.add_argument(
+        "--family",
+        choices=family_choices(),
+        default="qwen3vl",
+        metavar="FAMILY",
+        help=f"one of {', '.join(family_choices(canonical=True))} (default qwen3vl)",
+    )
+    p.add_argument("--out", required=True)
+    p.add_argument("--seed", type=int, default=0)
+    p.set_defaults(func=cmd_make_tiny_model)
