@@ -294,7 +294,9 @@ def test_variable_frame_rate_timestamps_reach_the_model(tmp_path):
 def test_the_settings_are_validated_with_their_key():
     from easyvideor1.config import ConfigError, load_config
 
-    cfg = load_config(overrides=["data.timestamps=pts", "data.allow_truncated=true"]).data
+    cfg = load_config(
+        overrides=["data.timestamps=pts", "data.allow_truncated=true", "data.model_family=qwen3vl"]
+    ).data
     assert (cfg.timestamps, cfg.sampling_params().allow_truncated) == ("pts", True)
     assert load_config().data.timestamps == "index"  # default: equal to qwen-vl-utils
     with pytest.raises(ConfigError, match="data.timestamps must be one of index, pts"):
