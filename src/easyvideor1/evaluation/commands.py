@@ -17,9 +17,11 @@ import json
 import os
 import sys
 from collections.abc import Callable
-from typing import TYPE_CHECKING, Any
+from typing import Any, Protocol
 
+from ..data.config import DataConfig
 from ..data.records import RecordError
+from ..rewards import RewardConfig
 from .config import ANNOTATIONS_ENV, EvalConfig, digest_of
 from .pipeline import BenchmarkInputs, run_benchmark
 from .predictions import PredictionWriter, iter_rows
@@ -29,8 +31,14 @@ from .results import scored_pairs, summarize, write_json_atomic
 from .rows import failure_row, scored_row
 from .spec_file import SpecFileError, check_breakdown_fields, records_benchmarks, register_spec_file
 
-if TYPE_CHECKING:  # the root config imports evaluation.config: no import back at run time
-    from ..config import RunConfig
+
+class RunSections(Protocol):
+    """The sections of the run configuration evaluation reads (a ``RunConfig`` has them; the root
+    config imports ``evaluation.config``, so evaluation does not import it back)."""
+
+    eval: EvalConfig
+    data: DataConfig
+    reward: RewardConfig
 
 
 class EvalInputError(ValueError):
@@ -145,7 +153,7 @@ def benchmark_table(settings: EvalConfig) -> str:
 
 
 def evaluate(
-    cfg: RunConfig, model: str, out: str, make_engine: Callable[[], tuple[Any, Any]]
+    cfg: RunSections, model: str, out: str, make_engine: Callable[[], tuple[Any, Any]]
 ) -> dict[str, dict]:
     """Run every benchmark of ``cfg.eval`` with the engine ``make_engine()`` builds (after all checks)."""
     from ..media.cache import VideoLoader
@@ -222,7 +230,7 @@ def _responses(files: list[str], names: list[str]) -> tuple[dict[str, dict[str, 
     return by_bench, skipped
 
 
-def score(cfg: RunConfig, predictions: list[str], out: str) -> dict[str, dict]:
+def score(cfg: RunSections, predictions: list[str], out: str) -> dict[str, dict]:
     """Score responses made elsewhere; writes each benchmark's predictions.jsonl and results.json."""
     settings = cfg.eval
     inputs = load_inputs(resolve_benchmarks(settings), settings)
