@@ -33,8 +33,12 @@ install: $(STAMP)
 demo: $(STAMP)
 	$(PY) -m easyvideor1 demo --out $(DEMO_DIR)
 
+# two workers, whole files each (a file's fixtures stay in one process): the suite is mostly
+# subprocess start-up, model builds and torchrun/vLLM launches, which overlap well on 2 cores
+TEST_WORKERS ?= 2
+
 test: $(STAMP)
-	$(PY) -m pytest $(PYTEST_ARGS)
+	$(PY) -m pytest -n $(TEST_WORKERS) --dist loadfile $(PYTEST_ARGS)
 
 test-fast: $(STAMP)
 	$(PY) -m pytest -m "not slow" $(PYTEST_ARGS)
