@@ -66,3 +66,45 @@ def video_dir(tmp_path_factory) -> Path:
 @pytest.fixture(scope="session")
 def small_video(video_dir) -> str:
     return make_video(video_dir, "small", fps=30, duration=3.0, size=(96, 64), gop=30)
+
+
+def write_modality_records(
+    d: Path, frames: int, seed: int, options: tuple[str, str] = ("A. r", "B. b")
+) -> str:
+    """One prompt of each kind in ``d/kinds.jsonl``: a video, an image, text only, and video + image
+    (prompts of different lengths, for modality and packing tests)."""
+    import json
+
+    from PIL import Image
+
+    rng = np.random.default_rng(seed)
+    video = [rng.integers(0, 255, (32, 32, 3), dtype=np.uint8) for _ in range(frames)]
+    encode_video(str(d / "v.mp4"), video, 4)
+    Image.fromarray(video[0]).save(d / "i.png")
+    base = {
+        "problem": "What colour?",
+        "problem_type": "multiple choice",
+        "answer": "A",
+        "options": list(options),
+    }
+    rows = [
+        {**base, "problem_id": "video", "videos": ["v.mp4"]},
+        {**base, "problem_id": "image", "images": ["i.png"]},
+        {**base, "problem_id": "text"},
+        {**base, "problem_id": "mixed", "videos": ["v.mp4"], "images": ["i.png"]},
+    ]
+    path = d / "kinds.jsonl"
+    path.write_text("".join(json.dumps(r) + "\n" for r in rows))
+    return str(path)
+
+
+@pytest.fixture(scope="module")
+def one_thread():
+    """One intra-op thread: tiny models gain nothing from more, and on a shared machine idle
+    threads spinning for a busy core cost far more than the work (restored afterwards)."""
+    import torch
+
+    before = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(before)

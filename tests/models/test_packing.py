@@ -3,17 +3,13 @@ family where packing is supported; the hybrid family is refused with the key nam
 
 from __future__ import annotations
 
-import json
 from types import SimpleNamespace
 
-import numpy as np
 import pytest
 import torch
-from PIL import Image
 
 from easyvideor1.data.config import DataConfig
 from easyvideor1.data.dataset import RecordDataset
-from easyvideor1.media.encode import encode_video
 from easyvideor1.models.inputs import gather_prompts
 from easyvideor1.models.loading import load_policy
 from easyvideor1.models.packing import check_packable, pack
@@ -21,6 +17,7 @@ from easyvideor1.models.tiny import make_tiny_model
 from easyvideor1.models.vision import DummyVisionPass
 from easyvideor1.rollout.base import banned_token_ids
 from easyvideor1.trainer.update import experience_logprobs
+from tests.conftest import write_modality_records
 
 from ..trainer.dist_worker import build_experience
 
@@ -28,38 +25,14 @@ KINDS = ["video", "image", "text", "mixed"]
 
 
 @pytest.fixture(autouse=True, scope="module")
-def one_thread():
-    """One intra-op thread: tiny models gain nothing from more, and on a shared machine idle
-    threads spinning for a busy core cost far more than the work (restored afterwards)."""
-    before = torch.get_num_threads()
-    torch.set_num_threads(1)
+def _one_thread(one_thread):
     yield
-    torch.set_num_threads(before)
 
 
 @pytest.fixture(scope="module")
 def records(tmp_path_factory) -> str:
     """A video (8 frames), an image, text only, and video + image: prompts of different lengths."""
-    d = tmp_path_factory.mktemp("pack")
-    rng = np.random.default_rng(0)
-    frames = [rng.integers(0, 255, (32, 32, 3), dtype=np.uint8) for _ in range(8)]
-    encode_video(str(d / "v.mp4"), frames, 4)
-    Image.fromarray(frames[0]).save(d / "i.png")
-    base = {
-        "problem": "What colour?",
-        "problem_type": "multiple choice",
-        "answer": "A",
-        "options": ["A. r", "B. b"],
-    }
-    rows = [
-        {**base, "problem_id": "video", "videos": ["v.mp4"]},
-        {**base, "problem_id": "image", "images": ["i.png"]},
-        {**base, "problem_id": "text"},
-        {**base, "problem_id": "mixed", "videos": ["v.mp4"], "images": ["i.png"]},
-    ]
-    path = d / "kinds.jsonl"
-    path.write_text("".join(json.dumps(r) + "\n" for r in rows))
-    return str(path)
+    return write_modality_records(tmp_path_factory.mktemp("pack"), 8, 0)
 
 
 _SETUPS: dict[str, tuple] = {}

@@ -11,13 +11,11 @@ import sys
 import time
 from pathlib import Path
 
-import numpy as np
 import pytest
 import torch
-from PIL import Image
 from safetensors import safe_open
 
-from easyvideor1.media.encode import encode_video
+from tests.conftest import write_modality_records
 
 from .conftest import base_overrides, free_port
 
@@ -48,26 +46,7 @@ def _torchrun(nproc: int, *args: str, timeout: float = 300) -> subprocess.Comple
 @pytest.fixture(scope="module")
 def records(tmp_path_factory, demo_assets) -> str:
     """One prompt of each kind: a video, an image, text only, and video + image together."""
-    d = tmp_path_factory.mktemp("kinds")
-    rng = np.random.default_rng(0)
-    frames = [rng.integers(0, 255, (32, 32, 3), dtype=np.uint8) for _ in range(4)]
-    encode_video(str(d / "v.mp4"), frames, 4)
-    Image.fromarray(frames[0]).save(d / "i.png")
-    base = {
-        "problem": "What colour?",
-        "problem_type": "multiple choice",
-        "answer": "A",
-        "options": ["A. red", "B. blue"],
-    }
-    rows = [
-        {**base, "problem_id": "video", "videos": ["v.mp4"]},
-        {**base, "problem_id": "image", "images": ["i.png"]},
-        {**base, "problem_id": "text"},
-        {**base, "problem_id": "mixed", "videos": ["v.mp4"], "images": ["i.png"]},
-    ]
-    path = d / "kinds.jsonl"
-    path.write_text("".join(json.dumps(r) + "\n" for r in rows))
-    return str(path)
+    return write_modality_records(tmp_path_factory.mktemp("kinds"), 4, 0, ("A. red", "B. blue"))
 
 
 def test_every_modality_pair_across_two_ranks_completes(demo_assets, records, tmp_path):

@@ -11,15 +11,12 @@ import subprocess
 import sys
 from pathlib import Path
 
-import numpy as np
 import pytest
 import torch
-from PIL import Image
 from safetensors import safe_open
 
 from easyvideor1.data.config import DataConfig
 from easyvideor1.data.dataset import RecordDataset
-from easyvideor1.media.encode import encode_video
 from easyvideor1.models.loading import load_policy
 from easyvideor1.models.vision import DummyVisionPass, vision_tower
 from easyvideor1.models.vision_cache import VisionFeatureCache
@@ -30,6 +27,7 @@ from easyvideor1.trainer.update import (
     policy_update,
     token_micro_batches,
 )
+from tests.conftest import write_modality_records
 
 from .conftest import free_port
 from .dist_worker import KINDS, build_experience
@@ -38,37 +36,13 @@ HERE = Path(__file__).parent
 
 
 @pytest.fixture(autouse=True, scope="module")
-def one_thread():
-    """One intra-op thread: tiny models gain nothing from more, and on a shared machine idle
-    threads spinning for a busy core cost far more than the work (restored afterwards)."""
-    before = torch.get_num_threads()
-    torch.set_num_threads(1)
+def _one_thread(one_thread):
     yield
-    torch.set_num_threads(before)
 
 
 @pytest.fixture(scope="module")
 def records(tmp_path_factory) -> str:
-    d = tmp_path_factory.mktemp("speed")
-    rng = np.random.default_rng(1)
-    frames = [rng.integers(0, 255, (32, 32, 3), dtype=np.uint8) for _ in range(4)]
-    encode_video(str(d / "v.mp4"), frames, 4)
-    Image.fromarray(frames[0]).save(d / "i.png")
-    base = {
-        "problem": "What colour?",
-        "problem_type": "multiple choice",
-        "answer": "A",
-        "options": ["A. r", "B. b"],
-    }
-    rows = [
-        {**base, "problem_id": "video", "videos": ["v.mp4"]},
-        {**base, "problem_id": "image", "images": ["i.png"]},
-        {**base, "problem_id": "text"},
-        {**base, "problem_id": "mixed", "videos": ["v.mp4"], "images": ["i.png"]},
-    ]
-    path = d / "kinds.jsonl"
-    path.write_text("".join(json.dumps(r) + "\n" for r in rows))
-    return str(path)
+    return write_modality_records(tmp_path_factory.mktemp("speed"), 4, 1)
 
 
 @pytest.fixture(scope="module")
