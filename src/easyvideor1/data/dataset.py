@@ -21,6 +21,7 @@ from ..media.cache import VideoLoader
 from ..media.sampling import SamplingParams, image_size
 from .config import DataConfig
 from .preprocess import resolve_media_path
+from .probe import check_probe, probe_videos
 from .prompt import format_question
 from .records import Record, RecordError, load_records
 
@@ -73,10 +74,14 @@ class MediaSample:
     video_params: SamplingParams | None = None
     images: list[str] = field(default_factory=list)
     loaded: tuple[list, list] | None = None  # (videos, images) filled by load_media, e.g. in a loader thread
+    probe: str | None = None  # blank/shuffle the video frames when loaded (``data/probe.py``)
 
 
 class RecordDataset(Dataset):
-    """Records of one data file as :class:`MediaSample` objects (paths only; cheap to pickle to workers)."""
+    """Records of one data file as :class:`MediaSample` objects (paths only; cheap to pickle to workers).
+
+    ``probe`` (``blank``/``shuffle``, ``data/probe.py``) is given to every sample: its video frames
+    are then blanked or shuffled when loaded (evaluation with ``eval.probe``)."""
 
     def __init__(
         self,
@@ -84,7 +89,10 @@ class RecordDataset(Dataset):
         cfg: DataConfig,
         data_file: str | list[str],
         loader: VideoLoader | None = None,
+        probe: str | None = None,
     ):
+        check_probe("probe", probe)
+        self.probe = probe
         # one data file for all records, or one per record (relative media paths resolve against it)
         self.records, self.cfg = records, cfg
         self.data_files = [data_file] * len(records) if isinstance(data_file, str) else list(data_file)
@@ -122,6 +130,7 @@ class RecordDataset(Dataset):
             video_entries=entries,
             video_params=params,
             images=[resolve_media_path(p, data_file, self.cfg.video_root) for p in rec.images],
+            probe=self.probe,
         )
 
 
@@ -136,11 +145,18 @@ def load_image(path: str, cfg: DataConfig):
 
 
 def load_media(sample: MediaSample, cfg: DataConfig, loader: VideoLoader) -> tuple[list, list]:
-    """The sample's videos (cache entries or decoded) and images, ready for the processor."""
+    """The sample's videos (cache entries or decoded) and images, ready for the processor.
+
+    A sample's ``probe`` blanks or shuffles its video frames here, after the cache: the one place
+    the probe is applied, for training validation and evaluation alike (images are left as they are).
+    """
     videos = [
         loader.load(v, sample.video_params, entry=e)
         for v, e in zip(sample.videos, sample.video_entries, strict=True)
     ]
+    if sample.probe:  # shuffles are seeded by the record and file names: the same on every machine
+        names = ",".join(os.path.basename(v) for v in sample.videos)
+        videos = probe_videos(videos, sample.probe, f"{sample.record.problem_id}:{names}")
     for video in videos:
         video.timestamps = cfg.timestamps  # how processor_metadata reports frame times (data.timestamps)
     return videos, [load_image(p, cfg) for p in sample.images]

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
+from ..data.probe import PROBES
 from ..rollout.config import RolloutConfig, VLLMConfig  # noqa: F401  (re-exported)
 from ..validation import at_least, in_range, non_negative, one_of, positive, require
 
@@ -65,6 +66,17 @@ class TrainerConfig:
         save_every: Checkpoint every k steps (0 = only at the end). keep_last: Checkpoints kept.
         resume: ``auto`` (continue from the newest checkpoint in output_dir if any), ``never``, or a path.
         loggers: Any of ``console``, ``jsonl``, ``tensorboard``, ``wandb``.
+        video_probe_every: Does the policy look at the video? Every k steps, and at the first
+            (before and after the warm-up) and final validation, validation also runs with each
+            probe of ``video_probe`` applied to the validation prompts that have a video (0 = off;
+            a probe step validates even when ``val_every`` would not). Logs
+            ``val/accuracy_blank_video``, ``val/video_gap`` (real minus blank accuracy on the same
+            prompts) and their ``val/<task>/...`` breakdowns; ``shuffle`` logs
+            ``val/accuracy_shuffled_video`` and ``val/video_gap_shuffled``. Needs validation
+            (``data.val_files``, ``val_size`` > 0).
+        video_probe: Probes run at those steps (``data/probe.py``): ``blank`` (every frame mid-grey)
+            and/or ``shuffle`` (frames in a fixed random order); shapes, token counts and timestamps
+            stay the real ones, images and text are not touched.
     """
 
     output_dir: str = "runs/train"
@@ -91,6 +103,8 @@ class TrainerConfig:
     keep_last: int = 2
     resume: str = "auto"
     loggers: list[str] = field(default_factory=lambda: ["console", "jsonl", "tensorboard"])
+    video_probe_every: int = 0
+    video_probe: list[str] = field(default_factory=lambda: ["blank"])
 
     def __post_init__(self) -> None:
         for key in ("max_steps", "prompts_per_step", "mini_batch_prompts", "micro_batch_size", "ppo_epochs"):
@@ -130,6 +144,21 @@ class TrainerConfig:
         )
         unknown = [name for name in self.loggers if name not in LOGGERS]
         require(not unknown, "trainer.loggers", f"entries must be among {', '.join(LOGGERS)}", unknown)
+        n = self.video_probe_every
+        require(
+            isinstance(n, int) and not isinstance(n, bool) and n >= 0,
+            "trainer.video_probe_every",
+            "must be a whole number of steps >= 0 (0: no video probe)",
+            n,
+        )
+        probes = self.video_probe
+        require(
+            isinstance(probes, list) and bool(probes) and all(p in PROBES for p in probes),
+            "trainer.video_probe",
+            f"must be a non-empty list of {', '.join(PROBES)}",
+            probes,
+        )
+        require(len(set(probes)) == len(probes), "trainer.video_probe", "lists a probe twice", probes)
 
 
 @dataclass
