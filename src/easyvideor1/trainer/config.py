@@ -15,6 +15,54 @@ LOGGERS = ("console", "jsonl", "tensorboard", "wandb")
 
 
 @dataclass
+class LoraConfig:
+    """LoRA adapters on the policy (``model.lora``), with ``peft``; ``rank: 0`` trains every weight.
+
+    With a rank, the base weights are frozen and only the adapters train (the optimizer holds
+    state for them alone); the KL reference is the same model with the adapter disabled (no
+    second copy of the weights). See the README section "LoRA".
+
+    Parameters:
+        rank: Adapter rank r (0 = no LoRA).
+        alpha: Scaling numerator: the update is ``alpha / rank * B @ A``. With AdamW, raising it
+            raises the adapters' effective learning rate much like ``trainer.lr`` does.
+        dropout: Dropout on the adapters' input, in [0, 1). Non-zero makes log-probs in train mode
+            random, which RL's ratios do not want: 0 by default.
+        target_modules: Module names to adapt, PEFT's way (an entry matches a module whose name is
+            it or ends with ``.<entry>``, e.g. ``q_proj`` or ``model.language_model.layers.0.mlp.up_proj``);
+            every entry must match a linear layer. Empty (default): every linear layer of the
+            language model (attention and MLP projections, linear-attention projections; not
+            ``lm_head``, the embeddings or MoE routers).
+        vision: With the default targets, adapt the vision tower's linear layers too (blocks and
+            merger). Needs ``model.freeze_vision_tower: false``; otherwise the tower stays frozen.
+    """
+
+    rank: int = 0
+    alpha: float = 16.0
+    dropout: float = 0.0
+    target_modules: list[str] = field(default_factory=list)
+    vision: bool = False
+
+    def __post_init__(self) -> None:
+        require(
+            isinstance(self.rank, int) and not isinstance(self.rank, bool) and self.rank >= 0,
+            "model.lora.rank",
+            "must be a whole number >= 0 (0: no LoRA)",
+            self.rank,
+        )
+        positive("model.lora.alpha", self.alpha)
+        in_range("model.lora.dropout", self.dropout, 0, 1)
+        require(self.dropout < 1, "model.lora.dropout", "must be < 1", self.dropout)
+        bad = [t for t in self.target_modules if not isinstance(t, str) or not t.strip()]
+        require(not bad, "model.lora.target_modules", "entries must be non-empty module names", bad)
+        require(isinstance(self.vision, bool), "model.lora.vision", "must be true or false", self.vision)
+
+    @property
+    def enabled(self) -> bool:
+        return self.rank > 0
+
+
+@dataclass
 class ModelConfig:
     """The policy model.
 
@@ -25,15 +73,23 @@ class ModelConfig:
         dtype: ``float32`` or ``bfloat16``.
         gradient_checkpointing: Recompute activations in the backward pass (less memory, more time).
         freeze_vision_tower: Train only the language model and the merger.
+        lora: LoRA adapters instead of full fine-tuning (:class:`LoraConfig`; ``rank: 0`` = off).
     """
 
     path: str = ""
     dtype: str = "float32"
     gradient_checkpointing: bool = False
     freeze_vision_tower: bool = False
+    lora: LoraConfig = field(default_factory=LoraConfig)
 
     def __post_init__(self) -> None:
         one_of("model.dtype", self.dtype, ("float32", "fp32", "bfloat16", "bf16"))
+        require(
+            not (self.lora.enabled and self.lora.vision and self.freeze_vision_tower),
+            "model.lora.vision",
+            "adapts the vision tower, which model.freeze_vision_tower=true freezes: set one of them false",
+            self.lora.vision,
+        )
 
 
 @dataclass
@@ -66,6 +122,9 @@ class TrainerConfig:
         save_every: Checkpoint every k steps (0 = only at the end). keep_last: Checkpoints kept.
         resume: ``auto`` (continue from the newest checkpoint in output_dir if any), ``never``, or a path.
         loggers: Any of ``console``, ``jsonl``, ``tensorboard``, ``wandb``.
+        export_merged: With ``model.lora``, every checkpoint also holds ``merged/``: the adapter
+            merged into the base weights, a plain Hugging Face model directory (serve or evaluate it
+            without peft). Without LoRA the checkpoint is such a directory already.
         video_probe_every: Does the policy look at the video? Every k steps, and at the first
             (before and after the warm-up) and final validation, validation also runs with each
             probe of ``video_probe`` applied to the validation prompts that have a video (0 = off;
@@ -103,10 +162,17 @@ class TrainerConfig:
     keep_last: int = 2
     resume: str = "auto"
     loggers: list[str] = field(default_factory=lambda: ["console", "jsonl", "tensorboard"])
+    export_merged: bool = False
     video_probe_every: int = 0
     video_probe: list[str] = field(default_factory=lambda: ["blank"])
 
     def __post_init__(self) -> None:
+        require(
+            isinstance(self.export_merged, bool),
+            "trainer.export_merged",
+            "must be true or false",
+            self.export_merged,
+        )
         for key in ("max_steps", "prompts_per_step", "mini_batch_prompts", "micro_batch_size", "ppo_epochs"):
             at_least(f"trainer.{key}", getattr(self, key), 1)
         at_least("trainer.sft_batch_size", self.sft_batch_size, 1)
