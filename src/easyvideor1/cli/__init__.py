@@ -11,7 +11,7 @@ import argparse
 import sys
 
 from ..config import ConfigError
-from . import evaluate, run
+from . import curate, evaluate, run
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -19,6 +19,7 @@ def build_parser() -> argparse.ArgumentParser:
     sub = parser.add_subparsers(dest="command", required=True)
     run.add_parsers(sub)
     evaluate.add_parsers(sub)
+    curate.add_parsers(sub)
     return parser
 
 

@@ -1,0 +1,136 @@
+"""``filter``: keep the records a model solves sometimes but not always (``easyvideor1.curation``)."""
+
+from __future__ import annotations
+
+import argparse
+import os
+from types import SimpleNamespace
+
+from ..config import ConfigError
+from .common import add_sampling_flags, number_above_zero, run_config
+
+# flag -> rollout.* key it defaults to (config=run.yaml brings the training run's sampling along)
+_FROM_ROLLOUT = {
+    "n": "n",
+    "temperature": "temperature",
+    "top_p": "top_p",
+    "top_k": "top_k",
+    "max_new_tokens": "max_new_tokens",
+}
+
+
+def cmd_filter(args: argparse.Namespace, extra: list[str]) -> int:
+    from ..curation import FilterSettings, curate
+
+    cfg = run_config(args, extra)
+    for flag in ("cache_dir", "cache_mode"):
+        if getattr(args, flag) is not None:
+            setattr(cfg.data, flag, getattr(args, flag))
+    paths = list(args.data or cfg.data.train_files)
+    if not paths:
+        raise ConfigError("no data files: give --data FILE (repeatable; or data.train_files in config=FILE)")
+    model = args.model or cfg.model.path
+    if not model:
+        raise ConfigError("no model: give --model DIR (or model.path in config=FILE)")
+    if not os.path.exists(model):
+        raise ConfigError(f"model directory not found: {model}")
+    values = {flag: getattr(cfg.rollout, key) for flag, key in _FROM_ROLLOUT.items()}
+    values.update({k: getattr(args, k) for k in _FROM_ROLLOUT if getattr(args, k) is not None})
+    settings = FilterSettings(
+        **values,
+        seed=args.seed,
+        keep=args.keep,
+        pass_threshold=list(args.pass_threshold or []),
+        engine=args.engine,
+        dtype=args.dtype,
+        load_workers=args.load_workers,
+        max_in_flight=args.max_in_flight,
+    )
+
+    def make_engine():
+        import torch
+
+        from .evaluate import _eval_engine  # the engines `easyvideor1 eval` builds, loaded the same way
+
+        if not torch.cuda.is_available():  # leave the loader processes their cores
+            torch.set_num_threads(max(1, (os.cpu_count() or 2) - settings.load_workers))
+        return _eval_engine(args, model, SimpleNamespace(engine=settings.engine, dtype=settings.dtype))
+
+    curate(paths, cfg.data, cfg.reward, settings, model, args.out, make_engine)
+    return 0
+
+
+def _unit_float(text: str) -> float:
+    try:
+        return float(text)
+    except ValueError as e:
+        raise argparse.ArgumentTypeError(f"expected a number, got {text!r}") from e
+
+
+def add_parsers(sub) -> None:
+    p = sub.add_parser(
+        "filter",
+        help="sample each record n times, score with the reward library, keep those within a pass-rate band",
+        description="Offline pass-rate curation (README: Curating by pass rate). Writes OUT/pass_rates.jsonl, "
+        "OUT/kept/<input name> in each input's format, OUT/report.{json,md,html} and "
+        "OUT/pass_rate_histogram.png; resumable after a kill. config=FILE.yaml and data.*/reward.*/rollout.* "
+        "key=value overrides follow the flags.",
+    )
+    p.add_argument("--model", help="a Hugging Face model directory (default: model.path of config=FILE)")
+    p.add_argument(
+        "--data",
+        action="append",
+        metavar="FILE",
+        help="records file (JSONL, JSON array, Parquet); repeatable",
+    )
+    p.add_argument("--out", required=True, help="output directory (a rerun resumes in it)")
+    p.add_argument("--n", type=number_above_zero(int), help="responses per record (default rollout.n: 8)")
+    p.add_argument(
+        "--keep",
+        default="0.1:0.9",
+        metavar="LO:HI",
+        help="kept pass-rate band, inclusive (default 0.1:0.9; with n=8 that is 0 < pass rate < 1)",
+    )
+    p.add_argument(
+        "--pass-threshold",
+        action="append",
+        metavar="X|TASK=X",
+        help="accuracy a response needs to pass: one value for every task, or TASK=X (repeatable); "
+        "default 1.0 for exact-answer tasks and OCR, 0.5 (IoU) for grounding/tracking/segmentation, "
+        "0.5 for regression and open-ended",
+    )
+    p.add_argument(
+        "--temperature", type=_unit_float, help="sampling temperature (default rollout.temperature: 1.0)"
+    )
+    p.add_argument("--top-p", type=_unit_float, help="nucleus mass (default rollout.top_p: 1.0)")
+    p.add_argument("--top-k", type=int, help="top-k, 0 = whole vocabulary (default rollout.top_k: 0)")
+    p.add_argument(
+        "--max-new-tokens",
+        type=number_above_zero(int),
+        help="response length (default rollout.max_new_tokens)",
+    )
+    p.add_argument(
+        "--seed", type=int, default=0, help="run seed; each record's seed derives from it and its id"
+    )
+    p.add_argument("--dtype", choices=["float32", "bfloat16", "auto"], default="float32", help="both engines")
+    p.add_argument("--load-workers", type=number_above_zero(int), default=2, help="media loader processes")
+    g = p.add_argument_group("engine")
+    g.add_argument(
+        "--engine", choices=["hf", "vllm"], default="hf", help="hf: generate (default); vllm: AsyncLLM"
+    )
+    g.add_argument("--max-in-flight", type=number_above_zero(int), default=64, help="vllm: records at once")
+    g.add_argument("--max-model-len", type=number_above_zero(int), help="vllm: prompt + response token limit")
+    g.add_argument("--gpu-memory-utilization", type=float, default=0.9, help="vllm: share of GPU memory")
+    g.add_argument(
+        "--tensor-parallel-size", type=number_above_zero(int), default=1, help="vllm: GPUs per copy"
+    )
+    g.add_argument("--enforce-eager", action="store_true", help="vllm: no compilation / CUDA graphs")
+    g.add_argument("--data-parallel-size", type=number_above_zero(int), default=1, help="vllm: engine copies")
+    add_sampling_flags(p)
+    p.add_argument("--cache-dir", help="data.cache_dir: the frame cache `easyvideor1 preprocess` built")
+    p.add_argument(
+        "--cache-mode",
+        choices=["prefer_cache", "cache_only", "decode_only"],
+        help="data.cache_mode (cache_only: a cache miss is a failure, never a decode)",
+    )
+    p.set_defaults(func=cmd_filter)

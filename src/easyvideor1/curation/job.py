@@ -1,0 +1,84 @@
+"""The whole ``easyvideor1 filter`` job: check inputs, sample (resumable), write results and report."""
+
+from __future__ import annotations
+
+import dataclasses
+import os
+from collections.abc import Callable
+from typing import Any
+
+from ..data.config import DataConfig
+from ..rewards import RewardConfig
+from .filter import FilterSettings, run_filter, settings_digest
+from .inputs import InputFile, load_inputs
+from .outputs import collect, write_json_lines, write_kept
+from .report import write_report
+
+PASS_RATES = "pass_rates.jsonl"
+
+
+def curate(
+    paths: list[str],
+    data: DataConfig,
+    reward: RewardConfig,
+    settings: FilterSettings,
+    model: str,
+    out_dir: str,
+    make_engine: Callable[[], tuple[Any, Any]],
+) -> dict:
+    """Filter the records of ``paths`` by ``model``'s pass rate; returns the report dict.
+
+    Inputs are read and checked before ``make_engine()`` loads the model; the engine is closed
+    (vLLM's engine process stopped) before the results are written."""
+    from ..evaluation.identity import model_fingerprint
+
+    files = load_inputs(paths, reward)
+    data = data.with_model(model)  # the checkpoint names the family (frame size); data.model_family checks it
+    model_id = model_fingerprint(model)
+    engine, processor = make_engine()
+    try:
+        stats = run_filter(files, data, reward, settings, out_dir, model_id, engine, processor)
+    finally:
+        if hasattr(engine, "close"):
+            engine.close()
+    report = finish(files, data, reward, settings, out_dir, model, model_id)
+    t = report["totals"]
+    print(
+        f"filter: {t['kept']} of {t['total']} records kept ({t['always_solved']} always solved, "
+        f"{t['never_solved']} never solved, {t['failed_to_load']} failed to load; "
+        f"{stats['sampled']} sampled now, {stats['reused']} reused, {stats['seconds']:.1f} s)"
+    )
+    print(f"report: {os.path.join(out_dir, 'report.md')}")
+    return report
+
+
+def finish(
+    files: list[InputFile],
+    data: DataConfig,
+    reward: RewardConfig,
+    settings: FilterSettings,
+    out_dir: str,
+    model: str,
+    model_id: str,
+) -> dict:
+    """``pass_rates.jsonl``, the kept files and the report, from ``OUT/responses.jsonl`` alone."""
+    digest = settings_digest(settings, data, model_id)
+    results = collect(files, settings, reward, out_dir, digest)
+    write_json_lines(os.path.join(out_dir, PASS_RATES), [r.row() for r in results])
+    outputs = write_kept(files, results, out_dir)
+    tasks = sorted({r.item.task for r in results})
+    meta = {
+        "model": model,
+        "model_fingerprint": model_id,
+        "settings_digest": digest,
+        "settings": settings.generation(),
+        "band": settings.band.describe(),
+        "pass_rule": settings.rule.describe(),
+        "thresholds": {task: settings.rule.threshold(task) for task in tasks},
+        "frames": {
+            k: v for k, v in dataclasses.asdict(data).items() if k.startswith(("video_", "image_", "model_"))
+        },
+        "prompt_template": data.prompt_template,
+        "inputs": [f.path for f in files],
+    }
+    return write_report(results, meta, outputs, out_dir)
