@@ -15,8 +15,14 @@ _DTYPES = {
 
 
 def load_policy(
-    path: str, dtype: str = "float32", gradient_checkpointing: bool = False, freeze_vision_tower: bool = False
+    path: str,
+    dtype: str = "float32",
+    gradient_checkpointing: bool = False,
+    freeze_vision_tower: bool = False,
+    lora=None,
 ):
+    """The model and processor at ``path``; with ``lora`` (a ``model.lora`` section whose rank is
+    > 0) its adapters are attached and every base weight is frozen (``models/lora.py``)."""
     from transformers import AutoModelForImageTextToText, AutoProcessor
 
     if not path or not os.path.isdir(path):
@@ -35,4 +41,8 @@ def load_policy(
     if freeze_vision_tower:
         for p in family.vision_tower(model).parameters():
             p.requires_grad_(False)
+    if lora is not None and lora.rank > 0:
+        from .lora import attach_lora
+
+        attach_lora(model, lora, freeze_vision_tower)
     return model, processor

@@ -3,6 +3,10 @@
 Layout of ``<output_dir>/checkpoints/step_<N>/``:
 - ``model.safetensors``, ``config.json``, processor/tokenizer files: the full model, written by rank 0,
   loads with ``from_pretrained`` (evaluate it, serve it, or start a new run from it);
+- with LoRA (``model.lora``) instead: ``adapter/`` in PEFT's format (``PeftModel.from_pretrained(base,
+  ckpt/adapter)``), the processor files, and with ``trainer.export_merged`` ``merged/``, the adapter
+  merged into the base weights as a plain model directory. ``sharded/`` then holds only the adapter
+  and its optimizer state: the frozen base weights come back from ``model.path`` on resume;
 - ``sharded/``: model weights and optimizer moments as written by every rank
   (``torch.distributed.checkpoint`` with its Hugging Face storage: safetensors files whose headers
   record each shard's offsets), so a run resumes on *any* number of ranks, DCP resharding on load;
@@ -30,6 +34,7 @@ from typing import Any
 import torch
 from safetensors.torch import load_file, save_file
 
+from ..models.lora import is_lora, save_adapter, save_merged
 from .checkpoint_check import find_resumable, read_state, record_files
 from .distributed import DistState, barrier
 
@@ -58,7 +63,9 @@ def _state_dict_api():
 def _training_state(model, optimizer) -> tuple[dict[str, torch.Tensor], dict[str, Any]]:
     """(tensors keyed ``model.<fqn>`` / ``optim.<key>``, optimizer non-tensor values) of this rank."""
     options, get_model, get_optim, _, _ = _state_dict_api()
-    tensors = {f"model.{k}": v for k, v in get_model(model).items()}
+    # LoRA: the frozen base weights are model.path's; only the adapter is training state
+    frozen_out = options(ignore_frozen_params=is_lora(model))
+    tensors = {f"model.{k}": v for k, v in get_model(model, options=frozen_out).items()}
     plain: dict[str, Any] = {}
     for k, v in get_optim(model, optimizer, options=options(flatten_optimizer_state_dict=True)).items():
         if isinstance(v, torch.Tensor):
@@ -79,11 +86,14 @@ def save_checkpoint(
     keep_last: int = 2,
     state: DistState | None = None,
     reference=None,
+    export_merged: bool = False,
 ) -> Path:
     """Write step ``step``'s checkpoint (a collective under torchrun: every rank calls it).
 
     ``reference``: a KL reference policy that differs from the starting model (it was taken after the
-    supervised warm-up), saved sharded under ``reference/`` so that a resumed run gets it back.
+    supervised warm-up), saved sharded under ``reference/`` so that a resumed run gets it back: a
+    model, or with LoRA the snapshot of the warmed-up adapter (a dict of tensors).
+    ``export_merged``: with LoRA, also write ``merged/`` (a plain Hugging Face model directory).
     """
     import torch.distributed.checkpoint as dcp
     from torch.distributed.checkpoint import HuggingFaceStorageWriter
@@ -96,7 +106,11 @@ def save_checkpoint(
         (tmp / "rng").mkdir(parents=True)
     barrier()
     options, get_model, _, _, _ = _state_dict_api()
-    full = get_model(model, options=options(full_state_dict=True, cpu_offload=True))  # rank 0 holds it
+    lora = is_lora(model)
+    # rank 0 holds it (with LoRA only the adapter: the base weights are not gathered)
+    full = get_model(
+        model, options=options(full_state_dict=True, cpu_offload=True, ignore_frozen_params=lora)
+    )
     tensors, optim_plain = _training_state(model, optimizer)
     dcp.save(
         tensors, storage_writer=HuggingFaceStorageWriter(path=str(tmp / "sharded"), save_distributed=True)
@@ -104,13 +118,19 @@ def save_checkpoint(
     if reference is not None:
         _, get_model, _, _, _ = _state_dict_api()
         writer = HuggingFaceStorageWriter(path=str(tmp / "reference"), save_distributed=True)
-        dcp.save(dict(get_model(reference)), storage_writer=writer)
+        ref = dict(reference) if isinstance(reference, dict) else dict(get_model(reference))
+        dcp.save(ref, storage_writer=writer)
+    if lora and export_merged:  # a collective (weights merged layer by layer); rank 0 writes
+        save_merged(model, tmp / "merged", processor, is_main=state.is_main)
     rng = {"torch": torch.get_rng_state()}
     if torch.cuda.is_available():  # GPU sampling draws from the CUDA generator
         rng["cuda"] = torch.cuda.get_rng_state()
     save_file(rng, str(tmp / "rng" / f"rank_{state.rank}.safetensors"))
     if state.is_main:
-        _quietly(model.save_pretrained, tmp, state_dict=full)  # no progress bar per checkpoint
+        if lora:
+            _quietly(save_adapter, model, tmp / "adapter", full)
+        else:
+            _quietly(model.save_pretrained, tmp, state_dict=full)  # no progress bar per checkpoint
         if processor is not None:
             processor.save_pretrained(tmp)
         py_state = random.getstate()
@@ -177,7 +197,11 @@ def load_checkpoint(
     options, _, get_optim, set_model, set_optim = _state_dict_api()
     tensors, _ = _training_state(model, optimizer)  # the shapes and placements to load into
     dcp.load(tensors, storage_reader=HuggingFaceStorageReader(path=str(ckpt / "sharded")))
-    set_model(model, {k[6:]: v for k, v in tensors.items() if k.startswith("model.")})
+    weights = {k[6:]: v for k, v in tensors.items() if k.startswith("model.")}
+    if is_lora(model):  # the adapter alone; the frozen base weights stay as loaded
+        set_model(model, weights, options=options(strict=False, ignore_frozen_params=True))
+    else:
+        set_model(model, weights)
     optim = {k[6:]: v for k, v in tensors.items() if k.startswith("optim.")}
     for k, v in meta["optimizer"].items():
         optim[k] = tuple(v) if k.endswith(".betas") else v
@@ -185,9 +209,12 @@ def load_checkpoint(
     if scheduler is not None and meta.get("scheduler") is not None:
         scheduler.load_state_dict(meta["scheduler"])
     if reference is not None and (ckpt / "reference").is_dir():
-        ref = dict(_state_dict_api()[1](reference))
-        dcp.load(ref, storage_reader=HuggingFaceStorageReader(path=str(ckpt / "reference")))
-        set_model(reference, ref)
+        if isinstance(reference, dict):  # LoRA: the warmed-up adapter snapshot, loaded in place
+            dcp.load(reference, storage_reader=HuggingFaceStorageReader(path=str(ckpt / "reference")))
+        else:
+            ref = dict(_state_dict_api()[1](reference))
+            dcp.load(ref, storage_reader=HuggingFaceStorageReader(path=str(ckpt / "reference")))
+            set_model(reference, ref)
     rng = ckpt / "rng" / f"rank_{state.rank}.safetensors"
     if rng.exists():
         saved = load_file(str(rng))

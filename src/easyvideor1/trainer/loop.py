@@ -21,6 +21,14 @@ from ..algorithms.masked import masked_mean
 from ..algorithms.shaping import ShapedRewards, shape_rewards
 from ..data.dataset import RecordDataset, encode_prompts
 from ..models.loading import load_policy
+from ..models.lora import (
+    adapter_snapshot,
+    copy_adapter,
+    is_lora,
+    parameter_counts,
+    plain_copy,
+    reference_forward,
+)
 from ..models.packing import check_packable
 from ..models.vision import DummyVisionPass
 from ..models.vision_cache import VisionFeatureCache
@@ -93,17 +101,31 @@ class Trainer:
         torch.manual_seed(tc.seed)
         random.seed(tc.seed)
         self.model, self.processor = load_policy(
-            cfg.model.path, cfg.model.dtype, cfg.model.gradient_checkpointing, cfg.model.freeze_vision_tower
+            cfg.model.path,
+            cfg.model.dtype,
+            cfg.model.gradient_checkpointing,
+            cfg.model.freeze_vision_tower,
+            lora=cfg.model.lora,
         )
         self.model.train()
+        self.lora = is_lora(self.model)
+        trainable, total = parameter_counts(self.model)
+        self.trainable_fraction = trainable / max(total, 1)
         # copies made before sharding: the reference policy, and a full model for HF rollouts under
-        # FSDP (generation through a sharded model would all-gather every layer at every token)
+        # FSDP (generation through a sharded model would all-gather every layer at every token).
+        # With LoRA the reference is the same model with its adapter disabled: no copy
+        # (``models/lora.py``); after the warm-up, a snapshot of the adapter (allocated here so
+        # that it is sharded like the adapter and a resume can load into it).
+        self.kl_reference = self.alg.kl.enabled
         self.ref_model = (
-            copy.deepcopy(self.model).eval().requires_grad_(False) if self.alg.kl.enabled else None
+            copy.deepcopy(self.model).eval().requires_grad_(False)
+            if self.kl_reference and not self.lora
+            else None
         )
         self.rollout_model = None
         if self.dist.enabled and cfg.rollout.engine == "hf":
-            self.rollout_model = copy.deepcopy(self.model).eval().requires_grad_(False)
+            copied = plain_copy(self.model) if self.lora else copy.deepcopy(self.model)
+            self.rollout_model = copied.eval().requires_grad_(False)
         if self.rollout_model is not None:
             self.rollout_model.to(self.dist.device)
         if self.dist.enabled:
@@ -116,6 +138,9 @@ class Trainer:
             if self.ref_model is not None:
                 self.ref_model.to(self.dist.device)
         self.dummy = DummyVisionPass(self.model)
+        self.lora_reference = (  # after sharding: shards of the adapter, like the adapter's
+            adapter_snapshot(self.model) if self.lora and self.kl_reference and tc.sft_warmup_steps else None
+        )
         # under FSDP the reference forward is a collective too; alone, it needs no dummy passes
         self.ref_dummy = DummyVisionPass(self.ref_model) if self.ref_model and self.dist.enabled else None
         if tc.padding_free:
@@ -252,6 +277,12 @@ class Trainer:
             exp.ref_logp, _ = experience_logprobs(
                 self.ref_model, exp, self.engine.banned, self.ref_dummy, temperature, mb, **speed
             )
+        elif self.kl_reference:  # LoRA: the policy itself, adapter disabled (or the warm-up's)
+            snapshot = self.lora_reference if self.reference_from_warmup else None
+            with reference_forward(self.model, snapshot):
+                exp.ref_logp, _ = experience_logprobs(
+                    self.model, exp, self.engine.banned, self.dummy, temperature, mb, **speed
+                )
         return entropy
 
     def _shape_rewards(self, exp: Experience) -> ShapedRewards:
@@ -268,7 +299,7 @@ class Trainer:
 
     def _update_kl_coef(self, exp: Experience) -> dict[str, float]:
         """Feed this step's KL (totalled over ranks) to the KL controller; the loss uses its new value."""
-        if self.ref_model is None:
+        if not self.kl_reference:
             return {}
         kl = kl_penalty(exp.old_logp, exp.ref_logp, self.alg.kl.type, exp.mask)
         local = {"kl": float((kl * exp.mask).sum()), "tokens": float(exp.mask.sum()), "n": float(len(exp))}
@@ -409,10 +440,13 @@ class Trainer:
     def sft_warmup(self) -> bool:
         if not sft_warmup(self, self.dist):
             return False
+        # KL should hold the policy near where RL starts, not pull it back to the cold start
+        # the warm-up just left
         if self.ref_model is not None:
-            # KL should hold the policy near where RL starts, not pull it back to the cold start
-            # the warm-up just left
             self.ref_model.load_state_dict(self.model.state_dict())
+            self.reference_from_warmup = True
+        elif self.lora_reference is not None:  # LoRA: the warmed-up adapter, on the same base
+            copy_adapter(self.model, self.lora_reference)
             self.reference_from_warmup = True
         return True
 
@@ -452,13 +486,22 @@ class Trainer:
             },
             keep_last=self.cfg.trainer.keep_last,
             state=self.dist,
-            reference=self.ref_model if self.reference_from_warmup else None,
+            reference=self.reference_state() if self.reference_from_warmup else None,
+            export_merged=self.cfg.trainer.export_merged,
         )
+
+    def reference_state(self):
+        """What a checkpoint saves of a reference taken after the warm-up (and a resume loads):
+        the reference model, or with LoRA the warmed-up adapter snapshot."""
+        return self.ref_model if self.ref_model is not None else self.lora_reference
 
     def train(self) -> dict[str, float]:
         tc = self.cfg.trainer
         self._resume()
         if self.step == 0:
+            # how much of the model trains (LoRA: the adapters' share), in metrics.jsonl at step 0
+            self.logger.log(0, {"model/trainable_fraction": self.trainable_fraction})
+            self.logger.write(f"trainable parameters: {100 * self.trainable_fraction:.3f}% of the model")
             before = self.validate()
             self.history.append({"step": 0, **before})
             self.logger.log(0, before)
@@ -492,6 +535,7 @@ class Trainer:
         if self.engine is not None:
             self.engine.close()  # a vLLM engine tears down its groups while the process group lives
         self.model = self.ref_model = self.rollout_model = self.optimizer = self.engine = None
+        self.lora_reference = None
         self.handoff = None
         self.dummy = self.ref_dummy = None
         shutdown_distributed()

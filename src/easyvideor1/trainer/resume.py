@@ -140,7 +140,7 @@ def resume(trainer) -> None:
             trainer.optimizer,
             trainer.scheduler,
             trainer.dist,
-            reference=trainer.ref_model,
+            reference=trainer.reference_state(),
         )
     except CheckpointError:
         raise
