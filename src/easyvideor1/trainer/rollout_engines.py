@@ -2,16 +2,19 @@
 
 One process with the HF engine generates with the training model itself. Every other set-up holds a
 separate copy (a full HF model per rank under FSDP, or a vLLM engine), which receives the trainer's
-weights after every optimizer step, one tensor at a time.
+weights after every optimizer step, one tensor at a time. With LoRA the copy is the plain base
+architecture: it receives the merged weights (``W + scaling * B @ A``, base-model names; see
+``models.lora_merge``), computed without touching the training model.
 """
 
 from __future__ import annotations
 
 import torch
 
+from ..models.lora_merge import merged_state_dict
 from ..rollout.base import RolloutEngine
 from ..rollout.hf import HFRolloutEngine
-from .distributed import DistState, full_weights
+from .distributed import DistState
 
 
 def make_rollout_engine(cfg, processor, model, state: DistState, owns_weights: bool = False) -> RolloutEngine:
@@ -62,8 +65,8 @@ class EngineHandoff:
         self.push()
 
     def push(self) -> None:
-        """Give the engine the trainer's weights (gathered from FSDP shards); a no-op for an engine
-        that generates with the training model itself."""
+        """Give the engine the trainer's weights (gathered from FSDP shards, LoRA merged in); a
+        no-op for an engine that generates with the training model itself."""
         if self.engine.owns_weights:
             with torch.no_grad():
-                self.engine.update_weights(full_weights(self.model))
+                self.engine.update_weights(merged_state_dict(self.model))
