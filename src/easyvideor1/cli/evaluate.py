@@ -12,7 +12,7 @@ from .common import add_sampling_flags, data_values, number_above_zero, split_ex
 # eval/score flags -> eval.* config keys (flags win over config=FILE and over a preset)
 _EVAL_FLAGS = (
     "benchmarks annotations style max_new_tokens batch_size load_workers max_samples dtype engine "
-    "max_in_flight preset"
+    "max_in_flight preset probe"
 ).split()
 
 
@@ -196,6 +196,12 @@ def add_parsers(sub) -> None:
         "--max-samples", type=number_above_zero(int), help="eval.max_samples: only the first N samples"
     )
     p.add_argument("--dtype", choices=["float32", "bfloat16", "auto"], help="eval.dtype (both engines)")
+    p.add_argument(
+        "--probe",
+        choices=["blank", "shuffle"],
+        help="eval.probe: video frames blanked (mid-grey) or shuffled in time, to measure how much the "
+        "model uses the video; compare with the real run via eval-compare (use another --out)",
+    )
     g = p.add_argument_group("engine")
     g.add_argument("--engine", choices=["hf", "vllm"], help="hf: batched generate (default); vllm: AsyncLLM")
     g.add_argument("--max-in-flight", type=number_above_zero(int), help="vllm: requests submitted at once")

@@ -13,6 +13,8 @@ import json
 import os
 from dataclasses import dataclass, field
 
+from ..data.probe import PROBES
+
 ANNOTATIONS_ENV = "EASYVIDEOR1_ANNOTATIONS"
 
 
@@ -45,6 +47,11 @@ class EvalConfig:
         group_by: Record fields whose values break the ``data`` files' accuracy down
             (``by_<field>`` in ``results.json``), besides ``problem_type``.
         benchmark_files: YAML benchmark specs registered at run time (``spec_file.py``).
+        probe: ``blank`` or ``shuffle``: evaluate with every video's frames blanked (mid-grey) or
+            shuffled in time (``data/probe.py``; images and text untouched) to measure how much
+            the model uses the video. Part of the settings digest, so a probed run never resumes
+            from (or mixes with) real-video predictions; ``results.json`` says ``probe``. Compare
+            with the real run: ``easyvideor1 eval-compare REAL_OUT PROBE_OUT``.
     """
 
     benchmarks: list[str] = field(default_factory=list)
@@ -67,6 +74,7 @@ class EvalConfig:
     data: list[str] = field(default_factory=list)
     group_by: list[str] = field(default_factory=list)
     benchmark_files: list[str] = field(default_factory=list)
+    probe: str | None = None
 
     def __post_init__(self) -> None:
         self.validate()
@@ -92,6 +100,8 @@ class EvalConfig:
             bad("top_p", f"must be in (0, 1], got {self.top_p}")
         if self.top_k < 0:
             bad("top_k", f"must be >= 0 (0 keeps the whole vocabulary), got {self.top_k}")
+        if self.probe is not None and self.probe not in PROBES:
+            bad("probe", f"{self.probe!r} is not one of {', '.join(PROBES)} (or unset: the real video)")
 
     def annotations_dir(self) -> str | None:
         """``annotations``, else ``$EASYVIDEOR1_ANNOTATIONS``, else None."""
@@ -101,10 +111,13 @@ class EvalConfig:
         """What about generation makes two runs comparable (the engine and throughput knobs are not:
         greedy predictions are engine-independent, tested)."""
         keep = ("style", "temperature", "top_p", "top_k", "presence_penalty", "preset")
-        return {
+        digest = {
             **{k: getattr(self, k) for k in keep},
             "max_new_tokens": self.max_new_tokens or spec_max_new_tokens,
         }
+        if self.probe is not None:  # only when set: real-video runs keep the digests they had
+            digest["probe"] = self.probe
+        return digest
 
 
 def digest_of(*parts: object) -> str:

@@ -117,7 +117,11 @@ def run_benchmark(
     pred_path = os.path.join(bench_dir, "predictions.jsonl")
     digest = settings_digest(settings, spec, data, model_id)
     dataset = RecordDataset(
-        inputs.prompted(), eval_data_config(data, settings.style), inputs.annotation_file, loader
+        inputs.prompted(),
+        eval_data_config(data, settings.style),
+        inputs.annotation_file,
+        loader,
+        probe=settings.probe,  # blanks/shuffles frames as the loaders load them (data/probe.py)
     )
     done = read_predictions(pred_path, digest).rows
     todo = [
@@ -168,7 +172,15 @@ def run_benchmark(
         "model_fingerprint": model_id,
     }
     return write_results(
-        inputs, pred_path, digest, bench_dir, time.perf_counter() - t0, timing, detail, reward
+        inputs,
+        pred_path,
+        digest,
+        bench_dir,
+        time.perf_counter() - t0,
+        timing,
+        detail,
+        reward,
+        probe=settings.probe,
     )
 
 

@@ -67,10 +67,12 @@ def write_results(
     timing: dict[str, float],
     detail: dict | None = None,
     reward: RewardConfig | None = None,
+    probe: str | None = None,
 ) -> dict[str, Any]:
     found = read_predictions(pred_path, digest)
     results = summarize(inputs, scored_pairs(inputs, found.rows, reward), found.skipped_lines)
     results.update(
+        probe=probe,  # None: the real video; blank/shuffle: a video-dependence probe (eval.probe)
         seconds=round(seconds, 2),
         stage_seconds={k: round(v, 2) for k, v in timing.items()},
         settings=digest,

@@ -1,7 +1,13 @@
-"""Validation: generate for held-out prompts, score with the reward library, aggregate by task."""
+"""Validation: generate for held-out prompts, score with the reward library, aggregate by task.
+
+With a video probe (``trainer.video_probe_every``, ``data/probe.py``) the prompts that have a
+video are validated again with their frames blanked or shuffled; :func:`probe_summary` sets the
+probed accuracy beside the real accuracy of the same prompts.
+"""
 
 from __future__ import annotations
 
+import dataclasses
 from collections import defaultdict
 
 import torch
@@ -13,12 +19,21 @@ from .experience import score
 
 @torch.no_grad()
 def evaluate(
-    engine, processor, dataset, indices: list[int], sampling: SamplingConfig, reward_cfg, batch_size: int = 16
+    engine,
+    processor,
+    dataset,
+    indices: list[int],
+    sampling: SamplingConfig,
+    reward_cfg,
+    batch_size: int = 16,
+    probe: str | None = None,
 ) -> list[dict]:
-    """One row per prompt: the generation and its scores (aggregate rows with :func:`summarize`)."""
+    """One row per prompt: the generation and its scores (aggregate rows with :func:`summarize`).
+
+    ``probe`` (``blank``/``shuffle``) blanks or shuffles every prompt's video frames as they load."""
     generations = []
     for start in range(0, len(indices), batch_size):
-        samples = [dataset[i] for i in indices[start : start + batch_size]]
+        samples = [dataclasses.replace(dataset[i], probe=probe) for i in indices[start : start + batch_size]]
         batch = encode_prompts(processor, samples, dataset.cfg, dataset.loader)
         out = engine.generate(batch, [1] * len(samples), sampling)
         scores, tasks, _ = score(
@@ -52,4 +67,42 @@ def summarize(generations: list[dict]) -> dict[str, float]:
     for k, v in sums.items():
         parts = k.split("/")
         metrics[k] = v / counts["all" if len(parts) == 2 else parts[1]]
+    return metrics
+
+
+# metric names of each probe: the probed accuracy and the gap (real minus probed)
+PROBE_METRICS = {
+    "blank": ("accuracy_blank_video", "video_gap"),
+    "shuffle": ("accuracy_shuffled_video", "video_gap_shuffled"),
+}
+
+
+def has_video(dataset, index: int) -> bool:
+    """Whether validation prompt ``index`` shows a video (only those are probed)."""
+    return bool(dataset.records[index].videos)
+
+
+def probe_summary(real: list[dict], probed: list[dict], probe: str) -> dict[str, float]:
+    """The probed accuracy and its gap to the real accuracy of the *same* prompts, overall
+    (``val/accuracy_blank_video``, ``val/video_gap``) and per task (``val/<task>/...``, as
+    :func:`summarize` names them). ``real`` rows are matched to ``probed`` rows by ``index``;
+    prompts without a video are not probed, so they are in neither number. No probed rows: ``{}``."""
+    acc_name, gap_name = PROBE_METRICS[probe]
+    by_index = {g["index"]: g for g in real}
+    # None: every probed prompt (a task may be called anything, "all" included)
+    sums: dict[str | None, list[float]] = defaultdict(lambda: [0.0, 0.0, 0])  # probed, real, count
+    for g in probed:
+        twin = by_index.get(g["index"])
+        if twin is None:
+            raise ValueError(f"probed validation row {g['index']} ({g['problem_id']}) has no real row")
+        for group in (None, g["task"]):
+            s = sums[group]
+            s[0] += g["accuracy"]
+            s[1] += twin["accuracy"]
+            s[2] += 1
+    metrics = {}
+    for group, (acc, real_acc, n) in sums.items():
+        prefix = "val" if group is None else f"val/{group}"
+        metrics[f"{prefix}/{acc_name}"] = acc / n
+        metrics[f"{prefix}/{gap_name}"] = (real_acc - acc) / n
     return metrics

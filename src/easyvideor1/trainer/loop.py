@@ -44,7 +44,7 @@ from .distributed import (
     split_prompts,
     sum_over_ranks,
 )
-from .evaluate import evaluate, summarize
+from .evaluate import evaluate, has_video, probe_summary, summarize
 from .experience import Experience, collect
 from .metrics import MetricsLogger, hybrid_metrics, mismatch_metrics, reward_metrics
 from .preflight import preflight
@@ -450,19 +450,40 @@ class Trainer:
             self.reference_from_warmup = True
         return True
 
-    def validate(self) -> dict[str, float]:
+    def validate(self, probes: bool = False) -> dict[str, float]:
+        """Validation metrics; with ``probes``, also each ``trainer.video_probe`` run on the prompts
+        that have a video, and its gap to the real accuracy (``trainer/evaluate.py``)."""
         if not self.val_idx:
             return {}
         # each rank validates its slice with its own rollout engine; rank 0 writes the union
         mine = self.val_idx[self.dist.rank :: self.dist.world]
-        rows = evaluate(self.engine, self.processor, self.val_set, mine, self.val_sampling, self.cfg.reward)
-        generations = sorted((g for part in all_gather(rows) for g in part), key=lambda g: g["index"])
+
+        def run(indices: list[int], probe: str | None = None) -> list[dict]:
+            rows = evaluate(
+                self.engine,
+                self.processor,
+                self.val_set,
+                indices,
+                self.val_sampling,
+                self.cfg.reward,
+                probe=probe,
+            )
+            return sorted((g for part in all_gather(rows) for g in part), key=lambda g: g["index"])
+
+        generations = run(mine)
         metrics = summarize(generations)
+        shown = list(generations[:8])
+        if probes:  # every rank probes its own video prompts (all ranks take part in the gathers)
+            with_video = [i for i in mine if has_video(self.val_set, i)]
+            for probe in self.cfg.trainer.video_probe:
+                probed = run(with_video, probe)
+                metrics.update(probe_summary(generations, probed, probe))
+                shown += [{**g, "probe": probe} for g in probed[:4]]
         if not self.dist.is_main:
             return metrics
         path = os.path.join(self.cfg.trainer.output_dir, "generations.jsonl")
         with open(path, "a", encoding="utf-8") as f:
-            for g in generations[:8]:
+            for g in shown:
                 f.write(json.dumps({"step": self.step, **g}) + "\n")
         return metrics
 
@@ -497,33 +518,45 @@ class Trainer:
 
     def train(self) -> dict[str, float]:
         tc = self.cfg.trainer
+        probing = tc.video_probe_every > 0
+        if probing and not self.val_idx:
+            raise ValueError(
+                "trainer.video_probe_every needs validation prompts: set data.val_files and "
+                "trainer.val_size > 0 (or trainer.video_probe_every=0)"
+            )
+        if probing and self.dist.is_main and not any(has_video(self.val_set, i) for i in self.val_idx):
+            self.logger.write("trainer.video_probe_every: no validation prompt has a video; nothing to probe")
         self._resume()
         if self.step == 0:
             # how much of the model trains (LoRA: the adapters' share), in metrics.jsonl at step 0
             self.logger.log(0, {"model/trainable_fraction": self.trainable_fraction})
             self.logger.write(f"trainable parameters: {100 * self.trainable_fraction:.3f}% of the model")
-            before = self.validate()
+            before = self.validate(probes=probing)
             self.history.append({"step": 0, **before})
             self.logger.log(0, before)
             if self.sft_warmup():
-                warm = {f"{k}_after_warmup": v for k, v in self.validate().items()}
+                warm = {f"{k}_after_warmup": v for k, v in self.validate(probes=probing).items()}
                 self.history.append({"step": 0, **warm})
                 self.logger.log(0, warm)
         while self.step < tc.max_steps:
             metrics = self.rl_step()
             self.step += 1
-            if tc.val_every and self.step % tc.val_every == 0 and self.step < tc.max_steps:
-                metrics.update(self.validate())
+            probe_now = probing and self.step % tc.video_probe_every == 0
+            val_now = (tc.val_every and self.step % tc.val_every == 0) or probe_now
+            if val_now and self.step < tc.max_steps:
+                metrics.update(self.validate(probes=probe_now))
             self.history.append(
                 {
                     "step": self.step,
                     **{k: v for k, v in metrics.items() if "/" in k and k.split("/")[0] in ("reward", "val")},
                 }
             )
-            self.logger.log(self.step, metrics, ("reward/overall", "reward/accuracy", "val/accuracy"))
+            self.logger.log(
+                self.step, metrics, ("reward/overall", "reward/accuracy", "val/accuracy", "val/video_gap")
+            )
             if tc.save_every and self.step % tc.save_every == 0:
                 self.save()
-        final = self.validate()
+        final = self.validate(probes=probing)
         self.logger.log(self.step, final)
         self.history.append({"step": self.step, **final})
         self.save()  # (re)saves the last step with the final validation in its history
