@@ -19,6 +19,15 @@ from .models.families import family_of_checkpoint, get_family
 from .models.tiny import make_tiny_model
 
 CHANCE = 0.25
+# per-step history kept in report.json (blank/shuffled: trainer.video_probe_every)
+_CURVE_KEYS = (
+    "step",
+    "reward/accuracy",
+    "val/accuracy",
+    "val/accuracy_blank_video",
+    "val/accuracy_shuffled_video",
+)
+_WARM_BLANK = "val/accuracy_blank_video_after_warmup"
 
 
 def demo_config_path() -> str:
@@ -102,8 +111,13 @@ def run_demo(
         "sft_warmup_steps": cfg.trainer.sft_warmup_steps,
         "hybrid": cfg.rollout.hybrid,
         "wall_seconds": round(time.time() - t0, 1),
-        "curve": [{k: h[k] for k in ("step", "reward/accuracy", "val/accuracy") if k in h} for h in hist],
+        "curve": [{k: h[k] for k in _CURVE_KEYS if k in h} for h in hist],
     }
+    if cfg.trainer.video_probe_every:  # the video-dependence probe (blank frames) beside the real accuracy
+        result["accuracy_blank_video_after"] = after.get("val/accuracy_blank_video")
+        result["accuracy_blank_video_after_warmup"] = next(
+            (h[_WARM_BLANK] for h in hist if _WARM_BLANK in h), None
+        )
     report_name = ("report" if not cold_start else "report_cold_start") + suffix + ".json"
     with open(os.path.join(out, report_name), "w") as f:
         json.dump(result, f, indent=1)
@@ -139,6 +153,13 @@ def plot_curves(out: str, suffix: str = "") -> str | None:
             )
         if val:
             ax.plot(*zip(*val, strict=True), "o-", color=colour, label=f"{label}: held-out accuracy")
+        blank = [
+            (c["step"], c["val/accuracy_blank_video"]) for c in r["curve"] if "val/accuracy_blank_video" in c
+        ]
+        if blank:  # trainer.video_probe_every: the same prompts with every frame blanked
+            ax.plot(*zip(*blank, strict=True), "x--", color=colour, label=f"{label}: held-out, video blanked")
+        if r.get("accuracy_blank_video_after_warmup") is not None:
+            ax.plot([0], [r["accuracy_blank_video_after_warmup"]], "X", ms=9, color=colour, alpha=0.6)
         if r.get("accuracy_after_warmup") is not None:
             ax.plot(
                 [0],
@@ -168,6 +189,10 @@ def print_table(r: dict) -> None:
         ("accuracy before", f"{r['accuracy_before']:.3f}"),
         ("after warm-up", "-" if warm is None else f"{warm:.3f}"),
         ("accuracy after", f"{r['accuracy_after']:.3f}"),
+    ]
+    if r.get("accuracy_blank_video_after") is not None:
+        rows.append(("blank video after", f"{r['accuracy_blank_video_after']:.3f}"))
+    rows += [
         ("chance", f"{r['chance']:.2f}"),
         ("RL steps", r["steps"]),
         ("wall time", f"{r['wall_seconds']:.0f} s"),
