@@ -123,7 +123,8 @@ def kept_paths(files: list[InputFile], out_dir: str) -> dict[str, str]:
 
 
 def write_kept(files: list[InputFile], results: list[RecordResult], out_dir: str) -> dict[str, dict]:
-    """One kept file per input file, in the input's format; returns input -> {path, kept, total}."""
+    """One kept file per input file, in the input's format; returns input -> {path (relative to
+    ``out_dir``), kept, total, format}."""
     os.makedirs(os.path.join(out_dir, "kept"), exist_ok=True)
     kept = {(r.item.file, r.item.position) for r in results if r.kept}
     paths = kept_paths(files, out_dir)
@@ -148,7 +149,9 @@ def write_kept(files: list[InputFile], results: list[RecordResult], out_dir: str
             table = pq.read_table(f.path)
             pq.write_table(table.take([it.position for it in chosen]), tmp)
         os.replace(tmp, path)
-        summary[f.path] = {"path": path, "kept": len(chosen), "total": len(f.items), "format": f.kind}
+        # relative to OUT: the report must not depend on where OUT is (a moved or resumed run's is the same)
+        rel = os.path.relpath(path, out_dir)
+        summary[f.path] = {"path": rel, "kept": len(chosen), "total": len(f.items), "format": f.kind}
     return summary
 
 
