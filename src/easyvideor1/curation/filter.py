@@ -6,8 +6,8 @@ decode) ahead of generation into a bounded queue; the engine samples the record'
 the reward library scores them as training does (the record's task decides the scorer); one JSON
 line per record is appended to ``OUT/responses.jsonl`` and flushed. After SIGKILL a rerun reads
 that file (a torn last line is skipped), reuses the records recorded under the same settings
-digest (model fingerprint, n, sampling, seed, frame settings, prompt template) and samples the
-rest; ``outputs.py`` then writes every result from the file alone, so a resumed run's outputs
+digest (model fingerprint, n, sampling, seed, engine, frame settings, prompt template) and samples
+the rest; ``outputs.py`` then writes every result from the file alone, so a resumed run's outputs
 equal an uninterrupted run's. A record whose media cannot be loaded is recorded with its reason
 and sampled again by the next run (it may have been fixed); the job goes on.
 
@@ -102,9 +102,14 @@ class FilterSettings:
         )
 
     def generation(self) -> dict[str, Any]:
-        """What decides the responses (the digest's part from these settings)."""
+        """What decides the responses (the digest's part from these settings). Sampled responses
+        depend on the engine's random streams, so the engine is part of it unless decoding is greedy
+        (greedy predictions are engine-independent, as evaluation tests)."""
         keys = ("n", "temperature", "top_p", "top_k", "max_new_tokens", "seed")
-        return {k: getattr(self, k) for k in keys}
+        out = {k: getattr(self, k) for k in keys}
+        if self.temperature > 0:
+            out["engine"] = self.engine
+        return out
 
 
 def settings_digest(settings: FilterSettings, data: DataConfig, model_id: str) -> str:
