@@ -105,6 +105,10 @@ def test_lora_run_checkpoints_and_exact_resume(make_cfg, tmp_path):
     b = {r["step"]: r for r in _rows(other / "metrics.jsonl") if "actor/pg_loss" in r}
     for key in ("actor/pg_loss", "actor/kl_loss", "reward/overall"):
         assert a[2][key] == pytest.approx(b[2][key], rel=1e-5, abs=1e-7), key
+    resumed.close()
+    # the adapter belongs to its LoRA settings: a resume with others is refused, naming the key
+    with pytest.raises(ValueError, match="model.lora.alpha changed since checkpoint"):
+        Trainer(make_cfg(f"trainer.output_dir={other}", *LORA, "model.lora.alpha=64")).train()
 
 
 def _load(path: Path) -> tuple[dict[str, torch.Tensor], dict]:
@@ -148,3 +152,31 @@ def test_two_rank_lora_step_equals_single_process(demo_assets, tmp_path):
     assert w1.keys() == w2.keys() and w1 and all("lora_" in k for k in w1)
     assert max(float((w1[k] - w2[k]).abs().max()) for k in w1) < 1e-6
     assert m1["moved"] > 1e-4 and m2["moved"] > 1e-4  # the update did something
+
+
+@pytest.mark.slow
+def test_two_rank_lora_run_with_warmup_reference_resumes_in_one_process(demo_assets, tmp_path):
+    """``easyvideor1 train`` under torchrun with LoRA: the SFT warm-up, the warmed-up adapter as
+    KL reference (sharded snapshot), hybrid groups, HF rollouts from each rank's plain merged copy,
+    a 2-rank checkpoint with the PEFT adapter and a merged export; then one process resumes it."""
+    from peft import PeftModel
+    from transformers import AutoModelForImageTextToText
+
+    from .test_distributed import _run, _torchrun, _train_args
+
+    out = tmp_path / "run"
+    extra = [*LORA, "trainer.save_every=1", "trainer.export_merged=true", "trainer.max_steps=1"]
+    r = _torchrun(2, *_train_args(demo_assets, out, *extra))
+    assert r.returncode == 0, r.stdout[-3000:] + r.stderr[-3000:]
+    ckpt = out / "checkpoints" / "step_1"
+    assert len(list((ckpt / "reference").glob("*.safetensors"))) == 2  # one shard file per rank
+    ids = torch.tensor([[5, 17, 42, 99, 7, 3, 250, 11]])
+    base = AutoModelForImageTextToText.from_pretrained(demo_assets["model"]).eval()
+    policy = _logits(PeftModel.from_pretrained(base, str(ckpt / "adapter")).eval(), ids)
+    merged = AutoModelForImageTextToText.from_pretrained(str(ckpt / "merged")).eval()
+    torch.testing.assert_close(_logits(merged, ids), policy, rtol=0, atol=1e-5)
+    r = _run([sys.executable, *_train_args(demo_assets, out, *extra[:-1], "trainer.max_steps=2")])
+    assert r.returncode == 0, r.stdout[-3000:] + r.stderr[-3000:]
+    assert f"resumed from {ckpt}" in r.stdout
+    steps = [m["step"] for m in _rows(out / "metrics.jsonl") if "actor/pg_loss" in m]
+    assert steps == [1, 2]

@@ -20,7 +20,6 @@ from __future__ import annotations
 
 import copy
 import os
-from collections.abc import Iterator
 from contextlib import contextmanager
 from typing import Any
 
@@ -205,10 +204,3 @@ def save_merged(
     base.save_pretrained(str(directory), state_dict=merged)
     if processor is not None:
         processor.save_pretrained(str(directory))
-
-
-def rollout_weights(model: torch.nn.Module) -> Iterator[tuple[str, torch.Tensor]]:
-    """What a rollout engine with its own copy receives: merged weights under the base names."""
-    from .lora_merge import merged_state_dict
-
-    return merged_state_dict(model)

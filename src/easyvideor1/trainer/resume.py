@@ -102,6 +102,14 @@ def check_settings(trainer, ckpt: Path, meta: dict[str, Any]) -> list[str]:
                 "must keep it (the prompt order and random streams depend on it); restore it, or start a "
                 "new run (another trainer.output_dir, or trainer.resume=never)"
             )
+    lora_keys = ("model.lora.rank", "model.lora.alpha", "model.lora.target_modules", "model.lora.vision")
+    for key in lora_keys + (("model.path",) if now.get("model.lora.rank") else ()):
+        if key in saved and saved[key] != now.get(key):
+            raise ValueError(
+                f"{key} changed since checkpoint {ckpt} ({saved[key]} -> {now.get(key)}): the saved LoRA "
+                "adapter belongs to the old setting (and the base weights come from model.path); restore "
+                "it, or start a new run (another trainer.output_dir, or trainer.resume=never)"
+            )
     size = meta.get("sampler", {}).get("size")
     if size is not None and size != len(trainer.train_idx):
         raise ValueError(
