@@ -164,6 +164,24 @@ def score_row(row: dict, record, reward: RewardConfig) -> dict:
     return {**row, "scores": scores, "scoring": reward_digest(reward)}
 
 
+def to_sample(
+    files: list[InputFile], data: DataConfig, settings: FilterSettings, out_dir: str, model_id: str
+) -> tuple[list[InputRecord], list[str], list[int]]:
+    """The usable records, their prompts, and the indices of those ``OUT/responses.jsonl`` lacks
+    (not recorded under this digest, recorded as failed, or recorded for another prompt)."""
+    done = read_predictions(os.path.join(out_dir, RESPONSES), settings_digest(settings, data, model_id)).rows
+    items = [item for f in files for item in f.items if item.record is not None]
+    prompts = [format_question(item.record, data.prompt_template) for item in items]
+    todo = [
+        i
+        for i, item in enumerate(items)
+        if (row := done.get(item.sample_id)) is None
+        or row.get("failed")
+        or row.get("prompt_sha") != prompt_sha(prompts[i])
+    ]
+    return items, prompts, todo
+
+
 def run_filter(
     files: list[InputFile],
     data: DataConfig,
@@ -180,16 +198,7 @@ def run_filter(
     os.makedirs(out_dir, exist_ok=True)
     path = os.path.join(out_dir, RESPONSES)
     digest = settings_digest(settings, data, model_id)
-    items = [item for f in files for item in f.items if item.record is not None]
-    prompts = [format_question(item.record, data.prompt_template) for item in items]
-    done = read_predictions(path, digest).rows
-    todo = [
-        i
-        for i, item in enumerate(items)
-        if (row := done.get(item.sample_id)) is None
-        or row.get("failed")
-        or row.get("prompt_sha") != prompt_sha(prompts[i])
-    ]
+    items, prompts, todo = to_sample(files, data, settings, out_dir, model_id)
     loader = loader or VideoLoader(data.cache_dir, data.cache_mode, data.decode_time_limit)
     dataset = RecordDataset([item.record for item in items], data, [item.file for item in items], loader)
     job = _Job(items, dataset, processor, settings, digest, reward, prompts)

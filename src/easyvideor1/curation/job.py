@@ -9,7 +9,7 @@ from typing import Any
 
 from ..data.config import DataConfig
 from ..rewards import RewardConfig
-from .filter import FilterSettings, run_filter, settings_digest
+from .filter import FilterSettings, run_filter, settings_digest, to_sample
 from .inputs import InputFile, load_inputs
 from .outputs import collect, write_json_lines, write_kept
 from .report import write_report
@@ -35,12 +35,17 @@ def curate(
     files = load_inputs(paths, reward)
     data = data.with_model(model)  # the checkpoint names the family (frame size); data.model_family checks it
     model_id = model_fingerprint(model)
-    engine, processor = make_engine()
-    try:
-        stats = run_filter(files, data, reward, settings, out_dir, model_id, engine, processor)
-    finally:
-        if hasattr(engine, "close"):
-            engine.close()
+    items, _, todo = to_sample(files, data, settings, out_dir, model_id)
+    stats = {"records": len(items), "sampled": 0, "reused": len(items), "seconds": 0.0}
+    if todo:  # a rerun with every record sampled (another band, other thresholds) loads no model
+        engine, processor = make_engine()
+        try:
+            stats = run_filter(files, data, reward, settings, out_dir, model_id, engine, processor)
+        finally:
+            if hasattr(engine, "close"):
+                engine.close()
+    else:
+        print(f"filter: all {len(items)} records already sampled; no model loaded")
     report = finish(files, data, reward, settings, out_dir, model, model_id)
     t = report["totals"]
     print(

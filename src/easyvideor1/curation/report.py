@@ -112,7 +112,8 @@ def render_markdown(report: dict) -> str:
         "",
         f"model `{report['model']}` (fingerprint `{report['model_fingerprint']}`), n={s['n']}, "
         f"temperature {s['temperature']}, top_p {s['top_p']}, top_k {s['top_k']}, "
-        f"max_new_tokens {s['max_new_tokens']}, seed {s['seed']}",
+        f"max_new_tokens {s['max_new_tokens']}, seed {s['seed']}"
+        + (f", engine {s['engine']}" if "engine" in s else ""),
         "",
         f"kept: pass rate in [{b['lo']:g}, {b['hi']:g}] (inclusive); a pass: accuracy reward >= the "
         "task's threshold (`thresholds` in report.json)",
