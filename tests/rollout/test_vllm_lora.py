@@ -5,6 +5,8 @@ adapters on the tiny Qwen3-VL for a few AdamW steps inside the trainer's ``Engin
 push sends ``merged_state_dict`` to an in-process vLLM engine; then peft's merged model is saved
 with ``save_pretrained`` and loaded by transformers. Greedy responses (video and text prompts)
 must be identical, and differ from the base model's (an engine left on the old weights fails).
+A second engine runs vLLM's LoRA (``max_lora_rank``) and receives only the adapter, as PEFT files:
+the same greedy responses.
 """
 
 from __future__ import annotations
@@ -50,3 +52,13 @@ def test_engine_logprobs_match_the_unmerged_lora_forward(report) -> None:
     # the trainer computes W x + s B A x; the engine computes (W + s B A) x: rounding only
     assert report["logprob_gap_max"] < 1e-4, report["logprob_gap_max"]
     assert 0 < report["trainable"] < report["total"] * 0.5
+
+
+def test_adapter_only_sync_serves_the_same_policy(report) -> None:
+    """``rollout.vllm.lora_sync: adapter``: vLLM's LoRA over the base weights, only the adapter sent."""
+    assert report["adapter_before_push_texts"] == report["base_texts"]  # no adapter yet: the base
+    assert {"adapter_config.json", "adapter_model.safetensors"} <= set(report["adapter_files"])  # PEFT's
+    assert report["adapter_ids"] == report["hf_merged_ids"]
+    assert report["adapter_logprob_gap_max"] < 1e-4, report["adapter_logprob_gap_max"]
+    assert report["adapter_loras_after_second_push"] == [2]
+    assert report["adapter_second_texts"] == report["adapter_texts"]

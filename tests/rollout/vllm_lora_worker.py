@@ -30,7 +30,6 @@ def _cpu_env() -> None:
 def main(model_dir: str, data_file: str, out_dir: str) -> None:
     _cpu_env()
     import torch
-    from peft import LoraConfig, get_peft_model
     from transformers import AutoModelForImageTextToText, AutoProcessor
 
     from easyvideor1.data.config import DataConfig
@@ -38,10 +37,12 @@ def main(model_dir: str, data_file: str, out_dir: str) -> None:
     from easyvideor1.data.records import load_records
     from easyvideor1.models.inputs import expand
     from easyvideor1.models.logprobs import response_logprobs
+    from easyvideor1.models.lora import attach_lora, peft_of
     from easyvideor1.models.vision import DummyVisionPass
     from easyvideor1.rollout.base import SamplingConfig
     from easyvideor1.rollout.hf import HFRolloutEngine
     from easyvideor1.rollout.vllm import VLLMRolloutEngine
+    from easyvideor1.trainer.config import LoraConfig
     from easyvideor1.trainer.rollout_engines import EngineHandoff
 
     report: dict = {}
@@ -58,8 +59,9 @@ def main(model_dir: str, data_file: str, out_dir: str) -> None:
     model = AutoModelForImageTextToText.from_pretrained(model_dir, dtype=torch.float32)
     report["base_texts"] = HFRolloutEngine(model.eval(), processor).generate(batch, [1] * B, greedy).texts
     torch.manual_seed(0)
-    wrapper = get_peft_model(model, LoraConfig(r=8, lora_alpha=16, lora_dropout=0.05, target_modules=TARGETS))
-    policy = wrapper.get_base_model()  # the trainer keeps the transformers model, adapters inside
+    # the trainer's own LoRA: the transformers model with adapters inside (peft's get_peft_model)
+    policy = attach_lora(model, LoraConfig(rank=8, alpha=16, dropout=0.05, target_modules=TARGETS))
+    wrapper = peft_of(policy)
     trainable = [p for p in policy.parameters() if p.requires_grad]
     report["trainable"] = sum(p.numel() for p in trainable)
     report["total"] = sum(p.numel() for p in policy.parameters())
@@ -97,6 +99,31 @@ def main(model_dir: str, data_file: str, out_dir: str) -> None:
         hf_lp, _ = response_logprobs(policy, expand(batch, [2] * B), sampled.ids, sampled.mask, engine.banned)
     m = sampled.mask.bool()
     report["logprob_gap_max"] = float((sampled.logprobs[m] - hf_lp[m]).abs().max())
+    engine.close()
+
+    # adapter-only sync: vLLM's LoRA on the base weights, the same update's adapter sent as files
+    engine = VLLMRolloutEngine(
+        model_dir, processor, dtype="float32", seed=0, max_model_len=2048, enforce_eager=True, max_lora_rank=8
+    )
+    handoff = EngineHandoff(engine, policy)
+    report["adapter_before_push_texts"] = engine.generate(batch, [1] * B, greedy).texts
+    t = time.perf_counter()
+    handoff.push()
+    report["adapter_push_seconds"] = time.perf_counter() - t
+    report["adapter_files"] = sorted(os.listdir(handoff._adapter_dir))
+    out = engine.generate(batch, [1] * B, greedy)
+    report["adapter_texts"], report["adapter_ids"] = out.texts, out.ids.tolist()
+    sampled = engine.generate(
+        batch, [2] * B, SamplingConfig(temperature=1.0, max_new_tokens=16, return_logprobs=True)
+    )
+    with torch.no_grad():
+        hf_lp, _ = response_logprobs(policy, expand(batch, [2] * B), sampled.ids, sampled.mask, engine.banned)
+    m = sampled.mask.bool()
+    report["adapter_logprob_gap_max"] = float((sampled.logprobs[m] - hf_lp[m]).abs().max())
+    handoff.push()  # a second push replaces the adapter (new id, old one dropped)
+    report["adapter_loras_after_second_push"] = sorted(engine.llm.llm_engine.list_loras())
+    report["adapter_second_texts"] = engine.generate(batch, [1] * B, greedy).texts
+    handoff.close()
     engine.close()
 
     merged_dir = os.path.join(out_dir, "merged")

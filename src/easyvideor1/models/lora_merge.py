@@ -83,6 +83,18 @@ def merged_state_dict(model: torch.nn.Module) -> Iterator[tuple[str, torch.Tenso
             entry.pieces = {}
 
 
+def adapter_state(model: torch.nn.Module) -> dict[str, torch.Tensor]:
+    """The LoRA factors alone (``lora_A``/``lora_B``/embedding factors), full tensors on the CPU,
+    under the model's own state-dict names: what an adapter-only sync sends. A collective under
+    FSDP2, like :func:`merged_state_dict` (every rank calls it)."""
+    out = {}
+    for key, value in model.state_dict().items():
+        if ".lora_" in key:
+            full = value.full_tensor() if hasattr(value, "full_tensor") else value
+            out[key] = full.detach().to("cpu", copy=True)
+    return out
+
+
 def has_lora(model: torch.nn.Module) -> bool:
     """Whether ``model`` contains peft adapter layers (the push must then merge)."""
     return bool(_adapted_modules(model))
@@ -224,4 +236,4 @@ def _merged_weight(entry: _Adapted, weight: torch.Tensor) -> torch.Tensor:
     return out.to(weight.dtype)
 
 
-__all__ = ["has_lora", "merged_state_dict"]
+__all__ = ["adapter_state", "has_lora", "merged_state_dict"]

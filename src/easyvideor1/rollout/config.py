@@ -21,6 +21,9 @@ class VLLMConfig:
         sleep_between_phases: Release the engine's GPU memory during the update (vLLM sleep mode;
             ignored where the platform lacks it).
         max_model_len: Prompt + response token limit (0: the model's own limit).
+        lora_sync: With ``model.lora``: ``merged`` pushes ``W + scaling * B @ A`` for every adapted
+            weight after each update; ``adapter`` runs the engine with vLLM's LoRA support and
+            sends only the adapter (PEFT files, language-model targets only).
     """
 
     gpu_memory_utilization: float = 0.5
@@ -29,8 +32,10 @@ class VLLMConfig:
     in_process: bool = True
     sleep_between_phases: bool = False
     max_model_len: int = 0
+    lora_sync: str = "merged"
 
     def __post_init__(self) -> None:
+        one_of("rollout.vllm.lora_sync", self.lora_sync, ("merged", "adapter"))
         in_range("rollout.vllm.gpu_memory_utilization", self.gpu_memory_utilization, 0, 1, low_open=True)
         at_least("rollout.vllm.tensor_parallel_size", self.tensor_parallel_size, 1)
         non_negative("rollout.vllm.max_model_len", self.max_model_len)

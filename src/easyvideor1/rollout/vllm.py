@@ -16,6 +16,11 @@ New policy weights go in layer by layer (vLLM's in-place ``reload_weights``, whi
 fused and repacked kernels) through a small worker extension, after which the prefix and encoder
 caches are dropped: both hold values computed with the old weights (a repeated video would
 otherwise reuse stale vision embeddings).
+
+With ``max_lora_rank`` the engine runs vLLM's LoRA support instead (``enable_lora``): the trainer
+sends only its adapter, as a PEFT directory, through :meth:`VLLMRolloutEngine.update_adapter`, and
+every request runs with the newest one. Each update registers the adapter under a new id and drops
+the previous one, so no cached prefix computed with an old adapter can be reused.
 """
 
 from __future__ import annotations
@@ -163,6 +168,8 @@ class VLLMRolloutEngine(VLLMResponses):
         enable_sleep_mode: Allow :meth:`sleep` (GPU only; ignored elsewhere).
         limit_mm_per_prompt: Max media per prompt, e.g. ``{"video": 2, "image": 4}``.
         weight_transport: ``"auto"`` (references in process, bytes otherwise) or ``"bytes"``.
+        max_lora_rank: > 0 enables vLLM's LoRA (adapter-only updates through
+            :meth:`update_adapter`); vLLM accepts ranks 1, 8, 16, 32, ..., so the next one up is used.
         engine_kwargs: Any other ``vllm.LLM`` argument, passed as is.
     """
 
@@ -183,6 +190,7 @@ class VLLMRolloutEngine(VLLMResponses):
         enable_sleep_mode: bool = False,
         limit_mm_per_prompt: dict[str, int] | None = None,
         weight_transport: str = "auto",
+        max_lora_rank: int = 0,
         engine_kwargs: dict[str, Any] | None = None,
     ):
         if weight_transport not in ("auto", "bytes"):
@@ -216,6 +224,10 @@ class VLLMRolloutEngine(VLLMResponses):
         )
         if limit_mm_per_prompt:
             kwargs["limit_mm_per_prompt"] = limit_mm_per_prompt
+        self.adapter_sync = max_lora_rank > 0
+        self._adapter = None  # the LoRARequest every request carries, once an adapter was sent
+        if self.adapter_sync:
+            kwargs.update(enable_lora=True, max_lora_rank=_vllm_lora_rank(max_lora_rank), max_loras=1)
         kwargs.update(engine_kwargs or {})
         if in_process and _torch_distributed_ready():
             _keep_callers_process_group()
@@ -241,7 +253,7 @@ class VLLMRolloutEngine(VLLMResponses):
             for n in [1] * r if greedy else [r]:
                 prompts.append(prompt)
                 params.append(self.sampling_params(sampling, n))
-        outs = self.llm.generate(prompts, params, use_tqdm=False)
+        outs = self.llm.generate(prompts, params, use_tqdm=False, lora_request=self._adapter)
         rows, logprobs = [], []
         for out in outs:
             for c in sorted(out.outputs, key=lambda c: c.index):
@@ -272,6 +284,30 @@ class VLLMRolloutEngine(VLLMResponses):
             log.warning("vLLM could not reset its prefix cache (requests still running?)")
         self.llm.llm_engine.reset_encoder_cache()
 
+    def update_adapter(self, adapter_dir: str) -> None:
+        """Serve the LoRA adapter in ``adapter_dir`` (PEFT format) from now on (``max_lora_rank``).
+
+        It is registered under a new id (vLLM reads the files now; the directory may be rewritten
+        afterwards) and the previous adapter is dropped, then the prefix cache is reset; the encoder
+        cache too, in case the adapter reaches the vision path."""
+        from vllm.lora.request import LoRARequest
+
+        if not self.adapter_sync:
+            raise RuntimeError(
+                "this vLLM engine was started without LoRA (max_lora_rank=0): push merged weights"
+            )
+        old = self._adapter
+        new_id = old.lora_int_id + 1 if old is not None else 1
+        request = LoRARequest(f"evr1-policy-{new_id}", new_id, os.path.abspath(adapter_dir))
+        if not self.llm.llm_engine.add_lora(request):
+            raise RuntimeError(f"vLLM could not load the LoRA adapter in {adapter_dir}")
+        self._adapter = request
+        if old is not None:
+            self.llm.llm_engine.remove_lora(old.lora_int_id)
+        if not self.llm.reset_prefix_cache():
+            log.warning("vLLM could not reset its prefix cache (requests still running?)")
+        self.llm.llm_engine.reset_encoder_cache()
+
     def sleep(self, level: int = 1) -> None:
         """Free GPU memory for training (level 1 offloads weights, 2 discards them); CPU: no-op."""
         if self._sleep_ok:
@@ -291,6 +327,17 @@ class VLLMRolloutEngine(VLLMResponses):
         if llm is not None:
             llm.llm_engine.engine_core.shutdown()
             self.llm = None
+
+
+_VLLM_LORA_RANKS = (1, 8, 16, 32, 64, 128, 256, 320, 512)  # vLLM's LoRAConfig.max_lora_rank choices
+
+
+def _vllm_lora_rank(rank: int) -> int:
+    """The smallest rank vLLM accepts as ``max_lora_rank`` that holds ``rank``."""
+    for r in _VLLM_LORA_RANKS:
+        if r >= rank:
+            return r
+    raise ValueError(f"LoRA rank {rank} is above vLLM's largest max_lora_rank ({_VLLM_LORA_RANKS[-1]})")
 
 
 _DTYPE_ALIASES = {"fp32": "float32", "bf16": "bfloat16", "fp16": "float16"}

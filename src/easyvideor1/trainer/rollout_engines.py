@@ -4,14 +4,21 @@ One process with the HF engine generates with the training model itself. Every o
 separate copy (a full HF model per rank under FSDP, or a vLLM engine), which receives the trainer's
 weights after every optimizer step, one tensor at a time. With LoRA the copy is the plain base
 architecture: it receives the merged weights (``W + scaling * B @ A``, base-model names; see
-``models.lora_merge``), computed without touching the training model.
+``models.lora_merge``), computed without touching the training model. With
+``rollout.vllm.lora_sync: adapter`` a vLLM engine runs the base weights plus vLLM's LoRA, and only
+the adapter travels (written as a PEFT directory that vLLM loads).
 """
 
 from __future__ import annotations
 
+import logging
+import shutil
+import tempfile
+import weakref
+
 import torch
 
-from ..models.lora_merge import merged_state_dict
+from ..models.lora_merge import adapter_state, has_lora, merged_state_dict
 from ..rollout.base import RolloutEngine
 from ..rollout.hf import HFRolloutEngine
 from .distributed import DistState
@@ -24,6 +31,7 @@ def make_rollout_engine(cfg, processor, model, state: DistState, owns_weights: b
         from ..rollout.vllm import VLLMRolloutEngine
 
         v = cfg.rollout.vllm
+        adapter = v.lora_sync == "adapter" and _check_adapter_sync(model)
         return VLLMRolloutEngine(
             cfg.model.path,
             processor,
@@ -35,8 +43,32 @@ def make_rollout_engine(cfg, processor, model, state: DistState, owns_weights: b
             enforce_eager=v.enforce_eager,
             in_process=v.in_process,
             enable_sleep_mode=v.sleep_between_phases,
+            max_lora_rank=cfg.model.lora.rank if adapter else 0,
         )
     return HFRolloutEngine(model, processor, owns_weights=owns_weights)
+
+
+def _check_adapter_sync(model: torch.nn.Module) -> bool:
+    """Whether ``rollout.vllm.lora_sync: adapter`` applies: a LoRA policy whose adapters are all
+    in the language model (vLLM's LoRA does not cover the vision tower here)."""
+    if not has_lora(model):
+        log.info("rollout.vllm.lora_sync=adapter without model.lora: full weights are pushed")
+        return False
+    from peft.tuners.lora import LoraLayer
+
+    from ..models.families import family_of_model
+
+    tower = family_of_model(model).vision_tower(model)
+    inside = [m for m in tower.modules() if isinstance(m, LoraLayer)]
+    if inside:
+        raise ValueError(
+            "rollout.vllm.lora_sync=adapter: the adapter reaches the vision tower, which vLLM's LoRA "
+            "does not serve here; use rollout.vllm.lora_sync=merged or language-model targets only"
+        )
+    return True
+
+
+log = logging.getLogger(__name__)
 
 
 class EngineHandoff:
@@ -51,6 +83,7 @@ class EngineHandoff:
 
     def __init__(self, engine: RolloutEngine, model: torch.nn.Module, sleep: bool = False):
         self.engine, self.model, self.sleep = engine, model, sleep
+        self._adapter_dir: str | None = None
 
     def __enter__(self) -> EngineHandoff:
         if self.sleep:
@@ -65,8 +98,30 @@ class EngineHandoff:
         self.push()
 
     def push(self) -> None:
-        """Give the engine the trainer's weights (gathered from FSDP shards, LoRA merged in); a
-        no-op for an engine that generates with the training model itself."""
-        if self.engine.owns_weights:
-            with torch.no_grad():
+        """Give the engine the trainer's weights (gathered from FSDP shards, LoRA merged in), or
+        only the adapter to an engine running vLLM's LoRA; a no-op for an engine that generates
+        with the training model itself."""
+        if not self.engine.owns_weights:
+            return
+        with torch.no_grad():
+            if getattr(self.engine, "adapter_sync", False) and has_lora(self.model):
+                self._push_adapter()
+            else:
                 self.engine.update_weights(merged_state_dict(self.model))
+
+    def _push_adapter(self) -> None:
+        from ..models.lora import save_adapter
+
+        tensors = adapter_state(self.model)  # gathered on every rank: each rank has its own engine
+        if self._adapter_dir is None:
+            self._adapter_dir = tempfile.mkdtemp(prefix="evr1_adapter_")
+            # removed with the handoff (or at exit) even if close() is never called
+            self._cleanup = weakref.finalize(self, shutil.rmtree, self._adapter_dir, True)
+        save_adapter(self.model, self._adapter_dir, tensors)
+        self.engine.update_adapter(self._adapter_dir)  # read now: the files may be rewritten
+
+    def close(self) -> None:
+        """Remove the adapter files written for an adapter-only sync."""
+        if self._adapter_dir is not None:
+            self._cleanup()
+            self._adapter_dir = None
