@@ -109,7 +109,9 @@ def attach_lora(model: torch.nn.Module, lora, freeze_vision_tower: bool = False)
         target_modules=targets,
         bias="none",
     )
-    wrapper = get_peft_model(model, config)
+    # adapters in the model's dtype (peft would upcast them to fp32 next to a bf16 base): FSDP2
+    # shard units need one parameter dtype, and model.dtype is the training dtype, as without LoRA
+    wrapper = get_peft_model(model, config, autocast_adapter_dtype=False)
     inner = wrapper.get_base_model()
     assert inner is model  # peft injects the adapters in place
     object.__setattr__(model, _PEFT_ATTR, wrapper)  # not registered: no module cycle, no state
