@@ -29,6 +29,11 @@ def load_policy(
         raise FileNotFoundError(
             f"model.path {path!r} is not a model directory (build one: easyvideor1 make-tiny-model)"
         )
+    if os.path.isdir(os.path.join(path, "adapter")) and not os.path.exists(os.path.join(path, "config.json")):
+        raise FileNotFoundError(
+            f"model.path {path!r} is a LoRA checkpoint (adapter/ only): use its merged/ directory "
+            "(trainer.export_merged: true), or the base model with model.lora and trainer.resume"
+        )
     if dtype not in _DTYPES:
         raise ValueError(f"model.dtype must be one of {', '.join(_DTYPES)}, got {dtype!r}")
     from .families import family_of_checkpoint
