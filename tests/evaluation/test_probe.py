@@ -16,6 +16,7 @@ from easyvideor1.data.preprocess import preprocess
 from easyvideor1.data.probe import BLANK_VALUE, probe_video, shuffle_order
 from easyvideor1.data.records import load_records
 from easyvideor1.data.synthetic import write_synthetic_set
+from easyvideor1.evaluation.compare import compare_runs
 from easyvideor1.evaluation.config import EvalConfig, EvalConfigError
 from easyvideor1.media.video import SampledVideo
 from easyvideor1.models.tiny import build_processor, make_tiny_model
@@ -164,7 +165,7 @@ def test_eval_probe_is_kept_apart_from_the_real_run(assets, engine, tmp_path, on
     assert again["settings"] == real["settings"] and len(rows) == 6 and again["probe"] is None
     assert again["score"] == real["score"]
     shuffled, _ = _eval(assets, engine, tmp_path / "shuffled", "eval.probe=shuffle")  # the config key
-    assert shuffled["probe"] == "shuffle" and shuffled["settings"] not in (
-        real["settings"],
-        blank["settings"],
-    )
+    assert shuffled["probe"] == "shuffle"
+    assert shuffled["settings"] not in (real["settings"], blank["settings"])
+    text = compare_runs(str(out), str(tmp_path / "shuffled"))  # eval-compare names the probe
+    assert "video: A real, B shuffle" in text and "| synthetic |" in text

@@ -104,7 +104,22 @@ def compare_runs(run_a: str, run_b: str, out: str | None = None, seed: int = 0) 
         mode="compare",
         tasks=tasks,
     )
-    return _text(name_a, name_b, benchmarks, tasks, path)
+    note = _probe_note(res_a, res_b)
+    return _text(name_a, name_b, benchmarks, tasks, path) + (f"\n{note}" if note else "")
+
+
+def _probe_note(res_a: dict, res_b: dict) -> str | None:
+    """A line saying which run was a video-dependence probe (``eval --probe``), when they differ."""
+    seen = [
+        sorted({str(r.get("probe") or "real") for r in res.values() if isinstance(r, dict)})
+        for res in (res_a, res_b)
+    ]
+    if seen[0] == seen[1]:
+        return None
+    return (
+        f"video: A {'/'.join(seen[0])}, B {'/'.join(seen[1])} (eval --probe); with the real video as A "
+        "and a probe as B, minus the delta is the video gap: how much the score rests on the video"
+    )
 
 
 def _pts(x: float | None, sign: bool = False) -> str:
