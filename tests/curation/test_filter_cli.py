@@ -6,6 +6,7 @@ exactly the band, and a run killed with SIGKILL and rerun writes the uninterrupt
 
 from __future__ import annotations
 
+import importlib.util
 import json
 import os
 import re
@@ -160,3 +161,33 @@ def test_sigkill_then_rerun_equals_an_uninterrupted_run(trained, full_run, tmp_p
     got = [json.loads(x) for x in open(path) if x.strip() and not x.startswith('{"sample_id": "torn')]
     assert {r["sample_id"]: r["responses"] for r in got} == ref
     assert len(got) == total, "no record sampled twice"
+
+
+@pytest.mark.slow  # starts a vLLM engine (about a minute on 2 CPU cores)
+@pytest.mark.skipif(importlib.util.find_spec("vllm") is None, reason="vLLM is not installed")
+def test_vllm_engine_resumes_an_hf_run_greedy(trained, tmp_path):
+    """Greedy decoding is engine-independent, so the engine is not part of a greedy run's settings: a
+    vLLM run (one request per record, n completions) finishes a run the HF engine started and
+    writes the HF run's results."""
+    model, data = trained
+    greedy = ["--temperature", "0", "--n", "2"]
+    _run(_cmd(model, data, tmp_path / "hf", *greedy))
+    (tmp_path / "vllm").mkdir()
+    head = open(tmp_path / "hf" / "responses.jsonl").readlines()[:5]
+    (tmp_path / "vllm" / "responses.jsonl").write_text("".join(head))
+    cpus = sorted(os.sched_getaffinity(0))
+    env = {
+        **os.environ,
+        "HF_HUB_OFFLINE": "1",
+        "VLLM_CPU_KVCACHE_SPACE": "1",
+        "VLLM_CPU_OMP_THREADS_BIND": f"{cpus[0]}-{cpus[-1]}",
+    }
+    cmd = _cmd(model, data, tmp_path / "vllm", *greedy, "--engine", "vllm", "--enforce-eager")
+    r = subprocess.run(cmd + ["--max-in-flight", "4"], capture_output=True, text=True, env=env, timeout=600)
+    assert r.returncode == 0, r.stderr[-4000:]
+    assert "5 of 12 records already sampled" in r.stdout
+    hf = {x["sample_id"]: x["responses"] for x in _lines(tmp_path / "hf" / "responses.jsonl")}
+    got = _lines(tmp_path / "vllm" / "responses.jsonl")
+    assert len(got) == 12 and {x["sample_id"]: x["responses"] for x in got} == hf
+    for name in ("pass_rates.jsonl", "kept/val.jsonl"):
+        assert (tmp_path / "vllm" / name).read_bytes() == (tmp_path / "hf" / name).read_bytes(), name

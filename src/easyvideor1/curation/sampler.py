@@ -9,7 +9,8 @@ batch-mates, and those change when a run resumes).
   ``torch.manual_seed(record seed)``.
 * vLLM engine (``AsyncLLM``): one request per record with ``n`` completions and
   ``seed=record seed`` (vLLM gives completion ``i`` the seed ``seed + i``); requests run
-  concurrently and finish in any order.
+  concurrently and finish in any order. Greedy: one completion, repeated n times (vLLM refuses
+  n > 1 without sampling).
 """
 
 from __future__ import annotations
@@ -61,20 +62,25 @@ def submit_vllm(
 
     from ..rollout.vllm import vllm_prompt
 
-    params = engine.sampling_params(sampling, n=n)
-    if sampling.temperature > 0:
+    greedy = sampling.temperature == 0
+    # vLLM refuses n > 1 with greedy decoding; its n completions would all be the one greedy answer
+    params = engine.sampling_params(sampling, n=1 if greedy else n)
+    if not greedy:
         params.seed = seed
     params.output_kind = RequestOutputKind.FINAL_ONLY  # all n completions in one output
     prompt = vllm_prompt(text, media, engine.mm_kwargs)
-    return asyncio.run_coroutine_threadsafe(_run(engine, f"filter-{key}", prompt, params), engine._loop)
+    copies = n if greedy else 1
+    return asyncio.run_coroutine_threadsafe(
+        _run(engine, f"filter-{key}", prompt, params, copies), engine._loop
+    )
 
 
-async def _run(engine, request_id: str, prompt: dict, params) -> Sampled:
+async def _run(engine, request_id: str, prompt: dict, params, copies: int) -> Sampled:
     final = None
     async for out in engine.llm.generate(prompt, params, request_id):
         final = out
     if final is None or len(final.outputs) != params.n:
         got = 0 if final is None else len(final.outputs)
         raise RuntimeError(f"vLLM returned {got} of {params.n} completions for {request_id}")
-    rows = [list(o.token_ids) for o in sorted(final.outputs, key=lambda o: o.index)]
+    rows = [list(o.token_ids) for o in sorted(final.outputs, key=lambda o: o.index)] * copies
     return Sampled.of(engine.responses(rows, None))
