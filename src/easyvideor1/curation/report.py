@@ -58,7 +58,7 @@ def build_report(results: list[RecordResult], meta: dict[str, Any], outputs: dic
 
 
 def plot_histogram(report: dict, path: str) -> str | None:
-    """One bar per pass rate k/n, kept ones coloured, the band shaded between its bounds."""
+    """One bar per pass rate k/n, kept ones green, the band shaded between its bounds (dashed)."""
     try:
         import matplotlib
 
@@ -71,9 +71,7 @@ def plot_histogram(report: dict, path: str) -> str | None:
     width = 0.8 / max(1, len(rates) - 1)
     colours = ["tab:green" if lo - 1e-12 <= x <= hi + 1e-12 else "tab:gray" for x in rates]
     fig, ax = plt.subplots(figsize=(6, 3.5))
-    ax.axvspan(
-        lo - width / 2, hi + width / 2, color="tab:green", alpha=0.12, label=f"kept band [{lo:g}, {hi:g}]"
-    )
+    ax.axvspan(lo, hi, color="tab:green", alpha=0.12, label=f"kept band [{lo:g}, {hi:g}] (inclusive)")
     bars = ax.bar(rates, counts, width=width, color=colours)
     ax.bar_label(bars, fontsize=8)
     for x in (lo, hi):
@@ -81,7 +79,9 @@ def plot_histogram(report: dict, path: str) -> str | None:
     ax.set_xlabel(f"pass rate (passes / {report['settings']['n']})")
     ax.set_ylabel("records")
     ax.set_xlim(-0.08, 1.08)
-    ax.legend(loc="upper center", fontsize=8)
+    ax.set_ylim(0, max([*counts, 1]) * 1.18)  # room for the bar labels and the legend
+    ax.yaxis.get_major_locator().set_params(integer=True)
+    ax.legend(loc="upper right", fontsize=8, framealpha=0.9)
     t = report["totals"]
     ax.set_title(
         f"{t['kept']} of {t['total']} records kept ({t['failed_to_load']} failed to load)", fontsize=10
