@@ -7,8 +7,6 @@ from __future__ import annotations
 
 import json
 import re
-import subprocess
-import sys
 
 import pytest
 import torch
@@ -174,29 +172,22 @@ def test_band_and_pass_rule():
         PassRule.parse(["1.5"])
 
 
-def test_cli_checks_inputs_before_loading_a_model(assets, tmp_path):
+def test_cli_checks_inputs_before_loading_a_model(assets, tmp_path, capsys):
     """Input errors end the command (exit 2, the file and the reason named) before any model loads;
     a record no reward task handles is listed as invalid, not a crash."""
     d, _ = assets
     good = tmp_path / "good.jsonl"
     good.write_text(json.dumps(_row(1)) + "\n")
-    ev = [sys.executable, "-m", "easyvideor1", "filter", "--out", str(tmp_path / "o")]
-    r = subprocess.run(
-        [*ev, "--model", str(d / "model"), "--data", str(tmp_path / "none.jsonl")],
-        capture_output=True,
-        text=True,
-    )
-    assert r.returncode == 2 and "data file not found" in r.stderr and "none.jsonl" in r.stderr
-    r = subprocess.run(
-        [*ev, "--model", str(d / "model"), "--data", str(good), "--keep", "0.9:0.1"],
-        capture_output=True,
-        text=True,
-    )
-    assert r.returncode == 2 and "--keep" in r.stderr
-    r = subprocess.run(
-        [*ev, "--model", str(tmp_path / "nope"), "--data", str(good)], capture_output=True, text=True
-    )
-    assert r.returncode == 2 and "model directory not found" in r.stderr
+    from easyvideor1.cli import main
+
+    def run(*args: str) -> str:
+        assert main(["filter", "--out", str(tmp_path / "o"), *args]) == 2
+        return capsys.readouterr().err
+
+    err = run("--model", str(d / "model"), "--data", str(tmp_path / "none.jsonl"))
+    assert "data file not found" in err and "none.jsonl" in err
+    assert "--keep" in run("--model", str(d / "model"), "--data", str(good), "--keep", "0.9:0.1")
+    assert "model directory not found" in run("--model", str(tmp_path / "nope"), "--data", str(good))
     assert not (tmp_path / "o").exists()
     odd = tmp_path / "odd.jsonl"
     odd.write_text(json.dumps(_row(1, problem_type="colour guess")) + "\n")
