@@ -193,3 +193,31 @@ def test_cli_checks_inputs_before_loading_a_model(assets, tmp_path, capsys):
     odd.write_text(json.dumps(_row(1, problem_type="colour guess")) + "\n")
     (item,) = load_inputs([str(odd)], RewardConfig())[0].items
     assert item.record is None and item.task == "colour guess" and "colour guess" in item.error
+
+
+def test_frames_come_from_the_cache(assets, tmp_path):
+    """With ``data.cache_mode=cache_only`` every video comes from the frame cache ``preprocess``
+    built (a miss would be a failure, never a decode), and where frames come from is not part of
+    the settings: the responses are those of a decoding run."""
+    import dataclasses
+
+    from easyvideor1.data.preprocess import preprocess
+
+    d, processor = assets
+    path = tmp_path / "r.jsonl"
+    path.write_text("".join(json.dumps(_row(k, videos=[str(d / "v.mp4")])) + "\n" for k in range(3)))
+    decoding = _data(d)
+    cached = dataclasses.replace(decoding, cache_dir=str(tmp_path / "cache"), cache_mode="cache_only")
+    report = preprocess([str(path)], decoding, str(tmp_path / "cache"), workers=1, progress=False)
+    assert report["failed"] == 0
+    reward, settings = RewardConfig(), FilterSettings(n=N, load_workers=1, max_new_tokens=4)
+    files = load_inputs([str(path)], reward)
+    run_filter(files, cached, reward, settings, str(tmp_path / "o"), "m", ScriptedEngine(), processor)
+    rows = [json.loads(x) for x in open(tmp_path / "o" / "responses.jsonl")]
+    assert [r["failed"] for r in rows] == [False] * 3, rows
+    assert settings_digest(settings, cached, "m") == settings_digest(settings, decoding, "m")
+    (tmp_path / "empty").mkdir()
+    missing = dataclasses.replace(cached, cache_dir=str(tmp_path / "empty"))
+    run_filter(files, missing, reward, settings, str(tmp_path / "o2"), "m", ScriptedEngine(), processor)
+    rows = [json.loads(x) for x in open(tmp_path / "o2" / "responses.jsonl")]
+    assert all(r["failed"] and "cache" in r["error"] for r in rows), rows[0]
