@@ -2,7 +2,8 @@
 
 Every command accepts ``config=FILE.yaml`` and dotted ``section.key=value`` overrides after its
 flags; flags are shortcuts for the most used keys. ``run.py`` holds the data and training commands,
-``evaluate.py`` the evaluation ones, ``common.py`` the flags they share.
+``evaluate.py`` the evaluation ones, ``curate.py`` the pass-rate filter, ``common.py`` the
+flags they share.
 """
 
 from __future__ import annotations

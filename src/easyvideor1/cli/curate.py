@@ -60,7 +60,7 @@ def cmd_filter(args: argparse.Namespace, extra: list[str]) -> int:
     return 0
 
 
-def _unit_float(text: str) -> float:
+def _number(text: str) -> float:
     try:
         return float(text)
     except ValueError as e:
@@ -100,9 +100,9 @@ def add_parsers(sub) -> None:
         "0.5 for regression and open-ended",
     )
     p.add_argument(
-        "--temperature", type=_unit_float, help="sampling temperature (default rollout.temperature: 1.0)"
+        "--temperature", type=_number, help="sampling temperature (default rollout.temperature: 1.0)"
     )
-    p.add_argument("--top-p", type=_unit_float, help="nucleus mass (default rollout.top_p: 1.0)")
+    p.add_argument("--top-p", type=_number, help="nucleus mass (default rollout.top_p: 1.0)")
     p.add_argument("--top-k", type=int, help="top-k, 0 = whole vocabulary (default rollout.top_k: 0)")
     p.add_argument(
         "--max-new-tokens",
