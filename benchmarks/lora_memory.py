@@ -45,6 +45,11 @@ def build_model(a: argparse.Namespace):
     text = cfg.text_config
     text.intermediate_size, text.num_attention_heads = a.intermediate, a.heads
     text.num_key_value_heads, text.head_dim = a.kv_heads, a.hidden // a.heads
+    # M-RoPE's (temporal, height, width) split of the rotary half-dimension, Qwen3-VL's 24/20/20
+    # proportions (the tiny config's [6, 5, 5] only fits 32-dimensional heads)
+    half = text.head_dim // 2
+    hw = half * 20 // 64
+    text.rope_parameters = {**text.rope_parameters, "mrope_section": [half - 2 * hw, hw, hw]}
     torch.manual_seed(0)
     return AutoModelForImageTextToText.from_config(cfg, dtype=getattr(torch, a.dtype))
 
