@@ -193,7 +193,7 @@ def run_filter(
     processor,
     loader: VideoLoader | None = None,
 ) -> dict[str, Any]:
-    """Sample what ``OUT/responses.jsonl`` lacks; returns counts (``todo``, ``reused``, ``seconds``)."""
+    """Sample what ``OUT/responses.jsonl`` lacks; returns ``records``, ``sampled`` (now), ``reused``, ``seconds``."""
     t0 = time.perf_counter()
     os.makedirs(out_dir, exist_ok=True)
     path = os.path.join(out_dir, RESPONSES)
