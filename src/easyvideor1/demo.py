@@ -173,7 +173,7 @@ def plot_curves(out: str, suffix: str = "") -> str | None:
     ax.set_xlabel("RL step")
     ax.set_ylabel("accuracy")
     ax.set_ylim(-0.02, 1.02)
-    ax.legend(fontsize=7, loc="lower right")
+    ax.legend(fontsize=7, loc="center right")
     ax.set_title(f"easyvideor1 demo: tiny {suffix.lstrip('-') or 'qwen3_vl'}, colour of a moving square")
     path = os.path.join(out, f"reward_curve{suffix}.png")
     fig.tight_layout()

@@ -77,8 +77,9 @@ def test_probe_needs_validation_prompts(make_cfg):
 
 
 @pytest.fixture(scope="module")
-def warmed_demo(tmp_path_factory):
-    """The demo recipe's supervised warm-up (configs/demo.yaml) on a fresh tiny Qwen3-VL."""
+def warmed_demo(tmp_path_factory, one_thread):
+    """The demo recipe's supervised warm-up (configs/demo.yaml: 100 steps of 64 prompts) on a fresh
+    tiny Qwen3-VL; about a minute of CPU time (4 min wall on the shared, loaded 2-core machine)."""
     d = tmp_path_factory.mktemp("probe_demo")
     overrides = [
         f"demo.data_dir={d / 'data'}",
