@@ -146,7 +146,9 @@ def plot_curves(out: str, suffix: str = "") -> str | None:
         r = json.load(open(path))
         train = [(c["step"], c["reward/accuracy"]) for c in r["curve"] if "reward/accuracy" in c]
         val = [(c["step"], c["val/accuracy"]) for c in r["curve"] if "val/accuracy" in c]
-        label = "hybrid GRPO (+ warm-up)" if r["variant"].startswith("hybrid") else "pure GRPO (cold start)"
+        label = "pure GRPO (cold start)"
+        if r["variant"].startswith("hybrid"):
+            label = "hybrid GRPO" + (" (+ warm-up)" if r.get("sft_warmup_steps", 1) else "")
         if train:
             ax.plot(
                 *zip(*train, strict=True), color=colour, alpha=0.35, lw=1, label=f"{label}: rollout accuracy"
