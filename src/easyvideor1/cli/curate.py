@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import argparse
 import os
-from types import SimpleNamespace
 
 from ..config import ConfigError
 from .common import add_sampling_flags, number_above_zero, run_config
@@ -50,11 +49,12 @@ def cmd_filter(args: argparse.Namespace, extra: list[str]) -> int:
     def make_engine():
         import torch
 
-        from .evaluate import _eval_engine  # the engines `easyvideor1 eval` builds, loaded the same way
+        from ..evaluation.engines import load_eval_engine  # loaded as `easyvideor1 eval` loads them
+        from .evaluate import vllm_options
 
         if not torch.cuda.is_available():  # leave the loader processes their cores
             torch.set_num_threads(max(1, (os.cpu_count() or 2) - settings.load_workers))
-        return _eval_engine(args, model, SimpleNamespace(engine=settings.engine, dtype=settings.dtype))
+        return load_eval_engine(model, settings.engine, settings.dtype, **vllm_options(args))
 
     curate(paths, cfg.data, cfg.reward, settings, model, args.out, make_engine)
     return 0

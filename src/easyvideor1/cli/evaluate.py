@@ -86,34 +86,22 @@ def cmd_score(args: argparse.Namespace, extra: list[str]) -> int:
 
 
 def _eval_engine(args: argparse.Namespace, model: str, settings):
-    """HF ``generate`` in batches, or vLLM ``AsyncLLM`` with one request per sample."""
-    if settings.engine == "hf":
-        import torch
+    """The engine of ``settings.engine`` with the vLLM flags of ``args``."""
+    from ..evaluation.engines import load_eval_engine
 
-        from ..models.loading import load_policy
-        from ..rollout.hf import HFRolloutEngine
+    return load_eval_engine(model, settings.engine, settings.dtype, **vllm_options(args))
 
-        policy, processor = load_policy(model, dtype=settings.dtype)
-        policy.to("cuda" if torch.cuda.is_available() else "cpu").eval()
-        return HFRolloutEngine(policy, processor), processor
-    from transformers import AutoProcessor
 
-    from ..evaluation.engines import AsyncVLLMEvalEngine
-
-    processor = AutoProcessor.from_pretrained(model)
-    engine = AsyncVLLMEvalEngine(
-        model,
-        processor,
-        dtype=settings.dtype,
+def vllm_options(args: argparse.Namespace) -> dict:
+    """The vLLM engine flags (``--max-model-len`` ...) as :class:`AsyncVLLMEvalEngine` arguments."""
+    dp = args.data_parallel_size
+    return dict(
         max_model_len=args.max_model_len,
         gpu_memory_utilization=args.gpu_memory_utilization,
         tensor_parallel_size=args.tensor_parallel_size,
         enforce_eager=args.enforce_eager,
-        engine_kwargs={"data_parallel_size": args.data_parallel_size}
-        if args.data_parallel_size > 1
-        else None,
+        engine_kwargs={"data_parallel_size": dp} if dp > 1 else None,
     )
-    return engine, processor
 
 
 def cmd_eval_compare(args: argparse.Namespace, extra: list[str]) -> int:

@@ -18,7 +18,6 @@ the model does on the questions it would be trained on.
 from __future__ import annotations
 
 import collections
-import dataclasses
 import multiprocessing
 import os
 import queue
@@ -33,7 +32,7 @@ from ..data.config import DataConfig
 from ..data.dataset import RecordDataset, encode_prompts, load_media, prompt_parts
 from ..data.prompt import format_question
 from ..evaluation.config import digest_of
-from ..evaluation.pipeline import _DATA_NOT_HASHED
+from ..evaluation.pipeline import frame_settings
 from ..evaluation.predictions import PredictionWriter, read_predictions
 from ..evaluation.rows import prompt_sha, reward_digest
 from ..media.cache import VideoLoader
@@ -114,8 +113,7 @@ class FilterSettings:
 
 def settings_digest(settings: FilterSettings, data: DataConfig, model_id: str) -> str:
     """Model fingerprint + generation + frame settings (where frames come from is left out, as in eval)."""
-    frames = {k: v for k, v in dataclasses.asdict(data).items() if k not in _DATA_NOT_HASHED}
-    return digest_of({"filter": settings.generation(), "data": frames, "model": model_id})
+    return digest_of({"filter": settings.generation(), "data": frame_settings(data), "model": model_id})
 
 
 @dataclass

@@ -15,7 +15,6 @@ batch-mates, and those change when a run resumes).
 
 from __future__ import annotations
 
-import asyncio
 import hashlib
 from concurrent.futures import Future
 from dataclasses import dataclass
@@ -56,31 +55,15 @@ def generate_hf(engine, prompts, n: int, sampling: SamplingConfig, seed: int) ->
 def submit_vllm(
     engine, key: str, text: str, media: dict, n: int, sampling: SamplingConfig, seed: int
 ) -> Future:
-    """Queue one record on an :class:`~easyvideor1.evaluation.engines.AsyncVLLMEvalEngine`; the
-    future gives its :class:`Sampled` (completions in index order)."""
-    from vllm.sampling_params import RequestOutputKind
+    """Queue one record on an :class:`~easyvideor1.evaluation.engines.AsyncVLLMEvalEngine` (one
+    request, ``n`` completions, the record's seed); the future gives its :class:`Sampled`."""
+    out: Future = Future()
 
-    from ..rollout.vllm import vllm_prompt
+    def done(f: Future) -> None:
+        try:
+            out.set_result(Sampled.of(f.result()))
+        except Exception as e:  # e.g. a prompt longer than the engine allows: the caller lists it
+            out.set_exception(e)
 
-    greedy = sampling.temperature == 0
-    # vLLM refuses n > 1 with greedy decoding; its n completions would all be the one greedy answer
-    params = engine.sampling_params(sampling, n=1 if greedy else n)
-    if not greedy:
-        params.seed = seed
-    params.output_kind = RequestOutputKind.FINAL_ONLY  # all n completions in one output
-    prompt = vllm_prompt(text, media, engine.mm_kwargs)
-    copies = n if greedy else 1
-    return asyncio.run_coroutine_threadsafe(
-        _run(engine, f"filter-{key}", prompt, params, copies), engine._loop
-    )
-
-
-async def _run(engine, request_id: str, prompt: dict, params, copies: int) -> Sampled:
-    final = None
-    async for out in engine.llm.generate(prompt, params, request_id):
-        final = out
-    if final is None or len(final.outputs) != params.n:
-        got = 0 if final is None else len(final.outputs)
-        raise RuntimeError(f"vLLM returned {got} of {params.n} completions for {request_id}")
-    rows = [list(o.token_ids) for o in sorted(final.outputs, key=lambda o: o.index)] * copies
-    return Sampled.of(engine.responses(rows, None))
+    engine.submit(f"filter-{key}", text, media, sampling, n=n, seed=seed).add_done_callback(done)
+    return out

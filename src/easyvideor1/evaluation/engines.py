@@ -80,24 +80,40 @@ class AsyncVLLMEvalEngine(VLLMResponses):
 
         self.llm = asyncio.run_coroutine_threadsafe(make(), self._loop).result()
 
-    def submit(self, key: str, text: str, media: dict[str, list], sampling: SamplingConfig) -> Future:
-        """Queue one prompt; the future gives its :class:`Responses` (one row) when it finishes."""
+    def submit(
+        self,
+        key: str,
+        text: str,
+        media: dict[str, list],
+        sampling: SamplingConfig,
+        n: int = 1,
+        seed: int | None = None,
+    ) -> Future:
+        """Queue one prompt; the future gives its :class:`Responses` when it finishes: ``n`` rows
+        (completions in index order) from one request, sampled with ``seed`` when given (vLLM gives
+        completion ``i`` the seed ``seed + i``). Greedy decoding makes one completion and repeats it
+        (vLLM refuses ``n > 1`` without sampling; the n would all be the same answer)."""
         from vllm.sampling_params import RequestOutputKind
 
-        params = self.sampling_params(sampling)
+        greedy = sampling.temperature == 0
+        params = self.sampling_params(sampling, n=1 if greedy else n)
+        if seed is not None and not greedy:
+            params.seed = seed
         params.output_kind = RequestOutputKind.FINAL_ONLY  # one output per request, no streaming
         request_id = f"{key}#{next(self._ids)}"
-        return asyncio.run_coroutine_threadsafe(
-            self._run(request_id, vllm_prompt(text, media, self.mm_kwargs), params), self._loop
-        )
+        prompt = vllm_prompt(text, media, self.mm_kwargs)
+        copies = n if greedy else 1
+        return asyncio.run_coroutine_threadsafe(self._run(request_id, prompt, params, copies), self._loop)
 
-    async def _run(self, request_id: str, prompt: dict[str, Any], params) -> Responses:
+    async def _run(self, request_id: str, prompt: dict[str, Any], params, copies: int) -> Responses:
         final = None
         async for out in self.llm.generate(prompt, params, request_id):
             final = out
-        if final is None or not final.outputs:
-            raise RuntimeError(f"vLLM returned nothing for request {request_id}")
-        return self.responses([list(final.outputs[0].token_ids)], None)
+        got = 0 if final is None else len(final.outputs)
+        if got != params.n:
+            raise RuntimeError(f"vLLM returned {got} of {params.n} completions for request {request_id}")
+        rows = [list(o.token_ids) for o in sorted(final.outputs, key=lambda o: o.index)]
+        return self.responses(rows * copies, None)
 
     def close(self) -> None:
         """Shut the engine-core process down and stop the loop thread."""
@@ -118,3 +134,22 @@ async def _cancel(task: asyncio.Task) -> None:
         await task
     except asyncio.CancelledError:
         pass
+
+
+def load_eval_engine(model: str, engine: str, dtype: str, **vllm_options: Any):
+    """The engine ``easyvideor1 eval`` (and ``filter``) generates with, and the model's processor:
+    HF ``generate`` in batches (``engine="hf"``), or vLLM ``AsyncLLM`` with one request per sample
+    (``vllm_options``: :class:`AsyncVLLMEvalEngine`'s keyword arguments)."""
+    if engine == "hf":
+        import torch
+
+        from ..models.loading import load_policy
+        from ..rollout.hf import HFRolloutEngine
+
+        policy, processor = load_policy(model, dtype=dtype)
+        policy.to("cuda" if torch.cuda.is_available() else "cpu").eval()
+        return HFRolloutEngine(policy, processor), processor
+    from transformers import AutoProcessor
+
+    processor = AutoProcessor.from_pretrained(model)
+    return AsyncVLLMEvalEngine(model, processor, dtype=dtype, **vllm_options), processor

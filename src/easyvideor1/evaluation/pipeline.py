@@ -89,10 +89,19 @@ class BenchmarkInputs:
         return rows
 
 
+def frame_settings(data: DataConfig) -> dict:
+    """The data settings that decide which frames (and prompt) a sample gets: what a resume digest
+    covers (where frames come from, e.g. the cache directory, is left out)."""
+    return {k: v for k, v in dataclasses.asdict(data).items() if k not in _DATA_NOT_HASHED}
+
+
 def settings_digest(settings: EvalConfig, spec: BenchmarkSpec, data: DataConfig, model_id: str) -> str:
-    frames = {k: v for k, v in dataclasses.asdict(data).items() if k not in _DATA_NOT_HASHED}
     return digest_of(
-        {"eval": settings.generation_digest(spec.max_new_tokens), "data": frames, "model": model_id}
+        {
+            "eval": settings.generation_digest(spec.max_new_tokens),
+            "data": frame_settings(data),
+            "model": model_id,
+        }
     )
 
 
