@@ -244,6 +244,27 @@ def test_a_bad_video_found_by_rank_1_is_skipped_by_every_rank(demo_assets, tmp_p
     assert step["data/skipped_records"] == 1
 
 
+def test_a_rank_whose_whole_share_fails_at_a_step_stops_every_rank(demo_assets, tmp_path):
+    """With data.preflight=fast a corrupt video is found at its step. When it is the whole of one
+    rank's share, that rank cannot go on; the stop is agreed on, so the other rank stops too
+    instead of waiting in the step's next collective until the timeout."""
+    rows = [json.loads(line) for line in open(demo_assets["train"])][:4]
+    for r in rows:
+        r["videos"] = [str(demo_assets["dir"] / "data" / r["videos"][0])]
+    corrupt = tmp_path / "corrupt.mp4"
+    corrupt.write_bytes(b"\x00\x00\x00\x18ftypmp42" + bytes(range(256)) * 8)
+    rows[2]["videos"] = [str(corrupt)]
+    data = tmp_path / "four.jsonl"
+    data.write_text("".join(json.dumps(r) + "\n" for r in rows))
+    extra = ["data.preflight=fast", f"data.train_files=[{data}]", "trainer.prompts_per_step=2"]
+    t0 = time.perf_counter()
+    r = _torchrun(2, *_train_args(demo_assets, tmp_path / "run", *extra, "trainer.max_steps=4"), timeout=240)
+    assert r.returncode != 0
+    assert "no record of this step could be loaded" in r.stderr, r.stderr[-3000:]
+    assert "another rank stopped the run" in r.stderr, r.stderr[-3000:]
+    assert time.perf_counter() - t0 < 200
+
+
 def test_two_ranks_with_reference_model_kl_and_dynamic_sampling(demo_assets, tmp_path):
     """The supervised warm-up, then the sharded reference policy taken from it (its own dummy vision
     passes, saved sharded with the checkpoint), the adaptive KL controller fed

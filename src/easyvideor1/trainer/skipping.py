@@ -18,6 +18,7 @@ from PIL.Image import DecompressionBombError
 from ..data.dataset import MediaSample, load_media
 from ..media.cache import CacheError
 from ..media.decode import DecodeError
+from .distributed import max_over_ranks
 from .metrics import rewrite_jsonl
 
 SKIPPED_FILE = "skipped_records.jsonl"
@@ -84,7 +85,7 @@ def loadable_samples(trainer, chosen: list[int]) -> list[MediaSample]:
     """The samples of ``chosen`` whose media load (loaded now, once); the others are skipped and
     listed, or stop the run under ``data.strict``. Preflight found the bad files it could; this
     catches the rest (``data.preflight=fast``, a file deleted or damaged mid-run)."""
-    samples, rows = [], []
+    samples, rows, error = [], [], None
     for i in chosen:
         if i in trainer.bad_prompts:
             continue  # failed before: listed once, not retried
@@ -95,15 +96,23 @@ def loadable_samples(trainer, chosen: list[int]) -> list[MediaSample]:
             continue
         row = skip_row(sample, i, reason, "train", "step", trainer.step + 1)
         if trainer.cfg.data.strict:
-            raise strict_error(row)
+            error = strict_error(row)
+            break
         trainer.bad_prompts.add(i)
         rows.append(row)
     trainer.skipped_at_step += len(rows)
     trainer.skip_log.write(rows)
-    if not samples:
-        raise ValueError(
+    if error is None and not samples:
+        error = ValueError(
             f"no record of this step could be loaded ({len(chosen)} tried), e.g. "
             f"{rows[0]['source'] if rows else chosen[0]}: see skipped_records.jsonl"
+        )
+    # every rank calls this at the same point: a rank that stops alone would leave the others
+    # waiting in the step's next collective forever, so the stop is agreed on and shared
+    if max_over_ranks(int(error is not None)):
+        raise error or MediaLoadError(
+            "another rank stopped the run: a record of its share of this step could not be loaded "
+            "(its error and skipped_records.jsonl say which)"
         )
     return samples
 
