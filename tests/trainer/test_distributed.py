@@ -246,8 +246,9 @@ def test_a_bad_video_found_by_rank_1_is_skipped_by_every_rank(demo_assets, tmp_p
 
 def test_a_rank_whose_whole_share_fails_at_a_step_stops_every_rank(demo_assets, tmp_path):
     """With data.preflight=fast a corrupt video is found at its step. When it is the whole of one
-    rank's share, that rank cannot go on; the stop is agreed on, so the other rank stops too
-    instead of waiting in the step's next collective until the timeout."""
+    rank's share, that rank cannot go on; the stop is agreed on, so every rank stops with the
+    reason (before, the other rank met a dead peer in its next collective: on gloo a "Connection
+    closed by peer" error, on NCCL a wait until the collective timeout)."""
     rows = [json.loads(line) for line in open(demo_assets["train"])][:4]
     for r in rows:
         r["videos"] = [str(demo_assets["dir"] / "data" / r["videos"][0])]
