@@ -104,3 +104,21 @@ def frame_size(text: str) -> tuple[int, int]:
     if w < 16 or h < 16:
         raise argparse.ArgumentTypeError(f"WIDTH and HEIGHT must be >= 16, got {text!r}")
     return w, h
+
+
+def add_vllm_engine_flags(group) -> None:
+    """The vLLM engine's flags (``eval`` and ``filter``); :func:`~.evaluate.vllm_options` reads them."""
+    group.add_argument(
+        "--max-model-len", type=number_above_zero(int), help="vllm: prompt + response token limit"
+    )
+    group.add_argument("--gpu-memory-utilization", type=float, default=0.9, help="vllm: share of GPU memory")
+    group.add_argument(
+        "--tensor-parallel-size", type=number_above_zero(int), default=1, help="vllm: GPUs per engine copy"
+    )
+    group.add_argument("--enforce-eager", action="store_true", help="vllm: no compilation / CUDA graphs")
+    group.add_argument(
+        "--data-parallel-size",
+        type=number_above_zero(int),
+        default=1,
+        help="vllm: engine copies (GPUs = dp x tp)",
+    )

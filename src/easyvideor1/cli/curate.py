@@ -6,7 +6,7 @@ import argparse
 import os
 
 from ..config import ConfigError
-from .common import add_sampling_flags, number_above_zero, run_config
+from .common import add_sampling_flags, add_vllm_engine_flags, number_above_zero, run_config
 
 # flag -> rollout.* key it defaults to (config=run.yaml brings the training run's sampling along)
 _FROM_ROLLOUT = {
@@ -119,13 +119,7 @@ def add_parsers(sub) -> None:
         "--engine", choices=["hf", "vllm"], default="hf", help="hf: generate (default); vllm: AsyncLLM"
     )
     g.add_argument("--max-in-flight", type=number_above_zero(int), default=64, help="vllm: records at once")
-    g.add_argument("--max-model-len", type=number_above_zero(int), help="vllm: prompt + response token limit")
-    g.add_argument("--gpu-memory-utilization", type=float, default=0.9, help="vllm: share of GPU memory")
-    g.add_argument(
-        "--tensor-parallel-size", type=number_above_zero(int), default=1, help="vllm: GPUs per copy"
-    )
-    g.add_argument("--enforce-eager", action="store_true", help="vllm: no compilation / CUDA graphs")
-    g.add_argument("--data-parallel-size", type=number_above_zero(int), default=1, help="vllm: engine copies")
+    add_vllm_engine_flags(g)
     add_sampling_flags(p)
     p.add_argument("--cache-dir", help="data.cache_dir: the frame cache `easyvideor1 preprocess` built")
     p.add_argument(

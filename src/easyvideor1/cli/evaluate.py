@@ -7,7 +7,7 @@ import argparse
 import os
 
 from ..config import ConfigError, RunConfig, load_config
-from .common import add_sampling_flags, data_values, number_above_zero, split_extra
+from .common import add_sampling_flags, add_vllm_engine_flags, data_values, number_above_zero, split_extra
 
 # eval/score flags -> eval.* config keys (flags win over config=FILE and over a preset)
 _EVAL_FLAGS = (
@@ -193,18 +193,7 @@ def add_parsers(sub) -> None:
     g = p.add_argument_group("engine")
     g.add_argument("--engine", choices=["hf", "vllm"], help="hf: batched generate (default); vllm: AsyncLLM")
     g.add_argument("--max-in-flight", type=number_above_zero(int), help="vllm: requests submitted at once")
-    g.add_argument("--max-model-len", type=number_above_zero(int), help="vllm: prompt + response token limit")
-    g.add_argument("--gpu-memory-utilization", type=float, default=0.9, help="vllm: share of GPU memory")
-    g.add_argument(
-        "--tensor-parallel-size", type=number_above_zero(int), default=1, help="vllm: GPUs per engine copy"
-    )
-    g.add_argument("--enforce-eager", action="store_true", help="vllm: no compilation / CUDA graphs")
-    g.add_argument(
-        "--data-parallel-size",
-        type=number_above_zero(int),
-        default=1,
-        help="vllm: engine copies (GPUs = dp x tp)",
-    )
+    add_vllm_engine_flags(g)
     add_sampling_flags(p, video_root=False)
     p.add_argument("--cache-dir", help="data.cache_dir: the frame cache `easyvideor1 preprocess` built")
     p.add_argument(
