@@ -6,7 +6,6 @@ validating, checkpointing and resuming as configured.
 
 from __future__ import annotations
 
-import copy
 import dataclasses
 import json
 import math
@@ -20,15 +19,7 @@ from ..algorithms.kl import kl_penalty
 from ..algorithms.masked import masked_mean
 from ..algorithms.shaping import ShapedRewards, shape_rewards
 from ..data.dataset import RecordDataset, encode_prompts
-from ..models.loading import load_policy
-from ..models.lora import (
-    adapter_snapshot,
-    copy_adapter,
-    is_lora,
-    parameter_counts,
-    plain_copy,
-    reference_forward,
-)
+from ..models.lora import copy_adapter, reference_forward
 from ..models.packing import check_packable
 from ..models.vision import DummyVisionPass
 from ..models.vision_cache import VisionFeatureCache
@@ -39,7 +30,6 @@ from .distributed import (
     all_gather,
     init_distributed,
     reduce_over_ranks,
-    shard_model,
     shutdown_distributed,
     split_prompts,
     sum_over_ranks,
@@ -47,6 +37,7 @@ from .distributed import (
 from .evaluate import evaluate, has_video, probe_summary, summarize
 from .experience import Experience, collect
 from .metrics import MetricsLogger, hybrid_metrics, mismatch_metrics, reward_metrics
+from .policy import build_policy
 from .preflight import preflight
 from .resume import resume, run_settings
 from .rollout_engines import EngineHandoff, make_rollout_engine
@@ -100,47 +91,15 @@ class Trainer:
         )  # the checkpoint names the family (data.model_family checks it)
         torch.manual_seed(tc.seed)
         random.seed(tc.seed)
-        self.model, self.processor = load_policy(
-            cfg.model.path,
-            cfg.model.dtype,
-            cfg.model.gradient_checkpointing,
-            cfg.model.freeze_vision_tower,
-            lora=cfg.model.lora,
-        )
-        self.model.train()
-        self.lora = is_lora(self.model)
-        trainable, total = parameter_counts(self.model)
-        self.trainable_fraction = trainable / max(total, 1)
-        # copies made before sharding: the reference policy, and a full model for HF rollouts under
-        # FSDP (generation through a sharded model would all-gather every layer at every token).
-        # With LoRA the reference is the same model with its adapter disabled: no copy
-        # (``models/lora.py``); after the warm-up, a snapshot of the adapter (allocated here so
-        # that it is sharded like the adapter and a resume can load into it).
         self.kl_reference = self.alg.kl.enabled
-        self.ref_model = (
-            copy.deepcopy(self.model).eval().requires_grad_(False)
-            if self.kl_reference and not self.lora
-            else None
-        )
-        self.rollout_model = None
-        if self.dist.enabled and cfg.rollout.engine == "hf":
-            copied = plain_copy(self.model) if self.lora else copy.deepcopy(self.model)
-            self.rollout_model = copied.eval().requires_grad_(False)
-        if self.rollout_model is not None:
-            self.rollout_model.to(self.dist.device)
+        policy = build_policy(cfg, self.dist, self.kl_reference, warmup=bool(tc.sft_warmup_steps))
+        self.model, self.processor = policy.model, policy.processor
+        self.ref_model, self.rollout_model = policy.ref_model, policy.rollout_model
+        self.lora, self.lora_reference = policy.lora, policy.lora_reference
+        self.trainable_fraction = policy.trainable_fraction
         if self.dist.enabled:
-            shard_model(self.model, cfg.distributed, self.dist)  # moves shards to the rank's GPU
-            if self.ref_model is not None:
-                shard_model(self.ref_model, cfg.distributed, self.dist)
             torch.manual_seed(tc.seed + 1_000_003 * self.dist.rank)  # independent sampling per rank
-        else:  # one process: the GPU when there is one (inputs are moved to the model's device)
-            self.model.to(self.dist.device)
-            if self.ref_model is not None:
-                self.ref_model.to(self.dist.device)
         self.dummy = DummyVisionPass(self.model)
-        self.lora_reference = (  # after sharding: shards of the adapter, like the adapter's
-            adapter_snapshot(self.model) if self.lora and self.kl_reference and tc.sft_warmup_steps else None
-        )
         # under FSDP the reference forward is a collective too; alone, it needs no dummy passes
         self.ref_dummy = DummyVisionPass(self.ref_model) if self.ref_model and self.dist.enabled else None
         if tc.padding_free:

@@ -1,0 +1,74 @@
+"""The models a run trains with: the policy, its KL reference and (under FSDP) a rollout copy.
+
+``build_policy`` loads the checkpoint (with LoRA adapters when ``model.lora.rank`` > 0), makes the
+copies that must be taken before sharding, and shards or places everything on the rank's device.
+"""
+
+from __future__ import annotations
+
+import copy
+from dataclasses import dataclass
+from typing import Any
+
+import torch
+
+from ..models.loading import load_policy
+from ..models.lora import adapter_snapshot, is_lora, parameter_counts, plain_copy
+from .distributed import DistState, shard_model
+
+
+@dataclass
+class Policy:
+    """What :func:`build_policy` returns.
+
+    Attributes:
+        model: The trained policy (sharded under FSDP2; adapters inside with LoRA).
+        processor: Its transformers processor.
+        ref_model: A frozen copy for the KL reference, or None (no KL, or LoRA: the reference is
+            the policy with its adapter disabled).
+        rollout_model: Under FSDP with HF rollouts, a full unsharded copy each rank generates with
+            (merged, with LoRA), else None.
+        lora: Whether the policy carries LoRA adapters.
+        lora_reference: With LoRA, KL and a warm-up, the adapter tensors the warm-up's reference
+            will be copied into (allocated after sharding, so shaped like the adapter's shards).
+        trainable_fraction: Trainable parameters / all parameters (logged at step 0).
+    """
+
+    model: torch.nn.Module
+    processor: Any
+    ref_model: torch.nn.Module | None
+    rollout_model: torch.nn.Module | None
+    lora: bool
+    lora_reference: dict[str, torch.Tensor] | None
+    trainable_fraction: float
+
+
+def build_policy(cfg, dist: DistState, kl_reference: bool, warmup: bool) -> Policy:
+    """Load ``cfg.model``, copy what needs copying, then shard (FSDP2) or move to the device."""
+    m = cfg.model
+    model, processor = load_policy(
+        m.path, m.dtype, m.gradient_checkpointing, m.freeze_vision_tower, lora=m.lora
+    )
+    model.train()
+    lora = is_lora(model)
+    trainable, total = parameter_counts(model)
+    # copies made before sharding: the reference policy, and a full model for HF rollouts under
+    # FSDP (generation through a sharded model would all-gather every layer at every token).
+    # With LoRA the reference is the same model with its adapter disabled: no copy
+    # (``models/lora.py``); after the warm-up, a snapshot of the adapter (allocated below so that
+    # it is sharded like the adapter and a resume can load into it).
+    ref_model = copy.deepcopy(model).eval().requires_grad_(False) if kl_reference and not lora else None
+    rollout_model = None
+    if dist.enabled and cfg.rollout.engine == "hf":
+        copied = plain_copy(model) if lora else copy.deepcopy(model)
+        rollout_model = copied.eval().requires_grad_(False).to(dist.device)
+    if dist.enabled:
+        shard_model(model, cfg.distributed, dist)  # moves shards to the rank's GPU
+        if ref_model is not None:
+            shard_model(ref_model, cfg.distributed, dist)
+    else:  # one process: the GPU when there is one (inputs are moved to the model's device)
+        model.to(dist.device)
+        if ref_model is not None:
+            ref_model.to(dist.device)
+    lora_reference = adapter_snapshot(model) if lora and kl_reference and warmup else None
+    return Policy(model, processor, ref_model, rollout_model, lora, lora_reference, trainable / max(total, 1))
