@@ -8,13 +8,55 @@ probed accuracy beside the real accuracy of the same prompts.
 from __future__ import annotations
 
 import dataclasses
+import json
+import os
 from collections import defaultdict
 
 import torch
 
 from ..data.dataset import encode_prompts
 from ..rollout.base import SamplingConfig
+from .distributed import all_gather
 from .experience import score
+
+
+def validate_policy(trainer, probes: bool = False) -> dict[str, float]:
+    """``trainer``'s validation metrics; with ``probes``, also each ``trainer.video_probe`` run on
+    the prompts that have a video, and its gap to the real accuracy. Each rank validates its slice
+    with its own rollout engine; rank 0 appends a few generations to ``generations.jsonl``."""
+    if not trainer.val_idx:
+        return {}
+    state, val_set = trainer.dist, trainer.val_set
+    mine = trainer.val_idx[state.rank :: state.world]
+
+    def run(indices: list[int], probe: str | None = None) -> list[dict]:
+        rows = evaluate(
+            trainer.engine,
+            trainer.processor,
+            val_set,
+            indices,
+            trainer.val_sampling,
+            trainer.cfg.reward,
+            probe=probe,
+        )
+        return sorted((g for part in all_gather(rows) for g in part), key=lambda g: g["index"])
+
+    generations = run(mine)
+    metrics = summarize(generations)
+    shown = list(generations[:8])
+    if probes:  # every rank probes its own video prompts (all ranks take part in the gathers)
+        with_video = [i for i in mine if has_video(val_set, i)]
+        for probe in trainer.cfg.trainer.video_probe:
+            probed = run(with_video, probe)
+            metrics.update(probe_summary(generations, probed, probe))
+            shown += [{**g, "probe": probe} for g in probed[:4]]
+    if not state.is_main:
+        return metrics
+    path = os.path.join(trainer.cfg.trainer.output_dir, "generations.jsonl")
+    with open(path, "a", encoding="utf-8") as f:
+        for g in shown:
+            f.write(json.dumps({"step": trainer.step, **g}) + "\n")
+    return metrics
 
 
 @torch.no_grad()

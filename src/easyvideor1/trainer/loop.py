@@ -7,9 +7,7 @@ validating, checkpointing and resuming as configured.
 from __future__ import annotations
 
 import dataclasses
-import json
 import math
-import os
 import random
 import time
 
@@ -34,7 +32,7 @@ from .distributed import (
     split_prompts,
     sum_over_ranks,
 )
-from .evaluate import evaluate, has_video, probe_summary, summarize
+from .evaluate import has_video, validate_policy
 from .experience import Experience, collect
 from .metrics import MetricsLogger, hybrid_metrics, mismatch_metrics, reward_metrics
 from .policy import build_policy
@@ -410,41 +408,8 @@ class Trainer:
         return True
 
     def validate(self, probes: bool = False) -> dict[str, float]:
-        """Validation metrics; with ``probes``, also each ``trainer.video_probe`` run on the prompts
-        that have a video, and its gap to the real accuracy (``trainer/evaluate.py``)."""
-        if not self.val_idx:
-            return {}
-        # each rank validates its slice with its own rollout engine; rank 0 writes the union
-        mine = self.val_idx[self.dist.rank :: self.dist.world]
-
-        def run(indices: list[int], probe: str | None = None) -> list[dict]:
-            rows = evaluate(
-                self.engine,
-                self.processor,
-                self.val_set,
-                indices,
-                self.val_sampling,
-                self.cfg.reward,
-                probe=probe,
-            )
-            return sorted((g for part in all_gather(rows) for g in part), key=lambda g: g["index"])
-
-        generations = run(mine)
-        metrics = summarize(generations)
-        shown = list(generations[:8])
-        if probes:  # every rank probes its own video prompts (all ranks take part in the gathers)
-            with_video = [i for i in mine if has_video(self.val_set, i)]
-            for probe in self.cfg.trainer.video_probe:
-                probed = run(with_video, probe)
-                metrics.update(probe_summary(generations, probed, probe))
-                shown += [{**g, "probe": probe} for g in probed[:4]]
-        if not self.dist.is_main:
-            return metrics
-        path = os.path.join(self.cfg.trainer.output_dir, "generations.jsonl")
-        with open(path, "a", encoding="utf-8") as f:
-            for g in shown:
-                f.write(json.dumps({"step": self.step, **g}) + "\n")
-        return metrics
+        """Validation metrics; with ``probes``, the video probes too (``trainer/evaluate.py``)."""
+        return validate_policy(self, probes)
 
     # ----------------------------------------------------------------------------------- the loop
     def _resume(self) -> None:
