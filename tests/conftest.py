@@ -108,3 +108,14 @@ def one_thread():
     torch.set_num_threads(1)
     yield
     torch.set_num_threads(before)
+
+
+def pytest_collection_modifyitems(config, items):
+    """Files with slow tests first (stable: the rest keep their order, each file its own).
+
+    `make test` hands whole files to two workers in collection order; the slow files (torchrun,
+    vLLM and whole training runs) sit mostly in tests/trainer/, collected last, so one worker used
+    to finish them alone while the other idled. Longest first leaves short files to fill the gaps.
+    """
+    slow_files = {item.path for item in items if item.get_closest_marker("slow")}
+    items.sort(key=lambda item: item.path not in slow_files)
