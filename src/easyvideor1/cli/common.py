@@ -122,3 +122,13 @@ def add_vllm_engine_flags(group) -> None:
         default=1,
         help="vllm: engine copies (GPUs = dp x tp)",
     )
+
+
+def add_cache_flags(parser) -> None:
+    """Where a command reads frames from: the cache directory and mode (``eval`` and ``filter``)."""
+    parser.add_argument("--cache-dir", help="data.cache_dir: the frame cache `easyvideor1 preprocess` built")
+    parser.add_argument(
+        "--cache-mode",
+        choices=["prefer_cache", "cache_only", "decode_only"],
+        help="data.cache_mode (cache_only: a cache miss is a failure, never a decode)",
+    )

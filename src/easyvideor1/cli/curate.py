@@ -6,7 +6,7 @@ import argparse
 import os
 
 from ..config import ConfigError
-from .common import add_sampling_flags, add_vllm_engine_flags, number_above_zero, run_config
+from .common import add_cache_flags, add_sampling_flags, add_vllm_engine_flags, number_above_zero, run_config
 
 # flag -> rollout.* key it defaults to (config=run.yaml brings the training run's sampling along)
 _FROM_ROLLOUT = {
@@ -121,10 +121,5 @@ def add_parsers(sub) -> None:
     g.add_argument("--max-in-flight", type=number_above_zero(int), default=64, help="vllm: records at once")
     add_vllm_engine_flags(g)
     add_sampling_flags(p)
-    p.add_argument("--cache-dir", help="data.cache_dir: the frame cache `easyvideor1 preprocess` built")
-    p.add_argument(
-        "--cache-mode",
-        choices=["prefer_cache", "cache_only", "decode_only"],
-        help="data.cache_mode (cache_only: a cache miss is a failure, never a decode)",
-    )
+    add_cache_flags(p)
     p.set_defaults(func=cmd_filter)

@@ -7,7 +7,14 @@ import argparse
 import os
 
 from ..config import ConfigError, RunConfig, load_config
-from .common import add_sampling_flags, add_vllm_engine_flags, data_values, number_above_zero, split_extra
+from .common import (
+    add_cache_flags,
+    add_sampling_flags,
+    add_vllm_engine_flags,
+    data_values,
+    number_above_zero,
+    split_extra,
+)
 
 # eval/score flags -> eval.* config keys (flags win over config=FILE and over a preset)
 _EVAL_FLAGS = (
@@ -195,12 +202,7 @@ def add_parsers(sub) -> None:
     g.add_argument("--max-in-flight", type=number_above_zero(int), help="vllm: requests submitted at once")
     add_vllm_engine_flags(g)
     add_sampling_flags(p, video_root=False)
-    p.add_argument("--cache-dir", help="data.cache_dir: the frame cache `easyvideor1 preprocess` built")
-    p.add_argument(
-        "--cache-mode",
-        choices=["prefer_cache", "cache_only", "decode_only"],
-        help="data.cache_mode (cache_only: a cache miss is a failure, never a decode)",
-    )
+    add_cache_flags(p)
     p.set_defaults(func=cmd_eval)
 
     p = sub.add_parser(
