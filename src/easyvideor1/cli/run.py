@@ -121,26 +121,25 @@ def add_parsers(sub) -> None:
     p.add_argument("--out", default="runs/demo")
     p.add_argument("--cold-start", action="store_true", help="pure GRPO: no hybrid groups, no warm-up")
     p.add_argument("--compare", action="store_true", help="run the cold start too and plot both curves")
-    p.add_argument(
-        "--family",
-        choices=family_choices(),
-        default="qwen3vl",
-        metavar="FAMILY",
-        help=f"tiny model family: {', '.join(family_choices(canonical=True))} (default qwen3vl)",
-    )
+    _add_family_flag(p, "tiny model family: ")
     p.set_defaults(func=cmd_demo)
 
     p = sub.add_parser("train", help="RL training: easyvideor1 train config=FILE.yaml key=value ...")
     p.set_defaults(func=cmd_train)
 
     p = sub.add_parser("make-tiny-model", help="a tiny random-weight Qwen-VL model built offline")
+    _add_family_flag(p, "one of ")
+    p.add_argument("--out", required=True)
+    p.add_argument("--seed", type=int, default=0)
+    p.set_defaults(func=cmd_make_tiny_model)
+
+
+def _add_family_flag(p, lead: str) -> None:
+    """``--family`` of the tiny model (``demo``, ``make-tiny-model``): any registered family name."""
     p.add_argument(
         "--family",
         choices=family_choices(),
         default="qwen3vl",
         metavar="FAMILY",
-        help=f"one of {', '.join(family_choices(canonical=True))} (default qwen3vl)",
+        help=f"{lead}{', '.join(family_choices(canonical=True))} (default qwen3vl)",
     )
-    p.add_argument("--out", required=True)
-    p.add_argument("--seed", type=int, default=0)
-    p.set_defaults(func=cmd_make_tiny_model)
