@@ -15,32 +15,7 @@ import torch
 
 from ..models.families import family_names, get_family
 from ..models.inputs import PromptBatch
-
-
-@dataclass
-class SamplingConfig:
-    """How responses are sampled.
-
-    Parameters:
-        temperature: Softmax temperature; 0 means greedy.
-        top_p: Nucleus sampling mass (1.0 keeps all).
-        top_k: Keep the k most likely tokens; 0 keeps the whole vocabulary (HF's default is 50).
-        max_new_tokens: Response length limit, in tokens.
-        return_logprobs: Also return each sampled token's log-prob (keeps every step's scores,
-            N x T x vocab floats, in memory during generation; the trainer recomputes them instead).
-        min_new_tokens: End-of-turn tokens are suppressed before this many tokens (benchmarks set it
-            to ``max_new_tokens`` so every engine generates the same number of tokens).
-        presence_penalty: Subtracted from the logit of every token already in the response, before
-            temperature (OpenAI / vLLM semantics; Qwen3-VL's official evaluation uses 1.5).
-    """
-
-    temperature: float = 1.0
-    top_p: float = 1.0
-    top_k: int = 0
-    max_new_tokens: int = 64
-    return_logprobs: bool = False
-    min_new_tokens: int = 0
-    presence_penalty: float = 0.0
+from .sampling import SamplingConfig
 
 
 @dataclass

@@ -4,7 +4,10 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
+from typing import ClassVar
+
 from ..validation import at_least, in_range, non_negative, one_of, require
+from .sampling import TRAIN_MAX_NEW_TOKENS, SamplingConfig
 
 
 @dataclass
@@ -42,8 +45,11 @@ class VLLMConfig:
 
 
 @dataclass
-class RolloutConfig:
+class RolloutConfig(SamplingConfig):
     """Sampling responses, and hybrid offline/online groups.
+
+    The sampling keys (``temperature``, ``top_p``, ``top_k``, ``max_new_tokens``,
+    ``min_new_tokens``, ``presence_penalty``) are :class:`~.sampling.SamplingConfig`'s.
 
     Parameters:
         engine: ``hf`` (transformers ``generate``, any machine) or ``vllm`` (``vllm`` on GPUs,
@@ -66,12 +72,11 @@ class RolloutConfig:
             which strengthens the gradient of tokens the policy finds unlikely.
     """
 
+    SECTION: ClassVar[str] = "rollout"
+
+    max_new_tokens: int = TRAIN_MAX_NEW_TOKENS
     engine: str = "hf"
     n: int = 8
-    temperature: float = 1.0
-    top_p: float = 1.0
-    top_k: int = 0
-    max_new_tokens: int = 64
     hybrid: str = "off"
     offline_k: int = 1
     hybrid_threshold: float = 0.5
@@ -91,10 +96,8 @@ class RolloutConfig:
             "must be > 0 for training rollouts (use rollout.val_temperature=0 for greedy)",
             self.temperature,
         )
+        self.check_sampling()
         at_least("rollout.n", self.n, 1)
-        in_range("rollout.top_p", self.top_p, 0, 1, low_open=True)
-        non_negative("rollout.top_k", self.top_k)
-        at_least("rollout.max_new_tokens", self.max_new_tokens, 1)
         in_range("rollout.offline_k", self.offline_k, 0, self.n)
         in_range("rollout.hybrid_threshold", self.hybrid_threshold, 0, 1)
         non_negative("rollout.val_temperature", self.val_temperature)
