@@ -145,16 +145,17 @@ def test_a_failing_request_is_a_recorded_failure_and_spares_its_batch(assets, tm
     records = spec.load(str(assets / "syn"))[:6]
     records[2] = dataclasses.replace(records[2], problem=records[2].problem + " POISON")
     model, processor = load_policy(str(assets / "model"))
-    real = HFRolloutEngine(model, processor)
 
-    class Flaky:
+    class Flaky(HFRolloutEngine):
+        """The real HF engine, refusing every batch that holds the poisoned prompt."""
+
         poisoned_batches: list[int] = []
 
         def generate(self, prompts, repeats, sampling):
             if any("POISON" in t for t in prompts.texts):
                 self.poisoned_batches.append(len(prompts.texts))
                 raise RuntimeError("the engine refused this request")
-            return real.generate(prompts, repeats, sampling)
+            return super().generate(prompts, repeats, sampling)
 
     data = DataConfig(
         model_family="qwen3vl",
@@ -166,7 +167,7 @@ def test_a_failing_request_is_a_recorded_failure_and_spares_its_batch(assets, tm
     )
     settings = EvalConfig(batch_size=4, max_new_tokens=8, load_workers=1)
     inputs = BenchmarkInputs.build(spec, records, str(assets / "syn" / spec.annotation), settings)
-    engine = Flaky()
+    engine = Flaky(model, processor, max_batch=4)
     results = run_benchmark(inputs, engine, processor, data, settings, str(tmp_path), "tiny-model")
     rows = _predictions(tmp_path)
     assert sorted(r["sample_id"] for r in rows) == sorted(inputs.ids)

@@ -12,6 +12,7 @@ class RecordingEngine:
     """A RolloutEngine stand-in that records what the handoff asks of it."""
 
     eos_ids, pad_id, banned = [0], 0, []
+    adapter_sync = False  # declared, as every engine declares it
 
     def __init__(self, owns_weights: bool):
         self.owns_weights = owns_weights

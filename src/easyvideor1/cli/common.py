@@ -107,21 +107,43 @@ def frame_size(text: str) -> tuple[int, int]:
 
 
 def add_vllm_engine_flags(group) -> None:
-    """The vLLM engine's flags (``eval`` and ``filter``); :func:`~.evaluate.vllm_options` reads them."""
+    """The vLLM engine's flags (``eval`` and ``filter``): shortcuts for ``rollout.vllm.*`` keys, which
+    :func:`apply_vllm_flags` sets."""
     group.add_argument(
-        "--max-model-len", type=number_above_zero(int), help="vllm: prompt + response token limit"
+        "--max-model-len",
+        type=number_above_zero(int),
+        help="rollout.vllm.max_model_len: prompt + response limit",
     )
-    group.add_argument("--gpu-memory-utilization", type=float, default=0.9, help="vllm: share of GPU memory")
     group.add_argument(
-        "--tensor-parallel-size", type=number_above_zero(int), default=1, help="vllm: GPUs per engine copy"
+        "--gpu-memory-utilization", type=float, help="rollout.vllm.gpu_memory_utilization (default 0.9 alone)"
     )
-    group.add_argument("--enforce-eager", action="store_true", help="vllm: no compilation / CUDA graphs")
+    group.add_argument(
+        "--tensor-parallel-size", type=number_above_zero(int), help="rollout.vllm.tensor_parallel_size"
+    )
+    group.add_argument("--enforce-eager", action="store_true", help="rollout.vllm.enforce_eager")
     group.add_argument(
         "--data-parallel-size",
         type=number_above_zero(int),
-        default=1,
-        help="vllm: engine copies (GPUs = dp x tp)",
+        help="rollout.vllm.data_parallel_size: engine copies (GPUs = dp x tp)",
     )
+
+
+_VLLM_FLAGS = (
+    "max_model_len",
+    "gpu_memory_utilization",
+    "tensor_parallel_size",
+    "enforce_eager",
+    "data_parallel_size",
+)
+
+
+def apply_vllm_flags(vllm, args) -> None:
+    """Set the ``rollout.vllm`` keys the command line gave (flags win over ``config=``), checked."""
+    for key in _VLLM_FLAGS:
+        value = getattr(args, key, None)
+        if value not in (None, False):
+            setattr(vllm, key, value)
+    vllm.__post_init__()
 
 
 def add_cache_flags(parser) -> None:

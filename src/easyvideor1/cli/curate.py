@@ -6,7 +6,14 @@ import argparse
 import os
 
 from ..config import ConfigError
-from .common import add_cache_flags, add_sampling_flags, add_vllm_engine_flags, number_above_zero, run_config
+from .common import (
+    add_cache_flags,
+    add_sampling_flags,
+    add_vllm_engine_flags,
+    apply_vllm_flags,
+    number_above_zero,
+    run_config,
+)
 
 # flag -> rollout.* key it defaults to (config=run.yaml brings the training run's sampling along)
 _FROM_ROLLOUT = {
@@ -49,12 +56,12 @@ def cmd_filter(args: argparse.Namespace, extra: list[str]) -> int:
     def make_engine():
         import torch
 
-        from ..evaluation.engines import load_eval_engine  # loaded as `easyvideor1 eval` loads them
-        from .evaluate import vllm_options
+        from ..rollout.engines import load_engine  # loaded as `easyvideor1 eval` loads them
 
         if not torch.cuda.is_available():  # leave the loader processes their cores
             torch.set_num_threads(max(1, (os.cpu_count() or 2) - settings.load_workers))
-        return load_eval_engine(model, settings.engine, settings.dtype, **vllm_options(args))
+        apply_vllm_flags(cfg.rollout.vllm, args)
+        return load_engine(model, settings.engine, settings.dtype, cfg.rollout.vllm, max_batch=1)
 
     curate(paths, cfg.data, cfg.reward, settings, model, args.out, make_engine)
     return 0

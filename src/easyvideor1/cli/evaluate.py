@@ -11,6 +11,7 @@ from .common import (
     add_cache_flags,
     add_sampling_flags,
     add_vllm_engine_flags,
+    apply_vllm_flags,
     data_values,
     number_above_zero,
     split_extra,
@@ -78,7 +79,7 @@ def cmd_eval(args: argparse.Namespace, extra: list[str]) -> int:
         # on a CPU-only machine, leave the loader processes their cores
         if not torch.cuda.is_available():
             torch.set_num_threads(max(1, (os.cpu_count() or 2) - cfg.eval.load_workers))
-        return _eval_engine(args, model, cfg.eval)
+        return _eval_engine(args, model, cfg)
 
     commands.evaluate(cfg, model, args.out, make_engine)
     return 0
@@ -92,22 +93,13 @@ def cmd_score(args: argparse.Namespace, extra: list[str]) -> int:
     return 0
 
 
-def _eval_engine(args: argparse.Namespace, model: str, settings):
-    """The engine of ``settings.engine`` with the vLLM flags of ``args``."""
-    from ..evaluation.engines import load_eval_engine
+def _eval_engine(args: argparse.Namespace, model: str, cfg):
+    """The engine of ``eval.engine``, with ``rollout.vllm`` (and the vLLM flags of ``args``)."""
+    from ..rollout.engines import load_engine
 
-    return load_eval_engine(model, settings.engine, settings.dtype, **vllm_options(args))
-
-
-def vllm_options(args: argparse.Namespace) -> dict:
-    """The vLLM engine flags (``--max-model-len`` ...) as :class:`AsyncVLLMEvalEngine` arguments."""
-    dp = args.data_parallel_size
-    return dict(
-        max_model_len=args.max_model_len,
-        gpu_memory_utilization=args.gpu_memory_utilization,
-        tensor_parallel_size=args.tensor_parallel_size,
-        enforce_eager=args.enforce_eager,
-        engine_kwargs={"data_parallel_size": dp} if dp > 1 else None,
+    apply_vllm_flags(cfg.rollout.vllm, args)
+    return load_engine(
+        model, cfg.eval.engine, cfg.eval.dtype, cfg.rollout.vllm, max_batch=cfg.eval.batch_size
     )
 
 

@@ -1,10 +1,10 @@
 """``easyvideor1 filter``: sample every record n times, score, keep the records in a pass-rate band.
 
-Stages, as in evaluation: loader processes read each record's media (frame-cache entry or
-decode) ahead of generation into a bounded queue; the engine samples the record's n responses
-(``sampler.py``: per-record seeds, so a resumed run samples what an uninterrupted one would);
-the reward library scores them as training does (the record's task decides the scorer); one JSON
-line per record is appended to ``OUT/responses.jsonl`` and flushed. After SIGKILL a rerun reads
+The stages are the shared pipeline's (``rollout/pipeline.py``, as in evaluation and training
+validation): loaders read each record's media ahead of generation; each record is one engine
+request for its n responses with its own seed (``sampler.py``: so a resumed run samples what an
+uninterrupted one would); the reward library scores them as training does (the record's task
+decides the scorer); one JSON line per record is appended to ``OUT/responses.jsonl`` and flushed. After SIGKILL a rerun reads
 that file (a torn last line is skipped), reuses the records recorded under the same settings
 digest (model fingerprint, n, sampling, seed, engine, frame settings, prompt template) and samples
 the rest; ``outputs.py`` then writes every result from the file alone, so a resumed run's outputs
@@ -17,19 +17,14 @@ the model does on the questions it would be trained on.
 
 from __future__ import annotations
 
-import collections
-import multiprocessing
 import os
-import queue
 import sys
-import threading
 import time
-from concurrent.futures import FIRST_COMPLETED, ProcessPoolExecutor, wait
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, ClassVar
 
 from ..data.config import DataConfig
-from ..data.dataset import RecordDataset, encode_prompts, load_media, prompt_parts
+from ..data.dataset import RecordDataset
 from ..data.prompt import format_question
 from ..evaluation.config import digest_of
 from ..evaluation.pipeline import frame_settings
@@ -37,23 +32,26 @@ from ..evaluation.predictions import PredictionWriter, read_predictions
 from ..evaluation.rows import prompt_sha, reward_digest
 from ..media.cache import VideoLoader
 from ..rewards import RewardConfig, score_records
-from ..rollout.base import SamplingConfig
+from ..rollout.base import Prompt, Request, Responses
+from ..rollout.config import ENGINES, PipelineSettings
+from ..rollout.pipeline import run_pipeline
+from ..rollout.sampling import SamplingConfig
 from .inputs import InputFile, InputRecord
 from .passes import Band, PassRule
-from .sampler import Sampled, generate_hf, record_seed, submit_vllm
+from .sampler import Sampled, record_seed
 
 RESPONSES = "responses.jsonl"
-_DONE = object()
 
 
 @dataclass
-class FilterSettings:
+class FilterSettings(SamplingConfig):
     """How records are sampled and judged (flags of ``easyvideor1 filter``).
+
+    The sampling keys are :class:`~easyvideor1.rollout.sampling.SamplingConfig`'s, defaulting to
+    the run's ``rollout`` section (training rollouts' sampling).
 
     Attributes:
         n: Responses sampled per record.
-        temperature / top_p / top_k: Sampling (default: training rollouts' 1.0 / 1.0 / whole vocab).
-        max_new_tokens: Response length limit (default: ``rollout.max_new_tokens``).
         seed: Run seed; each record's seed derives from it and the record's id.
         keep: Kept pass-rate band ``LO:HI``, inclusive (``passes.py``).
         pass_threshold: ``X`` or ``TASK=X`` items (``passes.py``); empty = per-task defaults.
@@ -64,11 +62,9 @@ class FilterSettings:
         max_in_flight: vLLM: records submitted at once.
     """
 
+    SECTION: ClassVar[str] = "filter"
+
     n: int = 8
-    temperature: float = 1.0
-    top_p: float = 1.0
-    top_k: int = 0
-    max_new_tokens: int = 64
     seed: int = 0
     keep: str = "0.1:0.9"
     pass_threshold: list[str] = field(default_factory=list)
@@ -79,26 +75,18 @@ class FilterSettings:
     max_in_flight: int = 64
 
     def __post_init__(self) -> None:
-        for key in ("n", "max_new_tokens", "load_workers", "queue_size", "max_in_flight"):
+        self.check_sampling()
+        if self.max_new_tokens is None:
+            raise ValueError("filter.max_new_tokens: must be set (default: rollout.max_new_tokens)")
+        for key in ("n", "load_workers", "queue_size", "max_in_flight"):
             if getattr(self, key) < 1:
                 raise ValueError(f"filter {key}: must be at least 1, got {getattr(self, key)}")
-        if self.temperature < 0:
-            raise ValueError(f"filter temperature: must be >= 0, got {self.temperature}")
-        if not 0 < self.top_p <= 1:
-            raise ValueError(f"filter top_p: must be in (0, 1], got {self.top_p}")
-        if self.top_k < 0:
-            raise ValueError(f"filter top_k: must be >= 0, got {self.top_k}")
-        if self.engine not in ("hf", "vllm"):
-            raise ValueError(f"filter engine: {self.engine!r} is not one of hf, vllm")
+        if self.engine not in ENGINES:
+            raise ValueError(f"filter engine: {self.engine!r} is not one of {', '.join(ENGINES)}")
         self.band, self.rule = Band.parse(self.keep), PassRule.parse(self.pass_threshold)
 
-    def sampling(self) -> SamplingConfig:
-        return SamplingConfig(
-            temperature=self.temperature,
-            top_p=self.top_p,
-            top_k=self.top_k,
-            max_new_tokens=self.max_new_tokens,
-        )
+    def pipeline(self) -> PipelineSettings:
+        return PipelineSettings(self.load_workers, self.queue_size, self.max_in_flight)
 
     def generation(self) -> dict[str, Any]:
         """What decides the responses (the digest's part from these settings). Sampled responses
@@ -117,14 +105,20 @@ def settings_digest(settings: FilterSettings, data: DataConfig, model_id: str) -
 
 
 @dataclass
-class _Job:
+class FilterWork:
+    """Curation's part of the pipeline: ``n`` seeded responses per record, scored by the reward
+    library into a ``responses.jsonl`` row."""
+
     items: list[InputRecord]
-    dataset: RecordDataset
-    processor: Any
     settings: FilterSettings
     digest: str
     reward: RewardConfig
     prompts: list[str]
+
+    def request(self, i: int, prompt: Prompt) -> Request:
+        key = f"filter-{self.items[i].sample_id}"
+        seed = record_seed(self.settings.seed, str(self.items[i].sample_id))
+        return Request(key, prompt, self.settings.sampling(), n=self.settings.n, seed=seed)
 
     def failure(self, i: int, error: str) -> dict:
         return {
@@ -135,7 +129,8 @@ class _Job:
             "error": error,
         }
 
-    def scored(self, i: int, out: Sampled) -> dict:
+    def scored(self, i: int, responses: Responses) -> dict:
+        out = Sampled.of(responses)
         rec = self.items[i].record
         row = {
             "sample_id": self.items[i].sample_id,
@@ -147,9 +142,6 @@ class _Job:
             "truncated": out.truncated,
         }
         return score_row(row, rec, self.reward)
-
-    def seed(self, i: int) -> int:
-        return record_seed(self.settings.seed, str(self.items[i].sample_id))
 
 
 def score_row(row: dict, record, reward: RewardConfig) -> dict:
@@ -199,15 +191,19 @@ def run_filter(
     items, prompts, todo = to_sample(files, data, settings, out_dir, model_id)
     loader = loader or VideoLoader(data.cache_dir, data.cache_mode, data.decode_time_limit)
     dataset = RecordDataset([item.record for item in items], data, [item.file for item in items], loader)
-    job = _Job(items, dataset, processor, settings, digest, reward, prompts)
+    work = FilterWork(items, settings, digest, reward, prompts)
     print(f"filter: {len(items) - len(todo)} of {len(items)} records already sampled; {len(todo)} to go")
-    ready: queue.Queue = queue.Queue(maxsize=settings.queue_size)
-    threading.Thread(target=_produce, args=(dataset, todo, settings, ready), daemon=True).start()
+    written = [0]
+
     with PredictionWriter(path) as out:
-        if getattr(engine, "streaming", False):
-            _stream(ready, engine, job, out.write, len(todo))
-        else:
-            _one_by_one(ready, engine, job, out.write, len(todo))
+
+        def write(rows: list[dict]) -> None:
+            out.write(rows)
+            for _ in rows:
+                written[0] += 1
+                _progress(written[0], len(todo))
+
+        run_pipeline(dataset, todo, engine, processor, work, write, settings.pipeline())
     return {
         "records": len(items),
         "sampled": len(todo),
@@ -219,112 +215,3 @@ def run_filter(
 def _progress(k: int, total: int) -> None:
     if total and (k == total or k % max(1, total // 20) == 0):
         print(f"filter: {k}/{total} records sampled", file=sys.stderr, flush=True)
-
-
-def _one_by_one(ready: queue.Queue, engine, job: _Job, write, total: int) -> None:
-    """HF engine: one ``generate`` per record (its n responses are the batch)."""
-    k = 0
-    while (item := _next(ready)) is not _DONE:
-        i, sample, err = item
-        if err is None:
-            try:
-                prompts = encode_prompts(job.processor, [sample], job.dataset.cfg, job.dataset.loader)
-                sampled = generate_hf(engine, prompts, job.settings.n, job.settings.sampling(), job.seed(i))
-            except Exception as e:  # e.g. a prompt the model cannot take: listed, the job goes on
-                err = f"{type(e).__name__}: {e}"
-        write([job.failure(i, err) if err is not None else job.scored(i, sampled)])
-        k += 1
-        _progress(k, total)
-
-
-def _stream(ready: queue.Queue, engine, job: _Job, write, total: int) -> None:
-    """vLLM engine: one request per record, submitted when loaded, written when finished."""
-    pending: dict = {}
-    finished, k = False, 0
-    while not finished or pending:
-        while not finished and len(pending) < job.settings.max_in_flight:
-            try:
-                item = _next(ready, block=not pending)
-            except queue.Empty:
-                break
-            if item is _DONE:
-                finished = True
-                break
-            i, sample, err = item
-            if err is not None:
-                write([job.failure(i, err)])
-                k += 1
-                continue
-            try:
-                text, media = prompt_parts(job.processor, sample, job.dataset.cfg, job.dataset.loader)
-                key = str(job.items[i].sample_id)
-                fut = submit_vllm(
-                    engine, key, text, media, job.settings.n, job.settings.sampling(), job.seed(i)
-                )
-            except Exception as e:
-                write([job.failure(i, f"{type(e).__name__}: {e}")])
-                k += 1
-                continue
-            pending[fut] = i
-        if not pending:
-            continue
-        done, _ = wait(pending, timeout=0.05, return_when=FIRST_COMPLETED)
-        for fut in sorted(done, key=lambda f: pending[f]):
-            i = pending.pop(fut)
-            try:
-                write([job.scored(i, fut.result())])
-            except Exception as e:  # the request failed (e.g. longer than the engine allows)
-                write([job.failure(i, f"{type(e).__name__}: {e}")])
-            k += 1
-            _progress(k, total)
-
-
-def _next(ready: queue.Queue, block: bool = True):
-    item = ready.get(block=block)
-    if isinstance(item, BaseException):  # the loader thread died: stop with its error
-        raise RuntimeError(f"media loading stopped: {type(item).__name__}: {item}") from item
-    return item
-
-
-_LOADER_DATASET: RecordDataset | None = None
-
-
-def _produce(dataset: RecordDataset, todo: list[int], settings: FilterSettings, ready: queue.Queue) -> None:
-    """Loader processes, in input order, at most ``queue_size`` records ahead of the engine."""
-    global _LOADER_DATASET
-    try:
-        _LOADER_DATASET = dataset  # inherited by the forked loaders
-        ctx = multiprocessing.get_context("fork")
-        with ProcessPoolExecutor(settings.load_workers, mp_context=ctx, initializer=_loader_init) as pool:
-            pending = iter(todo)
-            window = collections.deque(pool.submit(_load_one, i) for i in _take(pending, settings.queue_size))
-            while window:
-                item = window.popleft().result()
-                window.extend(pool.submit(_load_one, i) for i in _take(pending, 1))
-                ready.put(item)
-        ready.put(_DONE)
-    except BaseException as e:  # never leave the engine waiting for a queue nobody fills
-        ready.put(e)
-
-
-def _take(it, k: int) -> list[int]:
-    return [x for _, x in zip(range(k), it, strict=False)]
-
-
-def _loader_init() -> None:
-    import torch
-
-    from ..media.workers import die_with_parent
-
-    die_with_parent()  # a killed filter must not leave its loaders behind
-    torch.set_num_threads(1)
-
-
-def _load_one(i: int):
-    """Loader process body: the record's sample with its media, or the reason it could not load."""
-    try:
-        sample = _LOADER_DATASET[i]
-        sample.loaded = load_media(sample, _LOADER_DATASET.cfg, _LOADER_DATASET.loader)
-        return i, sample, None
-    except Exception as e:
-        return i, None, f"{type(e).__name__}: {e}"

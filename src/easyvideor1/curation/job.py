@@ -42,8 +42,7 @@ def curate(
         try:
             stats = run_filter(files, data, reward, settings, out_dir, model_id, engine, processor)
         finally:
-            if hasattr(engine, "close"):
-                engine.close()
+            engine.close()
     else:
         print(f"filter: all {len(items)} records already sampled; no model loaded")
     report = finish(files, data, reward, settings, out_dir, model, model_id)

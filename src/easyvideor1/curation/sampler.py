@@ -5,21 +5,22 @@ would: every record has its own seed, derived from the run's seed and its sample
 shares a generate call with another record (a batch's random draws would depend on its
 batch-mates, and those change when a run resumes).
 
-* HF engine: one ``generate`` call per record with its ``n`` responses as the batch, after
+Each record is one engine :class:`~easyvideor1.rollout.base.Request` with ``n`` and
+``seed=record seed``; a seeded request is never batched with another (``rollout/base.py``):
+
+* HF engine: one ``generate`` call for the record's ``n`` responses after
   ``torch.manual_seed(record seed)``.
-* vLLM engine (``AsyncLLM``): one request per record with ``n`` completions and
-  ``seed=record seed`` (vLLM gives completion ``i`` the seed ``seed + i``); requests run
-  concurrently and finish in any order. Greedy: one completion, repeated n times (vLLM refuses
-  n > 1 without sampling).
+* vLLM engine (``AsyncLLM``): one request with ``n`` completions and that seed (vLLM gives
+  completion ``i`` the seed ``seed + i``); requests run concurrently and finish in any order.
+  Greedy: one completion, repeated n times (vLLM refuses n > 1 without sampling).
 """
 
 from __future__ import annotations
 
 import hashlib
-from concurrent.futures import Future
 from dataclasses import dataclass
 
-from ..rollout.base import Responses, SamplingConfig
+from ..rollout.base import Responses
 
 
 @dataclass
@@ -42,28 +43,3 @@ def record_seed(seed: int, sample_id: str) -> int:
     """A 31-bit seed for one record (vLLM adds the completion index, so leave it headroom)."""
     digest = hashlib.sha256(f"{seed}\0{sample_id}".encode()).digest()
     return int.from_bytes(digest[:4], "big") >> 2
-
-
-def generate_hf(engine, prompts, n: int, sampling: SamplingConfig, seed: int) -> Sampled:
-    """``n`` responses to one encoded prompt (a one-row ``PromptBatch``) with the HF engine."""
-    import torch
-
-    torch.manual_seed(seed)  # seeds every device's generator too
-    return Sampled.of(engine.generate(prompts, [n], sampling))
-
-
-def submit_vllm(
-    engine, key: str, text: str, media: dict, n: int, sampling: SamplingConfig, seed: int
-) -> Future:
-    """Queue one record on an :class:`~easyvideor1.evaluation.engines.AsyncVLLMEvalEngine` (one
-    request, ``n`` completions, the record's seed); the future gives its :class:`Sampled`."""
-    out: Future = Future()
-
-    def done(f: Future) -> None:
-        try:
-            out.set_result(Sampled.of(f.result()))
-        except Exception as e:  # e.g. a prompt longer than the engine allows: the caller lists it
-            out.set_exception(e)
-
-    engine.submit(f"filter-{key}", text, media, sampling, n=n, seed=seed).add_done_callback(done)
-    return out

@@ -220,7 +220,7 @@ def _render(processor, samples, cfg, loader, add_generation_prompt, responses):
 
 
 def _process(
-    processor, texts: list[str], loaded: list[tuple[list, list]], padding_side: str, cfg: DataConfig
+    processor, texts: list[str], loaded: list[tuple[list, list]], padding_side: str, model_family: str | None
 ):
     from transformers.video_utils import VideoMetadata
 
@@ -236,7 +236,7 @@ def _process(
     if videos:
         kwargs.update(videos=videos, video_metadata=metadata, do_sample_frames=False)
         # the family's explicit per-frame pixel cap (the one our sampler applied), never a default
-        kwargs.update(get_family(cfg.model_family or _unknown_family()).video_processor_kwargs())
+        kwargs.update(get_family(model_family or _unknown_family()).video_processor_kwargs())
     if images:
         kwargs["images"] = images
     # our frames and images are already on the factor grid within their budgets
@@ -260,7 +260,7 @@ def encode_batch(
 ):
     """Processor inputs for several samples at once (left-padded prompts, ready for ``generate``)."""
     texts, loaded = _render(processor, samples, cfg, loader, add_generation_prompt, responses)
-    return _process(processor, texts, loaded, padding_side, cfg)
+    return _process(processor, texts, loaded, padding_side, cfg.model_family)
 
 
 def encode_prompts(processor, samples: list[MediaSample], cfg: DataConfig, loader: VideoLoader):
@@ -269,21 +269,20 @@ def encode_prompts(processor, samples: list[MediaSample], cfg: DataConfig, loade
     It also keeps each prompt's text and raw media (``texts``, ``media``) for engines that run
     their own processor; the frames are views of the loaded ones, so this costs no copy.
     """
+    texts, loaded = _render(processor, samples, cfg, loader, True, None)
+    return encode_loaded(processor, texts, loaded, cfg.model_family)
+
+
+def encode_loaded(processor, texts: list[str], loaded: list[tuple[list, list]], model_family: str | None):
+    """A left-padded :class:`~easyvideor1.models.inputs.PromptBatch` of rendered prompt texts and
+    their loaded ``(videos, images)`` (what the engines' request path encodes)."""
     from ..models.inputs import PromptBatch
 
-    texts, loaded = _render(processor, samples, cfg, loader, True, None)
-    inputs = _process(processor, texts, loaded, "left", cfg)
+    inputs = _process(processor, texts, loaded, "left", model_family)
     return PromptBatch(
         dict(inputs),
-        [len(s.videos) for s in samples],
-        [len(s.images) for s in samples],
+        [len(v) for v, _ in loaded],
+        [len(im) for _, im in loaded],
         texts=texts,
         media=[raw_media(v, im) for v, im in loaded],
     )
-
-
-def encode_sample(
-    processor, sample: MediaSample, cfg: DataConfig, loader: VideoLoader, add_generation_prompt=True
-):
-    """Processor inputs (``input_ids``, ``pixel_values_videos``, ``video_grid_thw``, ...) for one sample."""
-    return encode_batch(processor, [sample], cfg, loader, add_generation_prompt)

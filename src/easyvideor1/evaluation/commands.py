@@ -177,8 +177,7 @@ def evaluate(
                 f"{res['failures']} failures, {res['truncated']} truncated, {res['not_scored']} not scored)"
             )
     finally:
-        if hasattr(engine, "close"):
-            engine.close()
+        engine.close()
     write_summary(results, out)
     plot_scores(results, out)
     print(f"report: {write_run_report(out, inputs, results, cfg.reward)}")
@@ -235,9 +234,25 @@ def score(cfg: RunSections, predictions: list[str], out: str) -> dict[str, dict]
     settings = cfg.eval
     inputs = load_inputs(resolve_benchmarks(settings), settings)
     given, skipped = _responses(predictions, [i.spec.name for i in inputs])
+    return score_responses(inputs, given, out, cfg.reward, skipped)
+
+
+def score_responses(
+    inputs: list[BenchmarkInputs],
+    given: dict[str, dict[str, dict]],
+    out: str,
+    reward: RewardConfig | None,
+    skipped: int = 0,
+    quiet: bool = False,
+) -> dict[str, dict]:
+    """The scoring half of ``eval``: responses (``given[benchmark][sample_id]`` rows with
+    ``response``, ``output_tokens``, ``truncated``) scored by each benchmark's scorer into
+    ``OUT/<benchmark>/predictions.jsonl`` and ``results.json``, the run's ``results.json`` and
+    ``report.html``. ``score`` and training validation write their directories with it, so
+    ``eval-compare`` sets either beside an ``eval`` run."""
     results = {}
     for item in inputs:
-        rows_in = given[item.spec.name]
+        rows_in = given.get(item.spec.name, {})
         unknown = set(rows_in) - set(item.ids)
         digest = "score:" + digest_of(sorted(rows_in))
         rows = []
@@ -245,6 +260,9 @@ def score(cfg: RunSections, predictions: list[str], out: str) -> dict[str, dict]
             row = rows_in.get(sid)
             if row is None:
                 rows.append(failure_row(sid, i, digest, prompt, "no response in the predictions file"))
+                continue
+            if row.get("error") is not None and row.get("response") is None:  # generation failed there
+                rows.append(failure_row(sid, i, digest, prompt, str(row["error"])))
                 continue
             text = row.get("response", row.get("prediction"))
             rows.append(
@@ -258,7 +276,7 @@ def score(cfg: RunSections, predictions: list[str], out: str) -> dict[str, dict]
                     text,
                     output_tokens=row.get("output_tokens"),
                     truncated=row.get("truncated"),
-                    reward=cfg.reward,
+                    reward=reward,
                 )
             )
         bench_dir = os.path.join(out, item.spec.name)
@@ -268,14 +286,17 @@ def score(cfg: RunSections, predictions: list[str], out: str) -> dict[str, dict]
             os.unlink(pred_path)  # scoring is a pure function of the file: never mix two scorings
         with PredictionWriter(pred_path) as w:
             w.write(rows)
-        res = summarize(item, scored_pairs(item, {r["sample_id"]: r for r in rows}, cfg.reward), skipped)
+        res = summarize(item, scored_pairs(item, {r["sample_id"]: r for r in rows}, reward), skipped)
         res.update(settings=digest, unknown_sample_ids=len(unknown))
         write_json_atomic(os.path.join(bench_dir, "results.json"), res)
         results[item.spec.name] = res
-        print(
-            f"{item.spec.name}: {_fmt(res['score'])} {res['metric']} ({res['failures']} missing or failed, "
-            f"{len(unknown)} unknown ids ignored)"
-        )
+        if not quiet:
+            print(
+                f"{item.spec.name}: {_fmt(res['score'])} {res['metric']} ({res['failures']} missing or failed, "
+                f"{len(unknown)} unknown ids ignored)"
+            )
     write_summary(results, out)
-    print(f"report: {write_run_report(out, inputs, results, cfg.reward)}")
+    report = write_run_report(out, inputs, results, reward)
+    if not quiet:
+        print(f"report: {report}")
     return results

@@ -12,8 +12,11 @@ import hashlib
 import json
 import os
 from dataclasses import dataclass, field
+from typing import ClassVar
 
 from ..data.probe import PROBES
+from ..rollout.config import ENGINES, PipelineSettings
+from ..rollout.sampling import SamplingConfig
 
 ANNOTATIONS_ENV = "EASYVIDEOR1_ANNOTATIONS"
 
@@ -23,8 +26,11 @@ class EvalConfigError(ValueError):
 
 
 @dataclass
-class EvalConfig:
+class EvalConfig(SamplingConfig):
     """How benchmarks are evaluated.
+
+    The sampling keys are :class:`~easyvideor1.rollout.sampling.SamplingConfig`'s (greedy by
+    default); vLLM engine settings are the run's ``rollout.vllm`` section, as in training.
 
     Attributes:
         benchmarks: Registry names (``easyvideor1 eval --list``).
@@ -54,15 +60,14 @@ class EvalConfig:
             with the real run: ``easyvideor1 eval-compare REAL_OUT PROBE_OUT``.
     """
 
+    SECTION: ClassVar[str] = "eval"
+
+    temperature: float = 0.0
+    max_new_tokens: int | None = None
     benchmarks: list[str] = field(default_factory=list)
     annotations: str | None = None
     video_root: str | None = None
     style: str = "direct"
-    max_new_tokens: int | None = None
-    temperature: float = 0.0
-    top_p: float = 1.0
-    top_k: int = 0
-    presence_penalty: float = 0.0
     preset: str | None = None
     engine: str = "hf"
     batch_size: int = 4
@@ -83,25 +88,21 @@ class EvalConfig:
         def bad(key: str, why: str) -> None:
             raise EvalConfigError(f"eval.{key}: {why}")
 
+        self.check_sampling()
         if self.style not in ("direct", "thinking"):
             bad("style", f"{self.style!r} is not one of direct, thinking")
-        if self.engine not in ("hf", "vllm"):
-            bad("engine", f"{self.engine!r} is not one of hf, vllm")
+        if self.engine not in ENGINES:
+            bad("engine", f"{self.engine!r} is not one of {', '.join(ENGINES)}")
         for key in ("batch_size", "load_workers", "queue_size", "max_in_flight"):
             if getattr(self, key) < 1:
                 bad(key, f"must be at least 1, got {getattr(self, key)}")
-        for key in ("max_new_tokens", "max_samples"):
-            value = getattr(self, key)
-            if value is not None and value < 1:
-                bad(key, f"must be at least 1 (or unset), got {value}")
-        if self.temperature < 0:
-            bad("temperature", f"must be >= 0, got {self.temperature}")
-        if not 0 < self.top_p <= 1:
-            bad("top_p", f"must be in (0, 1], got {self.top_p}")
-        if self.top_k < 0:
-            bad("top_k", f"must be >= 0 (0 keeps the whole vocabulary), got {self.top_k}")
+        if self.max_samples is not None and self.max_samples < 1:
+            bad("max_samples", f"must be at least 1 (or unset), got {self.max_samples}")
         if self.probe is not None and self.probe not in PROBES:
             bad("probe", f"{self.probe!r} is not one of {', '.join(PROBES)} (or unset: the real video)")
+
+    def pipeline(self) -> PipelineSettings:
+        return PipelineSettings(self.load_workers, self.queue_size, self.max_in_flight)
 
     def annotations_dir(self) -> str | None:
         """``annotations``, else ``$EASYVIDEOR1_ANNOTATIONS``, else None."""

@@ -21,6 +21,8 @@ import os
 import re
 import urllib.request
 
+from ..rollout.sampling import JUDGE_MAX_NEW_TOKENS
+
 SYSTEM = "You grade answers to questions about videos. Be strict about meaning, lenient about wording."
 TEMPLATE = (
     "Does the model answer mean the same as the ground truth?\n"
@@ -110,5 +112,5 @@ def local_judge(prediction: str, truth: str, **meta) -> float:
     )
     ids = tokenizer(prompt, return_tensors="pt")
     with torch.no_grad():
-        out = model.generate(**ids, max_new_tokens=128, do_sample=False)
+        out = model.generate(**ids, max_new_tokens=JUDGE_MAX_NEW_TOKENS, do_sample=False)
     return _verdict(tokenizer.decode(out[0, ids["input_ids"].shape[1] :], skip_special_tokens=True), meta)

@@ -1,11 +1,10 @@
-"""The evaluation pipeline: media loading overlapped with generation, resumable, failures counted.
+"""Evaluating one benchmark: its samples through the shared pipeline, resumable, failures counted.
 
-Stages: a pool of loader processes reads each sample's media (cache entry or decode) into a
-bounded queue -> the engine generates for batches of ready samples (HF), or each sample is
-submitted as its own request the moment it is ready and collected when it finishes (vLLM
-``AsyncLLM``, at most ``max_in_flight`` at once) -> the benchmark's scorer scores -> one JSON line
-per sample is appended to ``predictions.jsonl`` and flushed. The queue bound keeps memory flat on
-long videos (back-pressure). A rerun skips exactly the samples already recorded under the same
+The stages (media loaders -> prompt -> engine requests -> scoring -> rows) are
+``rollout/pipeline.py``'s, shared with training validation and ``filter``; what is evaluation's
+is here: the benchmark's prompts and sample ids, the settings digest, the benchmark's scorer, and
+one JSON line per sample appended to ``predictions.jsonl`` and flushed. A rerun skips exactly the
+samples already recorded under the same
 settings digest (generation settings, frame budget, model *fingerprint*) with the same prompt; a
 sample whose media cannot be loaded is recorded as a failure and counts as wrong.
 """
@@ -13,27 +12,25 @@ sample whose media cannot be loaded is recorded as a failure and counts as wrong
 from __future__ import annotations
 
 import dataclasses
-import multiprocessing
 import os
-import queue
-import threading
 import time
-from concurrent.futures import FIRST_COMPLETED, Future, ProcessPoolExecutor, wait
 from typing import Any
 
 from ..data.config import DataConfig
-from ..data.dataset import RecordDataset, build_content, encode_prompts, load_media, prompt_parts
+from ..data.dataset import RecordDataset, build_content
 from ..data.records import Record
 from ..rewards import RewardConfig
-from ..rollout.base import SamplingConfig
+from ..rollout.base import Prompt, Request, Responses
+from ..rollout.pipeline import run_pipeline
+from ..rollout.sampling import SamplingConfig
 from .config import EvalConfig, digest_of
 from .identity import sample_ids
 from .predictions import PredictionWriter, read_predictions
 from .registry import BenchmarkSpec
+from .report_html import thumbnail_strip
 from .results import write_results
 from .rows import failure_row, prompt_sha, scored_row
 
-_DONE = object()
 # data settings that change where frames come from, not which frames: not part of the digest
 _DATA_NOT_HASHED = (
     "train_files",
@@ -116,7 +113,8 @@ def run_benchmark(
     loader=None,
     reward: RewardConfig | None = None,
 ) -> dict[str, Any]:
-    """Evaluate one benchmark; returns its results (also written to ``<out>/<name>/results.json``).
+    """Evaluate one benchmark through the shared pipeline (``rollout/pipeline.py``); returns its
+    results (also written to ``<out>/<name>/results.json``).
 
     ``model_id`` is :func:`~easyvideor1.evaluation.identity.model_fingerprint` of the weights."""
     t0 = time.perf_counter()
@@ -139,39 +137,26 @@ def run_benchmark(
         if done.get(sid, {}).get("prompt_sha") != prompt_sha(inputs.prompts[i])
     ]
     max_new = settings.max_new_tokens or spec.max_new_tokens
-    sampling = SamplingConfig(
-        temperature=settings.temperature,
-        top_p=settings.top_p,
-        top_k=settings.top_k,
-        max_new_tokens=max_new,
-        presence_penalty=settings.presence_penalty,
-    )
-    ready: queue.Queue = queue.Queue(maxsize=settings.queue_size)
-    timing = {"load": 0.0, "generate": 0.0}
-    thumbs = PredictionWriter(os.path.join(bench_dir, "thumbs.jsonl"))  # for report.html
+    work = BenchmarkWork(inputs, settings.sampling(max_new_tokens=max_new), digest, reward)
+    with (
+        PredictionWriter(pred_path) as out,
+        PredictionWriter(os.path.join(bench_dir, "thumbs.jsonl")) as thumbs,
+    ):
 
-    def produce():
-        # Loader processes, not threads: decoding holds the GIL long enough to stall generation.
-        global _LOADER_DATASET
-        _LOADER_DATASET = dataset  # inherited by the forked loaders
-        ctx = multiprocessing.get_context("fork")
-        with ProcessPoolExecutor(
-            max_workers=max(1, settings.load_workers), mp_context=ctx, initializer=_loader_init
-        ) as pool:
-            for item, seconds, thumb in pool.map(_load_one, todo):  # in order: resumes stay deterministic
-                timing["load"] += seconds
-                if thumb:
-                    thumbs.write([{"sample_id": inputs.ids[item[0]], "thumb": thumb}])
-                ready.put(item)
-        ready.put(_DONE)
+        def keep_thumbnail(i: int, strip: str) -> None:  # for report.html (it never decodes a video again)
+            thumbs.write([{"sample_id": inputs.ids[i], "thumb": strip}])
 
-    threading.Thread(target=produce, daemon=True).start()
-    job = _Job(inputs, dataset, processor, sampling, digest, timing, reward)
-    with thumbs, PredictionWriter(pred_path) as out:
-        if getattr(engine, "streaming", False):
-            _stream(ready, engine, job, out.write, settings.max_in_flight)
-        else:
-            _batches(ready, engine, job, out.write, settings.batch_size)
+        timing = run_pipeline(
+            dataset,
+            todo,
+            engine,
+            processor,
+            work,
+            out.write,
+            settings.pipeline(),
+            thumbnail_strip,
+            keep_thumbnail,
+        )
     # what the digest stands for, readable: generation settings, engine, frame budget, model
     detail = {
         "eval": {**dataclasses.asdict(settings), "max_new_tokens": max_new},
@@ -186,7 +171,7 @@ def run_benchmark(
         digest,
         bench_dir,
         time.perf_counter() - t0,
-        timing,
+        {"load": timing.load, "generate": timing.generate},
         detail,
         reward,
         probe=settings.probe,
@@ -194,19 +179,22 @@ def run_benchmark(
 
 
 @dataclasses.dataclass
-class _Job:
+class BenchmarkWork:
+    """Evaluation's part of the pipeline: one greedy (or configured) response per sample, scored by
+    the benchmark's scorer into a ``predictions.jsonl`` row."""
+
     inputs: BenchmarkInputs
-    dataset: RecordDataset
-    processor: Any
     sampling: SamplingConfig
     digest: str
-    timing: dict[str, float]
     reward: RewardConfig | None
+
+    def request(self, i: int, prompt: Prompt) -> Request:
+        return Request(self.inputs.ids[i], prompt, self.sampling)
 
     def failure(self, i: int, error: str) -> dict:
         return failure_row(self.inputs.ids[i], i, self.digest, self.inputs.prompts[i], error)
 
-    def scored(self, i: int, text: str, n_tokens: int, truncated: bool | None) -> dict:
+    def scored(self, i: int, out: Responses) -> dict:
         return scored_row(
             self.inputs.spec,
             self.inputs.records[i],
@@ -214,101 +202,11 @@ class _Job:
             i,
             self.digest,
             self.inputs.prompts[i],
-            text,
-            output_tokens=n_tokens,
-            truncated=truncated,
+            out.texts[0],
+            output_tokens=int(out.mask[0].sum()),
+            truncated=out.truncated[0] if out.truncated else None,
             reward=self.reward,
         )
-
-
-def _batches(ready, engine, job: _Job, write, batch_size: int) -> None:
-    """Batched generation: take what is ready (up to ``batch_size``), generate, write, repeat."""
-    finished = False
-    while not finished:
-        batch = []
-        item = ready.get()
-        while True:
-            if item is _DONE:
-                finished = True
-                break
-            batch.append(item)
-            if len(batch) >= batch_size:
-                break
-            try:
-                item = ready.get_nowait()
-            except queue.Empty:
-                break
-        write(_generate_and_score(batch, engine, job))
-
-
-def _stream(ready, engine, job: _Job, write, max_in_flight: int) -> None:
-    """One request per sample, submitted when ready; rows written in the order requests finish."""
-    pending: dict[Future, int] = {}
-    finished = False
-    t0 = time.perf_counter()
-    while not finished or pending:
-        while not finished and len(pending) < max_in_flight:
-            try:  # block only when nothing is running
-                item = ready.get(block=not pending)
-            except queue.Empty:
-                break
-            if item is _DONE:
-                finished = True
-                break
-            i, sample, err = item
-            if err is not None:
-                write([job.failure(i, err)])
-                continue
-            text, media = prompt_parts(job.processor, sample, job.dataset.cfg, job.dataset.loader)
-            pending[engine.submit(job.inputs.ids[i], text, media, job.sampling)] = i
-        if not pending:
-            continue
-        done, _ = wait(pending, timeout=0.02, return_when=FIRST_COMPLETED)
-        rows = []
-        for future in done:
-            i = pending.pop(future)
-            try:
-                out = future.result()
-            except Exception as e:  # e.g. a prompt longer than the engine allows: counted as wrong
-                rows.append(job.failure(i, f"{type(e).__name__}: {e}"))
-                continue
-            truncated = out.truncated[0] if out.truncated else None
-            rows.append(job.scored(i, out.texts[0], int(out.mask.sum()), truncated))
-        if rows:
-            write(sorted(rows, key=_index))
-    job.timing["generate"] += time.perf_counter() - t0  # wall time of the generation stage
-
-
-_LOADER_DATASET = None
-
-
-def _loader_init() -> None:
-    import torch
-
-    from ..media.workers import die_with_parent
-
-    die_with_parent()  # a killed eval must not leave its loaders behind (re-parented, holding memory)
-    torch.set_num_threads(1)
-
-
-def _load_one(i: int):
-    """Loader process body: one sample with its media loaded (or the reason it could not be), and a
-    thumbnail strip of the frames just loaded (the report never decodes a video again)."""
-    from .report_html import thumbnail_strip
-
-    t = time.perf_counter()
-    sample = _LOADER_DATASET[i]
-    thumb = None
-    try:
-        sample.loaded = load_media(sample, _LOADER_DATASET.cfg, _LOADER_DATASET.loader)
-        item = (i, sample, None)
-    except Exception as e:  # recorded as a failure, counted as wrong
-        return (i, sample, f"{type(e).__name__}: {e}"), time.perf_counter() - t, None
-    try:
-        thumb = thumbnail_strip(*sample.loaded)
-    except Exception:  # a sample without a thumbnail is still evaluated
-        thumb = None
-    return item, time.perf_counter() - t, thumb
 
 
 def eval_data_config(data: DataConfig, style: str = "direct") -> DataConfig:
@@ -316,30 +214,3 @@ def eval_data_config(data: DataConfig, style: str = "direct") -> DataConfig:
     ``thinking`` style, unless ``data.thinking`` says otherwise."""
     thinking = style == "thinking" if data.thinking is None else data.thinking
     return dataclasses.replace(data, prompt_template="none", thinking=thinking)
-
-
-def _generate_and_score(batch, engine, job: _Job) -> list[dict]:
-    rows = [job.failure(i, err) for i, _, err in batch if err is not None]
-    good = [(i, s) for i, s, err in batch if err is None]
-    if good:
-        t = time.perf_counter()
-        try:
-            prompts = encode_prompts(job.processor, [s for _, s in good], job.dataset.cfg, job.dataset.loader)
-            out = engine.generate(prompts, [1] * len(good), job.sampling)
-        except Exception as e:
-            job.timing["generate"] += time.perf_counter() - t
-            if len(good) == 1:  # this sample's request failed: recorded, counted as wrong
-                return sorted(rows + [job.failure(good[0][0], f"{type(e).__name__}: {e}")], key=_index)
-            # one bad sample must not sink its batch-mates: retry them one by one
-            for i, s in good:
-                rows += _generate_and_score([(i, s, None)], engine, job)
-            return sorted(rows, key=_index)
-        job.timing["generate"] += time.perf_counter() - t
-        truncated = out.truncated or [None] * len(good)
-        for (i, _), text, n, cut in zip(good, out.texts, out.mask.sum(1).tolist(), truncated, strict=True):
-            rows.append(job.scored(i, text, n, cut))
-    return sorted(rows, key=_index)
-
-
-def _index(row: dict) -> int:
-    return row["index"]

@@ -17,6 +17,7 @@ from typing import Any
 
 from ..data.records import Record, load_records
 from ..rewards import RewardConfig
+from ..rollout.sampling import BENCHMARK_MAX_NEW_TOKENS
 from .metrics import Scored, accuracy
 
 PromptFn = Callable[[Record, str], str]
@@ -65,7 +66,7 @@ class BenchmarkSpec:
     breakdown_note: str = ""
     prompt: PromptFn | None = None
     scorer: ScoreFn | None = None
-    max_new_tokens: int = 1024
+    max_new_tokens: int = BENCHMARK_MAX_NEW_TOKENS
     metric: str = "accuracy"
     prompt_source: str = "generic (evaluation/prompts.py): question, options, the task's answer instruction"
     needs_judge: bool = False

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-
 from typing import ClassVar
 
 from ..validation import at_least, in_range, non_negative, one_of, require
@@ -12,12 +11,15 @@ from .sampling import TRAIN_MAX_NEW_TOKENS, SamplingConfig
 
 @dataclass
 class VLLMConfig:
-    """The vLLM rollout engine (``rollout.engine=vllm``): one colocated engine per rank.
+    """The vLLM engine, for training rollouts (``rollout.engine=vllm``: one colocated engine per
+    rank) and for ``eval`` / ``filter`` (``--engine vllm``) alike: one section, one set of defaults.
 
     Parameters:
-        gpu_memory_utilization: Share of the GPU vLLM may take (weights + KV cache); leave the
-            trainer room. On CPUs the KV cache size comes from ``VLLM_CPU_KVCACHE_SPACE`` (GiB).
+        gpu_memory_utilization: Share of the GPU vLLM may take (weights + KV cache). Unset: 0.5 when
+            the engine shares the GPU with the trainer, 0.9 when it is alone (``eval``, ``filter``).
+            On CPUs the KV cache size comes from ``VLLM_CPU_KVCACHE_SPACE`` (GiB).
         tensor_parallel_size: GPUs per engine.
+        data_parallel_size: ``eval`` / ``filter``: engine copies behind one front end (GPUs = dp x tp).
         enforce_eager: Skip CUDA-graph capture (faster start-up, slower decoding).
         in_process: Run vLLM's engine core in the trainer process (starts in seconds, weights are
             pushed by reference); false uses vLLM's worker processes (weights travel as bytes).
@@ -29,8 +31,9 @@ class VLLMConfig:
             sends only the adapter (PEFT files, language-model targets only).
     """
 
-    gpu_memory_utilization: float = 0.5
+    gpu_memory_utilization: float | None = None
     tensor_parallel_size: int = 1
+    data_parallel_size: int = 1
     enforce_eager: bool = False
     in_process: bool = True
     sleep_between_phases: bool = False
@@ -39,9 +42,38 @@ class VLLMConfig:
 
     def __post_init__(self) -> None:
         one_of("rollout.vllm.lora_sync", self.lora_sync, ("merged", "adapter"))
-        in_range("rollout.vllm.gpu_memory_utilization", self.gpu_memory_utilization, 0, 1, low_open=True)
+        if self.gpu_memory_utilization is not None:
+            in_range("rollout.vllm.gpu_memory_utilization", self.gpu_memory_utilization, 0, 1, low_open=True)
         at_least("rollout.vllm.tensor_parallel_size", self.tensor_parallel_size, 1)
+        at_least("rollout.vllm.data_parallel_size", self.data_parallel_size, 1)
         non_negative("rollout.vllm.max_model_len", self.max_model_len)
+
+    def memory_share(self, colocated: bool) -> float:
+        """``gpu_memory_utilization``, or its default for an engine beside a trainer or alone."""
+        if self.gpu_memory_utilization is not None:
+            return self.gpu_memory_utilization
+        return COLOCATED_MEMORY_SHARE if colocated else ALONE_MEMORY_SHARE
+
+
+@dataclass
+class PipelineSettings:
+    """Throughput knobs of the pipeline (they never change a result).
+
+    Attributes:
+        load_workers: Loader processes; 0 loads in a thread of this process (no fork).
+        queue_size: Loaded samples waiting for the engine (bounds memory on long videos).
+        max_in_flight: Requests submitted and not yet finished.
+    """
+
+    load_workers: int = 2
+    queue_size: int = 8
+    max_in_flight: int = 64
+
+
+# vLLM's share of GPU memory when unset: leave a colocated trainer room; take most of it alone
+COLOCATED_MEMORY_SHARE = 0.5
+ALONE_MEMORY_SHARE = 0.9
+ENGINES = ("hf", "vllm")
 
 
 @dataclass
@@ -89,7 +121,7 @@ class RolloutConfig(SamplingConfig):
         if str(self.hybrid).lower() in ("false", "no", "0", "none"):
             self.hybrid = "off"
         one_of("rollout.hybrid", self.hybrid, ("off", "always", "below_threshold"))
-        one_of("rollout.engine", self.engine, ("hf", "vllm"))
+        one_of("rollout.engine", self.engine, ENGINES)
         require(
             isinstance(self.temperature, (int, float)) and 0 < self.temperature < float("inf"),
             "rollout.temperature",

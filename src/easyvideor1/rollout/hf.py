@@ -1,4 +1,10 @@
-"""Rollouts with Hugging Face ``generate`` (any machine; batched over prompts and samples)."""
+"""Rollouts with Hugging Face ``generate`` (any machine; batched over prompts and samples).
+
+``generate`` takes an encoded batch (the trainer's rollouts); ``submit`` takes one request at a
+time and batches whatever has gathered (:class:`~.base.RequestQueue`), encoding the rendered
+prompts with the processor here. A seeded request runs alone after ``torch.manual_seed(seed)``,
+so its responses do not depend on what else was waiting.
+"""
 
 from __future__ import annotations
 
@@ -8,7 +14,15 @@ import torch
 from transformers import LogitsProcessor, LogitsProcessorList
 
 from ..models.inputs import PromptBatch, expand
-from .base import Responses, SamplingConfig, banned_token_ids, cut_at_eos
+from .base import (
+    Request,
+    RequestQueue,
+    Responses,
+    SamplingConfig,
+    banned_token_ids,
+    cut_at_eos,
+    split_responses,
+)
 
 
 class PresencePenalty(LogitsProcessor):
@@ -29,17 +43,20 @@ class PresencePenalty(LogitsProcessor):
         return scores - self.penalty * seen.to(scores.dtype)
 
 
-class HFRolloutEngine:
+class HFRolloutEngine(RequestQueue):
     """``generate`` over a Hugging Face model (the :class:`~.base.RolloutEngine` protocol).
 
     ``owns_weights=False`` (one process): the model *is* the training model, so updates reach it
     without a push. ``True``: the model is a separate full copy (under FSDP) that
-    :meth:`update_weights` keeps equal to the trainer's.
+    :meth:`update_weights` keeps equal to the trainer's. ``max_batch``: requests per ``generate``
+    call on the request path.
     """
 
-    def __init__(self, model, processor, owns_weights: bool = False):
+    adapter_sync = False  # plain HF weights: LoRA reaches the copy merged
+
+    def __init__(self, model, processor, owns_weights: bool = False, max_batch: int = 16):
         self.model, self.processor = model, processor
-        self.owns_weights = owns_weights
+        self.owns_weights, self.max_batch = owns_weights, max_batch
         tok = processor.tokenizer
         self.banned = banned_token_ids(tok)
         eos = model.generation_config.eos_token_id
@@ -91,6 +108,22 @@ class HFRolloutEngine:
         texts = [self.decode(row[m.bool()]) for row, m in zip(ids, mask, strict=True)]
         return Responses(ids=ids, mask=mask, texts=texts, truncated=truncated, logprobs=logprobs)
 
+    def run_batch(self, requests: list[Request]) -> list[Responses]:
+        """The request path: encode the rendered prompts, one ``generate``, rows split per request."""
+        from ..data.dataset import encode_loaded
+        from ..models.families import family_of_model
+
+        batch = encode_loaded(
+            self.processor,
+            [r.prompt.text for r in requests],
+            [(r.prompt.videos, r.prompt.images) for r in requests],
+            family_of_model(self.model).model_type,
+        )
+        if requests[0].seed is not None:  # alone in its batch (RequestQueue): reproducible per request
+            torch.manual_seed(requests[0].seed)  # seeds every device's generator too
+        counts = [r.n for r in requests]
+        return split_responses(self.generate(batch, counts, requests[0].sampling), counts)
+
     @torch.no_grad()
     def update_weights(self, named_tensors: Iterable[tuple[str, torch.Tensor]]) -> None:
         """Copy full weights, by transformers parameter name, into the engine's own model."""
@@ -106,8 +139,12 @@ class HFRolloutEngine:
     def wake_up(self) -> None:
         """See :meth:`sleep`."""
 
+    def update_adapter(self, adapter_dir: str) -> None:
+        raise RuntimeError("the HF engine takes merged weights (update_weights), not an adapter")
+
     def close(self) -> None:
-        """Nothing to shut down (the model belongs to the caller)."""
+        """Stop the request worker (the model belongs to the caller)."""
+        self._queue_stop()
 
     def decode(self, ids: torch.Tensor) -> str:
         """Response text without the end-of-turn token (tags like <answer> are kept: rewards read them)."""

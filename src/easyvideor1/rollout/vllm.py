@@ -36,7 +36,8 @@ from typing import Any
 import torch
 
 from ..models.inputs import PromptBatch
-from .base import Responses, SamplingConfig, banned_token_ids
+from .base import Request, RequestQueue, Responses, SamplingConfig, banned_token_ids, request_media
+from .config import VLLMConfig
 
 log = logging.getLogger(__name__)
 
@@ -141,8 +142,9 @@ class VLLMResponses:
         return self.processor.tokenizer.decode(ids, skip_special_tokens=False)
 
 
-class VLLMRolloutEngine(VLLMResponses):
-    """A vLLM ``LLM`` as a rollout engine (``generate`` / ``update_weights`` / ``sleep`` / ``close``).
+class VLLMRolloutEngine(RequestQueue, VLLMResponses):
+    """A vLLM ``LLM`` as a rollout engine (``generate`` / ``submit`` / ``update_weights`` / ``sleep``
+    / ``close``); ``submit`` batches the waiting requests into one ``LLM.generate`` call.
 
     Parameters:
         model_path: Hugging Face model directory (config, safetensors, tokenizer, processor files).
@@ -224,7 +226,7 @@ class VLLMRolloutEngine(VLLMResponses):
         )
         if limit_mm_per_prompt:
             kwargs["limit_mm_per_prompt"] = limit_mm_per_prompt
-        self.adapter_sync = max_lora_rank > 0
+        self.adapter_sync = max_lora_rank > 0  # RolloutEngine.adapter_sync
         self._adapter = None  # the LoRARequest every request carries, once an adapter was sent
         if self.adapter_sync:
             kwargs.update(enable_lora=True, max_lora_rank=_vllm_lora_rank(max_lora_rank), max_loras=1)
@@ -233,6 +235,25 @@ class VLLMRolloutEngine(VLLMResponses):
             _keep_callers_process_group()
         with _global_rng_kept():  # vLLM reseeds random/numpy/torch: the trainer's streams must not move
             self.llm = LLM(**kwargs)
+
+    @classmethod
+    def from_config(
+        cls, model_path: str, processor, cfg: VLLMConfig, *, dtype: str, seed: int, colocated: bool, **kwargs
+    ) -> VLLMRolloutEngine:
+        """The engine ``rollout.vllm`` describes (``colocated``: it shares the GPU with a trainer)."""
+        return cls(
+            model_path,
+            processor,
+            dtype=dtype,
+            seed=seed,
+            max_model_len=cfg.max_model_len or None,
+            gpu_memory_utilization=cfg.memory_share(colocated),
+            tensor_parallel_size=cfg.tensor_parallel_size,
+            enforce_eager=cfg.enforce_eager,
+            in_process=cfg.in_process,
+            enable_sleep_mode=cfg.sleep_between_phases,
+            **kwargs,
+        )
 
     def generate(self, batch: PromptBatch, repeats: list[int], sampling: SamplingConfig) -> Responses:
         """Sample ``repeats[i]`` responses for prompt ``i``, in prompt order (see the module doc)."""
@@ -243,17 +264,32 @@ class VLLMRolloutEngine(VLLMResponses):
             return Responses(ids=empty, mask=empty, texts=[], truncated=[])
         if batch.texts is None or batch.media is None:
             raise ValueError("vLLM needs prompt texts and media: build the batch with encode_prompts")
-        greedy = sampling.temperature == 0
-        prompts, params = [], []
-        for text, media, r in zip(batch.texts, batch.media, repeats, strict=True):
+        prompts = [vllm_prompt(t, m, self.mm_kwargs) for t, m in zip(batch.texts, batch.media, strict=True)]
+        return self._sample(prompts, repeats, [sampling] * len(prompts), [None] * len(prompts))
+
+    def run_batch(self, requests: list[Request]) -> list[Responses]:
+        """The request path: every waiting request in one ``LLM.generate`` call."""
+        from .base import split_responses
+
+        prompts = [vllm_prompt(r.prompt.text, request_media(r.prompt), self.mm_kwargs) for r in requests]
+        counts = [r.n for r in requests]
+        out = self._sample(prompts, counts, [r.sampling for r in requests], [r.seed for r in requests])
+        return split_responses(out, counts)
+
+    def _sample(self, prompts: list[dict], repeats: list[int], samplings: list, seeds: list) -> Responses:
+        requests, params = [], []
+        for prompt, r, sampling, seed in zip(prompts, repeats, samplings, seeds, strict=True):
             if r == 0:
                 continue
-            prompt = vllm_prompt(text, media, self.mm_kwargs)
+            greedy = sampling.temperature == 0
             # vLLM refuses n > 1 with greedy decoding: greedy repeats are separate requests
             for n in [1] * r if greedy else [r]:
-                prompts.append(prompt)
+                requests.append(prompt)
                 params.append(self.sampling_params(sampling, n))
-        outs = self.llm.generate(prompts, params, use_tqdm=False, lora_request=self._adapter)
+                if seed is not None and not greedy:
+                    params[-1].seed = seed  # vLLM gives completion i the seed seed + i
+        want_logprobs = any(s.return_logprobs for s in samplings)
+        outs = self.llm.generate(requests, params, use_tqdm=False, lora_request=self._adapter)
         rows, logprobs = [], []
         for out in outs:
             for c in sorted(out.outputs, key=lambda c: c.index):
@@ -263,7 +299,7 @@ class VLLMRolloutEngine(VLLMResponses):
                     if c.logprobs
                     else None
                 )
-        return self.responses(rows, logprobs if sampling.return_logprobs else None)
+        return self.responses(rows, logprobs if want_logprobs else None)
 
     def update_weights(self, named_tensors: Iterable[tuple[str, torch.Tensor]]) -> None:
         """Load new policy weights, then drop the prefix and encoder caches.
@@ -323,6 +359,7 @@ class VLLMRolloutEngine(VLLMResponses):
 
     def close(self) -> None:
         """Shut the engine down (worker processes included) and release its memory."""
+        self._queue_stop()
         llm = getattr(self, "llm", None)
         if llm is not None:
             llm.llm_engine.engine_core.shutdown()

@@ -7,6 +7,7 @@ probed accuracy beside the real accuracy of the same prompts.
 
 from __future__ import annotations
 
+import copy
 import dataclasses
 import json
 import os
@@ -14,8 +15,10 @@ from collections import defaultdict
 
 import torch
 
-from ..data.dataset import encode_prompts
-from ..rollout.base import SamplingConfig
+from ..rollout.base import Prompt, Request, Responses
+from ..rollout.config import PipelineSettings
+from ..rollout.pipeline import run_pipeline
+from ..rollout.sampling import SamplingConfig
 from .distributed import all_gather
 from .experience import score
 
@@ -52,6 +55,8 @@ def validate_policy(trainer, probes: bool = False) -> dict[str, float]:
             shown += [{**g, "probe": probe} for g in probed[:4]]
     if not state.is_main:
         return metrics
+    out = os.path.join(trainer.cfg.trainer.output_dir, VALIDATION_DIR, f"step_{trainer.step}")
+    write_validation_run(out, val_set, generations, trainer.cfg.reward)
     path = os.path.join(trainer.cfg.trainer.output_dir, "generations.jsonl")
     with open(path, "a", encoding="utf-8") as f:
         for g in shown:
@@ -70,29 +75,89 @@ def evaluate(
     batch_size: int = 16,
     probe: str | None = None,
 ) -> list[dict]:
-    """One row per prompt: the generation and its scores (aggregate rows with :func:`summarize`).
+    """One row per prompt: the generation and its scores (aggregate rows with :func:`summarize`),
+    through the pipeline ``eval`` and ``filter`` use (``rollout/pipeline.py``), media loaded in a
+    thread (no fork beside a live model and process group).
 
     ``probe`` (``blank``/``shuffle``) blanks or shuffles every prompt's video frames as they load."""
-    generations = []
-    for start in range(0, len(indices), batch_size):
-        samples = [dataclasses.replace(dataset[i], probe=probe) for i in indices[start : start + batch_size]]
-        batch = encode_prompts(processor, samples, dataset.cfg, dataset.loader)
-        out = engine.generate(batch, [1] * len(samples), sampling)
-        scores, tasks, _ = score(
-            out.texts, samples, list(range(len(samples))), out.mask.sum(1).tolist(), reward_cfg
-        )
-        for i, s in enumerate(samples):
-            generations.append(
-                {
-                    "index": indices[start + i],
-                    "problem_id": s.record.problem_id,
-                    "task": tasks[i],
-                    "response": out.texts[i],
-                    "answer": s.record.answer,
-                    **{k: float(scores[k][i]) for k in ("overall", "accuracy", "format")},
-                }
-            )
-    return generations
+    view = copy.copy(dataset)
+    view.probe = probe  # its samples carry the probe; load_media applies it after the cache
+    work = _ValidationWork(view, sampling, reward_cfg)
+    rows: list[dict] = []
+    settings = PipelineSettings(load_workers=0, queue_size=batch_size, max_in_flight=batch_size)
+    run_pipeline(view, list(indices), engine, processor, work, rows.extend, settings)
+    return sorted(rows, key=lambda g: g["index"])
+
+
+@dataclasses.dataclass
+class _ValidationWork:
+    """Validation's part of the pipeline: one response per prompt, scored by the reward library as
+    training scores rollouts; each row also keeps the response and its token count (the fields of
+    eval's prediction rows)."""
+
+    dataset: object
+    sampling: SamplingConfig
+    reward_cfg: object
+
+    def request(self, i: int, prompt: Prompt) -> Request:
+        return Request(f"val-{i}", prompt, self.sampling)
+
+    def scored(self, i: int, out: Responses) -> dict:
+        sample = self.dataset[i]
+        n_tokens = int(out.mask[0].sum())
+        scores, tasks, _ = score(out.texts, [sample], [0], [n_tokens], self.reward_cfg)
+        return {
+            "index": i,
+            "problem_id": sample.record.problem_id,
+            "task": tasks[0],
+            "response": out.texts[0],
+            "answer": sample.record.answer,
+            "output_tokens": n_tokens,
+            "truncated": bool(out.truncated[0]) if out.truncated else None,
+            **{k: float(scores[k][0]) for k in ("overall", "accuracy", "format")},
+        }
+
+    def failure(self, i: int, reason: str) -> dict:
+        record = self.dataset.records[i]
+        return {
+            "index": i,
+            "problem_id": record.problem_id,
+            "task": str(record.problem_type or "unknown"),
+            "response": None,
+            "answer": record.answer,
+            "error": reason,
+            **{k: 0.0 for k in ("overall", "accuracy", "format")},
+        }
+
+
+VALIDATION_DIR = "validation"
+
+
+def write_validation_run(out: str, dataset, generations: list[dict], reward_cfg) -> None:
+    """The validation's responses as an ``eval`` output directory (``OUT/<file name>/predictions.jsonl``,
+    ``results.json``, ``report.html``): each validation file is the benchmark ``eval --data FILE``
+    makes of it (same name, sample ids and prompts), scored by ``eval``'s scoring half, so
+    ``eval-compare`` sets a validation beside an ``eval`` run of the same checkpoint."""
+    from ..data.prompt import format_question
+    from ..evaluation.commands import score_responses
+    from ..evaluation.identity import sample_ids
+    from ..evaluation.pipeline import BenchmarkInputs
+    from ..evaluation.spec_file import records_benchmarks
+
+    by_file: dict[str, list[dict]] = defaultdict(list)
+    for g in generations:
+        by_file[dataset.data_files[g["index"]]].append(g)
+    inputs, given = [], {}
+    for data_file, rows in by_file.items():
+        spec = records_benchmarks([data_file], [])[0]
+        everyone = [i for i, f in enumerate(dataset.data_files) if f == data_file]
+        ids = dict(zip(everyone, sample_ids([dataset.records[i] for i in everyone], spec.name), strict=True))
+        chosen = [g["index"] for g in rows]
+        records = [dataset.records[i] for i in chosen]
+        prompts = [format_question(r, dataset.cfg.prompt_template) for r in records]
+        inputs.append(BenchmarkInputs(spec, records, [ids[i] for i in chosen], prompts, data_file))
+        given[spec.name] = {ids[g["index"]]: g for g in rows}
+    score_responses(inputs, given, out, reward_cfg, quiet=True)
 
 
 def summarize(generations: list[dict]) -> dict[str, float]:

@@ -32,17 +32,13 @@ def make_rollout_engine(cfg, processor, model, state: DistState, owns_weights: b
 
         v = cfg.rollout.vllm
         adapter = v.lora_sync == "adapter" and _check_adapter_sync(model)
-        return VLLMRolloutEngine(
+        return VLLMRolloutEngine.from_config(
             cfg.model.path,
             processor,
+            v,
             dtype=cfg.model.dtype,
             seed=cfg.trainer.seed + 1_000_003 * state.rank,
-            max_model_len=v.max_model_len or None,
-            gpu_memory_utilization=v.gpu_memory_utilization,
-            tensor_parallel_size=v.tensor_parallel_size,
-            enforce_eager=v.enforce_eager,
-            in_process=v.in_process,
-            enable_sleep_mode=v.sleep_between_phases,
+            colocated=True,
             max_lora_rank=cfg.model.lora.rank if adapter else 0,
         )
     return HFRolloutEngine(model, processor, owns_weights=owns_weights)
@@ -104,7 +100,7 @@ class EngineHandoff:
         if not self.engine.owns_weights:
             return
         with torch.no_grad():
-            if getattr(self.engine, "adapter_sync", False) and has_lora(self.model):
+            if self.engine.adapter_sync and has_lora(self.model):
                 self._push_adapter()
             else:
                 self.engine.update_weights(merged_state_dict(self.model))

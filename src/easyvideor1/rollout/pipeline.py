@@ -1,0 +1,213 @@
+"""The one load -> render -> generate -> score pipeline: trainer validation, ``eval`` and ``filter``.
+
+Stages: loaders read each sample's media (frame-cache entry or decode) in input order, at most
+``queue_size`` samples ahead of the engine (back-pressure keeps memory flat on long videos) ->
+the sample's prompt is rendered (:func:`render_prompt`) and submitted to the engine as one
+:class:`~.base.Request` the moment it is ready (at most ``max_in_flight`` at once; batch engines
+batch whatever has gathered) -> as each request finishes, the job scores it and the rows are
+written. A sample whose media cannot be loaded, or whose request fails, becomes a failure row with
+its reason and the job goes on.
+
+What differs between the jobs is a :class:`Work`: which request a sample makes (``n``, sampling,
+seed), how its responses become a row (a benchmark's scorer, the reward library), how a failure
+is recorded. Resuming is the caller's: it passes only the indices still to do.
+
+Loaders are processes (``load_workers`` >= 1; decoding holds the GIL long enough to stall
+generation), forked so they inherit the dataset; ``load_workers=0`` loads in a thread instead, for
+callers that must not fork (a trainer under torchrun, with CUDA and process groups live).
+"""
+
+from __future__ import annotations
+
+import collections
+import multiprocessing
+import queue
+import threading
+import time
+from collections.abc import Callable
+from concurrent.futures import FIRST_COMPLETED, Future, ProcessPoolExecutor, wait
+from dataclasses import dataclass
+from typing import Any, Protocol
+
+from ..data.config import DataConfig
+from ..data.dataset import MediaSample, RecordDataset, load_media, render_text, thinking_mode
+from ..media.cache import VideoLoader
+from .base import Prompt, Request, Responses
+from .config import PipelineSettings
+
+Row = dict[str, Any]
+_DONE = object()
+
+
+class Work(Protocol):
+    """One job's part of the pipeline, for sample ``i`` (an index into the dataset)."""
+
+    def request(self, i: int, prompt: Prompt) -> Request: ...
+
+    def scored(self, i: int, responses: Responses) -> Row: ...
+
+    def failure(self, i: int, reason: str) -> Row: ...
+
+
+@dataclass
+class Timing:
+    """Seconds spent loading media (summed over loaders) and generating (the stage's wall time)."""
+
+    load: float = 0.0
+    generate: float = 0.0
+    keep_thumbnail: Callable[[int, str], None] | None = None
+
+
+def render_prompt(processor, sample: MediaSample, cfg: DataConfig, loader: VideoLoader) -> Prompt:
+    """The sample as every engine takes it: the chat-rendered text (thinking as ``data.thinking``
+    or the template decides) and its media, loaded unless a loader already did."""
+    videos, images = sample.loaded or load_media(sample, cfg, loader)
+    return Prompt(render_text(processor, sample, thinking=thinking_mode(cfg)), list(videos), list(images))
+
+
+def failure_reason(error: BaseException) -> str:
+    """The one-line reason a failure row records."""
+    return f"{type(error).__name__}: {error}"
+
+
+def run_pipeline(
+    dataset: RecordDataset,
+    todo: list[int],
+    engine,
+    processor,
+    work: Work,
+    write: Callable[[list[Row]], None],
+    settings: PipelineSettings | None = None,
+    thumbnail: Callable[[list, list], str | None] | None = None,
+    keep_thumbnail: Callable[[int, str], None] | None = None,
+) -> Timing:
+    """Run ``todo`` (dataset indices, in order) through the stages; ``write`` gets rows as they finish
+    (each call's rows sorted by index). ``thumbnail(videos, images)``, when given, runs in the loader
+    on the frames just loaded; ``keep_thumbnail(i, strip)`` receives each as its sample arrives (so
+    a killed run keeps those made so far)."""
+    settings = settings or PipelineSettings()
+    timing = Timing(keep_thumbnail=keep_thumbnail)
+    ready: queue.Queue = queue.Queue(maxsize=settings.queue_size)
+    loader = threading.Thread(
+        target=_produce, args=(dataset, todo, settings, ready, timing, thumbnail), daemon=True
+    )
+    loader.start()
+    pending: dict[Future, int] = {}
+    finished = False
+    t0 = time.perf_counter()
+    while not finished or pending:
+        while not finished and len(pending) < settings.max_in_flight:
+            try:  # block only when nothing is running
+                item = _next(ready, block=not pending)
+            except queue.Empty:
+                break
+            if item is _DONE:
+                finished = True
+                break
+            i, sample, error = item
+            if error is None:
+                try:
+                    prompt = render_prompt(processor, sample, dataset.cfg, dataset.loader)
+                    pending[engine.submit(work.request(i, prompt))] = i
+                    continue
+                except Exception as e:  # e.g. a template or processor that refuses this sample
+                    error = failure_reason(e)
+            write([work.failure(i, error)])
+        if not pending:
+            continue
+        done, _ = wait(pending, timeout=0.02, return_when=FIRST_COMPLETED)
+        rows = []
+        for future in done:
+            i = pending.pop(future)
+            try:
+                out = future.result()
+            except Exception as e:  # e.g. a prompt longer than the engine allows: recorded, the job goes on
+                rows.append(work.failure(i, failure_reason(e)))
+                continue
+            rows.append(work.scored(i, out))
+        if rows:
+            write(sorted(rows, key=lambda r: r.get("index", 0)))
+    timing.generate = time.perf_counter() - t0
+    loader.join(timeout=5)
+    return timing
+
+
+def _next(ready: queue.Queue, block: bool = True):
+    item = ready.get(block=block)
+    if isinstance(item, BaseException):  # the loader died: stop with its error, not a hang
+        raise RuntimeError(f"media loading stopped: {failure_reason(item)}") from item
+    return item
+
+
+# the dataset and thumbnail function the forked loader processes inherit
+_LOADER: tuple[RecordDataset, Callable | None] | None = None
+
+
+def _produce(
+    dataset, todo, settings: PipelineSettings, ready: queue.Queue, timing: Timing, thumbnail
+) -> None:
+    """Loaded samples into ``ready`` in ``todo`` order, at most ``queue_size`` ahead of the engine."""
+    global _LOADER
+    try:
+        if settings.load_workers == 0:
+            for i in todo:
+                _put(ready, _load_one(i, dataset, thumbnail), timing)
+        else:
+            _LOADER = (dataset, thumbnail)  # inherited by the forked loaders
+            ctx = multiprocessing.get_context("fork")
+            with ProcessPoolExecutor(settings.load_workers, mp_context=ctx, initializer=_loader_init) as pool:
+                pending = iter(todo)
+                window = collections.deque(
+                    pool.submit(_load_forked, i) for i in _take(pending, settings.queue_size)
+                )
+                while window:
+                    item = window.popleft().result()
+                    window.extend(pool.submit(_load_forked, i) for i in _take(pending, 1))
+                    _put(ready, item, timing)
+        ready.put(_DONE)
+    except BaseException as e:  # never leave the engine side waiting for a queue nobody fills
+        ready.put(e)
+
+
+def _put(ready: queue.Queue, loaded, timing: Timing) -> None:
+    item, seconds, thumb = loaded
+    timing.load += seconds
+    if thumb and timing.keep_thumbnail is not None:
+        timing.keep_thumbnail(item[0], thumb)
+    ready.put(item)
+
+
+def _take(it, k: int) -> list[int]:
+    return [x for _, x in zip(range(k), it, strict=False)]
+
+
+def _loader_init() -> None:
+    import torch
+
+    from ..media.workers import die_with_parent
+
+    die_with_parent()  # a killed job must not leave its loaders behind (re-parented, holding memory)
+    torch.set_num_threads(1)
+
+
+def _load_forked(i: int):
+    dataset, thumbnail = _LOADER
+    return _load_one(i, dataset, thumbnail)
+
+
+def _load_one(i: int, dataset: RecordDataset, thumbnail):
+    """One sample with its media loaded (or the reason it could not be), the seconds it took, and
+    its thumbnail when asked for."""
+    t = time.perf_counter()
+    try:
+        sample = dataset[i]
+        sample.loaded = load_media(sample, dataset.cfg, dataset.loader)
+    except Exception as e:  # recorded as this sample's failure; the job goes on
+        return (i, None, failure_reason(e)), time.perf_counter() - t, None
+    thumb = None
+    if thumbnail is not None:
+        try:
+            thumb = thumbnail(*sample.loaded)
+        except Exception:  # a sample without a thumbnail is still evaluated
+            thumb = None
+    return (i, sample, None), time.perf_counter() - t, thumb

@@ -1,0 +1,158 @@
+"""A vLLM ``AsyncLLM`` engine: one request per sample, many in flight (``eval``, ``filter``).
+
+Batch engines make a batch wait for its slowest sample and the loaders wait for the batch. Here each
+request goes to vLLM the moment it is submitted (``submit`` returns a future at once); vLLM's
+scheduler keeps as many running as memory allows and finishes them in any order. ``AsyncLLM``
+runs the engine core in its own process; its asyncio loop lives in a thread here, so callers stay
+plain synchronous code. Engine arguments come from ``rollout.vllm`` through the same
+:func:`~.vllm.engine_args` as the training engine.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import itertools
+import threading
+from concurrent.futures import Future
+from typing import Any
+
+from ..models.inputs import PromptBatch
+from .base import Prompt, Request, Responses, SamplingConfig
+from .config import VLLMConfig
+from .vllm import VLLMResponses, engine_args, vllm_prompt
+
+
+class AsyncVLLMEngine(VLLMResponses):
+    """Request-level vLLM engine (``--engine vllm`` of ``eval`` and ``filter``).
+
+    Parameters:
+        model_path: Hugging Face model directory.
+        processor: Its transformers processor (EOS ids, banned vision tokens, decoding).
+        cfg: The ``rollout.vllm`` section (memory share, parallelism, eager mode, length limit).
+        dtype: Weights and activations dtype (``float32``, ``bfloat16``, ``auto``).
+        seed: Seed of the per-request sampling seeds (greedy decoding ignores it).
+        engine_kwargs: Any other vLLM engine argument.
+    """
+
+    owns_weights = False  # serves a checkpoint; nothing is pushed to it
+    adapter_sync = False
+
+    def __init__(
+        self,
+        model_path: str,
+        processor,
+        cfg: VLLMConfig | None = None,
+        *,
+        dtype: str = "auto",
+        seed: int = 0,
+        engine_kwargs: dict[str, Any] | None = None,
+    ):
+        from vllm.engine.arg_utils import AsyncEngineArgs
+        from vllm.v1.engine.async_llm import AsyncLLM
+
+        cfg = cfg or VLLMConfig()
+        super().__init__(model_path, processor, seed)
+        kwargs = engine_args(
+            model_path,
+            processor,
+            dtype=dtype,
+            seed=seed,
+            max_model_len=cfg.max_model_len or None,
+            gpu_memory_utilization=cfg.memory_share(colocated=False),
+            tensor_parallel_size=cfg.tensor_parallel_size,
+            enforce_eager=cfg.enforce_eager,
+        )
+        if cfg.data_parallel_size > 1:
+            kwargs["data_parallel_size"] = cfg.data_parallel_size
+        kwargs.update(engine_kwargs or {})
+        self._ids = itertools.count()
+        self._loop = asyncio.new_event_loop()
+        self._thread = threading.Thread(target=self._loop.run_forever, name="vllm-async", daemon=True)
+        self._thread.start()
+
+        async def make() -> AsyncLLM:
+            return AsyncLLM.from_engine_args(AsyncEngineArgs(**kwargs))
+
+        self.llm = asyncio.run_coroutine_threadsafe(make(), self._loop).result()
+
+    def submit(self, request: Request) -> Future:
+        """Queue one request; the future gives its :class:`Responses`: ``n`` rows (completions in
+        index order) from one vLLM request, sampled with ``request.seed`` when given (vLLM gives
+        completion ``i`` the seed ``seed + i``). Greedy decoding makes one completion and repeats it
+        (vLLM refuses ``n > 1`` without sampling; the n would all be the same answer)."""
+        from vllm.sampling_params import RequestOutputKind
+
+        from .base import request_media
+
+        sampling, n = request.sampling, request.n
+        greedy = sampling.temperature == 0
+        params = self.sampling_params(sampling, n=1 if greedy else n)
+        if request.seed is not None and not greedy:
+            params.seed = request.seed
+        params.output_kind = RequestOutputKind.FINAL_ONLY  # one output per request, no streaming
+        request_id = f"{request.key}#{next(self._ids)}"
+        prompt = vllm_prompt(request.prompt.text, request_media(request.prompt), self.mm_kwargs)
+        copies = n if greedy else 1
+        return asyncio.run_coroutine_threadsafe(self._run(request_id, prompt, params, copies), self._loop)
+
+    def generate(self, batch: PromptBatch, repeats: list[int], sampling: SamplingConfig) -> Responses:
+        """The batch path on top of :meth:`submit`: every prompt in flight at once, rows in order."""
+        if batch.texts is None or batch.media is None:
+            raise ValueError("vLLM needs prompt texts and media: build the batch with encode_prompts")
+        if sampling.return_logprobs:
+            raise ValueError("the AsyncLLM engine returns no log-probs: use the training engine")
+        futures = [
+            self.submit(Request(f"batch-{i}", Prompt(text, raw=media), sampling, n=r))
+            for i, (text, media, r) in enumerate(zip(batch.texts, batch.media, repeats, strict=True))
+            if r
+        ]
+        outs = [f.result() for f in futures]
+        rows = [row[m.bool()].tolist() for out in outs for row, m in zip(out.ids, out.mask, strict=True)]
+        if not rows:
+            import torch
+
+            empty = torch.zeros((0, 0), dtype=torch.long)
+            return Responses(ids=empty, mask=empty, texts=[], truncated=[])
+        return self.responses(rows, None)
+
+    async def _run(self, request_id: str, prompt: dict[str, Any], params, copies: int) -> Responses:
+        final = None
+        async for out in self.llm.generate(prompt, params, request_id):
+            final = out
+        got = 0 if final is None else len(final.outputs)
+        if got != params.n:
+            raise RuntimeError(f"vLLM returned {got} of {params.n} completions for request {request_id}")
+        rows = [list(o.token_ids) for o in sorted(final.outputs, key=lambda o: o.index)]
+        return self.responses(rows * copies, None)
+
+    def update_weights(self, named_tensors) -> None:
+        raise RuntimeError("the AsyncLLM engine serves a checkpoint: weights are not pushed to it")
+
+    def update_adapter(self, adapter_dir: str) -> None:
+        raise RuntimeError("the AsyncLLM engine serves a checkpoint: adapters are not pushed to it")
+
+    def sleep(self) -> None:
+        """Nothing to release between phases: no trainer shares this engine's GPU."""
+
+    def wake_up(self) -> None:
+        """See :meth:`sleep`."""
+
+    def close(self) -> None:
+        """Shut the engine-core process down and stop the loop thread."""
+        if getattr(self, "llm", None) is not None:
+            handler = getattr(self.llm, "output_handler", None)  # a vLLM internal, absent in some versions
+            if handler is not None:  # stop reading outputs first, or it reports the engine's exit as a crash
+                asyncio.run_coroutine_threadsafe(_cancel(handler), self._loop).result(timeout=10)
+            self.llm.shutdown()
+            self.llm = None
+        if self._loop.is_running():
+            self._loop.call_soon_threadsafe(self._loop.stop)
+            self._thread.join(timeout=10)
+
+
+async def _cancel(task: asyncio.Task) -> None:
+    task.cancel()
+    try:
+        await task
+    except asyncio.CancelledError:
+        pass
