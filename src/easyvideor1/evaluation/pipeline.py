@@ -25,7 +25,7 @@ from ..data.config import DataConfig
 from ..data.dataset import RecordDataset, build_content, encode_prompts, load_media, prompt_parts
 from ..data.records import Record
 from ..rewards import RewardConfig
-from ..rollout.base import SamplingConfig
+from ..rollout.sampling import SamplingConfig
 from .config import EvalConfig, digest_of
 from .identity import sample_ids
 from .predictions import PredictionWriter, read_predictions
