@@ -21,8 +21,7 @@ from .data.config import DataConfig
 from .evaluation.config import EvalConfig
 from .rewards.config import RewardConfig
 from .rollout.config import RolloutConfig
-from .trainer.config import DemoConfig, ModelConfig, TrainerConfig
-from .trainer.distributed import DistributedConfig
+from .trainer.config import DemoConfig, DistributedConfig, ModelConfig, TrainerConfig
 
 T = TypeVar("T")
 

@@ -13,83 +13,63 @@ Advantage estimators, policy losses and KL estimators are registries: add one wi
 `@register_advantage("name")`, `@register_policy_loss("name")` or `@register_kl_estimator("name")`.
 """
 
-from ._registry import UnknownAlgorithmError, load_plugin_files
-from .advantages import (
-    GREEDY_BASELINE,
-    RAW_REWARD_KEYS,
-    AdvantageOutput,
-    advantage_inputs,
-    compute_advantages,
-    get_advantage_estimator,
-    group_normalize,
-    list_advantage_estimators,
-    register_advantage,
-)
-from .aggregation import LOSS_AGG_MODES, GlobalBatchStats, aggregate_loss
-from .config import AlgorithmConfig, KLConfig, OnlineFilterConfig, OverlongConfig
-from .filtering import DynamicSampler, GroupFilterResult, RoundSummary, filter_groups
-from .kl import (
-    AdaptiveKLController,
-    FixedKLController,
-    kl_loss,
-    kl_penalty,
-    kl_penalty_rewards,
-    list_kl_estimators,
-    register_kl_estimator,
-)
-from .logits import entropy_from_logits, logprobs_from_logits
-from .masked import masked_mean, masked_sum, masked_whiten, scores_to_token_rewards
-from .policy_losses import (
-    PolicyLossOutput,
-    compute_policy_loss,
-    get_policy_loss,
-    list_policy_losses,
-    register_policy_loss,
-)
-from .shaping import ShapedRewards, overlong_penalty, shape_rewards
+from __future__ import annotations
 
-__all__ = [
-    "GREEDY_BASELINE",
-    "RAW_REWARD_KEYS",
-    "ShapedRewards",
-    "advantage_inputs",
-    "load_plugin_files",
-    "shape_rewards",
-    "LOSS_AGG_MODES",
-    "AdaptiveKLController",
-    "AdvantageOutput",
-    "AlgorithmConfig",
-    "DynamicSampler",
-    "FixedKLController",
-    "GlobalBatchStats",
-    "GroupFilterResult",
-    "KLConfig",
-    "OnlineFilterConfig",
-    "OverlongConfig",
-    "PolicyLossOutput",
-    "RoundSummary",
-    "UnknownAlgorithmError",
-    "aggregate_loss",
-    "compute_advantages",
-    "compute_policy_loss",
-    "entropy_from_logits",
-    "filter_groups",
-    "get_advantage_estimator",
-    "get_policy_loss",
-    "group_normalize",
-    "kl_loss",
-    "kl_penalty",
-    "kl_penalty_rewards",
-    "list_advantage_estimators",
-    "list_kl_estimators",
-    "list_policy_losses",
-    "logprobs_from_logits",
-    "masked_mean",
-    "masked_sum",
-    "masked_whiten",
-    "overlong_penalty",
-    "register_advantage",
-    "register_kl_estimator",
-    "register_policy_loss",
-    "scores_to_token_rewards",
-]
+import importlib
+from typing import Any
+
+# Each public name and the module it lives in. The names are imported on first use (PEP 562), not
+# here: the run config imports ``algorithms.config``, which runs this file first, and reading a
+# config (``easyvideor1 --help``, ``eval --list``) must not load torch, which the tensor modules need.
+_EXPORTS = {
+    "_registry": ("UnknownAlgorithmError", "load_plugin_files"),
+    "advantages": (
+        "GREEDY_BASELINE",
+        "RAW_REWARD_KEYS",
+        "AdvantageOutput",
+        "advantage_inputs",
+        "compute_advantages",
+        "get_advantage_estimator",
+        "group_normalize",
+        "list_advantage_estimators",
+        "register_advantage",
+    ),
+    "aggregation": ("LOSS_AGG_MODES", "GlobalBatchStats", "aggregate_loss"),
+    "config": ("AlgorithmConfig", "KLConfig", "OnlineFilterConfig", "OverlongConfig"),
+    "filtering": ("DynamicSampler", "GroupFilterResult", "RoundSummary", "filter_groups"),
+    "kl": (
+        "AdaptiveKLController",
+        "FixedKLController",
+        "kl_loss",
+        "kl_penalty",
+        "kl_penalty_rewards",
+        "list_kl_estimators",
+        "register_kl_estimator",
+    ),
+    "logits": ("entropy_from_logits", "logprobs_from_logits"),
+    "masked": ("masked_mean", "masked_sum", "masked_whiten", "scores_to_token_rewards"),
+    "policy_losses": (
+        "PolicyLossOutput",
+        "compute_policy_loss",
+        "get_policy_loss",
+        "list_policy_losses",
+        "register_policy_loss",
+    ),
+    "shaping": ("ShapedRewards", "overlong_penalty", "shape_rewards"),
+}
+_MODULE_OF = {name: module for module, names in _EXPORTS.items() for name in names}
+
+__all__ = sorted(_MODULE_OF)
+
+
+def __getattr__(name: str) -> Any:
+    module = _MODULE_OF.get(name)
+    if module is None:
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    value = getattr(importlib.import_module(f".{module}", __name__), name)
+    globals()[name] = value  # later lookups find it without coming here
+    return value
+
+
+def __dir__() -> list[str]:
+    return sorted({*globals(), *__all__})

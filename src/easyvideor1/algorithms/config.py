@@ -15,14 +15,15 @@ Recipes:
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from ..validation import in_range, non_negative, positive
-from . import advantages, kl, policy_losses
 from ._registry import UnknownAlgorithmError, load_plugin_files
-from .aggregation import normalize_loss_agg_mode
-from .filtering import FILTER_CRITERIA
-from .kl import AdaptiveKLController, FixedKLController
+
+# The registries and tensor code are imported by the checks that need them: the run config imports
+# this module, and only building an algorithm section (not reading the config's shape) loads torch.
+if TYPE_CHECKING:
+    from .kl import AdaptiveKLController, FixedKLController
 
 
 @dataclass
@@ -55,6 +56,8 @@ class KLConfig:
     horizon: int = 10000
 
     def __post_init__(self) -> None:
+        from . import kl
+
         _named("algorithm.kl.type", kl.KL_ESTIMATORS.get, self.type)  # lists the known types
         non_negative("algorithm.kl.coef", self.coef)
         _check(
@@ -101,6 +104,8 @@ class OnlineFilterConfig:
     max_tries: int = 20
 
     def __post_init__(self) -> None:
+        from .filtering import FILTER_CRITERIA
+
         _check(
             self.criterion in FILTER_CRITERIA,
             f"algorithm.online_filtering.criterion must be one of {FILTER_CRITERIA}, got {self.criterion!r}",
@@ -207,6 +212,9 @@ class AlgorithmConfig:
     overlong: OverlongConfig = field(default_factory=OverlongConfig)
 
     def __post_init__(self) -> None:
+        from . import advantages, policy_losses
+        from .aggregation import normalize_loss_agg_mode
+
         load_plugin_files(self.plugin_files)  # before any name is looked up
         _named("algorithm.adv_estimator", advantages.get_advantage_estimator, self.adv_estimator)
         _named("algorithm.policy_loss", policy_losses.get_policy_loss, self.policy_loss)
@@ -256,6 +264,8 @@ class AlgorithmConfig:
 
     def make_kl_controller(self) -> FixedKLController | AdaptiveKLController:
         """The KL coefficient controller described by `kl`."""
+        from .kl import AdaptiveKLController, FixedKLController
+
         if self.kl.controller == "adaptive":
             return AdaptiveKLController(self.kl.coef, self.kl.target, self.kl.horizon)
         return FixedKLController(self.kl.coef)

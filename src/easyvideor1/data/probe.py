@@ -25,11 +25,12 @@ from __future__ import annotations
 
 import dataclasses
 import hashlib
+from typing import TYPE_CHECKING
 
 import numpy as np
-import torch
 
-from ..media.video import SampledVideo
+if TYPE_CHECKING:  # both are imported where frames are probed: run configs import PROBES from here
+    from ..media.video import SampledVideo
 
 PROBES = ("blank", "shuffle")
 BLANK_VALUE = 128  # uint8 mid-grey: about zero after the processors' normalisation (see above)
@@ -57,6 +58,8 @@ def probe_video(video: SampledVideo, probe: str | None, seed_key: str = "") -> S
     """
     if probe is None:
         return video
+    import torch
+
     check_probe("probe", probe)
     frames = video.frames
     if probe == "blank":

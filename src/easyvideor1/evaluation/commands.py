@@ -23,7 +23,7 @@ from ..data.config import DataConfig
 from ..data.records import RecordError
 from ..rewards import RewardConfig
 from .config import ANNOTATIONS_ENV, EvalConfig, digest_of
-from .pipeline import BenchmarkInputs, run_benchmark
+from .pipeline import BenchmarkInputs
 from .predictions import PredictionWriter, iter_rows
 from .registry import BenchmarkSpec, get_benchmark, list_benchmarks
 from .report import plot_scores, write_run_report, write_summary
@@ -158,6 +158,7 @@ def evaluate(
     """Run every benchmark of ``cfg.eval`` with the engine ``make_engine()`` builds (after all checks)."""
     from ..media.cache import VideoLoader
     from .identity import model_fingerprint
+    from .pipeline import run_benchmark  # generation: only `eval` itself needs it
 
     settings = cfg.eval
     inputs = load_inputs(resolve_benchmarks(settings), settings)

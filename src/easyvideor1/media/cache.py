@@ -47,7 +47,6 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
-import torch
 
 from .decode import DecodeError
 from .identity import SourceIdentity, source_identity
@@ -108,6 +107,8 @@ def write_entry(path: str | os.PathLike, video: SampledVideo) -> int:
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
     tmp = path.with_name(f"{path.name}.tmp.{socket.gethostname()}.{os.getpid()}")
+    import torch  # here, not at the top: run configs import this module and must load no torch
+
     frames = video.frames
     if frames.dtype != torch.uint8 or frames.ndim != 4 or frames.shape[-1] != 3:
         raise ValueError(f"frames must be uint8 [T, H, W, 3], got {frames.dtype} {tuple(frames.shape)}")
@@ -193,6 +194,8 @@ def read_entry(path: str | os.PathLike) -> SampledVideo:
     """Memory-map an entry (copy-on-write: callers may modify the tensor, never the file)."""
     header, meta, offset = read_header(path)
     shape = tuple(header["frames"]["shape"])
+    import torch
+
     arr = np.memmap(path, dtype=np.uint8, mode="c", offset=offset, shape=shape)
     return SampledVideo(frames=torch.from_numpy(arr), meta=meta)
 

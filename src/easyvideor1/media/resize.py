@@ -22,10 +22,13 @@ from __future__ import annotations
 
 import functools
 from collections.abc import Callable
+from typing import TYPE_CHECKING
 
 import av
 import numpy as np
-import torch
+
+if TYPE_CHECKING:  # torch is imported where frames are resized: run configs import this module
+    import torch
 
 # Frames at least this large (pixels) are converted in strips; smaller ones take the plain path.
 STRIP_MIN_PIXELS = 4096 * 4096
@@ -41,6 +44,8 @@ def resize_frames(frames: np.ndarray | torch.Tensor, height: int, width: int) ->
     Same filter as qwen-vl-utils (bicubic + antialias); torch's uint8 kernel is ~15x faster than
     resizing in float32 and differs from it by rounding only.
     """
+    import torch
+
     t = torch.from_numpy(frames) if isinstance(frames, np.ndarray) else frames
     if t.shape[1] == height and t.shape[2] == width:
         return t.contiguous()

@@ -14,8 +14,6 @@ import math
 from dataclasses import asdict, dataclass, fields, replace
 from typing import Any
 
-import torch
-
 # Constants of qwen-vl-utils 0.0.14 (vision_process.py).
 FRAME_FACTOR = 2  # Qwen-VL merges frames in temporal pairs
 DEFAULT_FPS = 2.0
@@ -207,6 +205,8 @@ def frame_indices(params: SamplingParams, total_frames: int, video_fps: float) -
     """Source frame indices to decode, and the resulting sample fps."""
     first, last, window = frame_range(params, total_frames, video_fps)
     n = smart_nframes(params, window, video_fps)
+    import torch  # here, not at the top: run configs import this module and must load no torch
+
     # float32 linspace + round-half-even, exactly as qwen-vl-utils does it
     idx = torch.linspace(first, last, n).round().long().tolist()
     return idx, n / max(window, 1e-6) * video_fps

@@ -10,13 +10,14 @@ import math
 import os
 import time
 from dataclasses import dataclass
-from typing import Any
-
-import torch
+from typing import TYPE_CHECKING, Any
 
 from .decode import DecodeError, probe_video, read_frames
 from .resize import FrameResizer, resize_frames  # noqa: F401  (resize_frames: re-exported)
 from .sampling import SamplingParams, frame_indices, frame_range, video_frame_size
+
+if TYPE_CHECKING:  # torch is imported where frames are made: run configs import this module
+    import torch
 
 # Bump when the stored frames or metadata change meaning. 2: edit lists honoured (frame 0 is the
 # first shown frame), truncated files refused unless allowed, ``frame_times`` stored.
@@ -119,6 +120,8 @@ def sample_video(path: str, params: SamplingParams, time_limit: float | None = N
             return video_frame_size(params, height, width, len(indices))
         except ValueError as e:
             raise DecodeError(f"{path}: {e}") from e
+
+    import torch
 
     resizer = FrameResizer(size_for)
     frames = torch.from_numpy(read_frames(info, indices, deadline=deadline, collector=resizer))

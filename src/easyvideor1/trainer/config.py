@@ -1,4 +1,4 @@
-"""Configuration of the model and the training loop (sections of the run config).
+"""Configuration of the model, the training loop and data parallelism (sections of the run config).
 
 The rollout sections live beside the engines, in ``rollout/config.py`` (re-exported here for old imports).
 """
@@ -250,3 +250,47 @@ class DemoConfig:
     def __post_init__(self) -> None:
         at_least("demo.n_train", self.n_train, 1)
         at_least("demo.n_val", self.n_val, 1)
+
+
+# dtype names FSDP mixed precision accepts (trainer/distributed.py maps them to torch dtypes)
+DISTRIBUTED_DTYPES = ("float32", "bfloat16", "float16")
+
+
+@dataclass
+class DistributedConfig:
+    """Data parallelism with FSDP2 (used when the run is launched with ``torchrun``).
+
+    Parameters:
+        backend: ``auto`` (NCCL when CUDA is available, else gloo), ``nccl`` or ``gloo``.
+        param_dtype: FSDP mixed precision: parameters are all-gathered and computed in this dtype
+            (``bfloat16`` on GPUs) while the sharded master weights and the optimizer stay in the
+            model's dtype. ``null`` computes in the model's dtype.
+        reduce_dtype: Gradient reduce-scatter dtype under mixed precision (``float32`` is safest).
+        cpu_offload: Keep sharded parameters, gradients and optimizer states in CPU memory
+            (GPU runs only; slower, for models that do not fit).
+        reshard_after_forward: Free the gathered parameters after each layer's forward (ZeRO-3);
+            false keeps them until the backward (ZeRO-2 style, more memory, fewer all-gathers).
+        balance_tokens: Assign each step's prompts to ranks so that their prompt-token counts are
+            balanced (greedy, longest first) instead of in contiguous blocks.
+        timeout_minutes: Collective timeout: a rank that stops answering fails the run after this.
+        group_with_one_rank: Under ``torchrun --nproc-per-node 1``, still join the process group
+            and shard with FSDP2 (a one-rank mesh) instead of running as a plain process: the only
+            way to exercise the NCCL/FSDP2 path on a single GPU (``tools/gpu_check.sh`` uses it).
+            Costs a second full model copy for HF rollouts, as any FSDP run does.
+    """
+
+    backend: str = "auto"
+    param_dtype: str | None = None
+    reduce_dtype: str = "float32"
+    cpu_offload: bool = False
+    reshard_after_forward: bool = True
+    balance_tokens: bool = False
+    timeout_minutes: float = 30.0
+    group_with_one_rank: bool = False
+
+    def __post_init__(self) -> None:
+        one_of("distributed.backend", self.backend, ("auto", "nccl", "gloo"))
+        if self.param_dtype is not None:
+            one_of("distributed.param_dtype", self.param_dtype, DISTRIBUTED_DTYPES)
+        one_of("distributed.reduce_dtype", self.reduce_dtype, DISTRIBUTED_DTYPES)
+        positive("distributed.timeout_minutes", self.timeout_minutes)

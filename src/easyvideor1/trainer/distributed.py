@@ -29,49 +29,11 @@ from typing import Any
 import torch
 import torch.distributed as dist
 
+# the section's settings live with the other sections (torch-free: reading a config loads no torch);
+# importing DistributedConfig from here keeps working
+from .config import DISTRIBUTED_DTYPES, DistributedConfig
+
 log = logging.getLogger(__name__)
-
-
-@dataclass
-class DistributedConfig:
-    """Data parallelism with FSDP2 (used when the run is launched with ``torchrun``).
-
-    Parameters:
-        backend: ``auto`` (NCCL when CUDA is available, else gloo), ``nccl`` or ``gloo``.
-        param_dtype: FSDP mixed precision: parameters are all-gathered and computed in this dtype
-            (``bfloat16`` on GPUs) while the sharded master weights and the optimizer stay in the
-            model's dtype. ``null`` computes in the model's dtype.
-        reduce_dtype: Gradient reduce-scatter dtype under mixed precision (``float32`` is safest).
-        cpu_offload: Keep sharded parameters, gradients and optimizer states in CPU memory
-            (GPU runs only; slower, for models that do not fit).
-        reshard_after_forward: Free the gathered parameters after each layer's forward (ZeRO-3);
-            false keeps them until the backward (ZeRO-2 style, more memory, fewer all-gathers).
-        balance_tokens: Assign each step's prompts to ranks so that their prompt-token counts are
-            balanced (greedy, longest first) instead of in contiguous blocks.
-        timeout_minutes: Collective timeout: a rank that stops answering fails the run after this.
-        group_with_one_rank: Under ``torchrun --nproc-per-node 1``, still join the process group
-            and shard with FSDP2 (a one-rank mesh) instead of running as a plain process: the only
-            way to exercise the NCCL/FSDP2 path on a single GPU (``tools/gpu_check.sh`` uses it).
-            Costs a second full model copy for HF rollouts, as any FSDP run does.
-    """
-
-    backend: str = "auto"
-    param_dtype: str | None = None
-    reduce_dtype: str = "float32"
-    cpu_offload: bool = False
-    reshard_after_forward: bool = True
-    balance_tokens: bool = False
-    timeout_minutes: float = 30.0
-    group_with_one_rank: bool = False
-
-    def __post_init__(self) -> None:
-        from ..validation import one_of, positive
-
-        one_of("distributed.backend", self.backend, ("auto", "nccl", "gloo"))
-        if self.param_dtype is not None:
-            one_of("distributed.param_dtype", self.param_dtype, tuple(_DTYPES))
-        one_of("distributed.reduce_dtype", self.reduce_dtype, tuple(_DTYPES))
-        positive("distributed.timeout_minutes", self.timeout_minutes)
 
 
 @dataclass
@@ -126,7 +88,7 @@ def shutdown_distributed(*objects_to_free: Any) -> None:
         dist.destroy_process_group()
 
 
-_DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}
+_DTYPES = {name: getattr(torch, name) for name in DISTRIBUTED_DTYPES}
 
 
 def decoder_layers(model) -> list[torch.nn.Module]:
