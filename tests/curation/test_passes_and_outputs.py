@@ -18,25 +18,34 @@ from easyvideor1.curation.job import finish
 from easyvideor1.data.config import DataConfig
 from easyvideor1.models.tiny import make_tiny_model
 from easyvideor1.rewards import RewardConfig
-from easyvideor1.rollout.base import Responses
+from easyvideor1.rollout.base import RequestQueue, Responses
 from tests.conftest import make_video
 
 N = 4
 
 
-class ScriptedEngine:
-    """Answers ``Question K`` with K right answers (``<answer>A</answer>``) out of n, then wrong ones."""
+class ScriptedEngine(RequestQueue):
+    """Answers ``Question K`` with K right answers (``<answer>A</answer>``) out of n, then wrong ones
+    (served through the request queue every batch engine uses)."""
+
+    owns_weights = adapter_sync = False
 
     def __init__(self):
         self.calls = 0
 
-    def generate(self, prompts, repeats, sampling):
-        self.calls += 1
-        (k,) = (int(m) for m in re.findall(r"Question (\d+)", prompts.texts[0]))
-        n = repeats[0]
-        texts = ["<answer>A</answer>"] * k + ["<answer>B</answer>"] * (n - k)
-        mask = torch.ones((n, 3), dtype=torch.long)
-        return Responses(ids=mask.clone(), mask=mask, texts=texts, truncated=[False] * n)
+    def run_batch(self, requests):
+        outs = []
+        for request in requests:
+            self.calls += 1
+            (k,) = (int(m) for m in re.findall(r"Question (\d+)", request.prompt.text))
+            n = request.n
+            texts = ["<answer>A</answer>"] * k + ["<answer>B</answer>"] * (n - k)
+            mask = torch.ones((n, 3), dtype=torch.long)
+            outs.append(Responses(ids=mask.clone(), mask=mask, texts=texts, truncated=[False] * n))
+        return outs
+
+    def close(self):
+        self._queue_stop()
 
 
 def _row(k: int, **extra) -> dict:

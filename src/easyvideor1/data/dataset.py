@@ -11,7 +11,6 @@ the true frame indices.
 from __future__ import annotations
 
 import os
-import re
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -22,44 +21,8 @@ from ..media.sampling import SamplingParams, image_size
 from .config import DataConfig
 from .preprocess import resolve_media_path
 from .probe import check_probe, probe_videos
-from .prompt import format_question
-from .records import Record, RecordError, load_records
-
-_PLACEHOLDER = re.compile(r"<(video|image)>")
-
-
-def build_content(record: Record, text: str | None = None) -> list[dict[str, Any]]:
-    """User-message content: media items at their ``<video>``/``<image>`` placeholders, in order.
-
-    Without placeholders the media go first, then the text (the reference silently produced no
-    vision tokens in that case). Placeholders must match the number of media of their kind.
-    """
-    text = record.problem if text is None else text
-    kinds = _PLACEHOLDER.findall(text)
-    n_video, n_image = kinds.count("video"), kinds.count("image")
-    for kind, n, have in (("video", n_video, len(record.videos)), ("image", n_image, len(record.images))):
-        if n and n != have:
-            raise RecordError(
-                record.source,
-                f"{n} <{kind}> placeholder(s) but {have} {kind}(s)",
-                "problem",
-                record.problem_id,
-            )
-    content: list[dict[str, Any]] = []
-    # media without placeholders of their kind go before the text
-    if not n_image:
-        content += [{"type": "image"} for _ in record.images]
-    if not n_video:
-        content += [{"type": "video"} for _ in record.videos]
-    pos = 0
-    for m in _PLACEHOLDER.finditer(text):
-        if text[pos : m.start()]:
-            content.append({"type": "text", "text": text[pos : m.start()]})
-        content.append({"type": m.group(1)})
-        pos = m.end()
-    if text[pos:] or not content:
-        content.append({"type": "text", "text": text[pos:]})
-    return content
+from .prompt import build_content, format_question
+from .records import Record, load_records
 
 
 @dataclass
@@ -286,3 +249,10 @@ def encode_loaded(processor, texts: list[str], loaded: list[tuple[list, list]], 
         texts=texts,
         media=[raw_media(v, im) for v, im in loaded],
     )
+
+
+def encode_sample(
+    processor, sample: MediaSample, cfg: DataConfig, loader: VideoLoader, add_generation_prompt=True
+):
+    """Processor inputs (``input_ids``, ``pixel_values_videos``, ``video_grid_thw``, ...) for one sample."""
+    return encode_batch(processor, [sample], cfg, loader, add_generation_prompt)

@@ -23,7 +23,7 @@ from ..data.config import DataConfig
 from ..data.records import RecordError
 from ..rewards import RewardConfig
 from .config import ANNOTATIONS_ENV, EvalConfig, digest_of
-from .pipeline import BenchmarkInputs
+from .inputs import BenchmarkInputs
 from .predictions import PredictionWriter, iter_rows
 from .registry import BenchmarkSpec, get_benchmark, list_benchmarks
 from .report import plot_scores, write_run_report, write_summary

@@ -17,14 +17,13 @@ import time
 from typing import Any
 
 from ..data.config import DataConfig
-from ..data.dataset import RecordDataset, build_content
-from ..data.records import Record
+from ..data.dataset import RecordDataset
 from ..rewards import RewardConfig
 from ..rollout.base import Prompt, Request, Responses
 from ..rollout.pipeline import run_pipeline
 from ..rollout.sampling import SamplingConfig
 from .config import EvalConfig, digest_of
-from .identity import sample_ids
+from .inputs import BenchmarkInputs
 from .predictions import PredictionWriter, read_predictions
 from .registry import BenchmarkSpec
 from .report_html import thumbnail_strip
@@ -41,49 +40,6 @@ _DATA_NOT_HASHED = (
     "decode_time_limit",
     "preflight",
 )
-
-
-@dataclasses.dataclass
-class BenchmarkInputs:
-    """One benchmark's samples as the model will see them: unique ids, exact prompts, media."""
-
-    spec: BenchmarkSpec
-    records: list[Record]
-    ids: list[str]
-    prompts: list[str]
-    annotation_file: str
-
-    @classmethod
-    def build(
-        cls, spec: BenchmarkSpec, records: list[Record], annotation_file: str, settings: EvalConfig
-    ) -> BenchmarkInputs:
-        records = records[: settings.max_samples] if settings.max_samples else records
-        prompts = [spec.build_prompt(r, settings.style) for r in records]
-        return cls(spec, records, sample_ids(records, spec.name), prompts, annotation_file)
-
-    def prompted(self) -> list[Record]:
-        return [dataclasses.replace(r, problem=p) for r, p in zip(self.records, self.prompts, strict=True)]
-
-    def prompt_rows(self) -> list[dict[str, Any]]:
-        """``prompts.jsonl`` rows: the user text exactly as the model receives it, media as placeholders."""
-        rows = []
-        for sid, rec, prompted in zip(self.ids, self.records, self.prompted(), strict=True):
-            content = build_content(prompted)
-            text = "".join(c["text"] if c["type"] == "text" else f"<{c['type']}>" for c in content)
-            media: dict[str, Any] = {"videos": rec.videos, "images": rec.images}
-            if rec.video_start is not None or rec.video_end is not None:
-                media["clip"] = [rec.video_start, rec.video_end]
-            rows.append(
-                {
-                    "sample_id": sid,
-                    "prompt": text,
-                    "media": media,
-                    "answer": rec.answer,
-                    "problem_type": rec.problem_type,
-                    "options": rec.options,
-                }
-            )
-        return rows
 
 
 def frame_settings(data: DataConfig) -> dict:

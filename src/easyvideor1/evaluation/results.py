@@ -21,7 +21,7 @@ from .predictions import read_predictions
 from .rows import prompt_sha, rescore
 
 if TYPE_CHECKING:
-    from .pipeline import BenchmarkInputs
+    from .inputs import BenchmarkInputs
 
 
 def scored_pairs(

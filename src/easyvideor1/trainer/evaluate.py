@@ -141,7 +141,7 @@ def write_validation_run(out: str, dataset, generations: list[dict], reward_cfg)
     from ..data.prompt import format_question
     from ..evaluation.commands import score_responses
     from ..evaluation.identity import sample_ids
-    from ..evaluation.pipeline import BenchmarkInputs
+    from ..evaluation.inputs import BenchmarkInputs
     from ..evaluation.spec_file import records_benchmarks
 
     by_file: dict[str, list[dict]] = defaultdict(list)
