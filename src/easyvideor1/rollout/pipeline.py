@@ -55,7 +55,6 @@ class Timing:
 
     load: float = 0.0
     generate: float = 0.0
-    keep_thumbnail: Callable[[int, str], None] | None = None
 
 
 def render_prompt(processor, sample: MediaSample, cfg: DataConfig, loader: VideoLoader) -> Prompt:
@@ -86,10 +85,10 @@ def run_pipeline(
     on the frames just loaded; ``keep_thumbnail(i, strip)`` receives each as its sample arrives (so
     a killed run keeps those made so far)."""
     settings = settings or PipelineSettings()
-    timing = Timing(keep_thumbnail=keep_thumbnail)
+    timing = Timing()
     ready: queue.Queue = queue.Queue(maxsize=settings.queue_size)
     loader = threading.Thread(
-        target=_produce, args=(dataset, todo, settings, ready, timing, thumbnail), daemon=True
+        target=_produce, args=(dataset, todo, settings, ready, timing, thumbnail, keep_thumbnail), daemon=True
     )
     loader.start()
     pending: dict[Future, int] = {}
@@ -144,14 +143,14 @@ _LOADER: tuple[RecordDataset, Callable | None] | None = None
 
 
 def _produce(
-    dataset, todo, settings: PipelineSettings, ready: queue.Queue, timing: Timing, thumbnail
+    dataset, todo, settings: PipelineSettings, ready: queue.Queue, timing: Timing, thumbnail, keep
 ) -> None:
     """Loaded samples into ``ready`` in ``todo`` order, at most ``queue_size`` ahead of the engine."""
     global _LOADER
     try:
         if settings.load_workers == 0:
             for i in todo:
-                _put(ready, _load_one(i, dataset, thumbnail), timing)
+                _put(ready, _load_one(i, dataset, thumbnail), timing, keep)
         else:
             _LOADER = (dataset, thumbnail)  # inherited by the forked loaders
             ctx = multiprocessing.get_context("fork")
@@ -163,17 +162,17 @@ def _produce(
                 while window:
                     item = window.popleft().result()
                     window.extend(pool.submit(_load_forked, i) for i in _take(pending, 1))
-                    _put(ready, item, timing)
+                    _put(ready, item, timing, keep)
         ready.put(_DONE)
     except BaseException as e:  # never leave the engine side waiting for a queue nobody fills
         ready.put(e)
 
 
-def _put(ready: queue.Queue, loaded, timing: Timing) -> None:
+def _put(ready: queue.Queue, loaded, timing: Timing, keep) -> None:
     item, seconds, thumb = loaded
     timing.load += seconds
-    if thumb and timing.keep_thumbnail is not None:
-        timing.keep_thumbnail(item[0], thumb)
+    if thumb and keep is not None:
+        keep(item[0], thumb)
     ready.put(item)
 
 

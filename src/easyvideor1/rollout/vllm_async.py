@@ -19,7 +19,7 @@ from typing import Any
 from ..models.inputs import PromptBatch
 from .base import Prompt, Request, Responses, SamplingConfig
 from .config import VLLMConfig
-from .vllm import VLLMResponses, engine_args, vllm_prompt
+from .vllm_shared import VLLMResponses, engine_args, vllm_prompt
 
 
 class AsyncVLLMEngine(VLLMResponses):

@@ -15,12 +15,12 @@ from collections import defaultdict
 
 import torch
 
+from ..rewards import score_records
 from ..rollout.base import Prompt, Request, Responses
 from ..rollout.config import PipelineSettings
 from ..rollout.pipeline import run_pipeline
 from ..rollout.sampling import SamplingConfig
 from .distributed import all_gather
-from .experience import score
 
 
 def validate_policy(trainer, probes: bool = False) -> dict[str, float]:
@@ -103,18 +103,18 @@ class _ValidationWork:
         return Request(f"val-{i}", prompt, self.sampling)
 
     def scored(self, i: int, out: Responses) -> dict:
-        sample = self.dataset[i]
+        record = self.dataset.records[i]  # not dataset[i]: that locates the cache entries again
         n_tokens = int(out.mask[0].sum())
-        scores, tasks, _ = score(out.texts, [sample], [0], [n_tokens], self.reward_cfg)
+        (result,) = score_records(out.texts[:1], [record], [n_tokens], self.reward_cfg)
         return {
             "index": i,
-            "problem_id": sample.record.problem_id,
-            "task": tasks[0],
+            "problem_id": record.problem_id,
+            "task": result["task"],
             "response": out.texts[0],
-            "answer": sample.record.answer,
+            "answer": record.answer,
             "output_tokens": n_tokens,
             "truncated": bool(out.truncated[0]) if out.truncated else None,
-            **{k: float(scores[k][0]) for k in ("overall", "accuracy", "format")},
+            **{k: float(result[k]) for k in ("overall", "accuracy", "format")},
         }
 
     def failure(self, i: int, reason: str) -> dict:
