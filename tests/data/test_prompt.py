@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from easyvideor1.data.prompt import format_question
+from easyvideor1.data.prompt import PromptError, format_question, prompt_template
 from easyvideor1.data.records import Record
 from easyvideor1.rewards import answer_instruction
 
@@ -41,3 +41,68 @@ def test_reasoning_template_and_none() -> None:
 
 def test_unknown_type_still_renders() -> None:
     assert format_question(_record("astrology")).endswith("Give the final answer inside <answer></answer>.")
+
+
+# --- one renderer for training, validation and evaluation (issue 20, item 4) -----------------
+
+
+def _question_prompt(record: Record, reasoning: bool) -> str:
+    """The training prompt as the framework has always written it (the reference's formula)."""
+    parts = [record.problem.strip()]
+    if record.options:
+        parts.append("Options:\n" + "\n".join(record.options))
+    parts.append(answer_instruction(record.problem_type, record.options, reasoning=reasoning))
+    return "\n".join(parts)
+
+
+@pytest.mark.parametrize("options", [None, ["A. red", "B. green"]])
+@pytest.mark.parametrize("problem", ["  What happens?\n", "<video>Where is it?", "Count.\n\nThen say."])
+def test_the_template_is_the_training_formula(problem, options) -> None:
+    record = Record(
+        problem=problem, answer="x", problem_type="multiple choice" if options else "ocr", options=options
+    )
+    assert format_question(record, "plain") == _question_prompt(record, reasoning=False)
+    assert format_question(record, "reasoning") == _question_prompt(record, reasoning=True)
+    # eval's thinking style asks the plain template to reason, as the reasoning template does
+    assert format_question(record, "plain", "thinking") == format_question(record, "reasoning")
+
+
+def test_the_benchmark_prompt_text() -> None:
+    mc = Record(
+        problem="<image 1> Which?", answer="A", problem_type="multiple choice", options=["A. x", "B. y"]
+    )
+    assert format_question(mc, "benchmark") == (
+        "Select the best answer to the following multiple-choice question based on the video.\n"
+        "Question: <image> Which?\nOptions:\nA. x\nB. y\n"
+        "Answer with the option's letter (A or B) inside <answer></answer>."
+    )
+    open_ended = Record(problem="", answer="a cat", problem_type="free-form")
+    assert format_question(open_ended, "benchmark", "thinking").startswith(
+        "Answer the following question based on the video.\nQuestion: Describe the video in detail.\nFirst think"
+    )
+
+
+def test_thinking_follows_the_template() -> None:
+    assert [prompt_template(n).thinking() for n in ("plain", "reasoning", "none", "benchmark")] == [
+        False, True, None, False,
+    ]  # fmt: skip
+    assert prompt_template("benchmark").thinking("thinking") is True
+    assert prompt_template("plain").thinking("direct", override=True) is True
+
+
+def test_a_jinja_file_sees_the_record_but_not_its_answer(tmp_path) -> None:
+    path = tmp_path / "t.jinja"
+    path.write_text("{{ clip_note }}: {{ question }} [{{ options | join(',') }}] {{ instruction }}\n")
+    record = Record(problem="Why?", answer="B", problem_type="multiple choice", options=["A. a", "B. b"],
+                    extra={"clip_note": "late"})  # fmt: skip
+    assert format_question(record, str(path)) == (
+        "late: Why? [A. a,B. b] " + answer_instruction("multiple choice", ["A. a", "B. b"])
+    )
+    leak = tmp_path / "leak.jinja"
+    leak.write_text("{{ answer }}")
+    with pytest.raises(PromptError, match=r"leak.jinja: record .*answer.*withheld"):
+        format_question(record, str(leak))
+    broken = tmp_path / "broken.jinja"
+    broken.write_text("{% if %}")
+    with pytest.raises(PromptError, match=r"broken.jinja: Jinja syntax error on line 1"):
+        format_question(record, str(broken))

@@ -11,10 +11,11 @@ import sys
 import pytest
 
 from easyvideor1.cli import main
+from easyvideor1.data.prompt import PromptTemplate
 from easyvideor1.data.records import load_records
 from easyvideor1.data.synthetic import write_synthetic_set
-from easyvideor1.evaluation.prompts import render_prompt
-from easyvideor1.evaluation.spec_file import GENERIC_TEMPLATE, SpecFileError, TemplatePrompt, load_spec_file
+from easyvideor1.evaluation import render_prompt
+from easyvideor1.evaluation.spec_file import SpecFileError, load_spec_file
 from easyvideor1.models.tiny import make_tiny_model
 
 # The README's example, restating the built-in `synthetic` benchmark (generic prompt, accuracy by task)
@@ -134,8 +135,19 @@ def test_cli_errors_for_a_clash_a_missing_field_and_a_template_error(assets, tmp
     assert "key 'prompt'" in err and "answer" in err, "a template cannot read the answer"
 
 
-def test_the_generic_template_is_the_generic_prompt(assets):
-    generic = TemplatePrompt(GENERIC_TEMPLATE, "generic")
-    for rec in load_records(str(assets / "syn" / "records.jsonl")):
-        for style in ("direct", "thinking"):
-            assert generic(rec, style) == render_prompt(rec, style)
+def test_a_spec_file_template_renders_with_the_training_variables(assets, tmp_path):
+    """A spec file's `prompt` is rendered by the one renderer: the same variables a training
+    ``.jinja`` template gets, and its syntax errors name the file and key."""
+    rec = load_records(str(assets / "syn" / "records.jsonl"))[0]
+    template = PromptTemplate(
+        "{{ problem_type }}|{{ options | length }}|{{ style }}|{{ instruction }}", "spec"
+    )
+    kind, n, style, instruction = template(rec, "thinking").split("|")
+    assert (kind, int(n), style) == (rec.problem_type, len(rec.options), "thinking")
+    assert instruction.startswith("First think")
+    bad = tmp_path / "bad.yaml"
+    bad.write_text(
+        f"name: bad-bench\nannotation: {assets / 'syn' / 'records.jsonl'}\nprompt: '{{{{ question '\n"
+    )
+    with pytest.raises(SpecFileError, match=r"bad.yaml: key 'prompt': Jinja syntax error on line 1"):
+        load_spec_file(str(bad))

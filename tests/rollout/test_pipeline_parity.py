@@ -43,10 +43,6 @@ def _rows(path) -> dict[str, dict]:
         return {r["sample_id"]: r for r in map(json.loads, f)}
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="issue 20 item 4: `eval --data` still renders the generic eval prompt, not data.prompt_template",
-)
 def test_validation_and_eval_give_the_same_prompts_and_greedy_responses(demo_assets, tmp_path):
     run = tmp_path / "run"
     cfg = load_config(

@@ -65,7 +65,7 @@ def cmd_eval(args: argparse.Namespace, extra: list[str]) -> int:
     if not args.out:
         raise ConfigError("--out DIR is required")
     if args.dry_run:
-        commands.dry_run(cfg.eval, args.out)
+        commands.dry_run(cfg, args.out)
         return 0
     model = args.model or cfg.model.path
     if not model:
@@ -129,7 +129,8 @@ def _add_benchmark_flags(p: argparse.ArgumentParser) -> None:
         "--data",
         action="append",
         metavar="FILE",
-        help="eval.data: a records file in the training format, evaluated as a benchmark; repeatable",
+        help="eval.data: a records file in the training format, evaluated as a benchmark with the "
+        "training prompt (data.prompt_template, as validation renders it); repeatable",
     )
     p.add_argument(
         "--group-by",

@@ -47,9 +47,10 @@ class DataConfig:
             prompts dropped before step 1, token balancing across ranks possible); ``fast`` checks
             records, reward tasks and cache entries only and drops an overlong prompt when its step
             encodes it (``data/dropped_overlong``): for datasets too large to encode up front.
-        prompt_template: How a question becomes the model's text: ``none`` (as written), ``plain``
-            (options block + answer-format instruction), ``reasoning`` (plus a <think> request), or
-            a ``.jinja`` file rendered with the record's fields.
+        prompt_template: How a question becomes the model's text (``data/prompt.py``): ``none``
+            (as written), ``plain`` (options block + answer-format instruction), ``reasoning`` (plus
+            a <think> request), ``benchmark`` (eval's generic prompt), or a ``.jinja`` file rendered
+            with the record's fields. ``eval --data`` with this config renders the same text.
         thinking: ``enable_thinking`` for chat templates that read it (Qwen3.5): None derives it
             from ``prompt_template`` (off for ``plain``, on for ``reasoning``, the template's own
             default otherwise); ``eval`` sets it from its style (``direct`` off, ``thinking`` on).
@@ -128,11 +129,12 @@ class DataConfig:
         from ..validation import positive, require
 
         positive("data.decode_time_limit", self.decode_time_limit)
+        from .prompt import TEMPLATE_NAMES
+
         require(
-            self.prompt_template in ("none", "plain", "reasoning")
-            or str(self.prompt_template).endswith(".jinja"),
+            self.prompt_template in TEMPLATE_NAMES or str(self.prompt_template).endswith(".jinja"),
             "data.prompt_template",
-            "must be none, plain, reasoning or a .jinja file",
+            f"must be {', '.join(TEMPLATE_NAMES)} or a .jinja file",
             self.prompt_template,
         )
         require(

@@ -21,7 +21,7 @@ from ..media.sampling import SamplingParams, image_size
 from .config import DataConfig
 from .preprocess import resolve_media_path
 from .probe import check_probe, probe_videos
-from .prompt import build_content, format_question
+from .prompt import build_content, format_question, prompt_template
 from .records import Record, load_records
 
 
@@ -147,9 +147,7 @@ def thinking_mode(cfg: DataConfig) -> bool | None:
     """``enable_thinking`` for a thinking-template model: ``data.thinking`` when set, else on for the
     ``reasoning`` prompt, off for ``plain`` (an answer-only prompt), the template's default for
     ``none`` and ``.jinja`` prompts."""
-    if cfg.thinking is not None:
-        return cfg.thinking
-    return {"plain": False, "reasoning": True}.get(cfg.prompt_template)
+    return prompt_template(cfg.prompt_template).thinking("direct", cfg.thinking)
 
 
 def raw_media(videos: list, images: list) -> dict[str, list]:

@@ -1,14 +1,28 @@
-"""Question text -> the text the model sees: options block and answer-format instruction.
+"""The one prompt renderer: a record -> the user text the model sees, for training and evaluation.
 
-The instruction comes from the record's reward task (`easyvideor1.rewards.answer_instruction`).
+Every prompt is a Jinja template rendered with the same variables, whoever asks for it:
 
-Built-in templates are chosen by name (``data.prompt_template``); a path ending in ``.jinja`` is
-rendered with the record's fields (``problem``, ``options``, ``problem_type``, and every extra
-field), like EasyR1's ``format_prompt``.
+- the training templates (``data.prompt_template``): ``none`` (the question as written), ``plain``
+  (question, options block, the task's answer instruction) and ``reasoning`` (the same, asking to
+  think first), or a ``.jinja`` file;
+- ``benchmark``, the generic evaluation prompt, and a benchmark spec file's ``prompt``;
+- the evaluation styles: ``direct`` asks for the answer only, ``thinking`` asks to reason first.
+  A template may fix its style (``reasoning`` always thinks); otherwise the caller's style decides.
+
+So trainer validation, ``eval --data`` with the run's config and ``filter`` render a record to the
+same text. Benchmarks whose official evaluation builds its own prompt (OVO-Bench, MINERVA, ...)
+keep a prompt function in their spec (``evaluation/benchmarks/``).
+
+Template variables: ``problem`` (the question as written), ``question`` (stripped, numbered image
+placeholders made plain: ``<image 1>`` -> ``<image>``), ``options`` (list), ``instruction`` (the
+answer instruction of the record's reward task for the style; :func:`answer_instruction`),
+``style``, ``reasoning`` (bool), ``problem_type``, ``record`` (every field of the record) and every
+record field by name. The answer is withheld, so a template cannot leak it into the prompt.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import functools
 import os
 import re
@@ -17,32 +31,146 @@ from typing import Any
 from ..rewards.instructions import answer_instruction
 from .records import Record, RecordError
 
+STYLES = ("direct", "thinking")
 
-def format_question(record: Record, template: str = "plain") -> str:
-    """The user text for ``record`` under ``template`` ("none", "plain", "reasoning" or a .jinja file)."""
-    if template == "none":
-        return record.problem
-    if template.endswith(".jinja"):
-        return _jinja(template).render(**record.to_dict())
-    if template not in ("plain", "reasoning"):
-        raise ValueError(f"unknown prompt template {template!r}: use none, plain, reasoning or a .jinja file")
-    parts = [record.problem.strip()]
-    if record.options:
-        parts.append("Options:\n" + "\n".join(record.options))
-    # The instruction is declared by the record's reward task, so the prompt asks for what is scored.
-    parts.append(answer_instruction(record.problem_type, record.options, reasoning=template == "reasoning"))
-    return "\n".join(parts)
+# Built-in templates, each written once. Whitespace matters: these are the exact texts of
+# the prompts trained and evaluated on (Jinja keeps newlines around `{% %}` tags as written).
+_QUESTION = "{{ problem | trim }}{% if options %}\nOptions:\n{{ options | join('\\n') }}{% endif %}\n{{ instruction }}"
+_BENCHMARK = """\
+{% if options %}Select the best answer to the following multiple-choice question based on the video.
+Question: {{ question or "Describe the video in detail." }}
+Options:
+{{ options | join("\\n") }}{% else %}Answer the following question based on the video.
+Question: {{ question or "Describe the video in detail." }}{% endif %}
+{{ instruction }}"""
+
+# name -> (source, the style the template fixes or None, whether it decides `enable_thinking`)
+_BUILTINS: dict[str, tuple[str, str | None, bool]] = {
+    "none": ("{{ problem }}", None, False),
+    "plain": (_QUESTION, None, True),
+    "reasoning": (_QUESTION, "thinking", True),
+    "benchmark": (_BENCHMARK, None, True),
+}
+TEMPLATE_NAMES = tuple(_BUILTINS)
+# a record's fields a template never sees: the gold answer and the offline response
+_WITHHELD = ("answer", "offline_output")
 
 
-@functools.lru_cache(maxsize=8)
-def _jinja(path: str):
+class PromptError(ValueError):
+    """A template that cannot render a record; the message names the template and the record."""
+
+
+def check_style(style: str) -> None:
+    if style not in STYLES:
+        raise ValueError(f"unknown prompt style {style!r}: direct or thinking")
+
+
+def question_text(record: Record) -> str:
+    """The record's question with numbered image placeholders made plain (``<image 1>`` -> ``<image>``)."""
+    return re.sub(r"<image \d+>", "<image>", record.problem).strip()
+
+
+@functools.lru_cache(maxsize=1)
+def _environment():
     import jinja2
 
-    if not os.path.exists(path):
-        raise FileNotFoundError(f"prompt template not found: {path}")
-    env = jinja2.Environment(undefined=jinja2.StrictUndefined, keep_trailing_newline=False)
-    with open(path, encoding="utf-8") as f:
-        return env.from_string(f.read())
+    return jinja2.Environment(undefined=jinja2.StrictUndefined, autoescape=False, keep_trailing_newline=False)
+
+
+@dataclasses.dataclass(frozen=True)
+class PromptTemplate:
+    """A Jinja prompt template, callable as ``(record, style) -> text`` (a benchmark spec's ``prompt``).
+
+    Args:
+        source: the Jinja text.
+        origin: where it comes from, for error messages ("built-in plain", a file path and key).
+        style: the style the template fixes (``reasoning``: ``thinking``), or None: the caller's.
+        sets_thinking: whether the style also decides a thinking-template model's
+            ``enable_thinking`` (the built-in question templates); otherwise the chat template's
+            own default holds unless ``data.thinking`` is set.
+    """
+
+    source: str
+    origin: str
+    style: str | None = None
+    sets_thinking: bool = True
+
+    def __post_init__(self) -> None:
+        import jinja2
+
+        try:
+            _environment().parse(self.source)
+        except jinja2.TemplateSyntaxError as e:
+            raise PromptError(f"{self.origin}: Jinja syntax error on line {e.lineno}: {e.message}") from None
+
+    def effective_style(self, style: str = "direct") -> str:
+        check_style(style)
+        return self.style or style
+
+    def thinking(self, style: str = "direct", override: bool | None = None) -> bool | None:
+        """``enable_thinking`` for this template in ``style``: ``override`` (``data.thinking``) when
+        set, else on exactly when the prompt asks to think (None: the chat template's default)."""
+        if override is not None:
+            return override
+        return self.effective_style(style) == "thinking" if self.sets_thinking else None
+
+    def __call__(self, record: Record, style: str = "direct") -> str:
+        import jinja2
+
+        style = self.effective_style(style)
+        reasoning = style == "thinking"
+        fields = {k: v for k, v in record.to_dict().items() if k not in _WITHHELD}
+        variables = {
+            **fields,
+            "problem": record.problem,
+            "question": question_text(record),
+            "options": list(record.options or []),
+            "instruction": answer_instruction(record.problem_type, record.options, reasoning=reasoning),
+            "style": style,
+            "reasoning": reasoning,
+            "problem_type": record.problem_type,
+            "record": fields,
+        }
+        try:
+            return self._compiled().render(**variables)
+        except jinja2.TemplateError as e:
+            hint = " (the answer is withheld from prompts)" if "answer" in str(e) else ""
+            raise PromptError(
+                f"{self.origin}: record {record.problem_id!r} ({record.source}): {e}{hint}"
+            ) from None
+
+    def _compiled(self):
+        return _compile(self.source)
+
+
+@functools.lru_cache(maxsize=64)
+def _compile(source: str):
+    return _environment().from_string(source)
+
+
+@functools.lru_cache(maxsize=32)
+def prompt_template(name: str) -> PromptTemplate:
+    """The template ``name``: a built-in (``none``, ``plain``, ``reasoning``, ``benchmark``) or a
+    ``.jinja`` file (rendered with the training semantics: its own ``enable_thinking`` default)."""
+    if name in _BUILTINS:
+        source, style, sets_thinking = _BUILTINS[name]
+        return PromptTemplate(source, f"built-in prompt template {name!r}", style, sets_thinking)
+    if not str(name).endswith(".jinja"):
+        raise ValueError(
+            f"unknown prompt template {name!r}: use {', '.join(TEMPLATE_NAMES)} or a .jinja file"
+        )
+    if not os.path.isfile(name):
+        raise FileNotFoundError(f"prompt template not found: {name}")
+    with open(name, encoding="utf-8") as f:
+        return PromptTemplate(f.read(), name, None, sets_thinking=False)
+
+
+def format_question(record: Record, template: str = "plain", style: str = "direct") -> str:
+    """The user text for ``record`` under the template named ``template`` (see :func:`prompt_template`)."""
+    return prompt_template(template)(record, style)
+
+
+BENCHMARK_PROMPT = prompt_template("benchmark")
 
 
 _PLACEHOLDER = re.compile(r"<(video|image)>")

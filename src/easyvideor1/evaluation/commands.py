@@ -45,12 +45,13 @@ class EvalInputError(ValueError):
     """A benchmark name, annotation file or predictions file that cannot be used."""
 
 
-def resolve_benchmarks(settings: EvalConfig) -> list[BenchmarkSpec]:
+def resolve_benchmarks(settings: EvalConfig, prompt_template: str = "plain") -> list[BenchmarkSpec]:
     """The run's benchmarks: spec files (registered first, so ``--benchmarks`` may name them), the
-    named benchmarks, then one benchmark per ``--data`` records file."""
+    named benchmarks, then one benchmark per ``--data`` records file, prompted with the training
+    template ``prompt_template`` (``data.prompt_template``), as trainer validation prompts it."""
     try:
         from_files = [register_spec_file(path) for path in settings.benchmark_files]
-        data_specs = records_benchmarks(settings.data, settings.group_by)
+        data_specs = records_benchmarks(settings.data, settings.group_by, prompt_template)
     except SpecFileError as e:
         raise EvalInputError(str(e)) from None
     names = [n.strip() for n in settings.benchmarks if n.strip()]
@@ -161,7 +162,7 @@ def evaluate(
     from .pipeline import run_benchmark  # generation: only `eval` itself needs it
 
     settings = cfg.eval
-    inputs = load_inputs(resolve_benchmarks(settings), settings)
+    inputs = load_inputs(resolve_benchmarks(settings, cfg.data.prompt_template), settings)
     roots = {item.spec.name: media_root(item.spec, settings, cfg.data.video_root) for item in inputs}
     cfg.data = cfg.data.with_model(model)  # the checkpoint names the family; data.model_family checks it
     model_id = model_fingerprint(model)
@@ -189,10 +190,11 @@ def _fmt(score: float | None) -> str:
     return "not measured" if score is None else f"{score:.4f}"
 
 
-def dry_run(settings: EvalConfig, out: str) -> dict[str, str]:
+def dry_run(cfg: RunSections, out: str) -> dict[str, str]:
     """Write ``OUT/B/prompts.jsonl`` for every benchmark; loads no model and decodes no video."""
     written = {}
-    for item in load_inputs(resolve_benchmarks(settings), settings):
+    settings = cfg.eval
+    for item in load_inputs(resolve_benchmarks(settings, cfg.data.prompt_template), settings):
         bench_dir = os.path.join(out, item.spec.name)
         os.makedirs(bench_dir, exist_ok=True)
         path = os.path.join(bench_dir, "prompts.jsonl")
@@ -233,7 +235,7 @@ def _responses(files: list[str], names: list[str]) -> tuple[dict[str, dict[str, 
 def score(cfg: RunSections, predictions: list[str], out: str) -> dict[str, dict]:
     """Score responses made elsewhere; writes each benchmark's predictions.jsonl and results.json."""
     settings = cfg.eval
-    inputs = load_inputs(resolve_benchmarks(settings), settings)
+    inputs = load_inputs(resolve_benchmarks(settings, cfg.data.prompt_template), settings)
     given, skipped = _responses(predictions, [i.spec.name for i in inputs])
     return score_responses(inputs, given, out, cfg.reward, skipped)
 

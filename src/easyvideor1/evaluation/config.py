@@ -49,7 +49,9 @@ class EvalConfig(SamplingConfig):
         max_in_flight: vLLM engine: requests submitted at once.
         dtype: ``float32`` or ``bfloat16`` (both engines).
         data: Records files in the training format, each evaluated as a benchmark of its own
-            (named after the file; scored by the reward library per ``problem_type``).
+            (named after the file; scored by the reward library per ``problem_type``), prompted
+            with the training template ``data.prompt_template`` exactly as trainer validation
+            prompts it (``thinking`` style asks the ``plain`` template to reason first).
         group_by: Record fields whose values break the ``data`` files' accuracy down
             (``by_<field>`` in ``results.json``), besides ``problem_type``.
         benchmark_files: YAML benchmark specs registered at run time (``spec_file.py``).

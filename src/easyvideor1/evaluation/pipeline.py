@@ -18,6 +18,7 @@ from typing import Any
 
 from ..data.config import DataConfig
 from ..data.dataset import RecordDataset
+from ..data.prompt import PromptTemplate
 from ..rewards import RewardConfig
 from ..rollout.base import Prompt, Request, Responses
 from ..rollout.pipeline import run_pipeline
@@ -81,7 +82,7 @@ def run_benchmark(
     digest = settings_digest(settings, spec, data, model_id)
     dataset = RecordDataset(
         inputs.prompted(),
-        eval_data_config(data, settings.style),
+        eval_data_config(data, settings.style, spec.prompt),
         inputs.annotation_file,
         loader,
         probe=settings.probe,  # blanks/shuffles frames as the loaders load them (data/probe.py)
@@ -165,8 +166,13 @@ class BenchmarkWork:
         )
 
 
-def eval_data_config(data: DataConfig, style: str = "direct") -> DataConfig:
-    """The prompt is already rendered; a thinking-template model (Qwen3.5) thinks only in the
-    ``thinking`` style, unless ``data.thinking`` says otherwise."""
-    thinking = style == "thinking" if data.thinking is None else data.thinking
+def eval_data_config(data: DataConfig, style: str = "direct", prompt=None) -> DataConfig:
+    """The prompt is already rendered; a thinking-template model (Qwen3.5) thinks as the prompt's
+    template decides (:meth:`~easyvideor1.data.prompt.PromptTemplate.thinking`: a ``--data`` file's
+    training template as in training), a benchmark's own prompt function in the ``thinking`` style
+    only; ``data.thinking`` overrides both."""
+    if isinstance(prompt, PromptTemplate):
+        thinking = prompt.thinking(style, data.thinking)
+    else:
+        thinking = style == "thinking" if data.thinking is None else data.thinking
     return dataclasses.replace(data, prompt_template="none", thinking=thinking)

@@ -68,7 +68,9 @@ class BenchmarkSpec:
     scorer: ScoreFn | None = None
     max_new_tokens: int = BENCHMARK_MAX_NEW_TOKENS
     metric: str = "accuracy"
-    prompt_source: str = "generic (evaluation/prompts.py): question, options, the task's answer instruction"
+    prompt_source: str = (
+        "generic (data/prompt.py `benchmark`): question, options, the task's answer instruction"
+    )
     needs_judge: bool = False
     breakdown_fields: tuple[str, ...] = ()
     origin: str = ""
@@ -79,9 +81,9 @@ class BenchmarkSpec:
 
     def build_prompt(self, record: Record, style: str) -> str:
         """The exact user text for ``record`` (media placeholders as the record has them)."""
-        from .prompts import render_prompt
+        from ..data.prompt import BENCHMARK_PROMPT
 
-        return (self.prompt or render_prompt)(record, style)
+        return (self.prompt or BENCHMARK_PROMPT)(record, style)
 
     def score_response(
         self,

@@ -12,13 +12,13 @@ template, a metric from the registry's aggregations and the record fields to bre
     breakdowns: {by_task: problem_type, by_duration: duration}   # or a list: [duration] -> by_duration
     problem_type: multiple choice  # for records without one (selects the reward task / scorer)
     max_new_tokens: 512            # generation default (--max-new-tokens overrides)
-    prompt: |                      # Jinja; default: the generic prompt (GENERIC_TEMPLATE)
+    prompt: |                      # Jinja; default: the generic prompt (data/prompt.py `benchmark`)
       {{ question }} ...
 
-Template variables: ``question`` (the record's question, numbered image placeholders made plain),
-``options`` (list), ``instruction`` (the answer instruction of the record's reward task for the run's
-style, the text training uses), ``style``, ``problem_type`` and ``record`` (every other field of the
-record; the answer is withheld, so a template cannot leak it). Scoring is the reward library's, per
+Template variables are the prompt renderer's (``data/prompt.py``): ``question``, ``options``,
+``instruction`` (the answer instruction of the record's reward task for the run's style, the text
+training uses), ``style``, ``problem_type``, ``record`` (every field but the answer, which is
+withheld so a template cannot leak it) and more. Scoring is the reward library's, per
 ``problem_type`` (as in training). Every mistake is an error naming the file and the key.
 """
 
@@ -30,23 +30,13 @@ import re
 from collections.abc import Callable
 from typing import Any
 
-import jinja2
 import yaml
 
+from ..data.prompt import BENCHMARK_PROMPT, PromptError, PromptTemplate
+from ..data.prompt import prompt_template as training_template
 from ..data.records import Record
-from ..rewards import answer_instruction
 from .metrics import Scored, accuracy, macro_over, multi_binary, spatio_temporal, temporal_recall
-from .prompts import check_style, question_text
 from .registry import BENCHMARKS, BenchmarkSpec, list_benchmarks, register_benchmark
-
-# The generic prompt (prompts.render_prompt) as a template: a spec file without `prompt` uses it.
-GENERIC_TEMPLATE = """\
-{% if options %}Select the best answer to the following multiple-choice question based on the video.
-Question: {{ question or "Describe the video in detail." }}
-Options:
-{{ options | join("\\n") }}{% else %}Answer the following question based on the video.
-Question: {{ question or "Describe the video in detail." }}{% endif %}
-{{ instruction }}"""
 
 _KEYS = {
     "name": "registry name (letters, digits, - _ .)",
@@ -120,34 +110,6 @@ def aggregator(
     return lambda rows: {**head(rows), **extra(rows)}
 
 
-@dataclasses.dataclass(frozen=True)
-class TemplatePrompt:
-    """A Jinja prompt template, callable as a spec's ``prompt`` (``(record, style) -> text``)."""
-
-    source: str
-    origin: str
-
-    def __call__(self, record: Record, style: str) -> str:
-        check_style(style)
-        env = jinja2.Environment(undefined=jinja2.StrictUndefined, autoescape=False)
-        fields = {k: v for k, v in record.to_dict().items() if k not in ("answer", "offline_output")}
-        try:
-            return env.from_string(self.source).render(
-                question=question_text(record),
-                options=list(record.options or []),
-                instruction=answer_instruction(
-                    record.problem_type, record.options, reasoning=style == "thinking"
-                ),
-                style=style,
-                problem_type=record.problem_type,
-                record=fields,
-            )
-        except jinja2.TemplateError as e:
-            raise SpecFileError(
-                f"{self.origin}: key 'prompt': record {record.problem_id!r} ({record.source}): {e}"
-            ) from None
-
-
 def _fail(path: str, key: str, why: str) -> SpecFileError:
     return SpecFileError(f"{path}: key {key!r}: {why}")
 
@@ -197,11 +159,12 @@ def load_spec_file(path: str) -> BenchmarkSpec:
     tokens = raw.get("max_new_tokens", 1024)
     if isinstance(tokens, bool) or not isinstance(tokens, int) or tokens < 1:
         raise _fail(path, "max_new_tokens", f"must be a positive integer, got {tokens!r}")
-    template = raw.get("prompt") or GENERIC_TEMPLATE
     try:
-        jinja2.Environment().parse(template)
-    except jinja2.TemplateSyntaxError as e:
-        raise _fail(path, "prompt", f"Jinja syntax error on line {e.lineno}: {e.message}") from None
+        prompt = (
+            PromptTemplate(raw["prompt"], f"{path}: key 'prompt'") if raw.get("prompt") else BENCHMARK_PROMPT
+        )
+    except PromptError as e:
+        raise SpecFileError(str(e)) from None
     annotation = os.path.expanduser(raw["annotation"])
     if not os.path.isabs(annotation):
         annotation = os.path.join(os.path.dirname(os.path.abspath(path)), annotation)
@@ -216,7 +179,7 @@ def load_spec_file(path: str) -> BenchmarkSpec:
         if default_type
         else None,
         breakdown_note=f"defined in {path}",
-        prompt=TemplatePrompt(template, path),
+        prompt=prompt,
         max_new_tokens=tokens,
         metric=METRICS[metric],
         prompt_source=f"{path} (Jinja)" if raw.get("prompt") else f"{path} (generic template)",
@@ -238,9 +201,17 @@ def register_spec_file(path: str) -> BenchmarkSpec:
     return register_benchmark(spec)
 
 
-def records_benchmarks(paths: list[str], group_by: list[str]) -> list[BenchmarkSpec]:
-    """One benchmark per records file (``--data``): named after the file, generic prompt, scored by
-    the reward library per ``problem_type``, accuracy broken down by ``problem_type`` and ``group_by``."""
+def records_benchmarks(
+    paths: list[str], group_by: list[str], prompt_template: str = "plain"
+) -> list[BenchmarkSpec]:
+    """One benchmark per records file (``--data``): named after the file, prompted with the training
+    template ``prompt_template`` (so ``eval --data`` with a run's config renders what its validation
+    rendered), scored by the reward library per ``problem_type``, accuracy broken down by
+    ``problem_type`` and ``group_by``."""
+    try:
+        prompt = training_template(prompt_template)
+    except (OSError, ValueError) as e:
+        raise SpecFileError(f"data.prompt_template: {e}") from None
     specs, taken = [], set(list_benchmarks())
     breakdowns = {"by_problem_type": "problem_type", **{f"by_{g}": g for g in group_by}}
     for path in paths:
@@ -259,6 +230,8 @@ def records_benchmarks(paths: list[str], group_by: list[str]) -> list[BenchmarkS
                 "",
                 aggregator("accuracy", breakdowns),
                 breakdown_note="accuracy by problem_type" + "".join(f", by {g}" for g in group_by),
+                prompt=prompt,
+                prompt_source=f"the training template {prompt_template!r} (data.prompt_template)",
                 metric="accuracy",
                 breakdown_fields=tuple(breakdowns.values()),
                 origin=os.path.abspath(path),

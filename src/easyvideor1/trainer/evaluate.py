@@ -138,7 +138,6 @@ def write_validation_run(out: str, dataset, generations: list[dict], reward_cfg)
     ``results.json``, ``report.html``): each validation file is the benchmark ``eval --data FILE``
     makes of it (same name, sample ids and prompts), scored by ``eval``'s scoring half, so
     ``eval-compare`` sets a validation beside an ``eval`` run of the same checkpoint."""
-    from ..data.prompt import format_question
     from ..evaluation.commands import score_responses
     from ..evaluation.identity import sample_ids
     from ..evaluation.inputs import BenchmarkInputs
@@ -149,12 +148,12 @@ def write_validation_run(out: str, dataset, generations: list[dict], reward_cfg)
         by_file[dataset.data_files[g["index"]]].append(g)
     inputs, given = [], {}
     for data_file, rows in by_file.items():
-        spec = records_benchmarks([data_file], [])[0]
+        spec = records_benchmarks([data_file], [], dataset.cfg.prompt_template)[0]
         everyone = [i for i, f in enumerate(dataset.data_files) if f == data_file]
         ids = dict(zip(everyone, sample_ids([dataset.records[i] for i in everyone], spec.name), strict=True))
         chosen = [g["index"] for g in rows]
         records = [dataset.records[i] for i in chosen]
-        prompts = [format_question(r, dataset.cfg.prompt_template) for r in records]
+        prompts = [spec.build_prompt(r, "direct") for r in records]
         inputs.append(BenchmarkInputs(spec, records, [ids[i] for i in chosen], prompts, data_file))
         given[spec.name] = {ids[g["index"]]: g for g in rows}
     score_responses(inputs, given, out, reward_cfg, quiet=True)

@@ -10,9 +10,9 @@ style replaces that last line by the reward task's reasoning instruction.
 
 from __future__ import annotations
 
+from ...data.prompt import check_style
 from ...data.records import Record
 from ...rewards import answer_instruction
-from ..prompts import check_style
 from .ovobench import option_text
 
 SOURCE = (

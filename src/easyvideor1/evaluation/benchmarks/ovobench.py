@@ -17,9 +17,9 @@ from __future__ import annotations
 
 import re
 
+from ...data.prompt import check_style
 from ...data.records import Record
 from ...rewards import answer_instruction
-from ..prompts import check_style
 
 SOURCE = "https://github.com/JoeLeelyf/OVO-Bench (constant.py, utils/OVOBench.py build_prompt)"
 _NO_EXTRA = "Do not include any additional text or explanation in your response.\n"

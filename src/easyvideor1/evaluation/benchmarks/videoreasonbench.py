@@ -21,10 +21,10 @@ from __future__ import annotations
 import re
 from typing import Any
 
+from ...data.prompt import check_style
 from ...data.records import Record
 from ...rewards import RewardConfig
 from ...rewards.parsing import answer_tag_contents, normalize_text, parse_ground_truth, strip_think
-from ..prompts import check_style
 from ..scoring import NO_JUDGE, call_judge, has_judge, judged, not_scored
 
 SOURCE = (

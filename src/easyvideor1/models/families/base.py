@@ -185,6 +185,10 @@ class ModelFamily:
         }
 
 
+# M-RoPE of the tiny models' rotary dims (head_dim 32 -> 16 frequencies split t/h/w)
+TINY_MROPE = {"rope_type": "default", "rope_theta": 10000.0, "mrope_section": [6, 5, 5]}
+
+
 def qwen_text_config(vocab_size: int, token_ids: dict[str, int], hidden: int, layers: int) -> dict[str, Any]:
     """Text-model fields shared by the tiny Qwen configs."""
     return dict(
@@ -202,6 +206,16 @@ def qwen_text_config(vocab_size: int, token_ids: dict[str, int], hidden: int, la
     )
 
 
+# The processor facts each Qwen-VL generation's families share (keyword arguments of ModelFamily)
+QWEN2_VISION = dict(patch_size=14, video_processor_class="Qwen2VLVideoProcessor", cap_pixels_per_frame=True)
+QWEN3_VISION = dict(
+    patch_size=16,
+    processor_class="Qwen3VLProcessor",
+    video_processor_class="Qwen3VLVideoProcessor",
+    cap_pixels_per_frame=True,
+)
+
+
 def qwen_token_fields(token_ids: dict[str, int]) -> dict[str, Any]:
     """Top-level placeholder-token ids of a Qwen-VL config."""
     return dict(
@@ -213,18 +227,17 @@ def qwen_token_fields(token_ids: dict[str, int]) -> dict[str, Any]:
     )
 
 
+def tiny_vision_config(patch_size: int, **fields: Any) -> dict[str, Any]:
+    """A 2-block, 2-head vision tower merging 2x2 patches and 2 frames, plus the family's ``fields``."""
+    return dict(
+        depth=2, num_heads=2, patch_size=patch_size, spatial_merge_size=2, temporal_patch_size=2, **fields
+    )
+
+
 def qwen3_vision_config(hidden: int, deepstack: bool = True) -> dict[str, Any]:
     """A 2-block Qwen3-VL-style vision tower (patch 16), used by Qwen3-VL and Qwen3.5."""
-    cfg = dict(
-        depth=2,
-        hidden_size=64,
-        intermediate_size=128,
-        num_heads=2,
-        patch_size=16,
-        spatial_merge_size=2,
-        temporal_patch_size=2,
-        out_hidden_size=hidden,
-        num_position_embeddings=256,
+    cfg = tiny_vision_config(
+        16, hidden_size=64, intermediate_size=128, out_hidden_size=hidden, num_position_embeddings=256
     )
     if deepstack:
         cfg["deepstack_visual_indexes"] = [0]

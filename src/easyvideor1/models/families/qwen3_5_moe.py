@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from .base import ModelFamily, qwen3_vision_config, qwen_token_fields
-from .qwen3_5 import VLLM_CPU_DTYPE, hybrid_text_config
+from .qwen3_5 import QWEN3_5_DECODER, hybrid_text_config
 from .registry import register
 
 
@@ -30,14 +30,8 @@ FAMILY = register(
     Qwen3_5MoeFamily(
         model_type="qwen3_5_moe",
         aliases=("qwen3.5_moe", "qwen35moe", "qwen3_5moe"),
-        patch_size=16,
-        processor_class="Qwen3VLProcessor",
-        video_processor_class="Qwen3VLVideoProcessor",
-        cap_pixels_per_frame=True,
         vllm_architecture="Qwen3_5MoeForConditionalGeneration",
-        vllm_cpu_dtype=VLLM_CPU_DTYPE,
-        thinking_template=True,
-        hybrid_attention=True,
         moe=True,
+        **QWEN3_5_DECODER,
     )
 )

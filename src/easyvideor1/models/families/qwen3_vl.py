@@ -2,16 +2,18 @@
 
 from __future__ import annotations
 
-from .base import ModelFamily, qwen3_vision_config, qwen_text_config, qwen_token_fields
+from .base import (
+    QWEN3_VISION,
+    TINY_MROPE,
+    ModelFamily,
+    qwen3_vision_config,
+    qwen_text_config,
+    qwen_token_fields,
+)
 from .registry import register
 
-# M-RoPE split of the tiny model's rotary dims (head_dim 32 -> 16 frequencies), interleaved as Qwen3-VL
-_TINY_MROPE = {
-    "rope_type": "default",
-    "rope_theta": 10000.0,
-    "mrope_section": [6, 5, 5],
-    "mrope_interleaved": True,
-}
+# the tiny models' M-RoPE split, interleaved as Qwen3-VL's
+_TINY_MROPE = {**TINY_MROPE, "mrope_interleaved": True}
 
 
 class Qwen3VLFamily(ModelFamily):
@@ -29,10 +31,7 @@ FAMILY = register(
     Qwen3VLFamily(
         model_type="qwen3_vl",
         aliases=("qwen3vl",),
-        patch_size=16,
-        processor_class="Qwen3VLProcessor",
-        video_processor_class="Qwen3VLVideoProcessor",
-        cap_pixels_per_frame=True,
         vllm_architecture="Qwen3VLForConditionalGeneration",
+        **QWEN3_VISION,
     )
 )

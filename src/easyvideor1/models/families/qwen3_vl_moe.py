@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from .base import ModelFamily, qwen3_vision_config, qwen_text_config, qwen_token_fields
+from .base import QWEN3_VISION, ModelFamily, qwen3_vision_config, qwen_text_config, qwen_token_fields
 from .qwen3_vl import _TINY_MROPE
 from .registry import register
 
@@ -28,11 +28,8 @@ FAMILY = register(
     Qwen3VLMoeFamily(
         model_type="qwen3_vl_moe",
         aliases=("qwen3vlmoe", "qwen3vl_moe"),
-        patch_size=16,
-        processor_class="Qwen3VLProcessor",
-        video_processor_class="Qwen3VLVideoProcessor",
-        cap_pixels_per_frame=True,
         vllm_architecture="Qwen3VLMoeForConditionalGeneration",
+        **QWEN3_VISION,
         moe=True,
     )
 )
