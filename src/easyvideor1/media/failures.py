@@ -14,6 +14,7 @@ Torch-free: run configs and the CLI's help import this module.
 from __future__ import annotations
 
 import os
+import re
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 
@@ -107,13 +108,16 @@ def describe(error: BaseException, path: str) -> str | None:
 
 
 def _strip(message: str, path: str) -> str:
-    """``message`` without the leading ``<path>: `` the lower layers put in front of their messages
-    (the failure names the file itself, as the record does)."""
-    prefixes = {f"{p}: " for p in (path, os.path.abspath(path), os.path.normpath(path))}
+    """``message`` without the file's path where the lower layers put it (a leading ``<path>: ``,
+    FFmpeg's trailing ``: '<path>'``) and without FFmpeg's ``[Errno N]`` codes: the failure names
+    the file itself, as the record does, and the same file reads the same wherever it was found."""
+    paths = {path, os.path.abspath(path), os.path.normpath(path)}
     changed = True
     while changed:
         changed = False
-        for p in prefixes:
-            if message.startswith(p):
-                message, changed = message[len(p) :], True
-    return message
+        for p in paths:
+            if message.startswith(f"{p}: "):
+                message, changed = message[len(p) + 2 :], True
+    for p in paths:
+        message = message.replace(f": '{p}'", "")
+    return re.sub(r"\[Errno -?\d+\] ", "", message)
