@@ -95,15 +95,24 @@ def test_a_missing_file_is_named_as_the_record_names_it(media, tmp_path):
     assert isinstance(video, ValueError), "code that caught the old ValueErrors still catches it"
     # raised in a forked loader, it reaches the parent whole
     again = pickle.loads(pickle.dumps(video))
-    assert (type(again), again.path, again.cause, str(again)) == (MediaFailure, video.path, video.cause, str(video))
+    assert (type(again), again.path, again.cause, str(again)) == (
+        MediaFailure,
+        video.path,
+        video.cause,
+        str(video),
+    )
 
 
 def test_garbage_and_truncated_videos_cannot_be_decoded(media):
-    ds = _dataset(media, [_record("g", videos=["videos/garbage.mp4"]), _record("c", videos=["videos/cut.mp4"])])
+    ds = _dataset(
+        media, [_record("g", videos=["videos/garbage.mp4"]), _record("c", videos=["videos/cut.mp4"])]
+    )
     for i, name in enumerate(["videos/garbage.mp4", "videos/cut.mp4"]):
         reason = _failure(ds, i).reason
         assert reason.startswith(f"{name}: cannot decode: "), reason
-        assert "\n" not in reason and str(media) not in reason, "one line, the path only as the record names it"
+        assert "\n" not in reason and str(media) not in reason, (
+            "one line, the path only as the record names it"
+        )
     good = _dataset(media, [_record("ok", videos=["videos/good.mp4"])])
     videos, _ = load_media(good[0], good.cfg, good.loader)
     assert videos[0].frames.shape[0] == 2
@@ -212,7 +221,9 @@ def test_one_corrupt_video_one_reason_in_train_eval_and_filter(mixed, tmp_path):
     data, model, bad_id = mixed
     assets = {"train": data, "val": data, "model": model}
     run = tmp_path / "train"
-    cfg = load_config(RunConfig, None, [*base_overrides(assets, run), "data.val_files=[]", "trainer.max_steps=1"])
+    cfg = load_config(
+        RunConfig, None, [*base_overrides(assets, run), "data.val_files=[]", "trainer.max_steps=1"]
+    )
     Trainer(cfg).train()
     (skipped,) = _lines(run / "skipped_records.jsonl")
     assert skipped["problem_id"] == bad_id
