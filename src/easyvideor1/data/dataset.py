@@ -17,6 +17,7 @@ from typing import Any
 from torch.utils.data import Dataset
 
 from ..media.cache import VideoLoader
+from ..media.failures import MediaFailure, loading
 from ..media.sampling import SamplingParams, image_size
 from .config import DataConfig
 from .preprocess import resolve_media_path
@@ -84,7 +85,10 @@ class RecordDataset(Dataset):
         videos = [resolve_media_path(v, data_file, self.cfg.video_root) for v in rec.videos]
         entries = []
         for v in videos:
-            entry = self.loader.locate(v, params) if os.path.exists(v) or self.cfg.cache_dir else None
+            try:
+                entry = self.loader.locate(v, params) if os.path.exists(v) or self.cfg.cache_dir else None
+            except OSError:  # an unreadable source: no entry here; loading it names the error
+                entry = None
             entries.append(str(entry) if entry else None)
         return MediaSample(
             record=rec,
@@ -98,31 +102,58 @@ class RecordDataset(Dataset):
 
 
 def load_image(path: str, cfg: DataConfig):
-    """An RGB image resized to the factor grid within the *image* pixel budget."""
+    """An RGB image resized to the factor grid within the *image* pixel budget.
+
+    Raises :class:`~easyvideor1.media.failures.MediaFailure` for an image that cannot be used.
+    """
     from PIL import Image
 
-    with Image.open(path) as im:
-        im = im.convert("RGB")
-        h, w = image_size(im.height, im.width, cfg.factor, cfg.image_min_pixels, cfg.image_max_pixels)
-        return im.resize((w, h), Image.BICUBIC) if (h, w) != (im.height, im.width) else im.copy()
+    with loading(path):
+        try:
+            with Image.open(path) as src:
+                im = src.convert("RGB")  # decodes the whole image
+        except (ValueError, SyntaxError) as e:  # what some PIL plugins raise for a malformed file
+            raise MediaFailure(path, f"cannot decode: {e}") from e
+        try:
+            h, w = image_size(im.height, im.width, cfg.factor, cfg.image_min_pixels, cfg.image_max_pixels)
+        except ValueError as e:  # e.g. an aspect ratio no model grid takes: this image's problem
+            raise MediaFailure(path, f"cannot resize: {e}") from e
+    return im.resize((w, h), Image.BICUBIC) if (h, w) != (im.height, im.width) else im
+
+
+def media_names(sample: MediaSample) -> tuple[list[str], list[str]]:
+    """The sample's videos and images as its record names them (failures quote these, so one file
+    reads the same whatever ``data.video_root`` or command resolved it against)."""
+    rec = sample.record
+    videos = list(rec.videos) if len(rec.videos) == len(sample.videos) else list(sample.videos)
+    images = list(rec.images) if len(rec.images) == len(sample.images) else list(sample.images)
+    return videos, images
 
 
 def load_media(sample: MediaSample, cfg: DataConfig, loader: VideoLoader) -> tuple[list, list]:
     """The sample's videos (cache entries or decoded) and images, ready for the processor.
 
+    A file that cannot be used raises :class:`~easyvideor1.media.failures.MediaFailure` (its text
+    ``<name as in the record>: <cause>``); any other error propagates as it is.
+
     A sample's ``probe`` blanks or shuffles its video frames here, after the cache: the one place
     the probe is applied, for training validation and evaluation alike (images are left as they are).
     """
-    videos = [
-        loader.load(v, sample.video_params, entry=e)
-        for v, e in zip(sample.videos, sample.video_entries, strict=True)
-    ]
+    video_names, image_names = media_names(sample)
+    videos = []
+    for name, v, e in zip(video_names, sample.videos, sample.video_entries, strict=True):
+        with loading(name, v):
+            videos.append(loader.load(v, sample.video_params, entry=e))
     if sample.probe:  # shuffles are seeded by the record and file names: the same on every machine
         names = ",".join(os.path.basename(v) for v in sample.videos)
         videos = probe_videos(videos, sample.probe, f"{sample.record.problem_id}:{names}")
     for video in videos:
         video.timestamps = cfg.timestamps  # how processor_metadata reports frame times (data.timestamps)
-    return videos, [load_image(p, cfg) for p in sample.images]
+    images = []
+    for name, p in zip(image_names, sample.images, strict=True):
+        with loading(name, p):
+            images.append(load_image(p, cfg))
+    return videos, images
 
 
 def render_text(

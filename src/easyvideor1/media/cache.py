@@ -49,6 +49,7 @@ from typing import Any
 import numpy as np
 
 from .decode import DecodeError
+from .failures import NO_CACHE_ENTRY, corrupt_entry, unusable_entry
 from .identity import SourceIdentity, source_identity
 from .manifest import load_index, row_fits
 from .sampling import SamplingParams
@@ -61,10 +62,22 @@ _REQUIRED_META = (
     "source_path source_size source_mtime_ns source_fps total_frames frame_indices sample_fps "
     "height width params version"
 ).split()
+_REBUILD = "(cache_only mode: rebuild it with `easyvideor1 preprocess`)"
 
 
 class CacheError(RuntimeError):
-    """A missing, corrupt or mismatching cache entry."""
+    """A missing, corrupt or mismatching cache entry.
+
+    ``cause``, when set, is the record-facing sentence (``media/failures.py``'s wording) a loading
+    failure reports after the record's own name for the video.
+    """
+
+    def __init__(self, message: str, cause: str | None = None):
+        super().__init__(message)
+        self.cause = cause
+
+    def __reduce__(self):
+        return type(self), (str(self), self.cause)
 
 
 def params_key(params: SamplingParams) -> str:
@@ -279,7 +292,7 @@ class VideoLoader:
         """Frames for (video, params). ``entry`` skips the lookup when the caller already has it."""
         if self.mode != "decode_only":
             entry = entry or self.locate(video_path, params)
-            reason = "no cache entry" if entry is None else None
+            reason, cause = ("no cache entry", NO_CACHE_ENTRY) if entry is None else (None, None)
             if entry is not None:
                 try:
                     video = read_entry(entry)
@@ -287,10 +300,14 @@ class VideoLoader:
                     if reason is None:
                         self.stats.hits += 1
                         return video
+                    cause = f"{unusable_entry(reason)} {_REBUILD}"
                 except CacheError as e:
                     reason = str(e)
+                    cause = f"{corrupt_entry(reason)} {_REBUILD}"
             if self.mode == "cache_only":
-                raise CacheError(f"{video_path}: {reason} (cache_only mode; run `easyvideor1 preprocess`)")
+                raise CacheError(
+                    f"{video_path}: {reason} (cache_only mode; run `easyvideor1 preprocess`)", cause=cause
+                )
             if len(self.stats.fallbacks) < 100:
                 self.stats.fallbacks.append(f"{video_path}: {reason}")
         self.stats.decoded += 1

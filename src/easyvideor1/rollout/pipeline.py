@@ -5,8 +5,10 @@ Stages: loaders read each sample's media (frame-cache entry or decode) in input 
 the sample's prompt is rendered (:func:`render_prompt`) and submitted to the engine as one
 :class:`~.base.Request` the moment it is ready (at most ``max_in_flight`` at once; batch engines
 batch whatever has gathered) -> as each request finishes, the job scores it and the rows are
-written. A sample whose media cannot be loaded, or whose request fails, becomes a failure row with
-its reason and the job goes on.
+written. A sample whose media cannot be loaded (a
+:class:`~easyvideor1.media.failures.MediaFailure`, worded as training's ``skipped_records.jsonl``
+words it), or whose request fails, becomes a failure row with its reason and the job goes on; any
+other error while loading is a bug and stops the job.
 
 What differs between the jobs is a :class:`Work`: which request a sample makes (``n``, sampling,
 seed), how its responses become a row (a benchmark's scorer, the reward library), how a failure
@@ -32,6 +34,7 @@ from typing import Any, Protocol
 from ..data.config import DataConfig
 from ..data.dataset import MediaSample, RecordDataset, load_media, render_text, thinking_mode
 from ..media.cache import VideoLoader
+from ..media.failures import MediaFailure
 from .base import Prompt, Request, Responses
 from .config import PipelineSettings
 
@@ -195,14 +198,16 @@ def _load_forked(i: int):
 
 
 def _load_one(i: int, dataset: RecordDataset, thumbnail):
-    """One sample with its media loaded (or the reason it could not be), the seconds it took, and
-    its thumbnail when asked for."""
+    """One sample with its media loaded (or, for a
+    :class:`~easyvideor1.media.failures.MediaFailure`, its reason), the seconds it took, and its
+    thumbnail when asked for."""
     t = time.perf_counter()
+    sample = dataset[i]
     try:
-        sample = dataset[i]
         sample.loaded = load_media(sample, dataset.cfg, dataset.loader)
-    except Exception as e:  # recorded as this sample's failure; the job goes on
-        return (i, None, failure_reason(e)), time.perf_counter() - t, None
+    except MediaFailure as e:  # recorded as this sample's failure; the job goes on
+        return (i, None, e.reason), time.perf_counter() - t, None
+    # anything else is a bug: it propagates and stops the job (_next), never a failure row
     thumb = None
     if thumbnail is not None:
         try:

@@ -13,19 +13,12 @@ import json
 import os
 from typing import Any
 
-from PIL.Image import DecompressionBombError
-
-from ..data.dataset import MediaSample, load_media
-from ..media.cache import CacheError
-from ..media.decode import DecodeError
+from ..data.dataset import MediaSample, load_media, media_names
+from ..media.failures import NO_CACHE_ENTRY, MediaFailure, missing_media
 from .distributed import max_over_ranks
 from .metrics import rewrite_jsonl
 
 SKIPPED_FILE = "skipped_records.jsonl"
-
-# what loading one record's media raises when the *file* is the problem (missing, unreadable,
-# undecodable, no cache entry, an image PIL refuses or that cannot be resized)
-MEDIA_ERRORS = (DecodeError, CacheError, OSError, ValueError, DecompressionBombError)
 
 
 class MediaLoadError(ValueError):
@@ -39,21 +32,22 @@ def media_problem(sample: MediaSample, cfg, loader, load: bool = True) -> str | 
     not load them again); without it only the cheap checks run: cache entries in ``cache_only``
     mode and that every file exists (``data.preflight=fast``).
     """
+    # the reasons are media/failures.py's, worded as loading them would word them
+    video_names, image_names = media_names(sample)
     if cfg.cache_mode == "cache_only":
-        missing = [v for v, e in zip(sample.videos, sample.video_entries, strict=True) if e is None]
+        missing = [n for n, e in zip(video_names, sample.video_entries, strict=True) if e is None]
         if missing:
-            return (
-                f"no cache entry for {missing[0]} (cache_only mode; run `easyvideor1 preprocess` "
-                "with the same settings)"
-            )
+            return MediaFailure(missing[0], NO_CACHE_ENTRY).reason
     if not load:
-        files = sample.images + ([] if cfg.cache_mode == "cache_only" else sample.videos)
-        gone = [p for p in files if not os.path.isfile(p)]
-        return f"file not found: {gone[0]}" if gone else None
+        names, paths = image_names, sample.images
+        if cfg.cache_mode != "cache_only":
+            names, paths = video_names + names, sample.videos + paths
+        gone = missing_media(names, paths)
+        return gone.reason if gone else None
     try:
         sample.loaded = load_media(sample, cfg, loader)
-    except MEDIA_ERRORS as e:
-        return f"{type(e).__name__}: {e}"
+    except MediaFailure as e:
+        return e.reason
     return None
 
 

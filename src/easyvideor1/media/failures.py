@@ -1,0 +1,123 @@
+"""What counts as a media failure, and how it is worded: one taxonomy for ``train``, ``eval`` and ``filter``.
+
+A record's media file that cannot be used (missing, unreadable, undecodable, an unusable frame-cache
+entry in ``cache_only`` mode, an image PIL refuses or that cannot be resized) is a
+:class:`MediaFailure`. Its text is one line, ``<path>: <cause>``, with the path as the record names
+it and the cause a short sentence ("file not found", "cannot decode: ...", "frame cache entry
+corrupt: ...", "image too large: ..."). Training lists it in ``skipped_records.jsonl``, evaluation
+in a failure row of ``predictions.jsonl``, the filter in ``pass_rates.jsonl``: the same record gives
+the same text in all three. Anything else raised while loading is a bug and propagates.
+
+Torch-free: run configs and the CLI's help import this module.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+from collections.abc import Iterator, Sequence
+from contextlib import contextmanager
+
+FILE_NOT_FOUND = "file not found"
+# the preprocess hint is part of the cause: it is what the user has to do about it
+NO_CACHE_ENTRY = "no cache entry (cache_only mode: run `easyvideor1 preprocess` with the same settings)"
+
+
+class MediaFailure(ValueError):
+    """One media file of a record cannot be used: ``path`` (as the record names it) and ``cause``.
+
+    A ValueError, so code that caught the old ValueErrors of media loading still catches it.
+    """
+
+    def __init__(self, path: str, cause: str):
+        self.path, self.cause = str(path), cause
+        super().__init__(f"{self.path}: {cause}")
+
+    def __reduce__(self):  # raised in a forked loader, re-raised in the parent with both fields
+        return type(self), (self.path, self.cause)
+
+    @property
+    def reason(self) -> str:
+        """The one line every output records."""
+        return str(self)
+
+
+def corrupt_entry(detail: str) -> str:
+    return f"frame cache entry corrupt: {detail}"
+
+
+def unusable_entry(detail: str) -> str:
+    return f"frame cache entry does not fit: {detail}"
+
+
+def missing_media(names: Sequence[str], paths: Sequence[str]) -> MediaFailure | None:
+    """The first of ``paths`` that is not a file, named as in ``names`` (the record's own spelling),
+    or None."""
+    for name, path in zip(names, paths, strict=True):
+        if not os.path.isfile(path):
+            return MediaFailure(name, FILE_NOT_FOUND)
+    return None
+
+
+@contextmanager
+def loading(name: str, path: str | None = None) -> Iterator[None]:
+    """Loading one file: the known low-level errors become a :class:`MediaFailure` naming ``name``
+    (the record's spelling of the file; ``path`` is where it was looked for, ``name`` by default).
+    Every other exception passes through unchanged."""
+    path = name if path is None else path
+    try:
+        yield
+    except MediaFailure as e:
+        if e.path == name:
+            raise
+        raise MediaFailure(name, e.cause) from e  # raised deeper, under the resolved path
+    except Exception as e:
+        cause = describe(e, path)
+        if cause is None:
+            raise
+        raise MediaFailure(name, cause) from e
+
+
+def describe(error: BaseException, path: str) -> str | None:
+    """The cause sentence for a known low-level error raised while loading ``path``; None when the
+    error is not a media failure (a bug, which must propagate)."""
+    # imported here: decode and cache import this module's wording
+    import av
+    from PIL import Image
+
+    from .cache import CacheError
+    from .decode import DecodeError
+
+    if isinstance(error, CacheError):
+        return error.cause or _strip(str(error), path)
+    if isinstance(error, (DecodeError, av.FFmpegError)):
+        if not os.path.exists(path):  # whatever the decoder said: the file is not there
+            return FILE_NOT_FOUND
+        return f"cannot decode: {_strip(str(error), path)}"
+    if isinstance(error, Image.DecompressionBombError):
+        return f"image too large: {error}"
+    if isinstance(error, Image.UnidentifiedImageError):
+        return "cannot decode: not an image format PIL can read"
+    if isinstance(error, FileNotFoundError):
+        return FILE_NOT_FOUND
+    if isinstance(error, OSError):
+        if error.errno is not None:  # the system refused (permissions, a directory, I/O error)
+            return f"cannot read: {error.strerror or error}"
+        return f"cannot decode: {error}"  # PIL's own OSErrors: a truncated or broken image
+    return None
+
+
+def _strip(message: str, path: str) -> str:
+    """``message`` without the file's path where the lower layers put it (a leading ``<path>: ``,
+    FFmpeg's trailing ``: '<path>'``) and without FFmpeg's ``[Errno N]`` codes: the failure names
+    the file itself, as the record does, and the same file reads the same wherever it was found."""
+    paths = {path, os.path.abspath(path), os.path.normpath(path)}
+    changed = True
+    while changed:
+        changed = False
+        for p in paths:
+            if message.startswith(f"{p}: "):
+                message, changed = message[len(p) + 2 :], True
+    for p in paths:
+        message = message.replace(f": '{p}'", "")
+    return re.sub(r"\[Errno -?\d+\] ", "", message)
