@@ -16,39 +16,37 @@ from ..algorithms.masked import masked_mean
 from ..algorithms.shaping import shape_rewards
 from ..data.dataset import MediaSample, encode_prompts
 from ..models.inputs import PromptBatch
+from . import resume, warmup
 from . import step as stages
 from .build import build_components, load_data, start, step_settings
 from .distributed import shutdown_distributed, split_prompts
 from .evaluate import has_video, validate_policy
 from .metrics import hybrid_metrics, mismatch_metrics
-from .resume import restore, save
 from .rounds import collect_groups
 from .sampler import PromptSampler
 from .skipping import loadable_samples
-from .state import Components, DataSkips, StepSettings, TrainData, TrainState
-from .warmup import reference_from_warmup, sft_warmup
+from .state import TrainState
 
 
 class Trainer:
     """One training run.
 
-    Attributes:
-        cfg: The run config.
-        parts: The models, engine, optimizer, scheduler, KL controller and loggers.
-        data: The training and validation prompts.
-        skips: The records left out so far.
-        settings: Sampling and update settings derived from ``cfg``.
-        state: Where the run is (step, prompt order, history): what a checkpoint restores.
+    Attributes (the types of ``state.py``):
+        cfg: The run config (:class:`~easyvideor1.config.RunConfig`).
+        parts: :class:`Components`: models, engine, optimizer, scheduler, KL controller, loggers.
+        data: :class:`TrainData`: the training and validation prompts.
+        skips: :class:`DataSkips`: the records left out so far.
+        settings: :class:`StepSettings`: sampling and update settings derived from ``cfg``.
+        state: :class:`TrainState`: where the run is (step, prompt order, history); what a
+            checkpoint restores.
     """
 
     def __init__(self, cfg):
         dist = start(cfg)
         self.cfg = cfg
-        self.parts: Components = build_components(cfg, dist)
-        self.data: TrainData
-        self.skips: DataSkips
+        self.parts = build_components(cfg, dist)
         self.data, self.skips = load_data(cfg, self.parts)
-        self.settings: StepSettings = step_settings(cfg)
+        self.settings = step_settings(cfg)
         tc = cfg.trainer
         self.state = TrainState(PromptSampler(len(self.data.train_idx), tc.prompts_per_step, seed=tc.seed))
 
@@ -180,7 +178,7 @@ class Trainer:
     def sft_warmup(self) -> bool:
         """The supervised warm-up (``warmup.py``); the KL reference then moves to the warmed-up
         policy. False when there was nothing to do."""
-        if not sft_warmup(
+        if not warmup.sft_warmup(
             self.cfg,
             self.parts,
             self.data.train_set,
@@ -189,7 +187,7 @@ class Trainer:
             self.settings.sampling.max_new_tokens,
         ):
             return False
-        if reference_from_warmup(self.parts):
+        if warmup.reference_from_warmup(self.parts):
             self.state.reference_from_warmup = True
         return True
 
@@ -212,7 +210,7 @@ class Trainer:
     def restore(self) -> bool:
         """Continue from the checkpoint ``trainer.resume`` names, if any (``resume.py``): the
         components' tensors in place, then :attr:`state`. Whether one was restored."""
-        saved = restore(self.cfg, self.parts, len(self.data.train_idx))
+        saved = resume.restore(self.cfg, self.parts, len(self.data.train_idx))
         if saved is None:
             return False
         self.state.load_state_dict(saved)
@@ -220,7 +218,7 @@ class Trainer:
 
     def save(self) -> None:
         """Checkpoint the current step (the counterpart of :meth:`restore`)."""
-        save(self.cfg, self.parts, self.state)
+        resume.save(self.cfg, self.parts, self.state)
 
     def train(self) -> dict[str, float]:
         tc, logger = self.cfg.trainer, self.parts.logger
