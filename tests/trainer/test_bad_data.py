@@ -68,7 +68,7 @@ def test_fast_preflight_skips_a_corrupt_video_at_its_step(make_cfg, broken_data,
             "rollout.hybrid=always",  # offline answers give the untrained policy a signal
         )
     )
-    assert len(t.train_idx) == 7  # the missing file is found without decoding anything
+    assert len(t.data.train_idx) == 7  # the missing file is found without decoding anything
     m = t.rl_step()  # all eight records are drawn: two fail to decode here, the step goes on
     assert m["data/skipped_records"] == 3 and m["actor/grad_norm"] > 0
     rows = _rows(out / "skipped_records.jsonl")

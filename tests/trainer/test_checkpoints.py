@@ -48,22 +48,22 @@ def test_corrupt_state_is_named_and_changed_settings_are_applied_or_refused(make
 
     # the learning rate changed: applied to the restored optimizer and said
     t = Trainer(make_cfg(f"trainer.output_dir={out}", "trainer.max_steps=2", "trainer.lr=5e-3"))
-    t._resume()
+    t.restore()
     assert t.step == 1 and [g["lr"] for g in t.optimizer.param_groups] == [5e-3]
     assert "trainer.lr: 0.001 -> 0.005" in capsys.readouterr().out
     # the seed cannot change: the prompt order of the saved run depends on it
     t = Trainer(make_cfg(f"trainer.output_dir={out}", "trainer.max_steps=2", "trainer.seed=7"))
     with pytest.raises(ValueError, match=r"trainer.seed changed .* \(0 -> 7\)"):
-        t._resume()
+        t.restore()
 
     from easyvideor1.trainer.checkpoint_check import CheckpointError
 
     (ckpt / "trainer_state.json").write_text('{"step": 1, "sampler": ')  # cut short
     t = Trainer(make_cfg(f"trainer.output_dir={out}", "trainer.max_steps=2", f"trainer.resume={ckpt}"))
     with pytest.raises(CheckpointError, match=r"step_1/trainer_state.json: unreadable"):
-        t._resume()
+        t.restore()
     # with resume=auto there is no whole checkpoint left: a clear error, not a fresh start
     t = Trainer(make_cfg(f"trainer.output_dir={out}", "trainer.max_steps=2"))
     with pytest.raises(CheckpointError, match="no checkpoint .* is whole"):
-        t._resume()
+        t.restore()
     assert "trainer_state.json: unreadable" in capsys.readouterr().out

@@ -201,7 +201,7 @@ def test_trainer_step_with_every_speed_up_on(make_cfg):
     )
     trainer = Trainer(cfg)
     metrics = trainer.rl_step()
-    cache = trainer.vision_cache
+    cache = trainer.parts.vision_cache
     assert cache is not None and not cache.active  # stopped after the update
     assert cache.encodes == 1 and cache.served >= 3  # videos only; old + reference + actor
     assert all(isfinite(v) for v in metrics.values())

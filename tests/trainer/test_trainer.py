@@ -22,17 +22,27 @@ def _metrics(path):
 def test_hybrid_groups_generate_only_n_minus_k(make_cfg):
     cfg = make_cfg("rollout.hybrid=always", "rollout.offline_k=1")
     t = Trainer(cfg)
-    samples = [t.train_set[i] for i in range(3)]
-    batch = encode_prompts(t.processor, samples, cfg.data, t.train_set.loader)
+    samples = [t.data.train_set[i] for i in range(3)]
+    batch = encode_prompts(t.parts.processor, samples, cfg.data, t.data.train_set.loader)
     calls = []
-    original = t.engine.generate
-    t.engine.generate = lambda b, repeats, s: calls.append(list(repeats)) or original(b, repeats, s)
-    exp = collect(t.engine, t.processor.tokenizer, batch, samples, cfg.rollout, t.sampling, cfg.reward)
+    original = t.parts.engine.generate
+    t.parts.engine.generate = lambda b, repeats, s: calls.append(list(repeats)) or original(b, repeats, s)
+    exp = collect(
+        t.parts.engine,
+        t.parts.processor.tokenizer,
+        batch,
+        samples,
+        cfg.rollout,
+        t.settings.sampling,
+        cfg.reward,
+    )
     assert calls == [[3, 3, 3]], "only n - k responses are generated"
     assert len(exp) == 12 and int(exp.offline.sum()) == 3
     for i in exp.offline.nonzero().flatten().tolist():
         n = int(exp.mask[i].sum())
-        assert exp.ids[i, n - 1] == t.engine.eos_ids[0], "offline responses end with the end-of-turn token"
+        assert exp.ids[i, n - 1] == t.parts.engine.eos_ids[0], (
+            "offline responses end with the end-of-turn token"
+        )
         assert exp.scores["accuracy"][i] == 1.0 and exp.texts[i].startswith("<answer>")
     # groups stay together, in prompt order
     assert exp.prompt_of == [0] * 4 + [1] * 4 + [2] * 4
@@ -41,9 +51,17 @@ def test_hybrid_groups_generate_only_n_minus_k(make_cfg):
 def test_offline_responses_are_truncated_and_flagged(make_cfg):
     cfg = make_cfg("rollout.hybrid=always", "rollout.max_new_tokens=2")
     t = Trainer(cfg)
-    samples = [t.train_set[0]]
-    batch = encode_prompts(t.processor, samples, cfg.data, t.train_set.loader)
-    exp = collect(t.engine, t.processor.tokenizer, batch, samples, cfg.rollout, t.sampling, cfg.reward)
+    samples = [t.data.train_set[0]]
+    batch = encode_prompts(t.parts.processor, samples, cfg.data, t.data.train_set.loader)
+    exp = collect(
+        t.parts.engine,
+        t.parts.processor.tokenizer,
+        batch,
+        samples,
+        cfg.rollout,
+        t.settings.sampling,
+        cfg.reward,
+    )
     off = exp.offline.nonzero().flatten().tolist()
     assert off and all(bool(exp.truncated[i]) and int(exp.mask[i].sum()) == 2 for i in off)
     # scored on the kept tokens, not on the full offline text
@@ -53,19 +71,35 @@ def test_offline_responses_are_truncated_and_flagged(make_cfg):
 def test_below_threshold_mode_completes_confident_groups_online(make_cfg):
     cfg = make_cfg("rollout.hybrid=below_threshold", "rollout.hybrid_threshold=0.0")  # never below 0
     t = Trainer(cfg)
-    samples = [t.train_set[i] for i in range(2)]
-    batch = encode_prompts(t.processor, samples, cfg.data, t.train_set.loader)
-    exp = collect(t.engine, t.processor.tokenizer, batch, samples, cfg.rollout, t.sampling, cfg.reward)
+    samples = [t.data.train_set[i] for i in range(2)]
+    batch = encode_prompts(t.parts.processor, samples, cfg.data, t.data.train_set.loader)
+    exp = collect(
+        t.parts.engine,
+        t.parts.processor.tokenizer,
+        batch,
+        samples,
+        cfg.rollout,
+        t.settings.sampling,
+        cfg.reward,
+    )
     assert len(exp) == 8 and not exp.offline.any()
     cfg = make_cfg("rollout.hybrid=below_threshold", "rollout.hybrid_threshold=1.0")  # below unless all right
     t = Trainer(cfg)
-    exp = collect(t.engine, t.processor.tokenizer, batch, samples, cfg.rollout, t.sampling, cfg.reward)
+    exp = collect(
+        t.parts.engine,
+        t.parts.processor.tokenizer,
+        batch,
+        samples,
+        cfg.rollout,
+        t.settings.sampling,
+        cfg.reward,
+    )
     assert len(exp) == 8 and int(exp.offline.sum()) == 2
 
 
 def test_preflight_drops_overlong_prompts_and_checks_the_cache(make_cfg, demo_assets):
     t = Trainer(make_cfg("data.max_prompt_length=10000"))
-    assert len(t.train_idx) == 24
+    assert len(t.data.train_idx) == 24
     with pytest.raises(ValueError, match="no prompt fits"):
         Trainer(make_cfg("data.max_prompt_length=5"))
     empty = demo_assets["dir"] / "empty_cache"
@@ -86,9 +120,9 @@ def test_fast_preflight_drops_overlong_prompts_at_their_step(make_cfg, demo_asse
     data.write_text("".join(json.dumps(r) + "\n" for r in rows))
     common = (f"data.train_files=[{data}]", "data.max_prompt_length=300", "trainer.prompts_per_step=8")
     full = Trainer(make_cfg(*common, "trainer.mini_batch_prompts=8"))
-    assert len(full.train_idx) == 7  # dropped at start-up
+    assert len(full.data.train_idx) == 7  # dropped at start-up
     fast = Trainer(make_cfg(*common, "trainer.mini_batch_prompts=8", "data.preflight=fast"))
-    assert len(fast.train_idx) == 8  # nothing encoded up front
+    assert len(fast.data.train_idx) == 8  # nothing encoded up front
     m = fast.rl_step()
     assert m["data/dropped_overlong"] == 1.0 and len(fast.history) == 0
     assert m["actor/grad_norm"] >= 0
@@ -283,21 +317,37 @@ def test_merge_groups_keeps_whole_groups_in_order(make_cfg):
     for _ in range(2):
         samples, batch = t._next_samples()
         exp = collect(
-            t.engine, t.processor.tokenizer, batch, samples, t.cfg.rollout, t.sampling, t.cfg.reward
+            t.parts.engine,
+            t.parts.processor.tokenizer,
+            batch,
+            samples,
+            t.cfg.rollout,
+            t.settings.sampling,
+            t.cfg.reward,
         )
         parts.append((exp, samples, [1, 3]))
     kept = [s[p] for _, s, keep in parts for p in keep]
-    merged = merge_groups(parts, encode_prompts(t.processor, kept, t.cfg.data, t.train_set.loader))
+    merged = merge_groups(parts, encode_prompts(t.parts.processor, kept, t.cfg.data, t.data.train_set.loader))
     assert merged.prompt_of == [0] * 4 + [1] * 4 + [2] * 4 + [3] * 4
     first = [i for i, p in enumerate(parts[0][0].prompt_of) if p == 1]
     assert merged.texts[:4] == [parts[0][0].texts[i] for i in first]
     # the merged experience goes through a full update
+    from easyvideor1.trainer.step import advantages
     from easyvideor1.trainer.update import experience_logprobs, policy_update
 
-    merged.old_logp, _ = experience_logprobs(t.model, merged, t.engine.banned, t.dummy, 1.0, 5)
-    merged.advantages = t._advantages(merged, merged.scores["overall"], None, kept)
+    merged.old_logp, _ = experience_logprobs(t.model, merged, t.parts.engine.banned, t.parts.dummy, 1.0, 5)
+    merged.advantages = advantages(
+        t.cfg, t.parts.engine, t.settings.sampling, t.parts.dist, merged, merged.scores["overall"], None, kept
+    )
     m = policy_update(
-        t.model, t.optimizer, None, merged, [list(range(16))], t.settings, t.engine.banned, t.dummy
+        t.model,
+        t.optimizer,
+        None,
+        merged,
+        [list(range(16))],
+        t.settings.update,
+        t.parts.engine.banned,
+        t.parts.dummy,
     )
     assert m["actor/skipped_steps"] == 0 and m["actor/ppo_kl"] == pytest.approx(0.0, abs=1e-5)
 
@@ -346,7 +396,7 @@ def test_record_fields_named_like_score_arguments_do_not_collide(make_cfg):
     from easyvideor1.trainer.experience import score
 
     t = Trainer(make_cfg())
-    sample = t.train_set[0]
+    sample = t.data.train_set[0]
     sample.record = parse_record({**sample.record.to_dict(), "response": "a field", "config": 3}, "f[0]")
     scores, tasks, errors = score(["<answer>A</answer>"], [sample], [0], [4], t.cfg.reward)
     assert errors == 0 and tasks == ["multiple_choice"]

@@ -20,28 +20,31 @@ from ..rollout.base import Prompt, Request, Responses
 from ..rollout.config import PipelineSettings
 from ..rollout.pipeline import run_pipeline
 from ..rollout.sampling import SamplingConfig
-from .distributed import all_gather
+from .distributed import DistState, all_gather
 
 
-def validate_policy(trainer, probes: bool = False) -> dict[str, float]:
-    """``trainer``'s validation metrics; with ``probes``, also each ``trainer.video_probe`` run on
-    the prompts that have a video, and its gap to the real accuracy. Each rank validates its slice
-    with its own rollout engine; rank 0 appends a few generations to ``generations.jsonl``."""
-    if not trainer.val_idx:
+def validate_policy(
+    engine,
+    processor,
+    dist: DistState,
+    val_set,
+    val_idx: list[int],
+    sampling: SamplingConfig,
+    cfg,
+    step: int,
+    probes: bool = False,
+) -> dict[str, float]:
+    """Validation metrics of the policy behind ``engine`` on the prompts ``val_idx`` of
+    ``val_set``; with ``probes``, also each ``trainer.video_probe`` run on the prompts that have a
+    video, and its gap to the real accuracy. Each rank validates its slice with its own rollout
+    engine; rank 0 writes the run as an eval output directory (``validation/step_<step>``) and
+    appends a few generations to ``generations.jsonl``."""
+    if not val_idx:
         return {}
-    state, val_set = trainer.dist, trainer.val_set
-    mine = trainer.val_idx[state.rank :: state.world]
+    mine = val_idx[dist.rank :: dist.world]
 
     def run(indices: list[int], probe: str | None = None) -> list[dict]:
-        rows = evaluate(
-            trainer.engine,
-            trainer.processor,
-            val_set,
-            indices,
-            trainer.val_sampling,
-            trainer.cfg.reward,
-            probe=probe,
-        )
+        rows = evaluate(engine, processor, val_set, indices, sampling, cfg.reward, probe=probe)
         return sorted((g for part in all_gather(rows) for g in part), key=lambda g: g["index"])
 
     generations = run(mine)
@@ -49,18 +52,18 @@ def validate_policy(trainer, probes: bool = False) -> dict[str, float]:
     shown = list(generations[:8])
     if probes:  # every rank probes its own video prompts (all ranks take part in the gathers)
         with_video = [i for i in mine if has_video(val_set, i)]
-        for probe in trainer.cfg.trainer.video_probe:
+        for probe in cfg.trainer.video_probe:
             probed = run(with_video, probe)
             metrics.update(probe_summary(generations, probed, probe))
             shown += [{**g, "probe": probe} for g in probed[:4]]
-    if not state.is_main:
+    if not dist.is_main:
         return metrics
-    out = os.path.join(trainer.cfg.trainer.output_dir, VALIDATION_DIR, f"step_{trainer.step}")
-    write_validation_run(out, val_set, generations, trainer.cfg.reward)
-    path = os.path.join(trainer.cfg.trainer.output_dir, "generations.jsonl")
+    out = os.path.join(cfg.trainer.output_dir, VALIDATION_DIR, f"step_{step}")
+    write_validation_run(out, val_set, generations, cfg.reward)
+    path = os.path.join(cfg.trainer.output_dir, "generations.jsonl")
     with open(path, "a", encoding="utf-8") as f:
         for g in shown:
-            f.write(json.dumps({"step": trainer.step, **g}) + "\n")
+            f.write(json.dumps({"step": step, **g}) + "\n")
     return metrics
 
 

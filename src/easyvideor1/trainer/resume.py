@@ -1,4 +1,5 @@
-"""Resuming a run: which checkpoint, what changed since it was saved, and the logs rolled back to it.
+"""Saving a run and resuming it: which checkpoint, what changed since it was saved, and the logs
+rolled back to it. :func:`save` writes a checkpoint, :func:`restore` is its one counterpart.
 
 - ``trainer.resume=auto`` takes the newest checkpoint that verifies (``checkpoint_check.py``); a
   damaged newer one is moved aside to ``step_N.damaged`` with a message naming it and the file at
@@ -19,13 +20,15 @@ from __future__ import annotations
 import dataclasses
 import json
 import os
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from .checkpoint import load_checkpoint
+from .checkpoint import load_checkpoint, save_checkpoint
 from .checkpoint_check import CheckpointError, find_resumable, verify_checkpoint
-from .distributed import all_gather
+from .distributed import DistState, all_gather
 from .metrics import rewrite_jsonl
+from .state import Components, TrainState
 
 REFUSED = ("trainer.seed",)
 # where a run is and how it is resumed: not hyper-parameters
@@ -47,9 +50,64 @@ def run_settings(cfg) -> dict[str, Any]:
     return flat
 
 
-def choose_checkpoint(trainer) -> Path | None:
+def save(cfg, parts: Components, state: TrainState) -> Path:
+    """Write the checkpoint of step ``state.step`` (a collective: every rank calls it): the
+    components' tensors, ``state`` and the run's settings (compared on resume)."""
+    tc = cfg.trainer
+    return save_checkpoint(
+        tc.output_dir,
+        state.step,
+        parts.model,
+        parts.processor,
+        parts.optimizer,
+        parts.scheduler,
+        {**state.state_dict(), "settings": run_settings(cfg)},
+        keep_last=tc.keep_last,
+        state=parts.dist,
+        reference=parts.reference_state() if state.reference_from_warmup else None,
+        export_merged=tc.export_merged,
+    )
+
+
+def restore(cfg, parts: Components, n_prompts: int) -> dict[str, Any] | None:
+    """Load the checkpoint ``trainer.resume`` names into ``parts`` and roll the logs back to it;
+    returns its ``trainer_state.json`` for :meth:`TrainState.load_state_dict`, or None (a fresh start).
+
+    ``n_prompts``: this run's usable training prompts (a checkpoint made with another number is
+    refused). Weights, optimizer, scheduler, a warmed-up reference and the RNG streams are restored
+    in place, the current optimizer settings applied, and the rollout engine given the weights.
+    """
+    tc = cfg.trainer
+    ckpt = _choose_checkpoint(tc, parts.dist, parts.logger.write)
+    if ckpt is None:
+        return None
+    meta = verify_checkpoint(ckpt)
+    changed = _check_settings(cfg, ckpt, meta, n_prompts)
+    try:
+        saved = load_checkpoint(
+            ckpt, parts.model, parts.optimizer, parts.scheduler, parts.dist, reference=parts.reference_state()
+        )
+    except CheckpointError:
+        raise
+    except Exception as e:  # the tensors did not fit this model, or a shard failed to read
+        raise CheckpointError(f"checkpoint {ckpt} could not be loaded: {type(e).__name__}: {e}") from e
+    _apply_optimizer_settings(tc, parts.optimizer, parts.scheduler)
+    parts.handoff.push()  # an engine with its own copy gets the restored weights
+    step = saved["step"]
+    if parts.dist.is_main:
+        parts.logger.truncate_after(step)
+        rewrite_jsonl(os.path.join(tc.output_dir, "generations.jsonl"), _upto(step))
+        parts.skip_log.truncate_after(step)
+    parts.logger.write(f"resumed from {ckpt} at step {step}")
+    if changed:
+        parts.logger.write(
+            f"settings changed since {ckpt.name}, applied from step {step}: " + "; ".join(changed)
+        )
+    return saved
+
+
+def _choose_checkpoint(tc, dist: DistState, write: Callable[[str], None]) -> Path | None:
     """The checkpoint to resume from, the same on every rank; None starts fresh."""
-    tc = trainer.cfg.trainer
     if tc.resume == "never":
         return None
     if tc.resume != "auto":
@@ -62,12 +120,12 @@ def choose_checkpoint(trainer) -> Path | None:
             raise CheckpointError(f"trainer.resume={tc.resume} cannot be resumed from: {e}") from None
         return path
     choice, error = None, None
-    if trainer.dist.is_main:
+    if dist.is_main:
         ckpt, bad = find_resumable(tc.output_dir)
         for path, why in bad:
             aside = _aside(path)
             os.replace(path, aside)
-            trainer.logger.write(
+            write(
                 f"checkpoint {path} is damaged: {why}; moved to {aside.name}, "
                 + (f"falling back to {ckpt.name}" if ckpt else "and no older checkpoint is whole")
             )
@@ -91,10 +149,10 @@ def _aside(path: Path) -> Path:
     return aside
 
 
-def check_settings(trainer, ckpt: Path, meta: dict[str, Any]) -> list[str]:
+def _check_settings(cfg, ckpt: Path, meta: dict[str, Any], n_prompts: int) -> list[str]:
     """Refuse what cannot be resumed; return the ``key: old -> new`` list of what will be applied."""
     # compared as saved (through JSON), so a tuple and the list it became are equal
-    saved, now = meta.get("settings", {}), json.loads(json.dumps(run_settings(trainer.cfg)))
+    saved, now = meta.get("settings", {}), json.loads(json.dumps(run_settings(cfg)))
     for key in REFUSED:
         if key in saved and saved[key] != now.get(key):
             raise ValueError(
@@ -111,19 +169,18 @@ def check_settings(trainer, ckpt: Path, meta: dict[str, Any]) -> list[str]:
                 "it, or start a new run (another trainer.output_dir, or trainer.resume=never)"
             )
     size = meta.get("sampler", {}).get("size")
-    if size is not None and size != len(trainer.train_idx):
+    if size is not None and size != n_prompts:
         raise ValueError(
             f"data.train_files: checkpoint {ckpt} was made with {size} usable training prompts, this run "
-            f"has {len(trainer.train_idx)} (a data file, data.max_prompt_length or a record's media changed); "
+            f"has {n_prompts} (a data file, data.max_prompt_length or a record's media changed); "
             "resume with the same data, or start a new run"
         )
     return [f"{k}: {saved[k]} -> {now[k]}" for k in sorted(saved) if k in now and saved[k] != now[k]]
 
 
-def apply_optimizer_settings(trainer) -> None:
+def _apply_optimizer_settings(tc, opt, sched) -> None:
     """Write the current lr / weight decay / betas into the restored optimizer and recompute the
     scheduled lr at the restored position (the same value when nothing changed)."""
-    tc, opt, sched = trainer.cfg.trainer, trainer.optimizer, trainer.scheduler
     for group in opt.param_groups:
         group["initial_lr"] = tc.lr
         group["weight_decay"] = tc.weight_decay
@@ -132,42 +189,6 @@ def apply_optimizer_settings(trainer) -> None:
     for group, factor in zip(opt.param_groups, sched.lr_lambdas, strict=True):
         group["lr"] = tc.lr * factor(sched.last_epoch)
     sched._last_lr = [group["lr"] for group in opt.param_groups]
-
-
-def resume(trainer) -> None:
-    """Restore ``trainer`` from its checkpoint (if any) and roll its logs back to that step."""
-    ckpt = choose_checkpoint(trainer)
-    if ckpt is None:
-        return
-    meta = verify_checkpoint(ckpt)
-    changed = check_settings(trainer, ckpt, meta)
-    try:
-        state = load_checkpoint(
-            ckpt,
-            trainer.model,
-            trainer.optimizer,
-            trainer.scheduler,
-            trainer.dist,
-            reference=trainer.reference_state(),
-        )
-    except CheckpointError:
-        raise
-    except Exception as e:  # the tensors did not fit this model, or a shard failed to read
-        raise CheckpointError(f"checkpoint {ckpt} could not be loaded: {type(e).__name__}: {e}") from e
-    apply_optimizer_settings(trainer)
-    trainer.reference_from_warmup = bool(state.get("reference_from_warmup", False))
-    trainer.sync_rollout_weights()
-    trainer.sampler.load_state_dict(state["sampler"])
-    trainer.step, trainer.history = state["step"], state.get("history", [])
-    if trainer.dist.is_main:
-        trainer.logger.truncate_after(trainer.step)
-        rewrite_jsonl(os.path.join(trainer.cfg.trainer.output_dir, "generations.jsonl"), _upto(trainer.step))
-        trainer.skip_log.truncate_after(trainer.step)
-    trainer.logger.write(f"resumed from {ckpt} at step {trainer.step}")
-    if changed:
-        trainer.logger.write(
-            f"settings changed since {ckpt.name}, applied from step {trainer.step}: " + "; ".join(changed)
-        )
 
 
 def _upto(step: int):

@@ -1,5 +1,5 @@
-"""DAPO dynamic sampling: keep only groups whose rewards carry signal, drawing more prompts until
-a step has its share of groups.
+"""A step's rollouts (:func:`collect_groups`) and DAPO dynamic sampling: keep only groups whose
+rewards carry signal, drawing more prompts until a step has its share of groups.
 
 Every rank draws every round, so the prompt samplers stay in step across ranks; the rounds end
 when every rank has its share (decided jointly) or after ``max_tries`` rounds, and a rank that is
@@ -8,11 +8,66 @@ already full skips the rollouts of the extra rounds.
 
 from __future__ import annotations
 
+import time
 from collections.abc import Callable
 
 from ..algorithms.filtering import DynamicSampler
+from ..data.dataset import encode_prompts
+from ..rollout.base import SamplingConfig
 from .distributed import max_over_ranks
-from .experience import Experience, merge_groups
+from .experience import Experience, collect, merge_groups
+from .metrics import reward_metrics
+from .state import Components
+
+
+def collect_groups(
+    cfg,
+    parts: Components,
+    sampling: SamplingConfig,
+    loader,
+    draw: Callable[[], tuple[list, object]],
+    metrics: dict[str, float],
+) -> tuple[Experience, list, object, float]:
+    """Rollouts for one step: (experience, its samples, their prompt batch, seconds spent on data).
+
+    ``draw()`` gives this rank's next prompts (samples and their encoded batch); ``loader`` loads
+    the training set's media for re-encoding. With DAPO dynamic sampling
+    (``algorithm.online_filtering``), groups whose rewards carry no signal are dropped and new
+    prompts are drawn, round after round, until ``trainer.prompts_per_step`` groups are kept or
+    ``max_tries`` rounds have run. The rollout, reward and filter metrics go into ``metrics``.
+    """
+    t0 = time.perf_counter()
+    samples, batch = draw()
+    data_time = [time.perf_counter() - t0]
+
+    def rollout(samples, batch) -> Experience:
+        return collect(
+            parts.engine, parts.processor.tokenizer, batch, samples, cfg.rollout, sampling, cfg.reward
+        )
+
+    exp = rollout(samples, batch)
+    metrics.update(exp.metrics)
+    metrics.update(reward_metrics(exp))  # rewards as sampled, before any filtering
+    f = cfg.algorithm.online_filtering
+    if not f.enable:
+        return exp, samples, batch, data_time[0]
+
+    def timed(fn):
+        def run(*args):
+            t = time.perf_counter()
+            out = fn(*args)
+            data_time[0] += time.perf_counter() - t
+            return out
+
+        return run
+
+    encode = timed(lambda kept: encode_prompts(parts.processor, kept, cfg.data, loader))
+    target = cfg.trainer.prompts_per_step // parts.dist.world  # this rank's share
+    exp, samples, batch, filtered = filter_rounds(
+        exp, samples, batch, f, target, timed(draw), rollout, encode
+    )
+    metrics.update(filtered)
+    return exp, samples, batch, data_time[0]
 
 
 def filter_rounds(

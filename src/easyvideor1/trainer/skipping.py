@@ -75,27 +75,32 @@ def strict_error(row: dict[str, Any]) -> MediaLoadError:
     )
 
 
-def loadable_samples(trainer, chosen: list[int]) -> list[MediaSample]:
-    """The samples of ``chosen`` whose media load (loaded now, once); the others are skipped and
-    listed, or stop the run under ``data.strict``. Preflight found the bad files it could; this
-    catches the rest (``data.preflight=fast``, a file deleted or damaged mid-run)."""
+def loadable_samples(
+    dataset, cfg, chosen: list[int], known_bad: set[int], step: int, skip_log: SkipLog
+) -> tuple[list[MediaSample], list[dict[str, Any]]]:
+    """(the samples of ``chosen`` whose media load (loaded now, once), the rows of those skipped).
+
+    ``dataset`` is the training set, ``cfg`` the data config, ``step`` the step being drawn for;
+    indices in ``known_bad`` failed before and are passed over (listed once, not retried). The
+    skipped rows are written to ``skip_log`` here, before any stop, so the error can point there;
+    under ``data.strict`` the first failure stops the run. Preflight found the bad files it could;
+    this catches the rest (``data.preflight=fast``, a file deleted or damaged mid-run).
+    """
     samples, rows, error = [], [], None
     for i in chosen:
-        if i in trainer.bad_prompts:
+        if i in known_bad:
             continue  # failed before: listed once, not retried
-        sample = trainer.train_set[i]
-        reason = media_problem(sample, trainer.cfg.data, trainer.train_set.loader)
+        sample = dataset[i]
+        reason = media_problem(sample, cfg, dataset.loader)
         if reason is None:
             samples.append(sample)
             continue
-        row = skip_row(sample, i, reason, "train", "step", trainer.step + 1)
-        if trainer.cfg.data.strict:
+        row = skip_row(sample, i, reason, "train", "step", step)
+        if cfg.strict:
             error = strict_error(row)
             break
-        trainer.bad_prompts.add(i)
         rows.append(row)
-    trainer.skipped_at_step += len(rows)
-    trainer.skip_log.write(rows)
+    skip_log.write(rows)
     if error is None and not samples:
         error = ValueError(
             f"no record of this step could be loaded ({len(chosen)} tried), e.g. "
@@ -108,7 +113,7 @@ def loadable_samples(trainer, chosen: list[int]) -> list[MediaSample]:
             "another rank stopped the run: a record of its share of this step could not be loaded "
             "(its error and skipped_records.jsonl say which)"
         )
-    return samples
+    return samples, rows
 
 
 class SkipLog:

@@ -8,23 +8,38 @@ single-process one.
 
 from __future__ import annotations
 
+from collections.abc import Callable
+
 import torch
 
-from ..data.dataset import encode_prompts
+from ..data.dataset import MediaSample, RecordDataset, encode_prompts
 from ..models.inputs import expand
 from ..models.logprobs import response_logprobs
-from .distributed import DistState, sum_over_ranks
+from ..models.lora import copy_adapter
+from .distributed import sum_over_ranks
 from .experience import pad_stack, tokenize_offline
+from .state import Components
 
 
-def sft_warmup(trainer, state: DistState) -> bool:
-    """Run ``trainer.sft_warmup_steps`` steps on ``trainer``'s policy; False when there is nothing to do."""
-    tc = trainer.cfg.trainer
-    train_set, engine = trainer.train_set, trainer.engine
-    with_offline = [i for i in trainer.train_idx if train_set.records[i].offline_output]
+def sft_warmup(
+    cfg,
+    parts: Components,
+    train_set: RecordDataset,
+    train_idx: list[int],
+    load: Callable[[list[int]], list[MediaSample]],
+    max_new_tokens: int,
+) -> bool:
+    """Run ``trainer.sft_warmup_steps`` steps on the policy over the usable prompts ``train_idx``
+    that have an offline response; False when there is nothing to do.
+
+    ``load`` gives the samples of some indices whose media load (the others are skipped and
+    listed, as at an RL step); offline responses are cut to ``max_new_tokens``.
+    """
+    tc = cfg.trainer
+    state, engine, model = parts.dist, parts.engine, parts.model
+    with_offline = [i for i in train_idx if train_set.records[i].offline_output]
     if not tc.sft_warmup_steps or not with_offline:
         return False
-    model = trainer.model
     opt = torch.optim.AdamW([p for p in model.parameters() if p.requires_grad], lr=tc.sft_lr)
     g = torch.Generator().manual_seed(tc.seed + 1)  # the same global batches on every rank
     eos = engine.eos_ids[0]
@@ -32,19 +47,17 @@ def sft_warmup(trainer, state: DistState) -> bool:
     for step in range(tc.sft_warmup_steps):
         pick = torch.randint(len(with_offline), (per * state.world,), generator=g).tolist()
         pick = pick[state.rank * per : (state.rank + 1) * per]
-        samples = trainer.loadable([with_offline[i] for i in pick])  # a failing video is skipped
-        batch = encode_prompts(trainer.processor, samples, trainer.cfg.data, train_set.loader)
+        samples = load([with_offline[i] for i in pick])  # a failing video is skipped
+        batch = encode_prompts(parts.processor, samples, cfg.data, train_set.loader)
         rows = [
-            tokenize_offline(
-                trainer.processor.tokenizer, s.record.offline_output, eos, trainer.sampling.max_new_tokens
-            )[0]
+            tokenize_offline(parts.processor.tokenizer, s.record.offline_output, eos, max_new_tokens)[0]
             for s in samples
         ]
         ids = pad_stack(rows, engine.pad_id)
         mask = pad_stack([torch.ones(len(r), dtype=torch.long) for r in rows], 0)
         tokens = sum_over_ranks({"n": float(mask.sum())})["n"]
         logp, _ = response_logprobs(
-            model, expand(batch, [1] * len(samples)), ids, mask, engine.banned, 1.0, trainer.dummy
+            model, expand(batch, [1] * len(samples)), ids, mask, engine.banned, 1.0, parts.dummy
         )
         # FSDP averages gradients over ranks: scale by world so they add up to the global mean's
         local = -(logp * mask.to(logp.device)).sum() / tokens
@@ -54,6 +67,22 @@ def sft_warmup(trainer, state: DistState) -> bool:
         opt.step()
         if step % 10 == 0 or step == tc.sft_warmup_steps - 1:
             loss = sum_over_ranks({"l": float(local.detach())})["l"]
-            trainer.logger.log(0, {"sft/loss": loss, "sft/step": step}, ("sft/loss",))
-    trainer.sync_rollout_weights()
+            parts.logger.log(0, {"sft/loss": loss, "sft/step": step}, ("sft/loss",))
+    parts.handoff.push()  # an engine with its own copy gets the warmed-up weights
     return True
+
+
+def reference_from_warmup(parts: Components) -> bool:
+    """Make the KL reference the warmed-up policy; whether there was a reference to move.
+
+    KL should hold the policy near where RL starts, not pull it back to the cold start the warm-up
+    just left. A reference model gets the policy's weights; with LoRA the warmed-up adapter is
+    copied into the snapshot the reference forward uses (on the same base weights).
+    """
+    if parts.ref_model is not None:
+        parts.ref_model.load_state_dict(parts.model.state_dict())
+        return True
+    if parts.lora_reference is not None:
+        copy_adapter(parts.model, parts.lora_reference)
+        return True
+    return False

@@ -1,0 +1,174 @@
+"""Start-up: the run config checked, then the components, the prompts and the step settings built.
+
+The order is the one random streams depend on: the seed, the policy (LoRA initialises from the
+global generator), then a per-rank reseed, then everything else (none of which draws). The hooks
+on the models are attached as before: dummy vision passes, the feature cache, then the engine.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+import random
+
+import torch
+
+from ..data.dataset import RecordDataset
+from ..models.packing import check_packable
+from ..models.vision import DummyVisionPass
+from ..models.vision_cache import VisionFeatureCache
+from ..rollout.base import SamplingConfig
+from .distributed import DistState, init_distributed
+from .metrics import MetricsLogger
+from .policy import build_policy
+from .preflight import preflight
+from .rollout_engines import EngineHandoff, make_rollout_engine
+from .skipping import SkipLog
+from .state import Components, DataSkips, StepSettings, TrainData
+from .update import UpdateSettings
+
+
+def start(cfg) -> DistState:
+    """Join the process group and check what the run needs before anything is loaded; names the
+    model family from the checkpoint (``cfg.data`` is replaced, ``data.model_family`` checks it)."""
+    tc = cfg.trainer
+    dist = init_distributed(cfg.distributed)
+    if tc.prompts_per_step % dist.world or tc.mini_batch_prompts % dist.world:
+        raise ValueError(
+            f"trainer.prompts_per_step ({tc.prompts_per_step}) and trainer.mini_batch_prompts "
+            f"({tc.mini_batch_prompts}) must be multiples of the number of ranks ({dist.world})"
+        )
+    if not cfg.model.path:
+        raise ValueError("model.path is not set: give a Hugging Face Qwen-VL checkpoint directory")
+    if not cfg.data.train_files:
+        raise ValueError("data.train_files is empty: give at least one training data file")
+    cfg.data = cfg.data.with_model(cfg.model.path)
+    return dist
+
+
+def build_components(cfg, dist: DistState) -> Components:
+    """Seed, load the policy (and its reference and rollout copies), and build the engine, the
+    optimizer and schedule, the KL controller and the loggers."""
+    tc = cfg.trainer
+    torch.manual_seed(tc.seed)
+    random.seed(tc.seed)
+    policy = build_policy(cfg, dist, cfg.algorithm.kl.enabled, warmup=bool(tc.sft_warmup_steps))
+    model, ref_model = policy.model, policy.ref_model
+    if dist.enabled:
+        torch.manual_seed(tc.seed + 1_000_003 * dist.rank)  # independent sampling per rank
+    dummy = DummyVisionPass(model)
+    # under FSDP the reference forward is a collective too; alone, it needs no dummy passes
+    ref_dummy = DummyVisionPass(ref_model) if ref_model is not None and dist.enabled else None
+    if tc.padding_free:
+        check_packable(model)  # a clear start-up error where packing cannot be exact
+    # a frozen tower's features are computed once per step and reused by every forward
+    vision_cache = VisionFeatureCache([model, ref_model]) if cfg.model.freeze_vision_tower else None
+    # the engine generates with its own copy when there is one, kept equal to the trainer's
+    if policy.rollout_model is not None:
+        engine = make_rollout_engine(cfg, policy.processor, policy.rollout_model, dist, owns_weights=True)
+    else:
+        engine = make_rollout_engine(cfg, policy.processor, model, dist)
+    sleep = cfg.rollout.engine == "vllm" and cfg.rollout.vllm.sleep_between_phases
+    params = [p for p in model.parameters() if p.requires_grad]
+    optimizer = torch.optim.AdamW(params, lr=tc.lr, betas=tuple(tc.betas), weight_decay=tc.weight_decay)
+    updates_per_step = tc.ppo_epochs * (tc.prompts_per_step // tc.mini_batch_prompts)
+    scheduler = torch.optim.lr_scheduler.LambdaLR(
+        optimizer, lr_lambda(tc.warmup_steps, tc.max_steps * updates_per_step, tc.lr_schedule)
+    )
+    loggers = tc.loggers if dist.is_main else []  # rank 0 reports; the others stay quiet
+    return Components(
+        dist=dist,
+        model=model,
+        processor=policy.processor,
+        ref_model=ref_model,
+        rollout_model=policy.rollout_model,
+        lora=policy.lora,
+        lora_reference=policy.lora_reference,
+        trainable_fraction=policy.trainable_fraction,
+        dummy=dummy,
+        ref_dummy=ref_dummy,
+        vision_cache=vision_cache,
+        engine=engine,
+        handoff=EngineHandoff(engine, model, sleep=sleep),
+        optimizer=optimizer,
+        scheduler=scheduler,
+        kl_ctl=cfg.algorithm.make_kl_controller(),
+        logger=MetricsLogger(tc.output_dir, loggers, dataclasses.asdict(cfg), tc.max_steps),
+        skip_log=SkipLog(tc.output_dir),
+    )
+
+
+def lr_lambda(warmup: int, total: int, schedule: str):
+    """The learning-rate factor at optimizer step ``step``: linear warm-up, then 1 or a cosine."""
+
+    def f(step: int) -> float:
+        if warmup and step < warmup:
+            return (step + 1) / warmup
+        if schedule == "cosine" and total > warmup:
+            progress = min(1.0, (step - warmup) / max(1, total - warmup))
+            return 0.5 * (1 + math.cos(math.pi * progress))
+        return 1.0
+
+    return f
+
+
+def load_data(cfg, parts: Components) -> tuple[TrainData, DataSkips]:
+    """The training and validation records, checked (``preflight.py``): the usable prompts, and
+    the records left out (listed in ``skipped_records.jsonl`` by rank 0)."""
+    tc = cfg.trainer
+    train_set = RecordDataset.from_files(cfg.data.train_files, cfg.data)
+    val_set = (
+        RecordDataset.from_files(cfg.data.val_files, cfg.data, train_set.loader)
+        if cfg.data.val_files and tc.val_size > 0
+        else None
+    )
+    for split, files, dataset in (
+        ("train", cfg.data.train_files, train_set),
+        ("val", cfg.data.val_files, val_set),
+    ):
+        empty = [f for f in files if dataset is not None and f not in dataset.data_files]
+        if empty:  # else "no prompt fits data.max_prompt_length", which sends one looking elsewhere
+            raise ValueError(f"{split} file {empty[0]} has no records")
+    if parts.dist.is_main:
+        parts.skip_log.start()
+    skips = DataSkips()
+
+    def check(dataset: RecordDataset | None, split: str, max_count: int | None = None):
+        keep, lengths, skipped = preflight(
+            dataset, split, cfg, parts.processor, parts.dist, parts.logger.write, max_count
+        )
+        skips.skipped_preflight += len(skipped)
+        if parts.dist.is_main:
+            parts.skip_log.write(skipped)
+        return keep, lengths
+
+    train_idx, prompt_tokens = check(train_set, "train")
+    val_idx = check(val_set, "val", max_count=tc.val_size)[0] if val_set else []
+    return TrainData(train_set, val_set, train_idx, val_idx, prompt_tokens), skips
+
+
+def step_settings(cfg) -> StepSettings:
+    """Sampling and update settings from the config."""
+    r, alg, tc = cfg.rollout, cfg.algorithm, cfg.trainer
+    return StepSettings(
+        # vLLM returns sampled-token log-probs for free: logged against the trainer's (mismatch check)
+        sampling=SamplingConfig(
+            r.temperature, r.top_p, r.top_k, r.max_new_tokens, return_logprobs=r.engine == "vllm"
+        ),
+        val_sampling=SamplingConfig(r.val_temperature, r.top_p, r.top_k, r.max_new_tokens),
+        update=UpdateSettings(
+            policy_loss=alg.policy_loss,
+            loss_options=alg.policy_loss_options(),
+            loss_agg_mode=alg.loss_agg_mode,
+            norm_length=alg.loss_norm_length or r.max_new_tokens,
+            kl_loss_coef=alg.kl.coef if alg.kl.enabled and alg.kl.apply_as == "loss" else 0.0,
+            kl_kind=alg.kl.type,
+            temperature=r.temperature,
+            micro_batch_size=tc.micro_batch_size,
+            padding_free=tc.padding_free,
+            max_tokens_per_micro_batch=tc.max_tokens_per_micro_batch,
+            max_grad_norm=tc.max_grad_norm,
+            offline_shaping=r.offline_shaping,
+        ),
+        kl_reference=alg.kl.enabled,
+    )

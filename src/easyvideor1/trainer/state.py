@@ -1,0 +1,184 @@
+"""The trainer's typed state: what a run is made of, what it draws from, and where it is.
+
+- :class:`Components`: the working parts built at start-up (``build.py``): models, engine,
+  optimizer, scheduler, KL controller, loggers.
+- :class:`TrainData`: the prompts, fixed after the start-up checks.
+- :class:`DataSkips`: records left out so far (counted in the metrics, never checkpointed).
+- :class:`StepSettings`: what the run config fixes for every step, derived once.
+- :class:`TrainState`: where the run is; what a checkpoint's ``trainer_state.json`` restores
+  besides the tensors. :meth:`TrainState.state_dict` and :meth:`TrainState.load_state_dict` are
+  the one way it is saved and restored (``resume.py``).
+
+The run config itself is ``Trainer.cfg`` (:class:`~easyvideor1.config.RunConfig`).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+import torch
+
+from ..algorithms.kl import AdaptiveKLController, FixedKLController
+from ..data.dataset import RecordDataset
+from ..models.vision import DummyVisionPass
+from ..models.vision_cache import VisionFeatureCache
+from ..rollout.base import RolloutEngine, SamplingConfig
+from .distributed import DistState
+from .metrics import MetricsLogger
+from .rollout_engines import EngineHandoff
+from .sampler import PromptSampler
+from .skipping import SkipLog
+from .update import UpdateSettings
+
+
+@dataclass
+class Components:
+    """The run's working parts: built once at start-up, released by ``Trainer.close``.
+
+    What a checkpoint saves of them (weights, optimizer moments, scheduler position, a warmed-up
+    reference) it saves through their own state dicts (``checkpoint.py``).
+    """
+
+    dist: DistState
+    """This process's rank, world size and device (one process: rank 0 of 1)."""
+    model: torch.nn.Module
+    """The trained policy (FSDP2-sharded under torchrun; LoRA adapters inside with ``model.lora``)."""
+    processor: Any
+    """The policy's transformers processor (its tokenizer encodes offline responses)."""
+    ref_model: torch.nn.Module | None
+    """A frozen copy of the policy as KL reference, or None (no KL, or LoRA: adapter disabled)."""
+    rollout_model: torch.nn.Module | None
+    """Under FSDP with HF rollouts, the full copy each rank generates with; else None."""
+    lora: bool
+    """Whether the policy carries LoRA adapters."""
+    lora_reference: dict[str, torch.Tensor] | None
+    """With LoRA, KL and a warm-up: the warmed-up adapter the KL reference uses."""
+    trainable_fraction: float
+    """Trainable parameters / all parameters (logged at step 0)."""
+    dummy: DummyVisionPass
+    """Vision-tower passes for batches without media, so every backward reaches the whole tower."""
+    ref_dummy: DummyVisionPass | None
+    """The same for the reference model under FSDP (there its forward is a collective too)."""
+    vision_cache: VisionFeatureCache | None
+    """With a frozen vision tower: each step's features, computed once and served to every forward."""
+    engine: RolloutEngine
+    """The rollout engine (HF over the policy or its copy, or vLLM)."""
+    handoff: EngineHandoff
+    """Puts the engine to sleep during an update and gives it the new weights after."""
+    optimizer: torch.optim.Optimizer
+    """AdamW over the trainable parameters."""
+    scheduler: torch.optim.lr_scheduler.LambdaLR
+    """The learning-rate schedule (warm-up, then constant or cosine), stepped per optimizer step."""
+    kl_ctl: FixedKLController | AdaptiveKLController
+    """The KL coefficient (``algorithm.kl.controller``), fed each step's KL."""
+    logger: MetricsLogger
+    """Metrics sinks (rank 0 only; the other ranks' logger has none) and console messages."""
+    skip_log: SkipLog
+    """``skipped_records.jsonl``: the records whose media could not be loaded."""
+
+    def reference_state(self) -> torch.nn.Module | dict[str, torch.Tensor] | None:
+        """What a checkpoint saves of a reference taken after the warm-up (and a resume loads):
+        the reference model, or with LoRA the warmed-up adapter snapshot."""
+        return self.ref_model if self.ref_model is not None else self.lora_reference
+
+    def release(self) -> None:
+        """Close the engine and drop the models, so their memory can go (``Trainer.close``)."""
+        if self.engine is not None:
+            self.engine.close()  # a vLLM engine tears down its groups while the process group lives
+        self.model = self.ref_model = self.rollout_model = self.optimizer = self.engine = None
+        self.lora_reference = None
+        self.handoff = None
+        self.dummy = self.ref_dummy = None
+
+
+@dataclass
+class TrainData:
+    """The prompts a run draws from, fixed after the start-up checks (``preflight.py``)."""
+
+    train_set: RecordDataset
+    """The training records (``data.train_files``)."""
+    val_set: RecordDataset | None
+    """The validation records, or None (no ``data.val_files`` or ``trainer.val_size=0``)."""
+    train_idx: list[int]
+    """Indices into ``train_set`` of the usable prompts; the sampler draws positions in this list."""
+    val_idx: list[int]
+    """Indices into ``val_set`` validated each time (at most ``trainer.val_size``)."""
+    prompt_tokens: dict[int, int]
+    """Token count of each usable training prompt (0 with ``data.preflight=fast``), for
+    ``distributed.balance_tokens``."""
+
+
+@dataclass
+class DataSkips:
+    """Records left out so far (``data/skipped_records``, ``data/dropped_overlong``).
+
+    Not checkpointed: a resumed run re-checks its data at start-up, and a step that runs again
+    finds its failing records again.
+    """
+
+    skipped_preflight: int = 0
+    """Records left out at start-up (the same on every rank; counted once, on rank 0)."""
+    skipped_at_step: int = 0
+    """Records this rank left out at a step since start-up (e.g. with ``data.preflight=fast``)."""
+    dropped_overlong: int = 0
+    """Prompts this rank dropped at a step as longer than ``data.max_prompt_length`` (preflight=fast)."""
+    bad_prompts: set[int] = field(default_factory=set)
+    """Train indices whose media failed at a step: listed once, not retried."""
+
+
+@dataclass
+class StepSettings:
+    """What the run config fixes for every step, derived once at start-up."""
+
+    sampling: SamplingConfig
+    """Rollout sampling (``rollout.*``); with vLLM the engine also returns its token log-probs."""
+    val_sampling: SamplingConfig
+    """Validation sampling (``rollout.val_temperature``)."""
+    update: UpdateSettings
+    """Loss, aggregation and micro-batching of the update; ``kl_loss_coef`` follows the KL
+    controller after every step."""
+    kl_reference: bool
+    """Whether reference log-probs are computed (``algorithm.kl`` enabled)."""
+
+
+@dataclass
+class TrainState:
+    """Where the run is: what a checkpoint's ``trainer_state.json`` restores besides the tensors.
+
+    The weights, optimizer moments and scheduler position are the components' (saved through
+    their state dicts), and the torch, CUDA and Python RNG streams are the process's (saved per
+    rank by ``checkpoint.py``); the settings a checkpoint records are the run config's
+    (``resume.run_settings``).
+    """
+
+    sampler: PromptSampler
+    """The prompt order: epoch and position in the epoch's seeded permutation (samples consumed)."""
+    step: int = 0
+    """RL steps completed."""
+    history: list[dict[str, float]] = field(default_factory=list)
+    """Per-step rows of reward and validation metrics (``report.json`` of the demo)."""
+    reference_from_warmup: bool = False
+    """The KL reference is the warmed-up policy (saved under the checkpoint's ``reference/``)."""
+
+    @property
+    def epoch(self) -> int:
+        """Passes over the training prompts begun so far, minus one."""
+        return self.sampler.epoch
+
+    def state_dict(self) -> dict[str, Any]:
+        """The ``trainer_state.json`` keys this state owns (JSON-serialisable)."""
+        return {
+            "step": self.step,
+            "sampler": self.sampler.state_dict(),
+            "history": self.history,
+            "reference_from_warmup": self.reference_from_warmup,
+        }
+
+    def load_state_dict(self, saved: dict[str, Any]) -> None:
+        """Restore from a checkpoint's ``trainer_state.json`` (the sampler must be for the same
+        prompt count and seed, see ``PromptSampler.load_state_dict``)."""
+        self.sampler.load_state_dict(saved["sampler"])
+        self.step = saved["step"]
+        self.history = saved.get("history", [])
+        self.reference_from_warmup = bool(saved.get("reference_from_warmup", False))
