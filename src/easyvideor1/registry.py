@@ -107,6 +107,9 @@ class Registry(Generic[T]):
             lookup (and before a user entry is registered, so a clash with a built-in is seen).
         error: the :class:`UnknownNameError` subclass raised for unknown names.
         how_to_add: appended to the unknown-name message ("register one with @register_task").
+        definition: what identifies a value's definition when it is registered again (default: the
+            value itself, compared by identity or module and qualified name); e.g. a task spec's
+            scoring function, so that a task file imported twice is not a clash.
     """
 
     def __init__(
@@ -116,8 +119,10 @@ class Registry(Generic[T]):
         builtins: Sequence[str] = (),
         error: type[UnknownNameError] = UnknownNameError,
         how_to_add: str = "",
+        definition: Callable[[Any], Any] | None = None,
     ) -> None:
         self.kind = kind
+        self._definition = definition or (lambda value: value)
         self.error = error
         self.how_to_add = how_to_add
         self._builtins = tuple(builtins)
@@ -184,9 +189,10 @@ class Registry(Generic[T]):
                 if owner is None or override:
                     continue
                 mine = self._entries[owner]
+                new = self._definition(value) if value is not _UNLOADED else None
                 again = owner == canonical and (
-                    (value is not _UNLOADED and mine.loaded and _same_definition(mine.value, value))
-                    or (value is not _UNLOADED and not mine.loaded and mine.target == _target_of(value))
+                    (new is not None and mine.loaded and _same_definition(self._definition(mine.value), new))
+                    or (new is not None and not mine.loaded and mine.target == _target_of(new))
                     or (value is _UNLOADED and mine.target == target)
                 )
                 if not again:
