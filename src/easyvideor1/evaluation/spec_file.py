@@ -37,6 +37,7 @@ from ..data.records import Record
 from ..rewards import answer_instruction
 from .metrics import Scored, accuracy, macro_over, multi_binary, spatio_temporal, temporal_recall
 from .prompts import check_style, question_text
+from ..registry import normalize_name
 from .registry import BENCHMARKS, BenchmarkSpec, list_benchmarks, register_benchmark
 
 # The generic prompt (prompts.render_prompt) as a template: a spec file without `prompt` uses it.
@@ -228,9 +229,8 @@ def load_spec_file(path: str) -> BenchmarkSpec:
 def register_spec_file(path: str) -> BenchmarkSpec:
     """Load and register ``path``'s benchmark (again from the same file: the registered one)."""
     spec = load_spec_file(path)
-    list_benchmarks()  # the built-ins first, so a clash is seen
-    known = BENCHMARKS.get(spec.name)
-    if known is not None:
+    if spec.name in BENCHMARKS:  # (the built-ins are loaded first, so a clash with one is seen)
+        known = BENCHMARKS.get(spec.name)
         if known.origin == spec.origin:
             return known
         where = f"in {known.origin}" if known.origin else "built in"
@@ -241,17 +241,18 @@ def register_spec_file(path: str) -> BenchmarkSpec:
 def records_benchmarks(paths: list[str], group_by: list[str]) -> list[BenchmarkSpec]:
     """One benchmark per records file (``--data``): named after the file, generic prompt, scored by
     the reward library per ``problem_type``, accuracy broken down by ``problem_type`` and ``group_by``."""
-    specs, taken = [], set(list_benchmarks())
+    specs, taken = [], {normalize_name(n) for n in list_benchmarks()}
     breakdowns = {"by_problem_type": "problem_type", **{f"by_{g}": g for g in group_by}}
     for path in paths:
         if not os.path.isfile(path):
             raise SpecFileError(f"--data: records file not found: {path}")
         stem = re.sub(r"[^a-z0-9_.-]+", "_", os.path.basename(path).split(".")[0].lower()) or "data"
         name, k = stem, 1
-        while name in taken:  # "videomme.jsonl" must not pass for the built-in videomme
+        # "videomme.jsonl" (or "MLVU_dev.jsonl", one spelling of mlvu-dev) must not pass for a built-in
+        while normalize_name(name) in taken:
             k += 1
             name = f"{stem}-{k}"
-        taken.add(name)
+        taken.add(normalize_name(name))
         specs.append(
             BenchmarkSpec(
                 name,
