@@ -77,15 +77,6 @@ def test_config_module_loads_no_torch():
     assert r.returncode == 0 and r.stdout.strip() == "[]", r.stdout + r.stderr[-2000:]
 
 
-# Building a run config still loads torch: `AlgorithmConfig` checks its names against registries
-# whose built-in entries are defined in the tensor modules (algorithms/advantages.py, kl.py,
-# policy_losses.py, aggregation.py, filtering.py). Strict: these fail loudly once that is fixed.
-_TORCH_VIA_ALGORITHM_NAMES = pytest.mark.xfail(
-    strict=True, reason="the algorithm section's name checks import the torch registries"
-)
-
-
-@_TORCH_VIA_ALGORITHM_NAMES
 def test_eval_list_loads_no_torch():
     r, report = _run("eval", "--list")
     assert report["rc"] == 0 and any(line.startswith("synthetic ") for line in r.stdout.splitlines())
@@ -109,18 +100,11 @@ def _dry_run_and_score(files, out):
     return dry, scored
 
 
-def test_dry_run_and_score_give_their_files(files, tmp_path):
-    """The output half of the two tests below, on its own: it must pass today."""
-    _dry_run_and_score(files, tmp_path)
-
-
-@_TORCH_VIA_ALGORITHM_NAMES
 def test_dry_run_and_score_load_no_torch(files, tmp_path):
     dry, scored = _dry_run_and_score(files, tmp_path)
     assert dry["heavy"] == [] and scored["heavy"] == [], (dry, scored)
 
 
-@_TORCH_VIA_ALGORITHM_NAMES
 def test_dry_run_of_a_records_file_loads_no_torch(files, tmp_path):
     r, report = _run("eval", "--dry-run", "--data", str(files / "val.jsonl"), "--out", str(tmp_path / "d"))
     assert report["rc"] == 0, r.stderr[-2000:]

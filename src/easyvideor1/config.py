@@ -15,7 +15,7 @@ import yaml
 from omegaconf import DictConfig, OmegaConf
 from omegaconf.errors import OmegaConfBaseException
 
-from .algorithms._registry import load_plugin_files
+from .algorithms._registry import FILTERS, advantage_inputs, is_group_estimator, load_plugin_files
 from .algorithms.config import AlgorithmConfig
 from .data.config import DataConfig
 from .evaluation.config import EvalConfig
@@ -44,35 +44,30 @@ class RunConfig:
         _check_across_sections(self)
 
 
-# estimators whose baseline is the other responses of the prompt's group: with one response per
-# prompt every advantage is exactly 0 and the run trains nothing
-GROUP_ESTIMATORS = ("grpo", "dr_grpo", "rloo", "gdpo")
-
-
 def _check_across_sections(cfg: RunConfig) -> None:
     """Settings that are each valid but make no sense together."""
-    from .algorithms._registry import normalize_name
-    from .algorithms.advantages import advantage_inputs
-
-    est = normalize_name(cfg.algorithm.adv_estimator)
+    est = cfg.algorithm.adv_estimator
+    # a group estimator's baseline is the other responses of the prompt's group (declared at
+    # registration, `group=True`): with one response per prompt every advantage is exactly 0
+    group = is_group_estimator(est)
     n, k = cfg.rollout.n, cfg.rollout.offline_k
-    if est in GROUP_ESTIMATORS and n < 2:
+    if group and n < 2:
         raise ValueError(
             f"rollout.n={n} with algorithm.adv_estimator={cfg.algorithm.adv_estimator}: a group "
             "estimator compares the responses of one prompt, so one response gets advantage 0 "
             "(use rollout.n >= 2, or adv_estimator=reinforce_plus_plus / remax)"
         )
-    if est in GROUP_ESTIMATORS and cfg.rollout.hybrid != "off" and k >= n:
+    if group and cfg.rollout.hybrid != "off" and k >= n:
         raise ValueError(
             f"rollout.offline_k={k} with rollout.n={n}: hybrid groups would be all offline (identical "
             f"responses, advantage 0 under algorithm.adv_estimator={cfg.algorithm.adv_estimator}); "
             "need offline_k < n"
         )
     f = cfg.algorithm.online_filtering
-    if f.enable and f.criterion == "std" and n < 2:
+    if f.enable and FILTERS.metadata(f.criterion).get("group", False) and n < 2:
         raise ValueError(
-            f"algorithm.online_filtering.criterion=std with rollout.n={n}: a group of one never has "
-            "reward spread, so every group would be dropped"
+            f"algorithm.online_filtering.criterion={f.criterion} with rollout.n={n}: a group of one "
+            "never has reward spread, so every group would be dropped"
         )
     if advantage_inputs(est) and (
         cfg.algorithm.overlong.enable or (cfg.algorithm.kl.enabled and cfg.algorithm.kl.apply_as == "reward")

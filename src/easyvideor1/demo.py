@@ -15,7 +15,7 @@ from importlib import resources
 from .config import RunConfig, load_config
 from .data.preprocess import format_report, preprocess
 from .data.synthetic import write_demo_set
-from .models.families import family_of_checkpoint, get_family
+from .models.families import get_family, resolve_family
 from .models.tiny import make_tiny_model
 
 CHANCE = 0.25
@@ -47,14 +47,14 @@ def prepare_demo_assets(cfg: RunConfig, family: str | None = None) -> RunConfig:
         cfg.data.train_files = [train]
     if not cfg.data.val_files:
         cfg.data.val_files = [val]
-    wanted = get_family(family or cfg.data.model_family or "qwen3_vl").model_type
     if not os.path.exists(os.path.join(cfg.model.path, "config.json")):
-        make_tiny_model(cfg.model.path, wanted)
-    elif family is not None and family_of_checkpoint(cfg.model.path).model_type != wanted:
-        raise ValueError(
-            f"{cfg.model.path} holds a {family_of_checkpoint(cfg.model.path).model_type} model, not {wanted}: "
-            "give another model.path or --out"
-        )
+        wanted = resolve_family(None, family or cfg.data.model_family or "qwen3_vl", declared_as="--family")
+        make_tiny_model(cfg.model.path, wanted.model_type)
+    elif family is not None:
+        try:
+            resolve_family(cfg.model.path, family, declared_as="--family")
+        except ValueError as e:
+            raise ValueError(f"{e}; or give another model.path or --out") from None
     return cfg
 
 

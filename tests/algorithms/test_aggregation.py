@@ -28,7 +28,7 @@ def test_modes_by_hand(mode: str, expected: float) -> None:
 
 def test_mode_names_and_errors() -> None:
     assert aggregate_loss(LOSS, MASK, "seq_mean_token_mean").item() == pytest.approx(3.0)
-    with pytest.raises(ValueError, match="known: token-mean"):
+    with pytest.raises(ValueError, match=r"did you mean 'token-mean'.*; known: .*token-mean"):
         aggregate_loss(LOSS, MASK, "token-sum")
     with pytest.raises(ValueError, match="norm_length"):
         aggregate_loss(LOSS, MASK, "seq-mean-token-sum-norm")

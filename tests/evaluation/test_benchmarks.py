@@ -9,6 +9,7 @@ import pytest
 
 from easyvideor1.data.records import parse_record
 from easyvideor1.evaluation import get_benchmark, list_benchmarks, render_prompt
+from easyvideor1.evaluation.registry import UnknownBenchmarkError
 from easyvideor1.evaluation.specs import label
 from easyvideor1.rewards import answer_instruction
 
@@ -96,7 +97,7 @@ def test_generic_prompt_takes_the_reward_tasks_instruction():
         assert render_prompt(_rec(1, problem_type=ptype)).endswith(answer_instruction(ptype))
     with pytest.raises(ValueError, match="unknown prompt style"):
         render_prompt(rec, "chatty")
-    with pytest.raises(KeyError, match="unknown benchmark"):
+    with pytest.raises(UnknownBenchmarkError, match="unknown benchmark 'nope'"):
         get_benchmark("nope")
 
 

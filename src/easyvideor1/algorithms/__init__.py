@@ -9,8 +9,9 @@
     out = compute_policy_loss(cfg.policy_loss, logp, old_logp, adv_mb, mask_mb, **cfg.policy_loss_options())
     aggregate_loss(out.loss, mask_mb, cfg.loss_agg_mode, global_stats=stats).backward()
 
-Advantage estimators, policy losses and KL estimators are registries: add one with
-`@register_advantage("name")`, `@register_policy_loss("name")` or `@register_kl_estimator("name")`.
+Advantage estimators, policy losses and KL estimators are registries (`_registry.py`, torch-free):
+add one with `@register_advantage("name", group=True)`, `@register_policy_loss("name")` or
+`@register_kl_estimator("name")`.
 """
 
 from __future__ import annotations
@@ -22,17 +23,24 @@ from typing import Any
 # here: the run config imports ``algorithms.config``, which runs this file first, and reading a
 # config (``easyvideor1 --help``, ``eval --list``) must not load torch, which the tensor modules need.
 _EXPORTS = {
-    "_registry": ("UnknownAlgorithmError", "load_plugin_files"),
-    "advantages": (
+    # torch-free: registering and checking names needs no tensor code
+    "_registry": (
         "GREEDY_BASELINE",
         "RAW_REWARD_KEYS",
-        "AdvantageOutput",
+        "UnknownAlgorithmError",
         "advantage_inputs",
+        "is_group_estimator",
+        "load_plugin_files",
+        "register_advantage",
+        "register_kl_estimator",
+        "register_policy_loss",
+    ),
+    "advantages": (
+        "AdvantageOutput",
         "compute_advantages",
         "get_advantage_estimator",
         "group_normalize",
         "list_advantage_estimators",
-        "register_advantage",
     ),
     "aggregation": ("LOSS_AGG_MODES", "GlobalBatchStats", "aggregate_loss"),
     "config": ("AlgorithmConfig", "KLConfig", "OnlineFilterConfig", "OverlongConfig"),
@@ -44,7 +52,6 @@ _EXPORTS = {
         "kl_penalty",
         "kl_penalty_rewards",
         "list_kl_estimators",
-        "register_kl_estimator",
     ),
     "logits": ("entropy_from_logits", "logprobs_from_logits"),
     "masked": ("masked_mean", "masked_sum", "masked_whiten", "scores_to_token_rewards"),
@@ -53,7 +60,6 @@ _EXPORTS = {
         "compute_policy_loss",
         "get_policy_loss",
         "list_policy_losses",
-        "register_policy_loss",
     ),
     "shaping": ("ShapedRewards", "overlong_penalty", "shape_rewards"),
 }

@@ -1,147 +1,177 @@
-"""A tiny name -> function registry shared by advantage estimators, policy losses and KL estimators.
+"""The algorithm registries (advantage estimators, policy losses, KL estimators, loss aggregation
+modes, filter criteria) and their built-in names. Torch-free.
 
-Adding an algorithm is one decorated function (veRL's `@register_adv_est` idea). Names are normalised
-(lower-case, `-` and `_` equivalent) so "dr-grpo" and "dr_grpo" are one name. Looking up an unknown
-name raises :class:`UnknownAlgorithmError` listing the known names and the closest matches, so a typo
-in a config fails at start-up instead of silently selecting a default.
+Adding an algorithm is one decorated function (veRL's ``@register_adv_est`` idea):
+``@register_advantage("name", group=True)``. The built-ins are declared here by name, with the
+metadata the config checks read (``group``, ``inputs``), and point at their functions in the tensor
+modules (``advantages.py``, ``policy_losses.py``, ...), which are imported on the first ``get``. So
+checking a config that says ``adv_estimator: grpo`` loads no torch; computing an advantage does.
+
+Names follow :func:`easyvideor1.registry.normalize_name`; an unknown name raises
+:class:`UnknownAlgorithmError` listing the closest and all known names.
 """
 
 from __future__ import annotations
 
-import difflib
-import inspect
-import threading
-from collections.abc import Callable, Iterable, Mapping
-from typing import Any, Generic, TypeVar
+from collections.abc import Callable, Iterable, Sequence
+from typing import Any
 
-F = TypeVar("F", bound=Callable[..., Any])
+from ..registry import (
+    PluginFileError,
+    Registry,
+    UnknownNameError,
+    call_with_supported,
+    normalize_name,
+)
+from ..registry import load_plugin_files as _load_plugin_files
+
+__all__ = [
+    "ADVANTAGE_ESTIMATORS",
+    "ADVANTAGE_INPUT_KINDS",
+    "FILTERS",
+    "GREEDY_BASELINE",
+    "KL_ESTIMATORS",
+    "LOSS_AGGREGATIONS",
+    "POLICY_LOSSES",
+    "PluginFileError",
+    "RAW_REWARD_KEYS",
+    "Registry",
+    "UnknownAlgorithmError",
+    "advantage_inputs",
+    "call_with_supported",
+    "is_group_estimator",
+    "load_plugin_files",
+    "normalize_name",
+    "register_advantage",
+    "register_kl_estimator",
+    "register_policy_loss",
+]
 
 
-class UnknownAlgorithmError(ValueError):
+class UnknownAlgorithmError(UnknownNameError):
     """A name that no registered algorithm (estimator, loss, KL type, ...) answers to."""
 
 
-def normalize_name(name: str) -> str:
-    """Canonical spelling of a registry name: stripped, lower-case, hyphens as underscores."""
-    return str(name).strip().lower().replace("-", "_")
+_HOW = "Register one with the matching @register_* decorator in a file listed in algorithm.plugin_files"
+
+ADVANTAGE_ESTIMATORS: Registry[Callable[..., Any]] = Registry(
+    "advantage estimator", error=UnknownAlgorithmError, how_to_add=_HOW
+)
+POLICY_LOSSES: Registry[Callable[..., Any]] = Registry(
+    "policy loss", error=UnknownAlgorithmError, how_to_add=_HOW
+)
+KL_ESTIMATORS: Registry[Callable[..., Any]] = Registry(
+    "KL estimator", error=UnknownAlgorithmError, how_to_add=_HOW
+)
+# kind spelled as the setting: "unknown loss_agg_mode 'x'" is what users have seen
+LOSS_AGGREGATIONS: Registry[Callable[..., Any]] = Registry("loss_agg_mode", error=UnknownAlgorithmError)
+FILTERS: Registry[Callable[..., Any]] = Registry("filter criterion", error=UnknownAlgorithmError)
 
 
-class Registry(Generic[F]):
-    """Functions registered under a canonical name plus optional aliases.
+# Extra inputs an estimator may declare (`register_advantage(..., inputs=...)`); the trainer provides
+# each declared one and nothing else, so it needs no estimator-specific branches.
+GREEDY_BASELINE = "greedy_baseline"  # `baseline_scores` [B]: the score of one greedy response per prompt
+RAW_REWARD_KEYS = "raw_reward_keys"  # `scores` is {key: [B]} of the unshaped reward keys it names
+ADVANTAGE_INPUT_KINDS = (GREEDY_BASELINE, RAW_REWARD_KEYS)
 
-    Args:
-        kind: what the entries are, used in error messages ("advantage estimator").
+
+def _advantage_metadata(name: str, inputs: Sequence[str], group: bool) -> dict[str, Any]:
+    unknown = [i for i in inputs if i not in ADVANTAGE_INPUT_KINDS]
+    if unknown:
+        raise ValueError(
+            f"advantage estimator {name!r}: unknown input(s) {unknown}; known: {ADVANTAGE_INPUT_KINDS}"
+        )
+    return {"inputs": frozenset(inputs), "group": bool(group)}
+
+
+def register_advantage(
+    name: str,
+    *,
+    aliases: Sequence[str] = (),
+    override: bool = False,
+    inputs: Sequence[str] = (),
+    group: bool = False,
+) -> Callable[[Callable[..., Any]], Callable[..., Any]]:
+    """Decorator: register an advantage estimator as `name` (signature: see `advantages.py`).
+
+    `inputs` declares what it needs beyond the shaped scores: `GREEDY_BASELINE` (the trainer
+    generates one greedy response per prompt and passes its score as `baseline_scores`) and/or
+    `RAW_REWARD_KEYS` (`scores` becomes `{key: [B]}` of the raw reward keys in
+    `algorithm.gdpo_reward_keys`; reward shaping is then refused at config time). `group=True` says
+    its baseline is the other responses of the prompt's group, so the config refuses `rollout.n < 2`.
     """
-
-    def __init__(self, kind: str) -> None:
-        self.kind = kind
-        self._functions: dict[str, F] = {}
-        self._names: dict[str, str] = {}  # canonical name or alias -> canonical name
-        self._lock = threading.Lock()
-
-    def register(self, name: str, *, aliases: Iterable[str] = (), override: bool = False) -> Callable[[F], F]:
-        """Decorator registering a function as `name` (and `aliases`).
-
-        Re-using a name owned by another function is an error unless `override=True`, so a user
-        plug-in cannot shadow a built-in by accident.
-        """
-        canonical = normalize_name(name)
-        keys = list(dict.fromkeys([canonical, *(normalize_name(a) for a in aliases)]))
-        if not canonical:
-            raise ValueError(f"empty {self.kind} name")
-
-        def decorator(function: F) -> F:
-            with self._lock:
-                for key in keys:
-                    owner = self._names.get(key)
-                    if owner is None or override:
-                        continue
-                    current = self._functions[owner]
-                    same = (current.__module__, current.__qualname__) == (
-                        function.__module__,
-                        function.__qualname__,
-                    )
-                    # Re-importing the same module (e.g. in a worker) re-registers the same function.
-                    if owner != canonical or not same:
-                        raise ValueError(
-                            f"{self.kind} name {key!r} is already registered (by {owner!r}); "
-                            "pass override=True to replace it"
-                        )
-                self._functions[canonical] = function
-                for key in keys:
-                    self._names[key] = canonical
-            return function
-
-        return decorator
-
-    def get(self, name: str) -> F:
-        """The function registered as `name` (any alias or spelling); raises `UnknownAlgorithmError`."""
-        key = normalize_name(name)
-        canonical = self._names.get(key)
-        if canonical is None:
-            close = difflib.get_close_matches(key, list(self._names), n=3, cutoff=0.6)
-            hint = f" (did you mean {', '.join(repr(c) for c in close)}?)" if close else ""
-            raise UnknownAlgorithmError(
-                f"unknown {self.kind} {name!r}{hint}; known: {', '.join(self.names())}. "
-                "Register one with the matching @register_* decorator (and import its module first)."
-            )
-        return self._functions[canonical]
-
-    def canonical(self, name: str) -> str:
-        """The canonical name `name` (any alias or spelling) stands for; raises like :meth:`get`."""
-        self.get(name)
-        return self._names[normalize_name(name)]
-
-    def names(self) -> list[str]:
-        """Sorted canonical names."""
-        return sorted(self._functions)
-
-    def __contains__(self, name: object) -> bool:
-        return isinstance(name, str) and normalize_name(name) in self._names
+    metadata = _advantage_metadata(name, inputs, group)
+    return ADVANTAGE_ESTIMATORS.register(name, aliases=aliases, override=override, **metadata)
 
 
-def call_with_supported(function: Callable[..., Any], *args: Any, options: Mapping[str, Any]) -> Any:
-    """Call `function(*args, **options)` passing only the options its signature accepts.
-
-    This lets the trainer hand every algorithm the full option set built from the config (gamma,
-    eps, clip ratios, ...) while each function declares just what it uses. A function with `**kwargs`
-    receives everything.
-    """
-    params = inspect.signature(function).parameters.values()
-    if any(p.kind is inspect.Parameter.VAR_KEYWORD for p in params):
-        return function(*args, **options)
-    accepted = {p.name for p in params if p.kind in (p.KEYWORD_ONLY, p.POSITIONAL_OR_KEYWORD)}
-    return function(*args, **{k: v for k, v in options.items() if k in accepted})
+def register_policy_loss(
+    name: str, *, aliases: Sequence[str] = (), override: bool = False
+) -> Callable[[Callable[..., Any]], Callable[..., Any]]:
+    """Decorator: register a policy loss under `name` (see `policy_losses.py` for the signature)."""
+    return POLICY_LOSSES.register(name, aliases=aliases, override=override)
 
 
-_PLUGINS: dict[str, Any] = {}
+def register_kl_estimator(
+    name: str, *, aliases: Sequence[str] = (), override: bool = False
+) -> Callable[[Callable[..., Any]], Callable[..., Any]]:
+    """Decorator: register `fn(log_prob, ref_log_prob) -> per-token KL` under `name`."""
+    return KL_ESTIMATORS.register(name, aliases=aliases, override=override)
+
+
+def is_group_estimator(name: str) -> bool:
+    """Whether estimator `name` compares the responses of one prompt's group (then one response per
+    prompt gets advantage 0); raises `UnknownAlgorithmError` for an unknown name."""
+    return bool(ADVANTAGE_ESTIMATORS.metadata(name).get("group", False))
+
+
+def advantage_inputs(name: str) -> frozenset[str]:
+    """The extra inputs estimator `name` declared (empty for the shaped-score-only ones)."""
+    return frozenset(ADVANTAGE_ESTIMATORS.metadata(name).get("inputs", frozenset()))
 
 
 def load_plugin_files(paths: Iterable[str], key: str = "algorithm.plugin_files") -> None:
     """Import user files whose `@register_advantage` / `@register_policy_loss` /
     `@register_kl_estimator` decorators add algorithms (idempotent: each file is imported once).
 
-    A missing file, or one that fails to import, raises naming ``key`` and the file.
+    A missing file, or one that fails to import, raises `PluginFileError` naming ``key`` and the file.
     """
-    import importlib.util
-    import sys
-    from pathlib import Path
+    _load_plugin_files(paths, key=key)
 
-    for path in paths:
-        resolved = Path(path).expanduser().resolve()
-        if str(resolved) in _PLUGINS:
-            continue
-        if not resolved.is_file():
-            raise ValueError(f"{key}: {path} is not a file")
-        name = f"easyvideor1_algorithm_plugin_{len(_PLUGINS)}_{resolved.stem}"
-        spec = importlib.util.spec_from_file_location(name, resolved)
-        if spec is None or spec.loader is None:
-            raise ValueError(f"{key}: {path} cannot be imported as a Python file")
-        module = importlib.util.module_from_spec(spec)
-        sys.modules[name] = module
-        try:
-            spec.loader.exec_module(module)
-        except Exception as e:
-            sys.modules.pop(name, None)
-            raise ValueError(f"{key}: importing {path} failed: {type(e).__name__}: {e}") from e
-        _PLUGINS[str(resolved)] = module
+
+# ------------------------------------------------------------------------------------ built-ins
+# Declared by name so that config checks know them without importing torch; each function lives in
+# its tensor module and is imported on the first `get`.
+
+_ADV = "easyvideor1.algorithms.advantages"
+ADVANTAGE_ESTIMATORS.declare("grpo", f"{_ADV}:grpo", group=True, inputs=frozenset())
+ADVANTAGE_ESTIMATORS.declare("dr_grpo", f"{_ADV}:dr_grpo", group=True, inputs=frozenset())
+ADVANTAGE_ESTIMATORS.declare("rloo", f"{_ADV}:rloo", group=True, inputs=frozenset())
+ADVANTAGE_ESTIMATORS.declare(
+    "reinforce_plus_plus", f"{_ADV}:reinforce_plus_plus", aliases=("reinforce++",), inputs=frozenset()
+)
+ADVANTAGE_ESTIMATORS.declare("remax", f"{_ADV}:remax", inputs=frozenset({GREEDY_BASELINE}))
+ADVANTAGE_ESTIMATORS.declare("gdpo", f"{_ADV}:gdpo", group=True, inputs=frozenset({RAW_REWARD_KEYS}))
+
+_LOSS = "easyvideor1.algorithms.policy_losses"
+POLICY_LOSSES.declare("ppo", f"{_LOSS}:ppo", aliases=("vanilla", "default"))
+POLICY_LOSSES.declare("gspo", f"{_LOSS}:gspo")
+POLICY_LOSSES.declare("gspo_token", f"{_LOSS}:gspo_token")
+POLICY_LOSSES.declare("cispo", f"{_LOSS}:cispo")
+
+_KL = "easyvideor1.algorithms.kl"
+KL_ESTIMATORS.declare("none", f"{_KL}:_none")
+KL_ESTIMATORS.declare("k1", f"{_KL}:_k1", aliases=("kl",))
+KL_ESTIMATORS.declare("abs", f"{_KL}:_abs")
+KL_ESTIMATORS.declare("k2", f"{_KL}:_k2", aliases=("mse",))
+KL_ESTIMATORS.declare("k3", f"{_KL}:_k3", aliases=("low_var_kl",))
+
+_AGG = "easyvideor1.algorithms.aggregation"
+LOSS_AGGREGATIONS.declare("token-mean", f"{_AGG}:_token_mean")
+LOSS_AGGREGATIONS.declare("seq-mean-token-mean", f"{_AGG}:_seq_mean_token_mean")
+LOSS_AGGREGATIONS.declare("seq-mean-token-sum", f"{_AGG}:_seq_mean_token_sum")
+LOSS_AGGREGATIONS.declare("seq-mean-token-sum-norm", f"{_AGG}:_seq_mean_token_sum_norm")
+
+_FILTER = "easyvideor1.algorithms.filtering"
+# "std" needs at least two responses per group: a group of one never has reward spread
+FILTERS.declare("std", f"{_FILTER}:_keep_varied", group=True)
+FILTERS.declare("mean", f"{_FILTER}:_keep_mean_inside")

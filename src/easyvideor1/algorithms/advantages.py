@@ -20,8 +20,10 @@ Conventions of the GRPO family (grpo, dr_grpo, rloo, gdpo's per-key step):
   n > 1 instead; here a prompt whose other responses were filtered out simply carries no signal);
 * a group whose scores are all equal gets advantage exactly 0 (forced, not left to rounding).
 
-Register your own with `@register_advantage("name")`; `compute_advantages(name, ...)` dispatches by
-name and passes each estimator only the options its signature declares.
+The built-ins below are registered by name in `_registry.py` (so config checks need no torch); register
+your own with `@register_advantage("name", group=True)` (`group`: it compares the responses of one
+prompt). `compute_advantages(name, ...)` dispatches by name and passes each estimator only the options
+its signature declares.
 """
 
 from __future__ import annotations
@@ -31,7 +33,15 @@ from typing import Any, NamedTuple
 
 import torch
 
-from ._registry import Registry, call_with_supported, normalize_name
+from ._registry import (  # noqa: F401  (re-exported: the registry and its names live there, torch-free)
+    ADVANTAGE_ESTIMATORS,
+    ADVANTAGE_INPUT_KINDS,
+    GREEDY_BASELINE,
+    RAW_REWARD_KEYS,
+    advantage_inputs,
+    call_with_supported,
+    register_advantage,
+)
 from .masked import (
     GroupIndex,
     as_bool_mask,
@@ -52,46 +62,6 @@ class AdvantageOutput(NamedTuple):
 
 
 AdvantageEstimator = Callable[..., AdvantageOutput]
-ADVANTAGE_ESTIMATORS: Registry[AdvantageEstimator] = Registry("advantage estimator")
-
-
-# Extra inputs an estimator may declare (`register_advantage(..., inputs=...)`); the trainer provides
-# each declared one and nothing else, so it needs no estimator-specific branches.
-GREEDY_BASELINE = "greedy_baseline"  # `baseline_scores` [B]: the score of one greedy response per prompt
-RAW_REWARD_KEYS = "raw_reward_keys"  # `scores` is {key: [B]} of the unshaped reward keys it names
-ADVANTAGE_INPUT_KINDS = (GREEDY_BASELINE, RAW_REWARD_KEYS)
-_INPUTS: dict[str, frozenset[str]] = {}
-
-
-def register_advantage(
-    name: str, *, aliases: Sequence[str] = (), override: bool = False, inputs: Sequence[str] = ()
-) -> Callable[[AdvantageEstimator], AdvantageEstimator]:
-    """Decorator: register an advantage estimator as `name` (signature: see the module docstring).
-
-    `inputs` declares what it needs beyond the shaped scores: `GREEDY_BASELINE` (the trainer
-    generates one greedy response per prompt and passes its score as `baseline_scores`) and/or
-    `RAW_REWARD_KEYS` (`scores` becomes `{key: [B]}` of the raw reward keys in
-    `algorithm.gdpo_reward_keys`; reward shaping is then refused at config time).
-    """
-    unknown = [i for i in inputs if i not in ADVANTAGE_INPUT_KINDS]
-    if unknown:
-        raise ValueError(
-            f"advantage estimator {name!r}: unknown input(s) {unknown}; known: {ADVANTAGE_INPUT_KINDS}"
-        )
-    register = ADVANTAGE_ESTIMATORS.register(name, aliases=aliases, override=override)
-
-    def decorator(function: AdvantageEstimator) -> AdvantageEstimator:
-        register(function)
-        _INPUTS[normalize_name(name)] = frozenset(inputs)
-        return function
-
-    return decorator
-
-
-def advantage_inputs(name: str) -> frozenset[str]:
-    """The extra inputs estimator `name` declared (empty for the shaped-score-only ones)."""
-    get_advantage_estimator(name)  # an unknown name raises, listing the known ones
-    return _INPUTS.get(normalize_name(ADVANTAGE_ESTIMATORS.canonical(name)), frozenset())
 
 
 def get_advantage_estimator(name: str) -> AdvantageEstimator:
@@ -202,9 +172,9 @@ def discounted_returns(rewards: torch.Tensor, mask: torch.Tensor, gamma: float =
 
 
 # -------------------------------------------------------------------------------------- estimators
+# (registered by name, with their `group` and `inputs` metadata, in `_registry.py`)
 
 
-@register_advantage("grpo")
 def grpo(
     scores: torch.Tensor,
     response_mask: torch.Tensor,
@@ -227,14 +197,12 @@ def grpo(
     return AdvantageOutput(_broadcast(adv, mask, dtype), _broadcast(seq, mask, dtype))
 
 
-@register_advantage("dr_grpo")
 def dr_grpo(scores: torch.Tensor, response_mask: torch.Tensor, group_ids: GroupIds) -> AdvantageOutput:
     """Dr.GRPO (Liu et al., 2025): `A_i = s_i - mean_g`, no division by the group std (which
     up-weights near-uniform groups). Pair it with `loss_agg_mode="seq-mean-token-sum-norm"`."""
     return grpo(scores, response_mask, group_ids, norm_by_std=False)
 
 
-@register_advantage("rloo")
 def rloo(scores: torch.Tensor, response_mask: torch.Tensor, group_ids: GroupIds) -> AdvantageOutput:
     """RLOO: leave-one-out baseline, `A_i = s_i - (sum_g s - s_i) / (n - 1)` (= n/(n-1) (s_i - mean_g))."""
     s, mask = _prepare(scores, response_mask, "rloo")
@@ -247,7 +215,6 @@ def rloo(scores: torch.Tensor, response_mask: torch.Tensor, group_ids: GroupIds)
     return AdvantageOutput(_broadcast(adv, mask, dtype), _broadcast(seq, mask, dtype))
 
 
-@register_advantage("reinforce_plus_plus", aliases=("reinforce++",))
 def reinforce_plus_plus(
     scores: torch.Tensor,
     response_mask: torch.Tensor,
@@ -267,7 +234,6 @@ def reinforce_plus_plus(
     return AdvantageOutput(masked_whiten(returns, mask, whiten_eps).to(dtype), returns.to(dtype))
 
 
-@register_advantage("remax", inputs=(GREEDY_BASELINE,))
 def remax(
     scores: torch.Tensor,
     response_mask: torch.Tensor,
@@ -303,7 +269,6 @@ def remax(
     return AdvantageOutput(adv.to(dtype), returns.to(dtype))
 
 
-@register_advantage("gdpo", inputs=(RAW_REWARD_KEYS,))
 def gdpo(
     scores: Mapping[str, torch.Tensor],
     response_mask: torch.Tensor,

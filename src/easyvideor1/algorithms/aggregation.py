@@ -30,17 +30,16 @@ from dataclasses import dataclass
 
 import torch
 
+from ._registry import LOSS_AGGREGATIONS
 from .masked import as_bool_mask, masked_sum, sequence_lengths
 
+# the built-in modes (each registered by name in `_registry.py`, its reducer defined below)
 LOSS_AGG_MODES = ("token-mean", "seq-mean-token-mean", "seq-mean-token-sum", "seq-mean-token-sum-norm")
 
 
 def normalize_loss_agg_mode(mode: str) -> str:
     """Canonical mode name (underscores accepted for hyphens); raises `ValueError` for unknown modes."""
-    canonical = str(mode).strip().lower().replace("_", "-")
-    if canonical not in LOSS_AGG_MODES:
-        raise ValueError(f"unknown loss_agg_mode {mode!r}; known: {', '.join(LOSS_AGG_MODES)}")
-    return canonical
+    return LOSS_AGGREGATIONS.canonical(mode)
 
 
 @dataclass(frozen=True)
@@ -118,21 +117,35 @@ def aggregate_loss(
         This micro-batch's share of the mini-batch loss; summing the shares of all micro-batches
         (and dividing by `dp_size` across ranks) gives the mini-batch aggregate.
     """
-    mode = normalize_loss_agg_mode(mode)
+    reduce = LOSS_AGGREGATIONS.get(mode)
     mask = as_bool_mask(response_mask)
     if loss.shape != mask.shape:
         raise ValueError(f"loss {tuple(loss.shape)} and response_mask {tuple(mask.shape)} differ in shape")
     stats = global_stats if global_stats is not None else GlobalBatchStats.from_mask(mask)
-    scale = float(stats.dp_size)
-    if mode == "token-mean":
-        return masked_sum(loss, mask) * (scale / max(stats.num_tokens, 1))
-    per_sequence = masked_sum(loss, mask, dim=-1)
-    if mode == "seq-mean-token-mean":
-        per_sequence = per_sequence / sequence_lengths(mask).clamp(min=1).to(loss.dtype)
-    elif mode == "seq-mean-token-sum-norm":
-        if norm_length is None or norm_length <= 0:
-            raise ValueError(
-                "seq-mean-token-sum-norm needs a positive constant norm_length (the max response length)"
-            )
-        scale /= norm_length
-    return per_sequence.sum() * (scale / max(stats.num_sequences, 1))
+    return reduce(loss, mask, stats, norm_length)
+
+
+# Reducers of the modes: (loss [B, T], bool mask [B, T], global stats, norm_length) -> this
+# micro-batch's share. The dp_size factor turns DDP/FSDP's gradient average back into a sum.
+
+
+def _token_mean(loss, mask, stats: GlobalBatchStats, norm_length: int | None) -> torch.Tensor:
+    return masked_sum(loss, mask) * (float(stats.dp_size) / max(stats.num_tokens, 1))
+
+
+def _seq_mean_token_mean(loss, mask, stats: GlobalBatchStats, norm_length: int | None) -> torch.Tensor:
+    per_sequence = masked_sum(loss, mask, dim=-1) / sequence_lengths(mask).clamp(min=1).to(loss.dtype)
+    return per_sequence.sum() * (float(stats.dp_size) / max(stats.num_sequences, 1))
+
+
+def _seq_mean_token_sum(loss, mask, stats: GlobalBatchStats, norm_length: int | None) -> torch.Tensor:
+    return masked_sum(loss, mask, dim=-1).sum() * (float(stats.dp_size) / max(stats.num_sequences, 1))
+
+
+def _seq_mean_token_sum_norm(loss, mask, stats: GlobalBatchStats, norm_length: int | None) -> torch.Tensor:
+    if norm_length is None or norm_length <= 0:
+        raise ValueError(
+            "seq-mean-token-sum-norm needs a positive constant norm_length (the max response length)"
+        )
+    scale = float(stats.dp_size) / norm_length
+    return masked_sum(loss, mask, dim=-1).sum() * (scale / max(stats.num_sequences, 1))

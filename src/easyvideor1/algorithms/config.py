@@ -18,10 +18,18 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 from ..validation import in_range, non_negative, positive
-from ._registry import UnknownAlgorithmError, load_plugin_files
+from ._registry import (
+    ADVANTAGE_ESTIMATORS,
+    FILTERS,
+    KL_ESTIMATORS,
+    LOSS_AGGREGATIONS,
+    POLICY_LOSSES,
+    UnknownAlgorithmError,
+    load_plugin_files,
+)
 
-# The registries and tensor code are imported by the checks that need them: the run config imports
-# this module, and only building an algorithm section (not reading the config's shape) loads torch.
+# The names are checked against the torch-free registries (built-ins are declared there by name);
+# the tensor code is imported only where it runs, so building a run config loads no torch.
 if TYPE_CHECKING:
     from .kl import AdaptiveKLController, FixedKLController
 
@@ -56,9 +64,7 @@ class KLConfig:
     horizon: int = 10000
 
     def __post_init__(self) -> None:
-        from . import kl
-
-        _named("algorithm.kl.type", kl.KL_ESTIMATORS.get, self.type)  # lists the known types
+        _named("algorithm.kl.type", KL_ESTIMATORS.canonical, self.type)  # lists the known types
         non_negative("algorithm.kl.coef", self.coef)
         _check(
             self.apply_as in ("loss", "reward"),
@@ -104,12 +110,7 @@ class OnlineFilterConfig:
     max_tries: int = 20
 
     def __post_init__(self) -> None:
-        from .filtering import FILTER_CRITERIA
-
-        _check(
-            self.criterion in FILTER_CRITERIA,
-            f"algorithm.online_filtering.criterion must be one of {FILTER_CRITERIA}, got {self.criterion!r}",
-        )
+        _named("algorithm.online_filtering.criterion", FILTERS.canonical, self.criterion)
         _check(
             self.low < self.high,
             f"algorithm.online_filtering.low ({self.low}) must be < high ({self.high})",
@@ -212,16 +213,12 @@ class AlgorithmConfig:
     overlong: OverlongConfig = field(default_factory=OverlongConfig)
 
     def __post_init__(self) -> None:
-        from . import advantages, policy_losses
-        from .aggregation import normalize_loss_agg_mode
-
         load_plugin_files(self.plugin_files)  # before any name is looked up
-        _named("algorithm.adv_estimator", advantages.get_advantage_estimator, self.adv_estimator)
-        _named("algorithm.policy_loss", policy_losses.get_policy_loss, self.policy_loss)
-        try:
-            self.loss_agg_mode = normalize_loss_agg_mode(self.loss_agg_mode)
-        except ValueError as e:
-            raise ValueError(f"algorithm.loss_agg_mode: {e}") from None
+        _named("algorithm.adv_estimator", ADVANTAGE_ESTIMATORS.canonical, self.adv_estimator)
+        _named("algorithm.policy_loss", POLICY_LOSSES.canonical, self.policy_loss)
+        self.loss_agg_mode = _named(
+            "algorithm.loss_agg_mode", LOSS_AGGREGATIONS.canonical, self.loss_agg_mode
+        )
         positive("algorithm.adv_eps", self.adv_eps)
         positive("algorithm.whiten_eps", self.whiten_eps)
         in_range("algorithm.gamma", self.gamma, 0.0, 1.0)
@@ -239,7 +236,7 @@ class AlgorithmConfig:
             f"algorithm.loss_norm_length must be positive, got {self.loss_norm_length}",
         )
         _check(
-            self.adv_estimator.replace("-", "_").lower() != "gdpo" or len(self.gdpo_reward_keys) > 0,
+            ADVANTAGE_ESTIMATORS.canonical(self.adv_estimator) != "gdpo" or len(self.gdpo_reward_keys) > 0,
             "algorithm.adv_estimator=gdpo needs at least one key in algorithm.gdpo_reward_keys",
         )
 
@@ -271,10 +268,11 @@ class AlgorithmConfig:
         return FixedKLController(self.kl.coef)
 
 
-def _named(key: str, lookup, name: str) -> None:
-    """Look ``name`` up in a registry; an unknown name's error says which setting held it."""
+def _named(key: str, lookup, name: str) -> str:
+    """Look ``name`` up in a registry (its canonical name); an unknown name's error says which
+    setting held it."""
     try:
-        lookup(name)
+        return lookup(name)
     except UnknownAlgorithmError as e:
         raise UnknownAlgorithmError(f"{key}: {e}") from None
 

@@ -20,8 +20,10 @@ from typing import Any, Generic, TypeVar
 
 import torch
 
+from ._registry import FILTERS
 from .masked import GroupIndex, group_index
 
+# the built-in criteria (each registered by name in `_registry.py`, its rule defined below)
 FILTER_CRITERIA = ("std", "mean")
 T = TypeVar("T")
 
@@ -88,21 +90,28 @@ def filter_groups(
         low, high: the open interval of the `"mean"` criterion.
         key: reward key to filter on when `scores` is a mapping (e.g. "accuracy" or "overall").
     """
-    if criterion not in FILTER_CRITERIA:
-        raise ValueError(f"unknown filter criterion {criterion!r}; known: {', '.join(FILTER_CRITERIA)}")
+    keep_groups = FILTERS.get(criterion)
     values = _select_scores(scores, key)
     groups = group_index(group_ids, device=values.device)
     if groups.inverse.numel() != values.numel():
         raise ValueError(f"group_ids has {groups.inverse.numel()} entries for {values.numel()} scores")
-    if criterion == "std":
-        keep_group = groups.reduce(values, "amax") > groups.reduce(values, "amin")
-    else:
-        mean = groups.sum(values) / groups.count().to(values.dtype)
-        keep_group = (mean > low) & (mean < high)
+    keep_group = keep_groups(values, groups, low, high)
     kept = int(keep_group.sum())
     return GroupFilterResult(
         keep_group[groups.inverse], kept, groups.num_groups - kept, _first_appearance_rank(groups)
     )
+
+
+# Criteria: (scores [B], groups, low, high) -> [num_groups] bool, True for the groups to keep.
+
+
+def _keep_varied(values: torch.Tensor, groups: GroupIndex, low: float, high: float) -> torch.Tensor:
+    return groups.reduce(values, "amax") > groups.reduce(values, "amin")
+
+
+def _keep_mean_inside(values: torch.Tensor, groups: GroupIndex, low: float, high: float) -> torch.Tensor:
+    mean = groups.sum(values) / groups.count().to(values.dtype)
+    return (mean > low) & (mean < high)
 
 
 @dataclass(frozen=True)
@@ -163,10 +172,7 @@ class DynamicSampler(Generic[T]):
     def __post_init__(self) -> None:
         if self.target_groups <= 0:
             raise ValueError(f"target_groups must be positive, got {self.target_groups}")
-        if self.criterion not in FILTER_CRITERIA:
-            raise ValueError(
-                f"unknown filter criterion {self.criterion!r}; known: {', '.join(FILTER_CRITERIA)}"
-            )
+        FILTERS.canonical(self.criterion)  # an unknown name raises, listing the known ones
 
     @property
     def done(self) -> bool:

@@ -23,12 +23,12 @@ deliberately absent. Two ways to use the penalty:
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+from collections.abc import Callable
 from typing import NamedTuple
 
 import torch
 
-from ._registry import Registry
+from ._registry import KL_ESTIMATORS, register_kl_estimator  # noqa: F401  (re-exported)
 from .aggregation import GlobalBatchStats, aggregate_loss
 from .masked import as_bool_mask, masked_mean, scores_to_token_rewards
 
@@ -36,37 +36,25 @@ K3_LOG_RATIO_CLAMP = 20.0
 K3_VALUE_CLAMP = 10.0
 
 KLEstimator = Callable[[torch.Tensor, torch.Tensor], torch.Tensor]
-KL_ESTIMATORS: Registry[KLEstimator] = Registry("KL estimator")
 
 
-def register_kl_estimator(
-    name: str, *, aliases: Sequence[str] = (), override: bool = False
-) -> Callable[[KLEstimator], KLEstimator]:
-    """Decorator: register `fn(log_prob, ref_log_prob) -> per-token KL` under `name`."""
-    return KL_ESTIMATORS.register(name, aliases=aliases, override=override)
-
-
-@register_kl_estimator("none")
+# the estimators below are registered by name in `_registry.py` (config checks need no torch)
 def _none(log_prob: torch.Tensor, ref_log_prob: torch.Tensor) -> torch.Tensor:
     return torch.zeros_like(log_prob)
 
 
-@register_kl_estimator("k1", aliases=("kl",))
 def _k1(log_prob: torch.Tensor, ref_log_prob: torch.Tensor) -> torch.Tensor:
     return log_prob - ref_log_prob
 
 
-@register_kl_estimator("abs")
 def _abs(log_prob: torch.Tensor, ref_log_prob: torch.Tensor) -> torch.Tensor:
     return (log_prob - ref_log_prob).abs()
 
 
-@register_kl_estimator("k2", aliases=("mse",))
 def _k2(log_prob: torch.Tensor, ref_log_prob: torch.Tensor) -> torch.Tensor:
     return 0.5 * (log_prob - ref_log_prob).square()
 
 
-@register_kl_estimator("k3", aliases=("low_var_kl",))
 def _k3(log_prob: torch.Tensor, ref_log_prob: torch.Tensor) -> torch.Tensor:
     x = (ref_log_prob - log_prob).clamp(-K3_LOG_RATIO_CLAMP, K3_LOG_RATIO_CLAMP)
     return (torch.exp(x) - x - 1.0).clamp(-K3_VALUE_CLAMP, K3_VALUE_CLAMP)

@@ -15,18 +15,19 @@ Metrics (0-d tensors, means over the valid tokens of this call; not globally wei
 (A > 0, ratio > 1 + eps_high), `pg_clipfrac_lower` (A < 0, ratio < 1 - eps_low),
 `pg_clipfrac_dual` (A < 0, dual clip active).
 
-Register your own with `@register_policy_loss("name")`.
+The built-ins are registered by name in `_registry.py` (config checks need no torch); register your
+own with `@register_policy_loss("name")`.
 """
 
 from __future__ import annotations
 
 import math
-from collections.abc import Callable, Sequence
+from collections.abc import Callable
 from typing import Any, NamedTuple
 
 import torch
 
-from ._registry import Registry, call_with_supported
+from ._registry import POLICY_LOSSES, call_with_supported, register_policy_loss  # noqa: F401  (re-exported)
 from .masked import as_bool_mask, masked_mean, masked_sum, sequence_lengths
 
 LOG_RATIO_CLAMP = 20.0  # exp(20) ~ 5e8: large enough to never bind in practice, small enough to stay finite
@@ -40,14 +41,6 @@ class PolicyLossOutput(NamedTuple):
 
 
 PolicyLoss = Callable[..., PolicyLossOutput]
-POLICY_LOSSES: Registry[PolicyLoss] = Registry("policy loss")
-
-
-def register_policy_loss(
-    name: str, *, aliases: Sequence[str] = (), override: bool = False
-) -> Callable[[PolicyLoss], PolicyLoss]:
-    """Decorator: register a policy loss under `name` (see the module docstring for the signature)."""
-    return POLICY_LOSSES.register(name, aliases=aliases, override=override)
 
 
 def get_policy_loss(name: str) -> PolicyLoss:
@@ -157,7 +150,6 @@ def _metrics(
 # ------------------------------------------------------------------------------------------ losses
 
 
-@register_policy_loss("ppo", aliases=("vanilla", "default"))
 def ppo(
     log_prob: torch.Tensor,
     old_log_prob: torch.Tensor,
@@ -177,7 +169,6 @@ def ppo(
     return PolicyLossOutput(loss, _metrics(delta, mask, clip))
 
 
-@register_policy_loss("gspo")
 def gspo(
     log_prob: torch.Tensor,
     old_log_prob: torch.Tensor,
@@ -198,7 +189,6 @@ def gspo(
     return PolicyLossOutput(loss, _metrics(delta, mask, clip))
 
 
-@register_policy_loss("gspo_token")
 def gspo_token(
     log_prob: torch.Tensor,
     old_log_prob: torch.Tensor,
@@ -227,7 +217,6 @@ def gspo_token(
     return PolicyLossOutput(loss, _metrics(delta, mask, clip))
 
 
-@register_policy_loss("cispo")
 def cispo(
     log_prob: torch.Tensor,
     old_log_prob: torch.Tensor,

@@ -177,10 +177,11 @@ class DataConfig:
     def with_model(self, model_path: str) -> DataConfig:
         """This config with the family of the checkpoint at ``model_path`` (an error if
         ``model_family`` is set to another family)."""
-        from ..models.families import resolve_model_family
+        from ..models.families import resolve_family
 
-        family = resolve_model_family(self.model_family, model_path)
-        return self if family == self.model_family else replace(self, model_family=family)
+        family = resolve_family(model_path, self.model_family)  # the checkpoint decides; a mismatch raises
+        # a configured spelling stays as the user wrote it; without one the checkpoint names it
+        return self if self.model_family is not None else replace(self, model_family=family.model_type)
 
     def sampling_params(self, record=None) -> SamplingParams:
         """The sampling parameters for one record's videos (record overrides applied)."""

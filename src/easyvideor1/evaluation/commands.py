@@ -25,7 +25,7 @@ from ..rewards import RewardConfig
 from .config import ANNOTATIONS_ENV, EvalConfig, digest_of
 from .inputs import BenchmarkInputs
 from .predictions import PredictionWriter, iter_rows
-from .registry import BenchmarkSpec, get_benchmark, list_benchmarks
+from .registry import BenchmarkSpec, UnknownBenchmarkError, get_benchmark, list_benchmarks
 from .report import plot_scores, write_run_report, write_summary
 from .results import scored_pairs, summarize, write_json_atomic
 from .rows import failure_row, scored_row
@@ -64,7 +64,7 @@ def resolve_benchmarks(settings: EvalConfig, prompt_template: str = "plain") -> 
     for name in names:
         try:
             specs.append(get_benchmark(name))
-        except KeyError:
+        except UnknownBenchmarkError:
             unknown.append(name)
     if unknown:
         raise EvalInputError(

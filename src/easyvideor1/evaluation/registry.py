@@ -16,6 +16,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from ..data.records import Record, load_records
+from ..registry import Registry, UnknownNameError
 from ..rewards import RewardConfig
 from ..rollout.sampling import BENCHMARK_MAX_NEW_TOKENS
 from .metrics import Scored, accuracy
@@ -122,26 +123,32 @@ class BenchmarkSpec:
         return out
 
 
-BENCHMARKS: dict[str, BenchmarkSpec] = {}
+class UnknownBenchmarkError(UnknownNameError):
+    """A benchmark name that neither a built-in nor a loaded spec file answers to."""
+
+
+# built-ins register themselves when `specs` is imported (on the first lookup); spec files at run time
+BENCHMARKS: Registry[BenchmarkSpec] = Registry(
+    "benchmark",
+    builtins=("easyvideor1.evaluation.specs",),
+    error=UnknownBenchmarkError,
+    how_to_add="Add one with --benchmark-file SPEC.yaml, or evaluate a records file with --data",
+)
 
 
 def register_benchmark(spec: BenchmarkSpec) -> BenchmarkSpec:
+    """Add ``spec`` under its name; a name (in any spelling) already taken is an error."""
     if spec.name in BENCHMARKS:
         raise ValueError(f"benchmark {spec.name!r} is registered twice")
-    BENCHMARKS[spec.name] = spec
-    return spec
+    return BENCHMARKS.register(spec.name, spec)
 
 
 def get_benchmark(name: str) -> BenchmarkSpec:
-    from . import specs  # noqa: F401  (registers the built-in benchmarks)
-
-    key = name.strip().lower()
-    if key not in BENCHMARKS:
-        raise KeyError(f"unknown benchmark {name!r}; known: {', '.join(sorted(BENCHMARKS))}")
-    return BENCHMARKS[key]
+    """The benchmark ``name`` (any spelling: ``MLVU_dev`` is ``mlvu-dev``); raises
+    :class:`UnknownBenchmarkError` naming the closest and all known benchmarks."""
+    return BENCHMARKS.get(name)
 
 
 def list_benchmarks() -> list[str]:
-    from . import specs  # noqa: F401
-
-    return sorted(BENCHMARKS)
+    """Sorted names of the registered benchmarks (built-ins and loaded spec files)."""
+    return BENCHMARKS.names()

@@ -35,6 +35,7 @@ import yaml
 from ..data.prompt import BENCHMARK_PROMPT, PromptError, PromptTemplate
 from ..data.prompt import prompt_template as training_template
 from ..data.records import Record
+from ..registry import normalize_name
 from .metrics import Scored, accuracy, macro_over, multi_binary, spatio_temporal, temporal_recall
 from .registry import BENCHMARKS, BenchmarkSpec, list_benchmarks, register_benchmark
 
@@ -191,9 +192,8 @@ def load_spec_file(path: str) -> BenchmarkSpec:
 def register_spec_file(path: str) -> BenchmarkSpec:
     """Load and register ``path``'s benchmark (again from the same file: the registered one)."""
     spec = load_spec_file(path)
-    list_benchmarks()  # the built-ins first, so a clash is seen
-    known = BENCHMARKS.get(spec.name)
-    if known is not None:
+    if spec.name in BENCHMARKS:  # (the built-ins are loaded first, so a clash with one is seen)
+        known = BENCHMARKS.get(spec.name)
         if known.origin == spec.origin:
             return known
         where = f"in {known.origin}" if known.origin else "built in"
@@ -212,17 +212,18 @@ def records_benchmarks(
         prompt = training_template(prompt_template)
     except (OSError, ValueError) as e:
         raise SpecFileError(f"data.prompt_template: {e}") from None
-    specs, taken = [], set(list_benchmarks())
+    specs, taken = [], {normalize_name(n) for n in list_benchmarks()}
     breakdowns = {"by_problem_type": "problem_type", **{f"by_{g}": g for g in group_by}}
     for path in paths:
         if not os.path.isfile(path):
             raise SpecFileError(f"--data: records file not found: {path}")
         stem = re.sub(r"[^a-z0-9_.-]+", "_", os.path.basename(path).split(".")[0].lower()) or "data"
         name, k = stem, 1
-        while name in taken:  # "videomme.jsonl" must not pass for the built-in videomme
+        # "videomme.jsonl" (or "MLVU_dev.jsonl", one spelling of mlvu-dev) must not pass for a built-in
+        while normalize_name(name) in taken:
             k += 1
             name = f"{stem}-{k}"
-        taken.add(name)
+        taken.add(normalize_name(name))
         specs.append(
             BenchmarkSpec(
                 name,

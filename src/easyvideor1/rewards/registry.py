@@ -1,26 +1,27 @@
 """Registry of task types: one decorated scoring function per task, looked up by normalised name.
 
 A task is a module under `rewards/tasks/` with one function decorated by `@register_task`. Names
-are normalised (lower-case; spaces, hyphens and underscores are equivalent), so "Multiple Choice",
-"multiple_choice" and "multiple-choice" are the same task. Unknown names raise `UnknownTaskError`:
-the trainer calls `validate_problem_types` on the dataset at start-up instead of discovering a
-typo as a silent fallback in the middle of a run.
+are normalised like every registry's (`easyvideor1.registry.normalize_name`: lower-case; spaces,
+hyphens and underscores are equivalent), so "Multiple Choice", "multiple_choice" and
+"multiple-choice" are the same task. Unknown names raise `UnknownTaskError`: the trainer calls
+`validate_problem_types` on the dataset at start-up instead of discovering a typo as a silent
+fallback in the middle of a run.
 """
 
 from __future__ import annotations
 
-import difflib
-import hashlib
 import importlib
-import importlib.util
-import re
-import sys
-import threading
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
-from functools import lru_cache
-from pathlib import Path
 from typing import TYPE_CHECKING, Any
+
+from easyvideor1.registry import (
+    Registry,
+    UnknownNameError,
+    load_plugin_file,
+    load_plugin_files,
+    normalize_name,
+)
 
 if TYPE_CHECKING:
     from easyvideor1.rewards.config import RewardConfig
@@ -32,7 +33,7 @@ TaskFunction = Callable[["Sample"], "TaskScore"]
 Instruction = str | Callable[[list[str] | None], str]
 
 
-class UnknownTaskError(ValueError):
+class UnknownTaskError(UnknownNameError):
     """A problem type that no registered task handles."""
 
 
@@ -57,16 +58,19 @@ class TaskSpec:
     instruction: Instruction | None = None
 
 
-_TASKS: dict[str, TaskSpec] = {}  # canonical name -> spec
-_NAMES: dict[str, str] = {}  # canonical name or alias -> canonical name
-_LOCK = threading.Lock()
-_BUILTINS_LOADED = False
+def _task_function(spec: TaskSpec) -> Callable[..., Any]:
+    return spec.function
 
 
-@lru_cache(maxsize=4096)
-def normalize_task_name(name: str) -> str:
-    """Lower-case `name` and make spaces, hyphens and underscores equivalent ("Video QA" -> "video_qa")."""
-    return re.sub(r"[\s_\-]+", "_", str(name).strip().lower()).strip("_")
+TASKS: Registry[TaskSpec] = Registry(
+    "problem_type",
+    builtins=("easyvideor1.rewards.tasks",),
+    error=UnknownTaskError,
+    definition=_task_function,  # a task file imported again (in a worker) re-registers the same task
+    how_to_add="Register one with @register_task in a file listed in reward.task_files",
+)
+
+normalize_task_name = normalize_name  # (the name tasks were normalised by before all registries shared one)
 
 
 def register_task(
@@ -86,60 +90,28 @@ def register_task(
     """
     if instruction is not None and not (callable(instruction) or isinstance(instruction, str)):
         raise TypeError(f"task {name!r}: instruction must be a string or a function of the options")
+    aliases = tuple(aliases)
 
     def decorator(function: TaskFunction) -> TaskFunction:
-        canonical = normalize_task_name(name)
-        alias_names = tuple(dict.fromkeys(normalize_task_name(a) for a in aliases if normalize_task_name(a)))
+        canonical = normalize_name(name)
+        alias_names = tuple(
+            k for k in dict.fromkeys(normalize_name(a) for a in aliases) if k and k != canonical
+        )
         spec = TaskSpec(canonical, function, alias_names, expensive, instruction)
-        with _LOCK:
-            for key in (canonical, *alias_names):
-                owner = _NAMES.get(key)
-                same_function = owner is not None and _is_same_function(_TASKS[owner].function, function)
-                if owner is not None and owner != canonical and not override and not same_function:
-                    raise ValueError(f"task name {key!r} is already registered by task {owner!r}")
-            if canonical in _TASKS and override:
-                for key in _TASKS[canonical].aliases:
-                    _NAMES.pop(key, None)
-            _TASKS[canonical] = spec
-            for key in (canonical, *alias_names):
-                _NAMES[key] = canonical
+        TASKS.register(canonical, spec, aliases=alias_names, override=override, expensive=expensive)
         return function
 
     return decorator
 
 
-def _is_same_function(a: Callable[..., Any], b: Callable[..., Any]) -> bool:
-    # A module imported twice (e.g. a user file loaded again in a worker) re-registers the "same" function.
-    return getattr(a, "__qualname__", None) == getattr(b, "__qualname__", None) and getattr(
-        a, "__module__", None
-    ) == getattr(b, "__module__", None)
-
-
-def _ensure_builtin_tasks() -> None:
-    global _BUILTINS_LOADED
-    if not _BUILTINS_LOADED:
-        importlib.import_module("easyvideor1.rewards.tasks")
-        _BUILTINS_LOADED = True
-
-
 def resolve_task(problem_type: str) -> TaskSpec:
     """The task registered for `problem_type` (any alias, any spelling); raises `UnknownTaskError`."""
-    _ensure_builtin_tasks()
-    key = normalize_task_name(problem_type)
-    canonical = _NAMES.get(key)
-    if canonical is None:
-        close = difflib.get_close_matches(key, list(_NAMES), n=3, cutoff=0.6)
-        hint = f"; did you mean {', '.join(close)}?" if close else ""
-        raise UnknownTaskError(
-            f"unknown problem_type {problem_type!r}{hint} (known: {', '.join(sorted(_TASKS))})"
-        )
-    return _TASKS[canonical]
+    return TASKS.get(problem_type)
 
 
 def registered_tasks() -> dict[str, TaskSpec]:
     """Canonical name -> spec of every registered task (built-ins included)."""
-    _ensure_builtin_tasks()
-    return dict(_TASKS)
+    return {entry.name: TASKS.get(entry.name) for entry in TASKS.entries()}
 
 
 def validate_problem_types(
@@ -161,54 +133,23 @@ def validate_problem_types(
     resolved: dict[str, str] = {}
     unknown: list[str] = []
     for problem_type in dict.fromkeys(problem_types):
-        try:
-            resolved[problem_type] = resolve_task(problem_type).name
-        except UnknownTaskError:
-            close = difflib.get_close_matches(
-                normalize_task_name(problem_type), list(_NAMES), n=1, cutoff=0.6
-            )
+        if problem_type in TASKS:
+            resolved[problem_type] = TASKS.canonical(problem_type)
+        else:
+            close = TASKS.suggestions(problem_type, n=1)
             unknown.append(repr(problem_type) + (f" (did you mean {close[0]!r}?)" if close else ""))
     if unknown:
         raise UnknownTaskError(
-            f"no reward task for problem_type {', '.join(unknown)}; known: {', '.join(sorted(_TASKS))}. "
-            "Register one with @register_task in a file listed in RewardConfig.task_files."
+            f"no reward task for problem_type {', '.join(unknown)}; known: {', '.join(TASKS.names())}. "
+            "Register one with @register_task in a file listed in reward.task_files."
         )
     return resolved
 
 
-_LOADED_FILES: dict[str, Any] = {}
-
-
-def _load_module_from_file(path: str) -> Any:
-    resolved = str(Path(path).expanduser().resolve())
-    with _LOCK:
-        module = _LOADED_FILES.get(resolved)
-    if module is not None:
-        return module
-    if not Path(resolved).is_file():
-        raise FileNotFoundError(f"reward file not found: {path}")
-    # A stable module name per path lets pickled functions of the file resolve in worker processes.
-    module_name = "easyvideor1_user_reward_" + hashlib.sha1(resolved.encode()).hexdigest()[:12]
-    spec = importlib.util.spec_from_file_location(module_name, resolved)
-    if spec is None or spec.loader is None:
-        raise ImportError(f"cannot import {path}")
-    module = importlib.util.module_from_spec(spec)
-    sys.modules[module_name] = module
-    try:
-        spec.loader.exec_module(module)
-    except BaseException:
-        sys.modules.pop(module_name, None)
-        raise
-    with _LOCK:
-        _LOADED_FILES[resolved] = module
-    return module
-
-
 def load_task_files(paths: Iterable[str]) -> None:
     """Import user task files so that their `@register_task` decorators run (idempotent)."""
-    _ensure_builtin_tasks()
-    for path in paths:
-        _load_module_from_file(path)
+    TASKS.names()  # the built-ins first, so that a user task clashing with one is refused
+    load_plugin_files(paths, key="reward.task_files")
 
 
 def load_callable(spec: str, default_name: str = "compute_score") -> Callable[..., Any]:
@@ -216,15 +157,13 @@ def load_callable(spec: str, default_name: str = "compute_score") -> Callable[..
     function name defaults to `default_name`."""
     path, separator, name = spec.rpartition(":")
     if separator and not path.endswith(".py") and "/" not in path and "\\" not in path:
-        import importlib
-
         function = getattr(importlib.import_module(path), name, None)
         if not callable(function):
             raise AttributeError(f"{path} has no callable {name!r}")
         return function
     if not separator or not path.endswith(".py"):
         path, name = spec, default_name
-    module = _load_module_from_file(path)
+    module = load_plugin_file(path, key="reward file")
     function = getattr(module, name, None)
     if not callable(function):
         raise AttributeError(f"{path} has no callable {name!r}")

@@ -12,23 +12,29 @@ from __future__ import annotations
 from . import qwen2_5_vl, qwen2_vl, qwen3_5, qwen3_5_moe, qwen3_vl, qwen3_vl_moe  # noqa: F401  (register)
 from .base import QWEN_SPECIAL_TOKENS, QWEN_VISION_TOKENS, VISION_INPUTS, ModelFamily
 from .registry import (
+    FAMILIES,
+    UnknownFamilyError,
     all_names,
     family_names,
     family_of_checkpoint,
     family_of_model,
     get_family,
+    resolve_family,
     resolve_model_family,
 )
 
 __all__ = [
+    "FAMILIES",
     "QWEN_SPECIAL_TOKENS",
     "QWEN_VISION_TOKENS",
     "VISION_INPUTS",
     "ModelFamily",
+    "UnknownFamilyError",
     "all_names",
     "family_names",
     "family_of_checkpoint",
     "family_of_model",
     "get_family",
+    "resolve_family",
     "resolve_model_family",
 ]

@@ -2,7 +2,7 @@
 
 The family of a run comes from the checkpoint (``config.json``); ``data.model_family`` is only an
 optional check against it, and the way to name a family when no model is known (``preprocess``
-without ``--model``).
+without ``--model``). :func:`resolve_family` is the one place that decides.
 """
 
 from __future__ import annotations
@@ -11,44 +11,44 @@ import json
 import os
 from typing import TYPE_CHECKING
 
+from ...registry import Registry, UnknownNameError
+
 if TYPE_CHECKING:
     from .base import ModelFamily
 
-_FAMILIES: dict[str, ModelFamily] = {}
-_ALIASES: dict[str, str] = {}
+
+class UnknownFamilyError(UnknownNameError):
+    """A family name (``data.model_family``, ``--model-family``) that no family answers to."""
 
 
-def _key(name: str) -> str:
-    return str(name).strip().lower().replace("-", "_").replace(".", "_")
+# the family modules register themselves at import (the package's __init__ imports them all)
+FAMILIES: Registry[ModelFamily] = Registry(
+    "model family",
+    builtins=("easyvideor1.models.families",),
+    error=UnknownFamilyError,
+    how_to_add="See README, 'Adding a model family'",
+)
 
 
 def register(family: ModelFamily) -> ModelFamily:
     """Add a family (called once by each family module at import)."""
-    for name in family.names:
-        owner = _ALIASES.get(_key(name))
-        if owner is not None and owner != family.model_type:
-            raise ValueError(f"family name {name!r} is taken by {owner}")
-        _ALIASES[_key(name)] = family.model_type
-    _FAMILIES[family.model_type] = family
-    return family
+    return FAMILIES.register(family.model_type, family, aliases=family.aliases)
 
 
 def family_names() -> tuple[str, ...]:
     """Registered ``model_type`` names, in registration order."""
-    return tuple(_FAMILIES)
+    return tuple(entry.name for entry in FAMILIES.entries())
 
 
 def all_names() -> tuple[str, ...]:
-    """Every accepted spelling (model types and aliases): CLI choices."""
-    return tuple(_ALIASES)
+    """Every accepted spelling (model types and aliases, normalised): CLI choices."""
+    return FAMILIES.keys()
 
 
 def get_family(name: str) -> ModelFamily:
-    """The family named ``name`` (a ``model_type`` such as ``qwen3_5`` or an alias such as ``qwen3vl``)."""
-    model_type = _ALIASES.get(_key(name))
-    if model_type is None:
-        raise ValueError(f"unknown model family {name!r}; expected one of {', '.join(family_names())}")
-    return _FAMILIES[model_type]
+    """The family named ``name`` (a ``model_type`` such as ``qwen3_5`` or an alias such as
+    ``qwen3vl``, any spelling: ``Qwen2.5-VL``); raises :class:`UnknownFamilyError`."""
+    return FAMILIES.get(name)
 
 
 def family_of_checkpoint(path: str) -> ModelFamily:
@@ -63,7 +63,7 @@ def family_of_checkpoint(path: str) -> ModelFamily:
             raise ValueError(f"{config}: not a JSON object ({e})") from None
     if not model_type:
         raise ValueError(f"{config}: no model_type key")
-    if _key(model_type) not in _ALIASES:
+    if not isinstance(model_type, str) or model_type not in FAMILIES:
         raise ValueError(
             f"{config}: model_type {model_type!r} is not a supported family "
             f"({', '.join(family_names())}); see README, 'Adding a model family'"
@@ -76,18 +76,32 @@ def family_of_model(model) -> ModelFamily:
     return get_family(getattr(model.config, "model_type", type(model).__name__))
 
 
-def resolve_model_family(configured: str | None, model_path: str) -> str:
-    """The family of ``model_path``, checked against a configured ``data.model_family`` (if any).
-
-    Returns the configured spelling when it names the checkpoint's family (so settings that
-    record it stay as the user wrote them), else the checkpoint's ``model_type``.
+def resolve_family(
+    model_path: str | None, declared: str | None, *, declared_as: str = "data.model_family"
+) -> ModelFamily:
+    """The family of a run: the checkpoint's at ``model_path`` (its ``config.json`` ``model_type``),
+    checked against the ``declared`` one (a setting, ``declared_as`` in messages) when both are given;
+    the declared one when there is no model. Every entry point that needs the family asks here.
     """
+    if model_path is None:
+        if declared is None:
+            raise ValueError(
+                "the model family is not known: give a model (model.path, --model PATH) or name the "
+                f"family ({declared_as}, --model-family)"
+            )
+        return get_family(declared)
     actual = family_of_checkpoint(model_path)
-    if configured is None:
-        return actual.model_type
-    if get_family(configured).model_type != actual.model_type:
+    if declared is not None and get_family(declared) is not actual:
         raise ValueError(
-            f"data.model_family is {configured!r} but the model at {model_path} is {actual.model_type!r} "
-            "(config.json model_type); drop data.model_family (the model decides) or fix it"
+            f"{declared_as} is {declared!r} but the model at {model_path} is {actual.model_type!r} "
+            f"(config.json model_type); drop {declared_as} (the model decides) or fix it"
         )
-    return configured
+    return actual
+
+
+def resolve_model_family(configured: str | None, model_path: str) -> str:
+    """The family name of ``model_path`` (see :func:`resolve_family`): the configured spelling when
+    it names the checkpoint's family (so settings that record it stay as the user wrote them), else
+    the checkpoint's ``model_type``."""
+    family = resolve_family(model_path, configured)
+    return configured if configured is not None else family.model_type
