@@ -77,14 +77,8 @@ def build_components(cfg, dist: DistState) -> Components:
     )
     loggers = tc.loggers if dist.is_main else []  # rank 0 reports; the others stay quiet
     return Components(
+        **{f.name: getattr(policy, f.name) for f in dataclasses.fields(policy)},
         dist=dist,
-        model=model,
-        processor=policy.processor,
-        ref_model=ref_model,
-        rollout_model=policy.rollout_model,
-        lora=policy.lora,
-        lora_reference=policy.lora_reference,
-        trainable_fraction=policy.trainable_fraction,
         dummy=dummy,
         ref_dummy=ref_dummy,
         vision_cache=vision_cache,

@@ -26,6 +26,7 @@ from ..models.vision_cache import VisionFeatureCache
 from ..rollout.base import RolloutEngine, SamplingConfig
 from .distributed import DistState
 from .metrics import MetricsLogger
+from .policy import Policy
 from .rollout_engines import EngineHandoff
 from .sampler import PromptSampler
 from .skipping import SkipLog
@@ -33,8 +34,10 @@ from .update import UpdateSettings
 
 
 @dataclass
-class Components:
-    """The run's working parts: built once at start-up, released by ``Trainer.close``.
+class Components(Policy):
+    """The run's working parts: the models (:class:`~easyvideor1.trainer.policy.Policy`'s fields:
+    ``model``, ``processor``, ``ref_model``, ``rollout_model``, ``lora``, ``lora_reference``,
+    ``trainable_fraction``) and what start-up builds around them; released by ``Trainer.close``.
 
     What a checkpoint saves of them (weights, optimizer moments, scheduler position, a warmed-up
     reference) it saves through their own state dicts (``checkpoint.py``).
@@ -42,20 +45,6 @@ class Components:
 
     dist: DistState
     """This process's rank, world size and device (one process: rank 0 of 1)."""
-    model: torch.nn.Module
-    """The trained policy (FSDP2-sharded under torchrun; LoRA adapters inside with ``model.lora``)."""
-    processor: Any
-    """The policy's transformers processor (its tokenizer encodes offline responses)."""
-    ref_model: torch.nn.Module | None
-    """A frozen copy of the policy as KL reference, or None (no KL, or LoRA: adapter disabled)."""
-    rollout_model: torch.nn.Module | None
-    """Under FSDP with HF rollouts, the full copy each rank generates with; else None."""
-    lora: bool
-    """Whether the policy carries LoRA adapters."""
-    lora_reference: dict[str, torch.Tensor] | None
-    """With LoRA, KL and a warm-up: the warmed-up adapter the KL reference uses."""
-    trainable_fraction: float
-    """Trainable parameters / all parameters (logged at step 0)."""
     dummy: DummyVisionPass
     """Vision-tower passes for batches without media, so every backward reaches the whole tower."""
     ref_dummy: DummyVisionPass | None

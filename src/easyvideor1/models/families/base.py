@@ -227,6 +227,17 @@ def qwen_token_fields(token_ids: dict[str, int]) -> dict[str, Any]:
     )
 
 
+def tiny_qwen_config(config_class: str, vocab_size, token_ids, hidden, layers, vision, **text_fields):
+    """A tiny Qwen-VL config of transformers class ``config_class``: the shared text model with the
+    family's ``text_fields`` (rotary split, experts, ...) and the family's ``vision`` tower."""
+    import transformers
+
+    text = {**qwen_text_config(vocab_size, token_ids, hidden, layers), **text_fields}
+    return getattr(transformers, config_class)(
+        text_config=text, vision_config=vision, **qwen_token_fields(token_ids)
+    )
+
+
 def tiny_vision_config(patch_size: int, **fields: Any) -> dict[str, Any]:
     """A 2-block, 2-head vision tower merging 2x2 patches and 2 frames, plus the family's ``fields``."""
     return dict(

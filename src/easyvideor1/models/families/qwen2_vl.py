@@ -2,28 +2,17 @@
 
 from __future__ import annotations
 
-from .base import (
-    QWEN2_VISION,
-    TINY_MROPE,
-    ModelFamily,
-    qwen_text_config,
-    qwen_token_fields,
-    tiny_vision_config,
-)
+from .base import QWEN2_VISION, TINY_MROPE, ModelFamily, tiny_qwen_config, tiny_vision_config
 from .registry import register
 
 
 class Qwen2VLFamily(ModelFamily):
     def tiny_config(self, vocab_size, token_ids, hidden=128, layers=2):
-        from transformers import Qwen2VLConfig
-
-        text = {
-            **qwen_text_config(vocab_size, token_ids, hidden, layers),
-            "rope_parameters": dict(TINY_MROPE),
-        }
         # Qwen2-VL's vision hidden_size is the merger's output (the LM width)
         vision = tiny_vision_config(14, embed_dim=64, hidden_size=hidden, mlp_ratio=2)
-        return Qwen2VLConfig(text_config=text, vision_config=vision, **qwen_token_fields(token_ids))
+        return tiny_qwen_config(
+            "Qwen2VLConfig", vocab_size, token_ids, hidden, layers, vision, rope_parameters=dict(TINY_MROPE)
+        )
 
 
 FAMILY = register(

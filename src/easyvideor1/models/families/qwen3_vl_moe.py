@@ -2,25 +2,25 @@
 
 from __future__ import annotations
 
-from .base import QWEN3_VISION, ModelFamily, qwen3_vision_config, qwen_text_config, qwen_token_fields
+from .base import QWEN3_VISION, ModelFamily, qwen3_vision_config, tiny_qwen_config
 from .qwen3_vl import _TINY_MROPE
 from .registry import register
 
 
 class Qwen3VLMoeFamily(ModelFamily):
     def tiny_config(self, vocab_size, token_ids, hidden=128, layers=2):
-        from transformers import Qwen3VLMoeConfig
-
-        text = qwen_text_config(vocab_size, token_ids, hidden, layers)
-        text.update(
+        return tiny_qwen_config(
+            "Qwen3VLMoeConfig",
+            vocab_size,
+            token_ids,
+            hidden,
+            layers,
+            qwen3_vision_config(hidden),
             rope_parameters=dict(_TINY_MROPE),
             num_experts=4,
             num_experts_per_tok=2,
             moe_intermediate_size=hidden,
             decoder_sparse_step=1,
-        )
-        return Qwen3VLMoeConfig(
-            text_config=text, vision_config=qwen3_vision_config(hidden), **qwen_token_fields(token_ids)
         )
 
 
