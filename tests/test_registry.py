@@ -97,6 +97,18 @@ def test_declared_builtins_are_named_without_importing_them(tmp_path):
     assert r.stdout.strip() == "ok", r.stderr[-2000:]
 
 
+def _estimators(*named: tuple[str, bool]) -> str:
+    """A plug-in file registering a do-nothing estimator per ``(name, group)``."""
+    lines = ["from easyvideor1.algorithms import register_advantage"]
+    for k, (name, group) in enumerate(named):
+        lines += [
+            f"@register_advantage({name!r}, group={group})",
+            f"def estimator_{k}(scores, group_ids, response_mask, **_):",
+            "    return 0 * response_mask, 0 * response_mask",
+        ]
+    return "\n".join(lines) + "\n"
+
+
 def test_plugin_files_for_a_task_and_an_estimator(tmp_path):
     task = tmp_path / "my_task.py"
     task.write_text(
@@ -111,17 +123,7 @@ def test_plugin_files_for_a_task_and_an_estimator(tmp_path):
         )
     )
     estimator = tmp_path / "my_estimator.py"
-    estimator.write_text(
-        textwrap.dedent(
-            """
-            from easyvideor1.algorithms import register_advantage
-
-            @register_advantage("zero-group", group=True)
-            def zero_group(scores, group_ids, response_mask, **_):
-                return 0 * response_mask, 0 * response_mask
-            """
-        )
-    )
+    estimator.write_text(_estimators(("zero-group", True)))
     load_plugin_file(str(task))
     load_plugin_file(str(estimator))
     assert TASKS.canonical("ECHO") == TASKS.canonical("echo_check")
@@ -138,21 +140,7 @@ def test_group_estimators_come_from_the_registry_and_drive_the_config(tmp_path):
     """A user's group estimator with ``rollout.n=1`` is refused, as ``grpo`` is; a non-group one is
     accepted: the config asks the registry, not a tuple."""
     plugin = tmp_path / "est.py"
-    plugin.write_text(
-        textwrap.dedent(
-            """
-            from easyvideor1.algorithms import register_advantage
-
-            @register_advantage("my-group", group=True)
-            def my_group(scores, group_ids, response_mask, **_):
-                return 0 * response_mask, 0 * response_mask
-
-            @register_advantage("my-single")
-            def my_single(scores, group_ids, response_mask, **_):
-                return 0 * response_mask, 0 * response_mask
-            """
-        )
-    )
+    plugin.write_text(_estimators(("my-group", True), ("my-single", False)))
     from easyvideor1.config import ConfigError, RunConfig, load_config
 
     def build(estimator):

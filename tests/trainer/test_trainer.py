@@ -19,6 +19,19 @@ def _metrics(path):
     return [json.loads(line) for line in open(path)]
 
 
+def _collect(t: Trainer, batch, samples):
+    """One step's rollouts of ``samples`` with the trainer's engine, sampling and reward settings."""
+    return collect(
+        t.parts.engine,
+        t.parts.processor.tokenizer,
+        batch,
+        samples,
+        t.cfg.rollout,
+        t.settings.sampling,
+        t.cfg.reward,
+    )
+
+
 def test_hybrid_groups_generate_only_n_minus_k(make_cfg):
     cfg = make_cfg("rollout.hybrid=always", "rollout.offline_k=1")
     t = Trainer(cfg)
@@ -27,15 +40,7 @@ def test_hybrid_groups_generate_only_n_minus_k(make_cfg):
     calls = []
     original = t.parts.engine.generate
     t.parts.engine.generate = lambda b, repeats, s: calls.append(list(repeats)) or original(b, repeats, s)
-    exp = collect(
-        t.parts.engine,
-        t.parts.processor.tokenizer,
-        batch,
-        samples,
-        cfg.rollout,
-        t.settings.sampling,
-        cfg.reward,
-    )
+    exp = _collect(t, batch, samples)
     assert calls == [[3, 3, 3]], "only n - k responses are generated"
     assert len(exp) == 12 and int(exp.offline.sum()) == 3
     for i in exp.offline.nonzero().flatten().tolist():
@@ -53,15 +58,7 @@ def test_offline_responses_are_truncated_and_flagged(make_cfg):
     t = Trainer(cfg)
     samples = [t.data.train_set[0]]
     batch = encode_prompts(t.parts.processor, samples, cfg.data, t.data.train_set.loader)
-    exp = collect(
-        t.parts.engine,
-        t.parts.processor.tokenizer,
-        batch,
-        samples,
-        cfg.rollout,
-        t.settings.sampling,
-        cfg.reward,
-    )
+    exp = _collect(t, batch, samples)
     off = exp.offline.nonzero().flatten().tolist()
     assert off and all(bool(exp.truncated[i]) and int(exp.mask[i].sum()) == 2 for i in off)
     # scored on the kept tokens, not on the full offline text
@@ -73,27 +70,11 @@ def test_below_threshold_mode_completes_confident_groups_online(make_cfg):
     t = Trainer(cfg)
     samples = [t.data.train_set[i] for i in range(2)]
     batch = encode_prompts(t.parts.processor, samples, cfg.data, t.data.train_set.loader)
-    exp = collect(
-        t.parts.engine,
-        t.parts.processor.tokenizer,
-        batch,
-        samples,
-        cfg.rollout,
-        t.settings.sampling,
-        cfg.reward,
-    )
+    exp = _collect(t, batch, samples)
     assert len(exp) == 8 and not exp.offline.any()
     cfg = make_cfg("rollout.hybrid=below_threshold", "rollout.hybrid_threshold=1.0")  # below unless all right
     t = Trainer(cfg)
-    exp = collect(
-        t.parts.engine,
-        t.parts.processor.tokenizer,
-        batch,
-        samples,
-        cfg.rollout,
-        t.settings.sampling,
-        cfg.reward,
-    )
+    exp = _collect(t, batch, samples)
     assert len(exp) == 8 and int(exp.offline.sum()) == 2
 
 
@@ -316,15 +297,7 @@ def test_merge_groups_keeps_whole_groups_in_order(make_cfg):
     parts = []
     for _ in range(2):
         samples, batch = t._next_samples()
-        exp = collect(
-            t.parts.engine,
-            t.parts.processor.tokenizer,
-            batch,
-            samples,
-            t.cfg.rollout,
-            t.settings.sampling,
-            t.cfg.reward,
-        )
+        exp = _collect(t, batch, samples)
         parts.append((exp, samples, [1, 3]))
     kept = [s[p] for _, s, keep in parts for p in keep]
     merged = merge_groups(parts, encode_prompts(t.parts.processor, kept, t.cfg.data, t.data.train_set.loader))
