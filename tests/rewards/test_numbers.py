@@ -72,11 +72,15 @@ def test_no_single_number(text: str) -> None:
 @pytest.mark.parametrize(
     ("prediction", "truth", "match"),
     [
-        ("50%", "50", True),  # the sign is a unit benchmarks often omit
-        ("50%", "0.5", True),  # or the same quantity as a fraction
+        # a percent sign means hundredths: one value per answer, never both readings (issue 21)
+        ("50%", "50", False),
+        ("50%", "0.5", True),
         ("0.5", "50%", True),
-        ("50", "50%", True),
+        ("50", "50%", False),
         ("50%", "50%", True),
+        ("200%", "2", True),
+        ("2%", "2", False),
+        ("10 \\%", "0.1", True),
         ("5", "50%", False),
         ("0.05", "50", False),
         ("12.97", "12.97", True),

@@ -37,7 +37,13 @@ def test_numerical_tolerance_is_configurable(score) -> None:
 
 
 @pytest.mark.parametrize(
-    ("prediction", "truth"), [("50%", "0.5"), ("0.5", "50%"), ("50", "50%"), ("1/2", "0.5")]
+    ("prediction", "truth"), [("50%", "0.5"), ("0.5", "50%"), ("50%", "50%"), ("1/2", "0.5")]
 )
 def test_numerical_percent_and_fractions(score, prediction: str, truth: str) -> None:
     assert score(f"<answer>{prediction}</answer>", truth, "numerical")["accuracy"] == 1.0
+
+
+@pytest.mark.parametrize(("prediction", "truth"), [("50", "50%"), ("50%", "50")])
+def test_numerical_percent_is_hundredths_not_a_dropped_unit(score, prediction: str, truth: str) -> None:
+    # 50% is 0.5: reading it also as 50 made "2%" and "200%" both equal 2
+    assert score(f"<answer>{prediction}</answer>", truth, "numerical")["accuracy"] == 0.0

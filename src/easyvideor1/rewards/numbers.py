@@ -4,12 +4,15 @@ Rules (documented in the README and tested):
 * An answer names one number. Text that names several different numbers ("3 or 4", "between 3 and
   5", a rambling paragraph) names none: the first number of a text is not its answer. Repeating the
   same value ("4 (four)") is fine. With an `=`, the part after the last `=` is the answer ("x = 5").
-* Thousands separators need groups of three digits ("1,234" is 1234; "1,2" is two numbers).
+* The forms read are decimal: integers, decimals, exponents ("1e3"), fractions ("3/4",
+  "\\frac{3}{4}"), thousands separators in groups of three ("1,234" is 1234; "1,2" is two numbers),
+  and English number words in short answers. Hexadecimal, binary and octal literals ("0x5",
+  "0b101", "0o7") are refused: an answer holding one names no number (it scores 0, never as 0).
 * The power of a unit is not a number: "25 m^2" and "12 m^3" read 25 and 12 (VSI-Bench room sizes
   are in m^2; "m²" never was a digit).
-* A percent sign is a unit. "50%" equals "50" (same unit, benchmarks often omit the sign) and also
-  "0.5" (the same quantity as a fraction); when both sides carry the sign, or neither, the values
-  are compared as they are.
+* A percent sign ("%", "\\%", "percent") means hundredths, on either side: "50%" is the quantity
+  0.5, so it equals "0.5" and "50%" but not "50", and "200%" equals "2" while "2%" does not. One
+  answer has one value: it is never compared both with and without the sign.
 * Equality is `|pred - gt| <= max(abs_tol, rel_tol * |gt|)` (defaults 1e-6 and 0.5 %).
 """
 
@@ -39,16 +42,25 @@ _UNITS = {
 }  # fmt: skip
 _SCALES = {"hundred": 100, "thousand": 1_000, "million": 1_000_000, "billion": 1_000_000_000}
 _WORD_RE = re.compile(r"[a-z]+")
+# "0x5", "0b101", "0o7" (and their upper-case and digit-grouped forms) are not decimal numbers.
+_NON_DECIMAL_RE = re.compile(r"(?<![\w.])[-+−]?0[xXbBoO][0-9A-Fa-f_]")
 # Number words are read only from short answers: in a sentence "one" is usually a pronoun.
 _MAX_WORDS_FOR_NUMBER_WORDS = 6
 
 
 @dataclass(frozen=True)
 class ParsedNumber:
-    """A number stated in an answer; `percent` records a trailing percent sign."""
+    """A number stated in an answer; `percent` records a trailing percent sign.
+
+    `value` is the number as written ("50%" has value 50); `quantity` is what it means (0.5).
+    """
 
     value: float
     percent: bool = False
+
+    @property
+    def quantity(self) -> float:
+        return self.value / 100 if self.percent else self.value
 
 
 def _digit_numbers(text: str) -> list[ParsedNumber]:
@@ -100,7 +112,10 @@ def find_numbers(text: str) -> list[ParsedNumber]:
 
 
 def parse_number(text: str) -> ParsedNumber | None:
-    """The single number an answer states, or None (no number, or several different ones)."""
+    """The single number an answer states, or None (no number, several different ones, or a
+    hexadecimal, binary or octal literal)."""
+    if _NON_DECIMAL_RE.search(text):
+        return None
     if "=" in text:
         text = text.rsplit("=", 1)[1]
     numbers = find_numbers(text)
@@ -112,25 +127,21 @@ def parse_number(text: str) -> ParsedNumber | None:
     return ParsedNumber(first.value, any(n.percent for n in numbers))
 
 
-def interpretations(prediction: ParsedNumber, reference: ParsedNumber) -> list[float]:
-    """Values of `prediction` to compare with `reference`, following the percent rule above."""
-    if prediction.percent == reference.percent:
-        return [prediction.value]
-    if prediction.percent:  # "50%" against "50" or "0.5"
-        return [prediction.value, prediction.value / 100]
-    return [prediction.value, prediction.value * 100]  # "0.5" or "50" against "50%"
+def same_number(first: ParsedNumber, second: ParsedNumber) -> bool:
+    """Whether two stated numbers are the same quantity ("3" and "3.0", "50%" and "0.5")."""
+    return math.isclose(first.quantity, second.quantity, rel_tol=1e-9, abs_tol=1e-12)
 
 
 def numbers_match(prediction: ParsedNumber, reference: ParsedNumber, rel_tol: float, abs_tol: float) -> bool:
     """True when `prediction` equals `reference` within `max(abs_tol, rel_tol * |reference|)`."""
-    tolerance = max(abs_tol, rel_tol * abs(reference.value))
-    return any(abs(value - reference.value) <= tolerance for value in interpretations(prediction, reference))
+    tolerance = max(abs_tol, rel_tol * abs(reference.quantity))
+    return abs(prediction.quantity - reference.quantity) <= tolerance
 
 
 def relative_error(prediction: ParsedNumber, reference: ParsedNumber) -> float:
-    """Smallest relative error of `prediction` to `reference` over the percent interpretations."""
-    scale = abs(reference.value)
-    errors = [abs(value - reference.value) for value in interpretations(prediction, reference)]
+    """Relative error of `prediction` to `reference` (as quantities: a percent sign is hundredths)."""
+    scale = abs(reference.quantity)
+    error = abs(prediction.quantity - reference.quantity)
     if scale == 0:
-        return 0.0 if min(errors) == 0 else math.inf
-    return min(errors) / scale
+        return 0.0 if error == 0 else math.inf
+    return error / scale

@@ -9,18 +9,28 @@ positions, never by a lazy `.*?` retried from each opening; no regex backtracks 
 whitespace), and rule-based answers are read from the last `MAX_SCORED_CHARS` characters of the
 response without its reasoning (`scored_tail`), where answers live. An adversarial 1 MB response
 scores in milliseconds.
+
+A response commits to an answer by an `<answer>` tag, an explicit statement ("the answer is X") or a
+`\\boxed{}`; `committed_answers` lists every such commitment outside the reasoning, and
+`ExtractedAnswer.read` accepts an answer only when all of them name the same value for the task.
+Invisible characters (zero-width spaces and joiners, the word joiner, the byte-order mark, the soft
+hyphen) are removed before any answer is read: "A\\u200bB" is the word "AB", not the letter A.
 """
 
 from __future__ import annotations
 
 import ast
+import bisect
 import json
 import math
 import re
 import unicodedata
 import warnings
+from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, NamedTuple, TypeVar
+
+_Value = TypeVar("_Value")
 
 # Characters of a reasoning-free response that rule-based scoring reads: its tail, where the answer
 # is. 32k characters hold ~8k tokens of answer text, far more than any rule-based answer needs.
@@ -43,6 +53,14 @@ _STATEMENT_RE = re.compile(
 )
 _BOXED_RE = re.compile(r"\\(?:boxed|fbox)\s*+\{")
 _BRACE_RE = re.compile(r"[{}]")
+# Characters that render as nothing: a model (or an attack) can put them between letters or digits.
+_INVISIBLE_RE = re.compile("[\u200b\u200c\u200d\u2060\ufeff\u00ad]")
+
+
+def remove_invisible(text: str) -> str:
+    """`text` without zero-width spaces/joiners (U+200B-U+200D), the word joiner (U+2060), the
+    byte-order mark (U+FEFF) and soft hyphens (U+00AD): what a reader sees is what is scored."""
+    return _INVISIBLE_RE.sub("", text)
 
 
 # --------------------------------------------------------------------------- tags and reasoning
@@ -166,6 +184,104 @@ def last_boxed(text: str) -> str | None:
     return None
 
 
+def _box_spans(text: str) -> list[tuple[int, int, int, int]]:
+    """`(start, content_start, content_end, end)` of every outermost complete `\\boxed{...}`, in order.
+
+    One pass of brace matching as in `last_boxed`; a box inside another box is part of it.
+    """
+    content_starts = [(match.start(), match.end()) for match in _BOXED_RE.finditer(text)]
+    if not content_starts:
+        return []
+    wanted = {content_start: start for start, content_start in content_starts}
+    stack: list[int] = []
+    spans: list[tuple[int, int, int, int]] = []
+    for brace in _BRACE_RE.finditer(text, content_starts[0][1] - 1):
+        if brace.group() == "{":
+            stack.append(brace.end())
+        elif stack:
+            opened = stack.pop()
+            if opened in wanted:
+                spans.append((wanted[opened], opened, brace.start(), brace.end()))
+    spans.sort()
+    outermost: list[tuple[int, int, int, int]] = []
+    for span in spans:
+        if not outermost or span[0] >= outermost[-1][3]:
+            outermost.append(span)
+    return outermost
+
+
+class Commitment(NamedTuple):
+    """One answer a response commits to: its text and its form ("answer_tag", "final_statement",
+    "boxed"), at `position` in the reasoning-free text."""
+
+    text: str
+    source: str
+    position: int
+
+
+def _statement_answers(text: str, offset: int) -> list[Commitment]:
+    """Statements and boxes of a tag-free `text`, in order.
+
+    A statement's answer runs to the end of its line (or is the next non-empty line when the
+    statement ends its line) and stops at the next statement or box, so "The answer is A. The
+    answer is B." states A and B and "The answer is A. So \\boxed{B}" states A and B; every box
+    is a commitment of its own ("The answer is \\boxed{B}" states B once).
+    """
+    found: list[Commitment] = []
+    boxes = _box_spans(text)
+    box_starts = [span[0] for span in boxes]
+    statements = list(_STATEMENT_RE.finditer(text))
+    for index, match in enumerate(statements):
+        stop = statements[index + 1].start() if index + 1 < len(statements) else len(text)
+        begin = match.end()
+        line_end = text.find("\n", begin, stop)
+        if line_end == -1:
+            line_end = stop
+        if not text[begin:line_end].strip():  # "Answer:\nB": the answer is on the next non-empty line
+            begin = line_end
+            while begin < stop and text[begin].isspace():
+                begin += 1
+            line_end = text.find("\n", begin, stop)
+            if line_end == -1:
+                line_end = stop
+        box_at = bisect.bisect_left(box_starts, begin)
+        if box_at < len(box_starts) and box_starts[box_at] < line_end:
+            line_end = box_starts[box_at]  # the box is its own commitment
+        candidate = text[begin:line_end].strip(" \t\r\n$*:：")
+        if candidate:
+            found.append(Commitment(candidate, "final_statement", offset + match.start()))
+    for start, content_start, content_end, _ in boxes:
+        content = text[content_start:content_end].strip()
+        if content:
+            found.append(Commitment(content, "boxed", offset + start))
+    found.sort(key=lambda commitment: commitment.position)
+    return found
+
+
+def committed_answers(body: str) -> list[Commitment]:
+    """Every answer that a reasoning-free `body` commits to, in order of position.
+
+    Each non-empty `<answer>` tag is one commitment (its content), unless it holds statements or
+    boxes of its own, which are then its commitments ("<answer>\\boxed{A} \\boxed{B}</answer>"
+    commits to A and B). Outside the tags, every statement ("the answer is X", "Answer: X") and
+    every `\\boxed{}` not inside a statement's answer is one. Drafts in reasoning blocks are not
+    in `body` and do not count.
+    """
+    found: list[Commitment] = []
+    position = 0
+    for start, content_start, content_end, end in _blocks(body, _ANSWER_OPEN_RE, _ANSWER_CLOSE_RE):
+        found.extend(_statement_answers(body[position:start], position))
+        content = body[content_start:content_end]
+        inner = _statement_answers(content, content_start)
+        if inner:
+            found.extend(inner)
+        elif content.strip():
+            found.append(Commitment(content.strip(), "answer_tag", content_start))
+        position = end
+    found.extend(_statement_answers(body[position:], position))
+    return found
+
+
 @dataclass(frozen=True)
 class ExtractedAnswer:
     """The part of a response that states its answer.
@@ -174,40 +290,75 @@ class ExtractedAnswer:
         text: the answer text, or None when the response states none.
         source: where it came from: "answer_tag", "final_statement", "boxed", "text" (the whole
             response without reasoning) or "none".
-        ambiguous: True when the response gives several different `<answer>` tags.
+        ambiguous: True when the response gives several `<answer>` tags with different text (a
+            hedge seen without knowing the task; `read` decides with the task's own reading).
+        candidates: every answer the response commits to (`committed_answers`), in order.
     """
 
     text: str | None
     source: str
     ambiguous: bool = False
+    candidates: tuple[Commitment, ...] = ()
 
     @property
     def from_tag(self) -> bool:
         return self.source == "answer_tag" and not self.ambiguous
+
+    def read(
+        self,
+        reader: Callable[[str], _Value | None],
+        same: Callable[[_Value, _Value], bool | None] = lambda a, b: a == b,
+    ) -> _Value | None:
+        """The one value the response commits to, as `reader` reads an answer text; None otherwise.
+
+        `reader(self.text)` is the value. Every commitment that `reader` can read must be `same`
+        as it, otherwise the response states two different answers and has none; a statement or
+        box `reader` cannot read is prose and is skipped, but a whole `<answer>` tag must read
+        (two tags, one of them not an answer, are a hedge). The same answer stated twice ("\\boxed{3}
+        \\boxed{3.0}", "<answer>B</answer> The answer is B because ...") keeps its value. `same`
+        may return None for "cannot tell", which counts as agreement.
+        """
+        if self.text is None:
+            return None
+        value = reader(self.text)
+        if value is None:
+            return None
+        for candidate in self.candidates:
+            other = reader(candidate.text)
+            if other is None:
+                if candidate.source == "answer_tag":
+                    return None
+                continue
+            if same(value, other) is False:
+                return None
+        return value
 
 
 def extract_answer(response: str) -> ExtractedAnswer:
     """Find the stated answer: `<answer>` tag, then a final statement, then `\\boxed{}`, then the text.
 
     Tags inside reasoning are drafts and are ignored. Several tags with different contents make the
-    answer ambiguous (a hedge), which every task scores 0. Only the last `MAX_SCORED_CHARS`
-    characters of the reasoning-free response are read (bounded time on any input).
+    answer `ambiguous` (a hedge); every commitment (tags, statements, boxes) is listed in
+    `candidates`, so a task can refuse two different answers (`ExtractedAnswer.read`). Only the
+    last `MAX_SCORED_CHARS` characters of the reasoning-free response are read (bounded time on
+    any input), after invisible characters are removed.
     """
-    body = scored_tail(strip_think(response))
+    body = remove_invisible(scored_tail(strip_think(response)))
+    candidates = tuple(committed_answers(body))
     tags = [content for content in answer_tag_contents(body) if content]
     if len({" ".join(content.split()) for content in tags}) > 1:
-        return ExtractedAnswer(None, "answer_tag", ambiguous=True)
+        return ExtractedAnswer(tags[-1], "answer_tag", ambiguous=True, candidates=candidates)
     if tags:
-        return ExtractedAnswer(tags[-1], "answer_tag")
+        return ExtractedAnswer(tags[-1], "answer_tag", candidates=candidates)
     statement = final_statement(body)
     if statement:
-        return ExtractedAnswer(statement, "final_statement")
+        return ExtractedAnswer(statement, "final_statement", candidates=candidates)
     boxed = last_boxed(body)
     if boxed is not None and boxed.strip():
-        return ExtractedAnswer(boxed.strip(), "boxed")
+        return ExtractedAnswer(boxed.strip(), "boxed", candidates=candidates)
     if body.strip():
-        return ExtractedAnswer(body.strip(), "text")
-    return ExtractedAnswer(None, "none")
+        return ExtractedAnswer(body.strip(), "text", candidates=candidates)
+    return ExtractedAnswer(None, "none", candidates=candidates)
 
 
 def parse_ground_truth(ground_truth: Any) -> str:

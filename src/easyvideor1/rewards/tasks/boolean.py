@@ -5,7 +5,8 @@ substrings). The first yes/no word of the stated answer decides: "Yes, there is 
 and "No, it is not; yes-men would disagree" is no; a later opposite word in the explanation does not
 cancel it. Both polarities offered together ("yes or no", "Yes/No", "no and yes", "yes, no.") are a
 hedge and name no answer. Free text without a tag or statement counts only when its first word is
-the polarity ("Yes, because ..."). "1" and "0" are yes and no when they are the whole answer, for
+the polarity ("Yes, because ..."). A response that commits to both ("The answer is yes. The answer
+is no.", "\\boxed{Yes} \\boxed{No}") has no answer. "1" and "0" are yes and no when they are the whole answer, for
 ground truths and responses alike.
 """
 
@@ -86,7 +87,7 @@ def score_boolean(sample: Sample) -> TaskScore:
     if truth is None:
         raise GroundTruthError(f"boolean ground truth is not yes/no: {sample.truth!r}")
     answer = sample.answer
-    predicted = None
-    if answer.text is not None and not answer.ambiguous:
-        predicted = read_polarity(answer.text, first_word_only=answer.source == "text")
+    first_word_only = answer.source == "text"
+    # every commitment ("<answer>yes</answer> The answer is no.") must name the same polarity
+    predicted = answer.read(lambda text: read_polarity(text, first_word_only=first_word_only))
     return TaskScore(float(predicted == truth), predicted is not None, predicted)

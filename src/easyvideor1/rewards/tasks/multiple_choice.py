@@ -20,7 +20,15 @@ Hack resistance: a response that names several different letters as its answer (
 "A+B", "A -> B", "A|B|C|D", "(A)(B)(C)(D)", "B or maybe A", two different `<answer>` tags, "B. <text
 of option A>") has no answer and scores 0, and so does one that only rules a letter out ("not A"); an
 upper-case "A" or "I" used as a word ("A man ...", "I think ...") and the lower-case article "a" are
-not letters; letters beyond the number of options are wrong. Only the tail of a long response is read
+not letters; letters beyond the number of options are wrong. Every answer the response commits to
+(each `<answer>` tag, statement and `\\boxed{}` outside the reasoning: `parsing.committed_answers`)
+must name the same letter: "\\boxed{A} \\boxed{B}", "The answer is A. The answer is B." and
+"<answer>A</answer> The answer is B." score 0, while "<answer>B</answer> The answer is B because
+..." is B. Invisible characters are removed first, so "A\\u200bB" is the word "AB", not a letter.
+
+Letters: options are lettered A-Z (their own label, or their position when unlabelled); a record
+with more than 26 options is refused with a `GroundTruthError` naming the count (no letter would
+name option 27, and wrapping to A again would make two options one answer). Only the tail of a long response is read
 (`parsing.MAX_SCORED_CHARS`) and every pattern is linear, so scoring time is bounded.
 """
 
@@ -37,6 +45,7 @@ from easyvideor1.rewards.parsing import (
     extract_answer,
     final_statement,
     normalize_text,
+    remove_invisible,
     scored_tail,
     strip_think,
 )
@@ -137,6 +146,10 @@ def option_texts(options: list[str] | None) -> dict[str, str]:
 
 @lru_cache(maxsize=4096)
 def _option_texts(options: tuple[str, ...]) -> tuple[tuple[str, str], ...]:
+    if len(options) > len(LETTERS):
+        raise GroundTruthError(
+            f"multiple-choice record has {len(options)} options; letters A-Z name at most {len(LETTERS)}"
+        )
     texts: dict[str, str] = {}
     for index, option in enumerate(options):
         match = _OPTION_LABEL_RE.match(option)
@@ -144,7 +157,7 @@ def _option_texts(options: tuple[str, ...]) -> tuple[tuple[str, str], ...]:
             letter = next(group for group in match.groups()[:3] if group)
             text = match.group(4)
         else:
-            letter, text = LETTERS[index % 26], option
+            letter, text = LETTERS[index], option
         texts[letter] = _normalize_option(text)
     return tuple(texts.items())
 
@@ -277,8 +290,36 @@ def choose(answer: ExtractedAnswer, body: str, options: list[str] | None) -> Cho
     """`extract_choice` on an already extracted answer and reasoning-free body."""
     texts = option_texts(options)
     valid = LETTERS[: len(options)] if options else _DEFAULT_LETTERS
-    if answer.ambiguous:
-        return ChoiceExtraction(None, "ambiguous", "answer_tag")
+    committed = _committed_letters(answer, texts, valid)
+    if committed is None:
+        return ChoiceExtraction(None, "ambiguous", answer.source)
+    choice = _choose(answer, body, texts, valid)
+    if choice.letter is not None and committed and committed != {choice.letter}:
+        return ChoiceExtraction(None, "ambiguous", choice.source)
+    return choice
+
+
+def _committed_letters(answer: ExtractedAnswer, texts: dict[str, str], valid: str) -> set[str] | None:
+    """The letters of the response's commitments (tags, statements, boxes); None when they name
+    different letters (a commitment may itself be a hedge: "The answer is A or B").
+
+    A statement or box that names no letter is prose and is skipped; when the tags differ as text
+    ("<answer>B</answer><answer>(B)</answer>"), each tag must name a letter, and the same one.
+    """
+    letters: set[str] = set()
+    for candidate in answer.candidates:
+        found = _from_statement(candidate.text, texts, valid, candidate.source)
+        if found is None:
+            if answer.ambiguous and candidate.source == "answer_tag":
+                return None
+            continue
+        if found.status == "ambiguous":
+            return None
+        letters.add(found.letter)
+    return letters if len(letters) <= 1 else None
+
+
+def _choose(answer: ExtractedAnswer, body: str, texts: dict[str, str], valid: str) -> ChoiceExtraction:
     if answer.source == "answer_tag" and answer.text:
         letters = _letters_of_phrase(answer.text, texts, lowercase=True)
         if letters:
@@ -288,7 +329,7 @@ def choose(answer: ExtractedAnswer, body: str, options: list[str] | None) -> Cho
         if found:
             return found
         return _from_rules(answer.text, valid, "answer_tag")
-    body = scored_tail(body)  # answers come last; bounded time on any response
+    body = remove_invisible(scored_tail(body))  # answers come last; bounded time on any response
     statement = final_statement(body)
     found = _from_statement(statement, texts, valid, "final_statement") if statement else None
     if found:

@@ -1,22 +1,27 @@
 """Numerical answers: one number, compared with an explicit relative-aware tolerance.
 
-Parsing and the percent rule are in `rewards/numbers.py`. Tolerance: `RewardConfig.numeric_rel_tol`
-(0.5 %) and `numeric_abs_tol` (1e-6). A response naming several different numbers has no answer.
+Parsing, the forms read (decimal only: "0x5" is refused) and the percent rule ("2%" is 0.02) are in
+`rewards/numbers.py`. Tolerance: `RewardConfig.numeric_rel_tol` (0.5 %) and `numeric_abs_tol` (1e-6).
+A response naming several different numbers has no answer, whether in one answer ("3 or 4") or in
+several commitments ("\\boxed{3} \\boxed{2}", "The answer is 3. The answer is 2.").
 """
 
 from __future__ import annotations
 
-from easyvideor1.rewards.numbers import ParsedNumber, numbers_match, parse_number
+from easyvideor1.rewards.numbers import ParsedNumber, numbers_match, parse_number, same_number
 from easyvideor1.rewards.parsing import ExtractedAnswer, clean_short_answer
 from easyvideor1.rewards.registry import register_task
 from easyvideor1.rewards.sample import GroundTruthError, Sample, TaskScore
 
 
 def read_number(answer: ExtractedAnswer) -> ParsedNumber | None:
-    """The single number of an extracted answer, or None (no answer, no number, several numbers)."""
-    if answer.text is None or answer.ambiguous:
-        return None
-    return parse_number(clean_short_answer(answer.text))
+    """The single number of an extracted answer, or None (no answer, no number, several numbers,
+    or commitments to different numbers)."""
+    return answer.read(_number_of, same_number)
+
+
+def _number_of(text: str) -> ParsedNumber | None:
+    return parse_number(clean_short_answer(text))
 
 
 def truth_number(truth: str, task: str) -> ParsedNumber:

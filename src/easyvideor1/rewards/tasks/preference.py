@@ -65,5 +65,5 @@ def score_preference(sample: Sample) -> TaskScore:
     if truth is None:
         raise GroundTruthError(f"preference ground truth is not a label: {sample.truth!r}")
     answer = sample.answer
-    predicted = read_label(answer.text) if answer.text is not None and not answer.ambiguous else None
+    predicted = answer.read(read_label)  # two different labels committed to name none
     return TaskScore(float(predicted == truth), predicted is not None, predicted)

@@ -2,7 +2,7 @@
 
 MRA = fraction of the confidence thresholds θ ∈ {0.50, 0.55, ..., 0.95} for which the relative error
 |pred - gt| / |gt| is at most 1 - θ (VSI-Bench compares with `<=`). A ground truth of 0 only
-accepts 0. The percent rule of `rewards/numbers.py` applies (the closer interpretation is used).
+accepts 0. The percent rule of `rewards/numbers.py` applies (a percent sign means hundredths).
 """
 
 from __future__ import annotations
