@@ -17,7 +17,7 @@ from typing import Any
 from torch.utils.data import Dataset
 
 from ..media.cache import VideoLoader
-from ..media.failures import MediaFailure, loading
+from ..media.failures import MediaFailure, loading, regular_file
 from ..media.sampling import SamplingParams, image_size
 from .config import DataConfig
 from .preprocess import resolve_media_path
@@ -87,7 +87,7 @@ class RecordDataset(Dataset):
         for v in videos:
             try:
                 entry = self.loader.locate(v, params) if os.path.exists(v) or self.cfg.cache_dir else None
-            except OSError:  # an unreadable source: no entry here; loading it names the error
+            except (OSError, MediaFailure):  # unreadable or not a file: loading it names the error
                 entry = None
             entries.append(str(entry) if entry else None)
         return MediaSample(
@@ -109,6 +109,7 @@ def load_image(path: str, cfg: DataConfig):
     from PIL import Image
 
     with loading(path):
+        regular_file(path)  # PIL would block opening a FIFO
         try:
             with Image.open(path) as src:
                 im = src.convert("RGB")  # decodes the whole image

@@ -35,6 +35,7 @@ from ..media.cache import (
     read_header,
     write_entry,
 )
+from ..media.failures import MediaFailure
 from ..media.identity import SourceIdentity, source_identity
 from ..media.manifest import manifest_name, write_merged
 from ..media.sampling import SamplingParams
@@ -266,6 +267,9 @@ def preprocess(
             key = entry_key(job.source_path, job.params, job.identity)
         except FileNotFoundError:
             job.status, job.reason = "failed", "file not found"
+            continue
+        except MediaFailure as e:  # not a regular file: never opened, so it cannot block
+            job.status, job.reason = "failed", e.cause
             continue
         except OSError as e:
             job.status, job.reason = "failed", f"cannot read file ({e.strerror})"

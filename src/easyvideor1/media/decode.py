@@ -17,6 +17,8 @@ Design:
   machine: a 16-of-300-frame read takes 0.20 s sequentially, 1.07 s seeking with a 250-frame GOP and
   0.24 s with a 30-frame GOP). Dense sampling of short-GOP video therefore stays sequential and
   sparse sampling of long video seeks.
+- The video stream is the one ffmpeg and decord pick, never cover art (``_video_stream``).
+- Frames become RGB as the ``ffmpeg`` command line converts them (``rgb.py``).
 - Display rotation metadata is applied, so portrait phone videos come out upright.
 - A deadline turns a decoder that stalls into a :class:`DecodeError` instead of a hang; the batch
   preprocessor additionally runs each video in a worker process it can kill.
@@ -33,6 +35,8 @@ from fractions import Fraction
 import av
 import numpy as np
 
+from . import rgb
+from .failures import not_regular
 from .resize import FrameCollector
 from .truncation import ReadExtent, truncation_reason
 
@@ -44,6 +48,7 @@ _DECODE_THREADS = 0
 def set_decode_threads(n: int) -> None:
     global _DECODE_THREADS
     _DECODE_THREADS = int(n)
+    rgb.set_threads(n)  # the RGB conversion's scaler threads follow the decoder's
 
 
 class DecodeError(RuntimeError):
@@ -70,6 +75,7 @@ class VideoInfo:
     codec: str = ""
     hidden_pts: frozenset[int] = field(default_factory=frozenset, repr=False)  # discarded packets
     truncated: str = ""  # why the file is shorter than its container declares ("" if it is not)
+    stream: int | None = None  # index of the video stream probed (None: choose it again when decoding)
 
     @property
     def duration(self) -> float:
@@ -83,9 +89,14 @@ class VideoInfo:
 
 
 def _open(path: str) -> av.container.InputContainer:
-    if not os.path.exists(path):
-        raise DecodeError(f"{path}: file not found")
-    if os.path.getsize(path) == 0:
+    try:
+        st = os.stat(path)
+    except FileNotFoundError:
+        raise DecodeError(f"{path}: file not found") from None
+    cause = not_regular(st.st_mode)  # av.open of a FIFO blocks until a writer appears
+    if cause is not None:
+        raise DecodeError(f"{path}: {cause}")
+    if st.st_size == 0:
         raise DecodeError(f"{path}: file is empty (0 bytes)")
     try:
         return av.open(path, metadata_errors="ignore")
@@ -93,11 +104,73 @@ def _open(path: str) -> av.container.InputContainer:
         raise DecodeError(f"{path}: not a readable media file ({e})") from e
 
 
-def _video_stream(container: av.container.InputContainer, path: str) -> av.video.stream.VideoStream:
-    if not container.streams.video:
+# Streams that are pictures, not video: cover art (MP4 ``covr``, Matroska attachments, ...) and
+# streams flagged as still images. ffmpeg and decord never pick these when the file has a video track.
+_STILL = av.stream.Disposition.attached_pic | av.stream.Disposition.still_image
+_IMPAIRED = av.stream.Disposition.hearing_impaired | av.stream.Disposition.visual_impaired
+# How far the frame count of competing streams is looked for: what ffmpeg's stream analysis reads
+# by default (probesize 5 MB); it counts up to 5 frames per stream.
+_PROBE_BYTES = 5_000_000
+_MULTIFRAME = 5
+
+
+def _video_stream(
+    container: av.container.InputContainer, path: str, index: int | None = None
+) -> av.video.stream.VideoStream:
+    """The stream ``index``, or the video stream ffmpeg's ``av_find_best_stream`` would pick.
+
+    Its order, in ``libavformat``: a stream not flagged hearing/visually impaired (+1) and flagged
+    default (+1) first; then the one with more frames seen while probing (capped at 5, so a still
+    picture loses to any real video); then the higher bit rate; then more frames; then the lower
+    index. Attached pictures and still-image streams are skipped outright (``av_find_best_stream``
+    only ranks them down, so a *default* cover would win there; the ``ffmpeg`` command line and
+    decord's callers never want it). ``probe_video`` records the choice in ``VideoInfo.stream`` and
+    decoding opens that same stream.
+    """
+    if index is not None:
+        if index >= len(container.streams) or container.streams[index].type != "video":
+            raise DecodeError(f"{path}: stream #{index} is no longer a video stream (the file changed)")
+        return container.streams[index]
+    video = list(container.streams.video)
+    if not video:
         kinds = sorted({s.type for s in container.streams}) or ["none"]
         raise DecodeError(f"{path}: no video stream (streams: {', '.join(kinds)})")
-    return container.streams.video[0]
+    moving = [s for s in video if not (s.disposition & _STILL)]
+    if not moving:
+        which = ", ".join(f"#{s.index} {s.codec_context.name}" for s in video)
+        raise DecodeError(f"{path}: no video track, only still pictures (cover art: stream {which})")
+    if len(moving) == 1:
+        return moving[0]
+    counts = _early_frame_counts(path, [s.index for s in moving])
+
+    def rank(s: av.video.stream.VideoStream) -> tuple[int, int, int, int]:
+        disposition = (not (s.disposition & _IMPAIRED)) + bool(s.disposition & av.stream.Disposition.default)
+        n = counts[s.index]
+        return (disposition, min(_MULTIFRAME, n), s.codec_context.bit_rate or 0, n)
+
+    best = moving[0]
+    for s in moving[1:]:
+        if rank(s) > rank(best):  # strictly better: ties keep the lower index, as ffmpeg does
+            best = s
+    return best
+
+
+def _early_frame_counts(path: str, indices: list[int]) -> dict[int, int]:
+    """Non-empty packets per stream in the first ``_PROBE_BYTES`` of packet data (a separate open:
+    the caller's container stays at the start for its own demux pass)."""
+    counts = dict.fromkeys(indices, 0)
+    read = 0
+    with _open(path) as container:
+        try:
+            for packet in container.demux([container.streams[i] for i in indices]):
+                if packet.size:
+                    counts[packet.stream.index] += 1
+                    read += packet.size
+                if read > _PROBE_BYTES or min(counts.values()) >= _MULTIFRAME:
+                    break
+        except av.FFmpegError:
+            pass  # a damaged file: rank on what was read; the demux pass reports the damage
+    return counts
 
 
 def _stream_fps(stream: av.video.stream.VideoStream, n: int, span_seconds: float) -> float:
@@ -159,7 +232,10 @@ def _demux(container, stream, path: str, deadline: float | None) -> _Demuxed:
 
 
 def probe_video(path: str, deadline: float | None = None, allow_truncated: bool = False) -> VideoInfo:
-    """Frame count, fps, per-frame timestamps and keyframes of the first video stream.
+    """Frame count, fps, per-frame timestamps and keyframes of the file's video stream.
+
+    The stream is the one ffmpeg picks (see :func:`_video_stream`: cover art and other still pictures
+    are never it); :func:`read_frames` decodes the same one.
 
     A file shorter than its container declares (see :mod:`.truncation`) is a :class:`DecodeError`
     unless ``allow_truncated``; then its readable frames are used and ``truncated`` says why.
@@ -199,6 +275,7 @@ def probe_video(path: str, deadline: float | None = None, allow_truncated: bool 
             codec=ctx.name,
             hidden_pts=frozenset(d.hidden),
             truncated=truncated,
+            stream=stream.index,
         )
 
 
@@ -264,7 +341,7 @@ def _decode(
         return keyframes[bisect.bisect_right(keyframes, i) - 1]
 
     with _open(info.path) as container:
-        stream = _video_stream(container, info.path)
+        stream = _video_stream(container, info.path, info.stream)
         if _DECODE_THREADS != 1:
             stream.thread_type = "AUTO"
         if _DECODE_THREADS:

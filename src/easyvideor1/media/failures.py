@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import os
 import re
+import stat
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 
@@ -42,6 +43,38 @@ class MediaFailure(ValueError):
         return str(self)
 
 
+# What ``os.stat`` can find at a media path that is not a file. Opening a named pipe blocks until a
+# writer appears and a character device may never end, so no reader is allowed to open one.
+_NOT_FILES = (
+    (stat.S_ISDIR, "a directory"),
+    (stat.S_ISFIFO, "a named pipe (FIFO)"),
+    (stat.S_ISSOCK, "a socket"),
+    (stat.S_ISCHR, "a character device"),
+    (stat.S_ISBLK, "a block device"),
+)
+
+
+def not_regular(mode: int) -> str | None:
+    """The cause for a path whose ``st_mode`` is not a regular file ("not a regular file (a named
+    pipe (FIFO))"), or None for a regular file."""
+    if stat.S_ISREG(mode):
+        return None
+    kind = next((name for test, name in _NOT_FILES if test(mode)), "not a file")
+    return f"not a regular file ({kind})"
+
+
+def regular_file(path: str, name: str | None = None) -> os.stat_result:
+    """``os.stat(path)`` for a regular file; a :class:`MediaFailure` naming ``name`` (``path`` by
+    default) for anything else. Called before every open of a media path: ``stat`` never blocks on
+    a FIFO or a device, an ``open`` of one can block forever. ``FileNotFoundError`` and other
+    ``OSError`` pass through (``loading`` words them)."""
+    st = os.stat(path)
+    cause = not_regular(st.st_mode)
+    if cause is not None:
+        raise MediaFailure(path if name is None else name, cause)
+    return st
+
+
 def corrupt_entry(detail: str) -> str:
     return f"frame cache entry corrupt: {detail}"
 
@@ -51,11 +84,17 @@ def unusable_entry(detail: str) -> str:
 
 
 def missing_media(names: Sequence[str], paths: Sequence[str]) -> MediaFailure | None:
-    """The first of ``paths`` that is not a file, named as in ``names`` (the record's own spelling),
-    or None."""
+    """The first of ``paths`` that is missing or not a regular file, named as in ``names`` (the
+    record's own spelling), or None."""
     for name, path in zip(names, paths, strict=True):
-        if not os.path.isfile(path):
-            return MediaFailure(name, FILE_NOT_FOUND)
+        try:
+            cause = not_regular(os.stat(path).st_mode)
+        except FileNotFoundError:
+            cause = FILE_NOT_FOUND
+        except OSError as e:
+            cause = f"cannot read: {e.strerror or e}"
+        if cause is not None:
+            return MediaFailure(name, cause)
     return None
 
 
@@ -91,9 +130,11 @@ def describe(error: BaseException, path: str) -> str | None:
     if isinstance(error, CacheError):
         return error.cause or _strip(str(error), path)
     if isinstance(error, (DecodeError, av.FFmpegError)):
-        if not os.path.exists(path):  # whatever the decoder said: the file is not there
+        try:
+            st = os.stat(path)
+        except OSError:  # whatever the decoder said: the file is not there
             return FILE_NOT_FOUND
-        return f"cannot decode: {_strip(str(error), path)}"
+        return not_regular(st.st_mode) or f"cannot decode: {_strip(str(error), path)}"
     if isinstance(error, Image.DecompressionBombError):
         return f"image too large: {error}"
     if isinstance(error, Image.UnidentifiedImageError):

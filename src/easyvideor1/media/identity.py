@@ -10,9 +10,10 @@ from __future__ import annotations
 
 import functools
 import hashlib
-import os
 from dataclasses import asdict, dataclass
 from typing import Any
+
+from .failures import regular_file
 
 EDGE_BYTES = 64 * 1024  # the first and last 64 KiB: container headers and indexes live there
 SAMPLE_BYTES = 4 * 1024
@@ -59,8 +60,9 @@ class SourceIdentity:
 
 
 def source_identity(path: str) -> SourceIdentity:
-    """Stat ``path`` and digest its sampled content (``OSError`` when it cannot be read)."""
-    st = os.stat(path)
+    """Stat ``path`` and digest its sampled content (``OSError`` when it cannot be read, a
+    ``MediaFailure`` when it is not a regular file: a FIFO would block the digest's open)."""
+    st = regular_file(path)
     digest = sampled_digest(path, st.st_size, st.st_mtime_ns, st.st_ino, st.st_ctime_ns)
     return SourceIdentity(st.st_size, st.st_mtime_ns, st.st_ino, st.st_ctime_ns, st.st_dev, digest)
 

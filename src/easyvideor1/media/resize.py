@@ -9,8 +9,9 @@ frame is too much, so such frames are converted and resized in horizontal strips
 1. the antialiased resize is separable: torch resizes along the width, then along the height, with
    a uint8 intermediate. Resizing each strip of rows to the output width, then the stacked strips
    to the output height, is the same computation;
-2. FFmpeg's unscaled YUV -> RGB conversion of planar 8-bit YUV is local to rows (strip starts are
-   kept even for 4:2:0 chroma), so converting strips equals converting the frame.
+2. FFmpeg's YUV -> RGB conversion of planar 8-bit YUV (``rgb.to_rgb24``: the unscaled path) is local
+   to rows (strip starts are kept even for 4:2:0 chroma), so converting strips equals converting the
+   frame.
 
 Both facts depend on the installed torch and FFmpeg, so both are checked once per process on a
 small synthetic frame (per pixel format and colour properties) before the strip path is used; if
@@ -26,6 +27,8 @@ from typing import TYPE_CHECKING
 
 import av
 import numpy as np
+
+from .rgb import to_rgb24
 
 if TYPE_CHECKING:  # torch is imported where frames are resized: run configs import this module
     import torch
@@ -56,7 +59,7 @@ def resize_frames(frames: np.ndarray | torch.Tensor, height: int, width: int) ->
 
 def frame_to_rgb(frame: av.VideoFrame) -> np.ndarray:
     """uint8 ``[H, W, 3]`` RGB with the display rotation applied (portrait phone video upright)."""
-    img = frame.to_ndarray(format="rgb24")
+    img = to_rgb24(frame)
     k = _quarter_turns(frame)
     return np.ascontiguousarray(np.rot90(img, k)) if k else img
 
@@ -82,7 +85,7 @@ def _strip_resize(frame: av.VideoFrame, height: int, width: int) -> np.ndarray:
     rows = np.empty((frame.height, width, 3), np.uint8)  # source height, output width
     for r0 in range(0, frame.height, _STRIP_ROWS):
         r1 = min(frame.height, r0 + _STRIP_ROWS)
-        rgb = _copy_rows(frame, r0, r1).to_ndarray(format="rgb24")
+        rgb = to_rgb24(_copy_rows(frame, r0, r1))
         rows[r0:r1] = resize_frames(rgb[None], r1 - r0, width)[0].numpy()  # along the width only
     return resize_frames(rows[None], height, width)[0].numpy()  # along the height only
 
@@ -97,7 +100,7 @@ def _strips_are_exact(pix_fmt: str, colorspace: int, color_range: int) -> bool:
     img = np.cumsum(rng.integers(0, 96, (h, w, 3)), axis=1).astype(np.uint8)
     frame = av.VideoFrame.from_ndarray(img, format="rgb24").reformat(format=pix_fmt)
     frame.colorspace, frame.color_range = colorspace, color_range
-    whole = frame.to_ndarray(format="rgb24")
+    whole = to_rgb24(frame)
     for out_h, out_w in ((h // 3, w // 2), (h + 6, w + 10), (h, w // 2), (h // 2, w)):
         plain = resize_frames(whole[None], out_h, out_w)[0].numpy()
         if not np.array_equal(_strip_resize(frame, out_h, out_w), plain):

@@ -20,8 +20,10 @@ if TYPE_CHECKING:  # torch is imported where frames are made: run configs import
     import torch
 
 # Bump when the stored frames or metadata change meaning. 2: edit lists honoured (frame 0 is the
-# first shown frame), truncated files refused unless allowed, ``frame_times`` stored.
-FORMAT_VERSION = 2
+# first shown frame), truncated files refused unless allowed, ``frame_times`` stored. 3: the video
+# stream is the one ffmpeg picks (not cover art), and RGB is the ffmpeg command line's (other pixels
+# for 10-bit and other non-8-bit-planar sources; 8-bit yuv420p/422p/444p frames are unchanged).
+FORMAT_VERSION = 3
 
 # How the model is told when each frame was shown (``data.timestamps``):
 # index: frame index / average fps, as qwen-vl-utils and decord (exact for constant frame rate);
@@ -134,6 +136,7 @@ def sample_video(path: str, params: SamplingParams, time_limit: float | None = N
         "source_height": src_h,
         "source_width": src_w,
         "codec": info.codec,
+        "video_stream": info.stream,  # the container's stream index the frames come from
         "total_frames": info.total_frames,
         "window_frames": window_frames,  # frames inside video_start/video_end (all when no window)
         "frame_indices": indices,
