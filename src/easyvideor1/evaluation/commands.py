@@ -24,7 +24,7 @@ from ..data.records import RecordError
 from ..rewards import RewardConfig
 from .config import ANNOTATIONS_ENV, EvalConfig, digest_of
 from .inputs import BenchmarkInputs
-from .predictions import iter_rows
+from .predictions import read_lines
 from .registry import BenchmarkSpec, UnknownBenchmarkError, get_benchmark, list_benchmarks
 from .report import plot_scores, write_run_report, write_summary
 from .results import scored_pairs, summarize, write_json_atomic, write_jsonl_atomic
@@ -219,7 +219,7 @@ def _responses(files: list[str], names: list[str]) -> tuple[dict[str, dict[str, 
     for path in files:
         if not os.path.isfile(path):
             raise EvalInputError(f"predictions file not found: {path}")
-        for lineno, row, why in iter_rows(path):
+        for lineno, row, why in read_lines(path):
             if row is not None and not isinstance(row.get("response", row.get("prediction")), str):
                 why = "not a JSON object with string 'sample_id' and 'response'"
             elif row is not None:

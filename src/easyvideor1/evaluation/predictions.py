@@ -24,7 +24,13 @@ class PredictionFile:
     skipped_lines: int = 0
 
 
-def iter_rows(path: str) -> Iterator[tuple[int, dict | None, str | None]]:
+def iter_rows(path: str) -> Iterator[dict | None]:
+    """Each line's row, or None for a line that is not a sample row."""
+    for _, row, _why in read_lines(path):
+        yield row
+
+
+def read_lines(path: str) -> Iterator[tuple[int, dict | None, str | None]]:
     """``(line number, row, None)`` for each sample row, ``(line number, None, why)`` for each
     non-blank line that is not one."""
     for lineno, value in json_lines(path):
@@ -44,7 +50,7 @@ def read_predictions(path: str, settings: str | None = None) -> PredictionFile:
     out = PredictionFile()
     if not os.path.exists(path):
         return out
-    for _, row, _why in iter_rows(path):
+    for row in iter_rows(path):
         if row is None:
             out.skipped_lines += 1
         elif settings is None or row.get("settings") == settings:
