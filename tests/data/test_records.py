@@ -161,3 +161,101 @@ def test_a_utf8_bom_is_accepted_in_every_text_format(tmp_path, small_video):
 def test_a_directory_is_not_a_data_file(tmp_path):
     with pytest.raises(RecordError, match="is a directory; expected a data file"):
         load_records(str(tmp_path))
+
+
+# Issue 21: text that is not text is that record's failure, named by file, line and problem_id.
+GOOD = '{"problem_id": "g", "problem": "2+2?", "answer": "4"}\n'
+DEEP = '{"problem_id": "d", "problem": "q", "meta": ' + "[" * 100_000 + "]" * 100_000 + "}\n"
+
+
+def _load_all(path):
+    errors = []
+    records = load_records(str(path), errors)
+    return [r.problem_id for r in records], [str(e) for e in errors]
+
+
+def test_a_lone_surrogate_anywhere_in_a_record_is_that_records_error(tmp_path):
+    """'\\ud800' is valid JSON but no tokenizer, digest or UTF-8 file can take it (item 1)."""
+    f = tmp_path / "s.jsonl"
+    f.write_text(
+        GOOD
+        + '{"problem_id": "s1", "problem": "Colour \\ud800?"}\n'
+        + '{"problem_id": "s2", "problem": "q", "meta": {"tags": ["x", "a\\udc80"]}}\n'
+        + '{"problem_id": "s3", "problem": "q", "options": ["A. \\udfff"]}\n'
+        + '{"problem_id": "ok", "problem": "a real pair \\ud83d\\ude00 is fine"}\n'
+    )
+    ids, errors = _load_all(f)
+    assert ids == ["g", "ok"]
+    assert errors == [
+        f"{f}:2 (problem_id=s1): field 'problem': lone surrogate \\ud800 at character 8 (not valid Unicode)",
+        f"{f}:3 (problem_id=s2): field 'meta.tags[1]': lone surrogate \\udc80 at character 2 (not valid Unicode)",
+        f"{f}:4 (problem_id=s3): field 'options[0]': lone surrogate \\udfff at character 4 (not valid Unicode)",
+    ]
+    from easyvideor1.data.records import UnreadableRecord  # the kind training and eval skip
+
+    with pytest.raises(UnreadableRecord, match=r"s.jsonl:2 \(problem_id=s1\): field 'problem'"):
+        load_records(str(f))
+    # the id itself may be the broken string: the error still prints
+    with pytest.raises(RecordError) as e:
+        parse_record({"problem_id": "p\ud800", "problem": "q"}, "f.jsonl:1")
+    assert str(e.value).encode("utf-8") and "problem_id=p\\ud800" in str(e.value)
+
+
+def test_json_nested_deeper_than_python_parses_is_that_lines_error(tmp_path):
+    """A deeply nested line used to end every reader with a RecursionError traceback (item 3)."""
+    f = tmp_path / "deep.jsonl"
+    f.write_text(GOOD + DEEP + '{"problem_id": "d2", "problem": "q", "x": ' + "[" * 300 + "]" * 300 + "}\n")
+    ids, errors = _load_all(f)
+    assert ids == ["g"]
+    assert errors == [
+        f"{f}:2: nested deeper than Python can parse (too many [ or {{ levels)",
+        f"{f}:3 (problem_id=d2): field 'x': nested deeper than 200 levels",
+    ]
+    array = tmp_path / "deep.json"
+    array.write_text("[" + GOOD + "," + DEEP + "]")
+    with pytest.raises(RecordError, match=r"deep.json: nested deeper than Python can parse"):
+        load_records(str(array))
+
+
+def test_a_line_that_is_not_utf8_is_that_lines_error_and_parquet_is_read_by_content(tmp_path, small_video):
+    """One non-UTF-8 line stopped the whole job naming neither file nor line (item 4)."""
+    from easyvideor1.curation.inputs import file_kind
+    from easyvideor1.data.config import DataConfig
+    from easyvideor1.data.preprocess import preprocess
+
+    f = tmp_path / "latin1.jsonl"
+    video = json.dumps({"problem_id": "v", "problem": "<video>What?", "videos": [small_video]})
+    f.write_bytes(
+        GOOD.encode()
+        + b'{"problem_id": "u1", "problem": "caf\xe9?"}\r\n'
+        + b"\xff\xfe\n"
+        + video.encode()
+        + b"\n"
+    )
+    ids, errors = _load_all(f)
+    assert ids == ["g", "v"]
+    assert errors == [
+        f"{f}:2 (problem_id=u1): not valid UTF-8 (byte 0xe9 at column 37)",
+        f"{f}:3: not valid UTF-8 (byte 0xff at column 1)",
+    ]
+    array = tmp_path / "latin1.json"
+    array.write_bytes(b'[{"problem": "ok"},\n {"problem": "caf\xe9"}]')
+    with pytest.raises(RecordError, match=r"latin1.json: not valid UTF-8 \(byte 0xe9 at line 2 column 18\)"):
+        load_records(str(array))
+
+    # a batch job goes on: the bad lines are counted failures, the video is built
+    cfg = DataConfig(
+        model_family="qwen3vl", video_fps=2.0, video_min_pixels=4 * 32 * 32, video_max_pixels=16 * 32 * 32
+    )
+    report = preprocess([str(f)], cfg, str(tmp_path / "cache"), workers=1, progress=False)
+    assert report["built"] == 1 and report["bad_records"] == 2
+    failures = [json.loads(line) for line in open(tmp_path / "cache" / "failures.jsonl")]
+    assert {x["source"] for x in failures} == {f"{f}:2", f"{f}:3"}
+
+    # a Parquet file is Parquet whatever its name; filter writes outputs in the format it reads
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    misnamed = tmp_path / "table.jsonl"
+    pq.write_table(pa.Table.from_pylist([{"problem": "p", "answer": "a", "problem_id": "t"}]), misnamed)
+    assert _load_all(misnamed) == (["t"], []) and file_kind(str(misnamed)) == "parquet"

@@ -214,3 +214,56 @@ def test_list_and_the_annotations_environment_variable(tmp_path):
     assert r.returncode == 0, r.stderr
     (row,) = _rows(tmp_path / "d" / "videomme" / "prompts.jsonl")
     assert row["answer"] == "<answer>C</answer>" and "What happens?" in row["prompt"]
+
+
+def test_text_that_is_not_text_is_named_and_counted_by_dry_run_and_score(tmp_path):
+    """Issue 21: a lone surrogate, a non-UTF-8 byte or too deep nesting in the records or in the
+    predictions stopped `eval --dry-run` and `score` (a partial predictions.jsonl, no results.json).
+    Now each such line is named on stderr (file, line, problem_id) and counted in results.json."""
+    good = [
+        {"problem_id": f"g{i}", "problem": "<video>Colour?", "options": ["A. red", "B. blue"],
+         "problem_type": "multiple choice", "solution": "<answer>A</answer>", "videos": ["v.mp4"]}
+        for i in range(2)
+    ]  # fmt: skip
+    deep = "[" * 100_000 + "]" * 100_000
+    data = tmp_path / "val.jsonl"
+    data.write_bytes(
+        (json.dumps(good[0]) + "\n").encode()
+        + b'{"problem_id": "s1", "problem": "Colour \\ud800?", "solution": "A"}\n'
+        + b'{"problem_id": "u1", "problem": "Colour caf\xe9?", "solution": "A"}\n'
+        + (json.dumps(good[1]) + "\n").encode()
+        + f'{{"problem_id": "d1", "meta": {deep}}}\n'.encode()
+    )
+    r = _cli("eval", "--dry-run", "--data", str(data), "--out", str(tmp_path / "dry"))
+    assert r.returncode == 0, r.stderr[-2000:]
+    prompts = _rows(tmp_path / "dry" / "val" / "prompts.jsonl")
+    assert [p["sample_id"].split("~")[0] for p in prompts] == ["g0", "g1"]
+    for line, fragment in (
+        (2, "(problem_id=s1): field 'problem': lone surrogate \\ud800"),
+        (3, "(problem_id=u1): not valid UTF-8 (byte 0xe9 at column 44)"),
+        (5, ": nested deeper than Python can parse"),
+    ):
+        assert f"val: record left out: {data}:{line} {fragment}".replace(" :", ":") in r.stderr, r.stderr
+
+    preds = tmp_path / "responses.jsonl"
+    first, second = (p["sample_id"] for p in prompts)
+    preds.write_bytes(
+        (json.dumps({"sample_id": first, "response": "<answer>A</answer>"}) + "\n").encode()
+        + (f'{{"sample_id": "{second}", "response": "<answer>A\\udc80</answer>"}}\n').encode()
+        + (f'{{"sample_id": "{second}", "response": "<answer>\xff</answer>"}}\n').encode("latin-1")
+        + (f'{{"sample_id": "{second}", "response": {deep}}}\n').encode()
+    )
+    r = _cli("score", "--data", str(data), "--predictions", str(preds), "--out", str(tmp_path / "sc"))
+    assert r.returncode == 0, r.stderr[-2000:]
+    for line, fragment in (
+        (2, "field 'response': lone surrogate \\udc80"),
+        (3, "not valid UTF-8 (byte 0xff at column"),
+        (4, "nested deeper than Python can parse"),
+    ):
+        assert f"{preds}: line {line} skipped: {fragment}" in r.stderr, r.stderr
+    bench = tmp_path / "sc" / "val"
+    res = json.loads((bench / "results.json").read_text())
+    assert (res["samples"], res["unreadable_records"], res["skipped_prediction_lines"]) == (2, 3, 3)
+    assert res["failures"] == 1 and res["score"] == 0.5  # the second sample has no usable response
+    assert sorted(os.listdir(bench)) == ["predictions.jsonl", "results.json"], "nothing partial left"
+    assert [r["sample_id"] for r in _rows(bench / "predictions.jsonl")] == [first, second]

@@ -81,3 +81,41 @@ def test_an_empty_train_file_is_named(make_cfg, tmp_path):
     empty.write_text("\n\n")
     with pytest.raises(ValueError, match=f"train file {empty} has no records"):
         Trainer(make_cfg(f"data.train_files=[{empty}]"))
+
+
+@pytest.mark.slow  # two trainer start-ups (about 15 s here)
+def test_training_skips_and_lists_records_whose_text_cannot_be_read(make_cfg, demo_assets, tmp_path):
+    """Issue 21: a lone surrogate reached the tokenizer (a TypeError naming no record at preflight),
+    a non-UTF-8 line or a too deep one stopped the run. Each is now skipped and listed beside the
+    records whose media cannot be loaded, or stops the run naming it with data.strict=true."""
+    rows = [json.loads(line) for line in open(demo_assets["train"])][:6]
+    for r in rows:
+        r["videos"] = [str(demo_assets["dir"] / "data" / r["videos"][0])]
+    surrogate = json.dumps({**rows[0], "problem_id": "s1"}).replace('"problem": "', '"problem": "\\ud800', 1)
+    data = tmp_path / "text.jsonl"
+    data.write_bytes(
+        "".join(json.dumps(r) + "\n" for r in rows[:3]).encode()
+        + (surrogate + "\n").encode()
+        + b'{"problem_id": "u1", "problem": "caf\xe9", "answer": "A"}\n'
+        + ('{"problem_id": "d1", "x": ' + "[" * 100_000 + "]" * 100_000 + "}\n").encode()
+        + "".join(json.dumps(r) + "\n" for r in rows[3:]).encode()
+    )
+    out = tmp_path / "run"
+    common = (f"data.train_files=[{data}]", f"trainer.output_dir={out}", "data.val_files=[]")
+    t = Trainer(make_cfg(*common))
+    assert len(t.data.train_idx) == 6
+    skipped = _rows(out / "skipped_records.jsonl")
+    assert [(r["source"], r["problem_id"], r["phase"], r["split"]) for r in skipped] == [
+        (f"{data}:4", "s1", "preflight", "train"),
+        (f"{data}:5", "u1", "preflight", "train"),
+        (f"{data}:6", None, "preflight", "train"),
+    ]
+    assert skipped[0]["reason"].startswith("field 'problem': lone surrogate \\ud800 at character 1")
+    assert skipped[1]["reason"] == "not valid UTF-8 (byte 0xe9 at column 37)"
+    assert skipped[2]["reason"].startswith("nested deeper than Python can parse")
+    assert t.skips.skipped_preflight == 3
+
+    from easyvideor1.trainer.skipping import MediaLoadError
+
+    with pytest.raises(MediaLoadError, match=r"text.jsonl:4 \(problem_id=s1\): field 'problem'.*data.strict"):
+        Trainer(make_cfg(*common, "data.strict=true"))

@@ -14,7 +14,7 @@ import os
 from dataclasses import dataclass, field
 from typing import Any
 
-from ..data.records import Record, RecordError, iter_raw, parse_record
+from ..data.records import Record, RecordError, file_format, iter_raw, parse_record, printable, split_lines
 from ..evaluation.identity import sample_ids
 from ..rewards import RewardConfig, UnknownTaskError, resolve_task
 from ..rewards.registry import load_task_files
@@ -53,8 +53,10 @@ class InputRecord:
     def problem_id(self) -> str | None:
         if self.record is not None:
             return self.record.problem_id
+        if isinstance(self.raw, RecordError):  # a line that could not be read: its error saw the id
+            return self.raw.record_id
         if isinstance(self.raw, dict) and self.raw.get("problem_id", self.raw.get("id")) is not None:
-            return str(self.raw.get("problem_id", self.raw.get("id")))
+            return printable(str(self.raw.get("problem_id", self.raw.get("id"))))  # reports must encode it
         return None
 
 
@@ -68,18 +70,16 @@ class InputFile:
 
 
 def file_kind(path: str) -> str:
-    """The format the data loader reads ``path`` in (``iter_raw``'s rule)."""
-    if path.endswith(".parquet"):
-        return "parquet"
-    with open(path, encoding="utf-8-sig") as f:
-        return "json" if f.read(4096).lstrip().startswith("[") else "jsonl"
+    """The format the data loader reads ``path`` in (``iter_raw``'s rule, from the content): kept
+    records are written back in it."""
+    return file_format(path)
 
 
 def _jsonl_lines(path: str) -> dict[int, str]:
-    """Line number -> exact text. ``newline=""`` splits where ``iter_raw``'s reading does (``\\n``,
-    ``\\r``, ``\\r\\n``) but keeps each ending as written; a leading byte-order mark is dropped."""
-    with open(path, encoding="utf-8-sig", newline="") as f:
-        return dict(enumerate(f, start=1))
+    """Line number -> exact text, split where ``iter_raw`` splits (``records.split_lines``) with each
+    ending as written. Only readable lines are ever written back; an undecodable one is kept here
+    with replacement characters, for its number only."""
+    return {n: data.decode("utf-8", "replace") for n, data in split_lines(path)}
 
 
 def _task_of(record: Record, reward: RewardConfig) -> str:

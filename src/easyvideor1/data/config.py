@@ -55,7 +55,9 @@ class DataConfig:
             from ``prompt_template`` (off for ``plain``, on for ``reasoning``, the template's own
             default otherwise); ``eval`` sets it from its style (``direct`` off, ``thinking`` on).
         strict: A record whose media cannot be loaded (missing, corrupt or undecodable video or
-            image, or no cache entry in ``cache_only`` mode) stops training with its error. By
+            image, or no cache entry in ``cache_only`` mode), or whose text cannot be read (a line
+            that is not UTF-8 or not JSON, nesting too deep, a lone surrogate escape such as
+            ``"\\ud800"``), stops training with its error. By
             default (false) such a record is skipped, listed with the reason in
             ``<trainer.output_dir>/skipped_records.jsonl`` and counted (``data/skipped_records``).
         timestamps: What Qwen3-VL's ``<t seconds>`` text says for each frame: ``index`` (frame

@@ -23,7 +23,7 @@ from .config import DataConfig
 from .preprocess import resolve_media_path
 from .probe import check_probe, probe_videos
 from .prompt import build_content, format_question, prompt_template
-from .records import Record, load_records
+from .records import Record, RecordError, UnreadableRecord, load_records
 
 
 @dataclass
@@ -63,17 +63,26 @@ class RecordDataset(Dataset):
         if len(self.data_files) != len(records):
             raise ValueError("need one data file per record")
         self.loader = loader or VideoLoader(cfg.cache_dir, cfg.cache_mode, cfg.decode_time_limit)
+        # (data file, error) of the files' records whose text could not be read: in no sample,
+        # listed by training beside the records whose media cannot be loaded
+        self.unreadable: list[tuple[str, RecordError]] = []
 
     @classmethod
     def from_files(
         cls, files: list[str], cfg: DataConfig, loader: VideoLoader | None = None
     ) -> RecordDataset:
-        records, owners = [], []
+        """The records of ``files``; a record whose text cannot be read (``UnreadableRecord``) is
+        left out into ``unreadable``, any other bad record raises."""
+        records, owners, unreadable = [], [], []
         for f in files:
-            recs = load_records(f)
+            errors: list[RecordError] = []
+            recs = load_records(f, errors, UnreadableRecord)
             records += recs
             owners += [f] * len(recs)
-        return cls(records, cfg, owners, loader)
+            unreadable += [(f, e) for e in errors]
+        dataset = cls(records, cfg, owners, loader)
+        dataset.unreadable = unreadable
+        return dataset
 
     def __len__(self) -> int:
         return len(self.records)

@@ -6,6 +6,13 @@ options, offline_output, problem_id, free extra fields) plus clip windows (``vid
 other names (``solution``, ``path``, ``image_path``); they are mapped here so every consumer sees
 one schema. Records are validated one by one, so a field may have different types across records
 (the reference's arrow loading rejected that), and each error names file, position and field.
+
+Text that is not text is that record's failure, never the job's: a JSONL line that is not valid
+UTF-8 or not JSON, JSON nested deeper than Python's parser goes, or a string holding a lone
+surrogate escape (``"\\ud800"`` is valid JSON but no file, digest or tokenizer can encode it).
+These raise :class:`UnreadableRecord`, which jobs that skip damaged media skip the same way.
+Every reader of JSON lines in the project (predictions, manifests) reads through
+:func:`json_lines` so that all of them agree on what a readable line is.
 """
 
 from __future__ import annotations
@@ -22,9 +29,82 @@ class RecordError(ValueError):
     """A record that cannot be used; ``str()`` names the file, the position and the field."""
 
     def __init__(self, source: str, reason: str, field_name: str | None = None, record_id: str | None = None):
+        # an id or field name may itself hold a lone surrogate: escaped, so the error can be printed
+        source, reason = printable(source), printable(reason)
+        field_name = None if field_name is None else printable(field_name)
+        record_id = None if record_id is None else printable(record_id)
         self.source, self.reason, self.field, self.record_id = source, reason, field_name, record_id
         where = f"{source}" + (f" (problem_id={record_id})" if record_id else "")
-        super().__init__(f"{where}: " + (f"field '{field_name}': " if field_name else "") + reason)
+        super().__init__(f"{where}: " + self.detail)
+
+    @property
+    def detail(self) -> str:
+        """The error without its source: ``field 'x': reason`` (or the reason)."""
+        return (f"field '{self.field}': " if self.field else "") + self.reason
+
+
+class UnreadableRecord(RecordError):
+    """A record whose text cannot be read: not valid UTF-8, not JSON, nested too deep, or holding
+    a lone surrogate. Damaged data, like a corrupt video: batch jobs and training skip and list it."""
+
+
+# Python's json parser recurses once per level; records nested deeper than this are refused so
+# that every later json.dumps, digest or Arrow conversion (called from deeper stacks) works too.
+MAX_DEPTH = 200
+_TOO_DEEP = "nested deeper than Python can parse (too many [ or { levels)"
+
+
+def printable(text: str) -> str:
+    """``text`` with lone surrogates written as ``\\udXXX`` escapes (so it can be encoded)."""
+    return text.encode("utf-8", "backslashreplace").decode("utf-8")
+
+
+def text_problem(value: Any) -> tuple[str, str] | None:
+    """(where, what) for the first string in ``value`` (keys included) that holds a lone surrogate
+    or the first place nested deeper than :data:`MAX_DEPTH`; None when all of it is text.
+
+    ``where`` is a path such as ``meta.tags[2]`` for a string (empty for ``value`` itself), the
+    top-level field for too deep nesting (its full path would be hundreds of ``[0]``). Iterative,
+    so the check itself never runs out of stack.
+    """
+    todo: list[tuple[Any, str, int]] = [(value, "", 0)]
+    while todo:
+        item, where, depth = todo.pop()
+        if isinstance(item, str):
+            bad = _surrogate_at(item)
+            if bad is not None:
+                return (
+                    where,
+                    f"lone surrogate {_escaped(item[bad])} at character {bad + 1} (not valid Unicode)",
+                )
+        elif isinstance(item, (dict, list)):
+            if depth >= MAX_DEPTH:
+                top = where.split(".")[0].split("[")[0]
+                return top, f"nested deeper than {MAX_DEPTH} levels"
+            if isinstance(item, dict):
+                children = []
+                for k, v in item.items():
+                    name = f"{where}.{k}" if where else str(k)
+                    bad = _surrogate_at(k) if isinstance(k, str) else None
+                    if bad is not None:
+                        return name, f"a key with a lone surrogate {_escaped(k[bad])} (not valid Unicode)"
+                    children.append((v, name, depth + 1))
+            else:
+                children = [(v, f"{where}[{i}]", depth + 1) for i, v in enumerate(item)]
+            todo.extend(reversed(children))  # depth-first, in order: the first problem is reported
+    return None
+
+
+def _escaped(char: str) -> str:
+    return f"\\u{ord(char):04x}"
+
+
+def _surrogate_at(text: str) -> int | None:
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError as e:
+        return e.start
+    return None
 
 
 @dataclass
@@ -124,6 +204,9 @@ def parse_record(raw: Any, source: str) -> Record:
         raise RecordError(source, f"a record must be a JSON object, got {type(raw).__name__}")
     rid_raw = raw.get("problem_id", raw.get("id"))
     rid = None if rid_raw is None else str(rid_raw)
+    problem = text_problem(raw)  # every field, extra and nested ones too: all of it reaches outputs
+    if problem is not None:
+        raise UnreadableRecord(source, problem[1], problem[0] or None, rid)
     values: dict[str, Any] = {}
     extra: dict[str, Any] = {}
     for key, value in raw.items():
@@ -192,48 +275,156 @@ def _reverse_key(raw: dict, name: str, preferred_key: str) -> str:
     return f"{name}_text"
 
 
+PARQUET_MAGIC = b"PAR1"
+_BOM = b"\xef\xbb\xbf"  # files saved by Windows tools start with a byte-order mark, which is not JSON
+
+
+def file_format(path: str) -> str:
+    """``parquet``, ``json`` (an array) or ``jsonl``, from the content: a Parquet file is one
+    whatever its name (a ``.jsonl`` name on a Parquet file used to fail as undecodable text)."""
+    with open(path, "rb") as f:
+        head = f.read(4096)
+    if head.startswith(PARQUET_MAGIC) or path.endswith(".parquet"):
+        return "parquet"
+    return "json" if head.removeprefix(_BOM).lstrip().startswith(b"[") else "jsonl"
+
+
+def split_lines(path: str) -> Iterator[tuple[int, bytes]]:
+    """``(line number, bytes with their ending)`` of a text file, split where text mode splits
+    (``\\n``, ``\\r\\n``, ``\\r``), a leading byte-order mark dropped; read in chunks, as bytes, so
+    one undecodable line is that line's problem."""
+    lineno, pending = 0, b""
+    with open(path, "rb") as f:
+        for chunk in iter(lambda: f.read(1 << 20), b""):
+            if lineno == 0 and not pending:
+                chunk = chunk.removeprefix(_BOM)
+            parts = (pending + chunk).splitlines(keepends=True)
+            # the last part is unfinished unless it ends in \n (a \r may be half of a \r\n)
+            pending = parts.pop() if parts and not parts[-1].endswith(b"\n") else b""
+            for part in parts:
+                lineno += 1
+                yield lineno, part
+    if pending:
+        yield lineno + 1, pending
+
+
+def decode_line(data: bytes, where: str) -> str:
+    """One line as text; :class:`UnreadableRecord` at the first byte that is not UTF-8 (naming the
+    record's ``problem_id`` when the rest of the line still reads as a record)."""
+    try:
+        return data.decode("utf-8")
+    except UnicodeDecodeError as e:
+        column = len(data[: e.start].decode("utf-8", "replace")) + 1
+        reason = f"not valid UTF-8 (byte 0x{data[e.start]:02x} at column {column})"
+        raise UnreadableRecord(where, reason, record_id=_id_of(data.decode("utf-8", "replace"))) from None
+
+
+def _id_of(text: str) -> str | None:
+    """The ``problem_id`` (or ``id``) of a damaged line, if it can be seen at all (for the error only)."""
+    try:
+        raw = json.loads(text)
+    except (ValueError, RecursionError):
+        return None
+    rid = raw.get("problem_id", raw.get("id")) if isinstance(raw, dict) else None
+    return None if rid is None or isinstance(rid, (dict, list)) else str(rid)
+
+
+def parse_json(text: str, where: str) -> Any:
+    """A JSON value, or :class:`UnreadableRecord` for text that is not JSON or is nested too deep."""
+    try:
+        return json.loads(text)
+    except json.JSONDecodeError as e:
+        raise UnreadableRecord(where, f"invalid JSON ({e.msg} at column {e.colno})") from None
+    except RecursionError:
+        raise UnreadableRecord(where, _TOO_DEEP) from None
+
+
+def json_lines(path: str) -> Iterator[tuple[int, Any]]:
+    """``(line number, value)`` for every non-blank line of a JSONL file; ``value`` is the
+    :class:`UnreadableRecord` for a line that is not UTF-8, not JSON, or not text all through."""
+    for lineno, data in split_lines(path):
+        where = f"{path}:{lineno}"
+        try:
+            text = decode_line(data, where)
+            if not text.strip():
+                continue
+            value = parse_json(text, where)
+        except UnreadableRecord as e:
+            yield lineno, e
+            continue
+        yield lineno, value
+
+
 def iter_raw(path: str) -> Iterator[tuple[str, Any]]:
-    """Yield ``(source, raw_record)`` from a JSON array, JSONL or Parquet file."""
+    """Yield ``(source, raw_record)`` from a JSON array, JSONL or Parquet file; ``raw_record`` is an
+    :class:`UnreadableRecord` for a JSONL line that cannot be read (the other lines still are)."""
     path = str(path)
     if not os.path.exists(path):
         raise FileNotFoundError(f"{path}: data file not found")
     if os.path.isdir(path):
         raise RecordError(path, "is a directory; expected a data file (JSON array, JSONL or Parquet)")
-    if path.endswith(".parquet"):
-        import pyarrow.parquet as pq
-
-        for i, row in enumerate(pq.read_table(path).to_pylist()):
-            yield f"{path}[{i}]", row
-        return
-    # utf-8-sig: files saved by Windows tools start with a byte-order mark, which is not JSON
-    with open(path, encoding="utf-8-sig") as f:
-        head = f.read(4096).lstrip()
-        f.seek(0)
-        if head.startswith("["):
-            try:
-                data = json.load(f)
-            except json.JSONDecodeError as e:
-                raise RecordError(path, f"invalid JSON at line {e.lineno} column {e.colno}: {e.msg}") from e
-            for i, row in enumerate(data):
-                yield f"{path}[{i}]", row
-            return
-        for lineno, line in enumerate(f, start=1):
-            if not line.strip():
-                continue
-            try:
-                row = json.loads(line)
-            except json.JSONDecodeError as e:
-                yield (
-                    f"{path}:{lineno}",
-                    RecordError(f"{path}:{lineno}", f"invalid JSON ({e.msg} at column {e.colno})"),
-                )
-                continue
-            yield f"{path}:{lineno}", row
+    kind = file_format(path)
+    if kind == "parquet":
+        yield from _parquet_rows(path)
+    elif kind == "json":
+        yield from ((f"{path}[{i}]", row) for i, row in enumerate(_json_array(path)))
+    else:
+        for lineno, value in json_lines(path):
+            yield f"{path}:{lineno}", value
 
 
-def load_records(path: str, errors: list[RecordError] | None = None) -> list[Record]:
-    """All records of a data file. With ``errors`` given, bad records are collected there and skipped;
-    without it the first bad record raises :class:`RecordError`."""
+def _json_array(path: str) -> list:
+    """A JSON array file's items; its text is read whole, so a bad byte or too deep nesting is one
+    error naming the file and where."""
+    with open(path, "rb") as f:
+        data = f.read().removeprefix(_BOM)
+    try:
+        text = data.decode("utf-8")
+    except UnicodeDecodeError as e:
+        line = data.count(b"\n", 0, e.start) + 1
+        column = len(data[data.rfind(b"\n", 0, e.start) + 1 : e.start].decode("utf-8", "replace")) + 1
+        raise RecordError(
+            path, f"not valid UTF-8 (byte 0x{data[e.start]:02x} at line {line} column {column})"
+        ) from None
+    try:
+        return json.loads(text)
+    except json.JSONDecodeError as e:
+        raise RecordError(path, f"invalid JSON at line {e.lineno} column {e.colno}: {e.msg}") from None
+    except RecursionError:
+        raise RecordError(path, _TOO_DEEP) from None
+
+
+def _parquet_rows(path: str) -> Iterator[tuple[str, Any]]:
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    try:
+        table = pq.read_table(path)
+    except (pa.ArrowException, OSError) as e:
+        raise RecordError(path, f"cannot read as Parquet: {e}") from None
+    try:
+        rows: list[Any] = table.to_pylist()
+    except UnicodeDecodeError:  # Parquet does not guarantee that string columns are UTF-8
+        rows = [_parquet_row(table, i, path) for i in range(table.num_rows)]
+    for i, row in enumerate(rows):
+        yield f"{path}[{i}]", row
+
+
+def _parquet_row(table, i: int, path: str) -> Any:
+    try:
+        return table.slice(i, 1).to_pylist()[0]
+    except UnicodeDecodeError as e:
+        return UnreadableRecord(
+            f"{path}[{i}]", f"not valid UTF-8 (byte 0x{e.object[e.start]:02x} in a string)"
+        )
+
+
+def load_records(
+    path: str, errors: list[RecordError] | None = None, collect: type[RecordError] = RecordError
+) -> list[Record]:
+    """All records of a data file. With ``errors`` given, bad records of the kind ``collect`` (every
+    kind by default; :class:`UnreadableRecord` for jobs that stop on a schema error but skip damaged
+    text) are collected there and skipped; any other bad record raises :class:`RecordError`."""
     records = []
     for source, raw in iter_raw(path):
         try:
@@ -241,7 +432,7 @@ def load_records(path: str, errors: list[RecordError] | None = None) -> list[Rec
                 raise raw
             records.append(parse_record(raw, source))
         except RecordError as e:
-            if errors is None:
+            if errors is None or not isinstance(e, collect):
                 raise
             errors.append(e)
     return records

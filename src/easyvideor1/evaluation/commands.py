@@ -24,10 +24,10 @@ from ..data.records import RecordError
 from ..rewards import RewardConfig
 from .config import ANNOTATIONS_ENV, EvalConfig, digest_of
 from .inputs import BenchmarkInputs
-from .predictions import PredictionWriter, iter_rows
+from .predictions import read_lines
 from .registry import BenchmarkSpec, UnknownBenchmarkError, get_benchmark, list_benchmarks
 from .report import plot_scores, write_run_report, write_summary
-from .results import scored_pairs, summarize, write_json_atomic
+from .results import scored_pairs, summarize, write_json_atomic, write_jsonl_atomic
 from .rows import failure_row, scored_row
 from .spec_file import SpecFileError, check_breakdown_fields, records_benchmarks, register_spec_file
 
@@ -117,12 +117,15 @@ def load_inputs(specs: list[BenchmarkSpec], settings: EvalConfig) -> list[Benchm
         raise EvalInputError("annotation file(s) not found:\n  " + "\n  ".join(missing))
     out = []
     for spec in specs:
+        unreadable: list[RecordError] = []
         try:
-            records = spec.load(os.path.dirname(paths[spec.name]))
+            records = spec.load(os.path.dirname(paths[spec.name]), unreadable)
             check_breakdown_fields(spec, records)
         except (RecordError, SpecFileError) as e:
             raise EvalInputError(f"{spec.name}: {e}") from e
-        out.append(BenchmarkInputs.build(spec, records, paths[spec.name], settings))
+        for e in unreadable:  # damaged text is that record's problem, not the run's: named, counted
+            print(f"{spec.name}: record left out: {e}", file=sys.stderr)
+        out.append(BenchmarkInputs.build(spec, records, paths[spec.name], settings, len(unreadable)))
     return out
 
 
@@ -216,11 +219,10 @@ def _responses(files: list[str], names: list[str]) -> tuple[dict[str, dict[str, 
     for path in files:
         if not os.path.isfile(path):
             raise EvalInputError(f"predictions file not found: {path}")
-        for lineno, row in enumerate(iter_rows(path), 1):
-            why = None
-            if row is None or not isinstance(row.get("response", row.get("prediction")), str):
+        for lineno, row, why in read_lines(path):
+            if row is not None and not isinstance(row.get("response", row.get("prediction")), str):
                 why = "not a JSON object with string 'sample_id' and 'response'"
-            else:
+            elif row is not None:
                 bench = row.get("benchmark") or (names[0] if len(names) == 1 else None)
                 if bench not in by_bench:
                     why = "names no 'benchmark'" if bench is None else f"is for benchmark {bench!r}"
@@ -284,11 +286,8 @@ def score_responses(
             )
         bench_dir = os.path.join(out, item.spec.name)
         os.makedirs(bench_dir, exist_ok=True)
-        pred_path = os.path.join(bench_dir, "predictions.jsonl")
-        if os.path.exists(pred_path):
-            os.unlink(pred_path)  # scoring is a pure function of the file: never mix two scorings
-        with PredictionWriter(pred_path) as w:
-            w.write(rows)
+        # replaced whole: scoring is a pure function of the file, never a mix of two scorings
+        write_jsonl_atomic(os.path.join(bench_dir, "predictions.jsonl"), rows)
         res = summarize(item, scored_pairs(item, {r["sample_id"]: r for r in rows}, reward), skipped)
         res.update(settings=digest, unknown_sample_ids=len(unknown))
         write_json_atomic(os.path.join(bench_dir, "results.json"), res)

@@ -24,14 +24,21 @@ class BenchmarkInputs:
     ids: list[str]
     prompts: list[str]
     annotation_file: str
+    unreadable_records: int = 0  # records of the file left out as their text cannot be read
 
     @classmethod
     def build(
-        cls, spec: BenchmarkSpec, records: list[Record], annotation_file: str, settings: EvalConfig
+        cls,
+        spec: BenchmarkSpec,
+        records: list[Record],
+        annotation_file: str,
+        settings: EvalConfig,
+        unreadable_records: int = 0,
     ) -> BenchmarkInputs:
         records = records[: settings.max_samples] if settings.max_samples else records
         prompts = [spec.build_prompt(r, settings.style) for r in records]
-        return cls(spec, records, sample_ids(records, spec.name), prompts, annotation_file)
+        ids = sample_ids(records, spec.name)
+        return cls(spec, records, ids, prompts, annotation_file, unreadable_records)
 
     def prompted(self) -> list[Record]:
         return [dataclasses.replace(r, problem=p) for r, p in zip(self.records, self.prompts, strict=True)]

@@ -1,8 +1,9 @@
 """``predictions.jsonl``: one JSON line per evaluated sample, appended and flushed as samples finish.
 
 Reading is forgiving by design: a line cut by a kill, a line that is not a sample row (``[]``, a
-number, an object without ``sample_id``) is skipped and counted, never a traceback; the sample it
-would have described is simply evaluated again.
+number, an object without ``sample_id``), a line that is not text (not UTF-8, a lone surrogate
+escape, nested too deep: ``data/records.py``'s rules) is skipped and counted, never a traceback;
+the sample it would have described is simply evaluated again.
 """
 
 from __future__ import annotations
@@ -11,6 +12,8 @@ import json
 import os
 from collections.abc import Iterator
 from dataclasses import dataclass, field
+
+from ..data.records import RecordError, json_lines, text_problem
 
 
 @dataclass
@@ -23,17 +26,23 @@ class PredictionFile:
 
 def iter_rows(path: str) -> Iterator[dict | None]:
     """Each line's row, or None for a line that is not a sample row."""
-    with open(path, encoding="utf-8-sig", errors="replace") as f:
-        for line in f:
-            if not line.strip():
-                continue
-            try:
-                row = json.loads(line)
-            except json.JSONDecodeError:
-                yield None
-                continue
-            ok = isinstance(row, dict) and isinstance(row.get("sample_id"), str)
-            yield row if ok else None
+    for _, row, _why in read_lines(path):
+        yield row
+
+
+def read_lines(path: str) -> Iterator[tuple[int, dict | None, str | None]]:
+    """``(line number, row, None)`` for each sample row, ``(line number, None, why)`` for each
+    non-blank line that is not one."""
+    for lineno, value in json_lines(path):
+        if isinstance(value, RecordError):
+            yield lineno, None, value.reason
+        elif not isinstance(value, dict) or not isinstance(value.get("sample_id"), str):
+            yield lineno, None, "not a JSON object with a string 'sample_id'"
+        elif (problem := text_problem(value)) is not None:
+            # a response no file, digest or scorer can encode: a bad row, not a crash mid-write
+            yield lineno, None, f"field '{problem[0]}': {problem[1]}"
+        else:
+            yield lineno, value, None
 
 
 def read_predictions(path: str, settings: str | None = None) -> PredictionFile:

@@ -15,7 +15,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
-from ..data.records import Record, load_records
+from ..data.records import Record, RecordError, UnreadableRecord, load_records
 from ..registry import Registry, UnknownNameError
 from ..rewards import RewardConfig
 from ..rollout.sampling import BENCHMARK_MAX_NEW_TOKENS
@@ -76,8 +76,12 @@ class BenchmarkSpec:
     breakdown_fields: tuple[str, ...] = ()
     origin: str = ""
 
-    def load(self, annotations_dir: str) -> list[Record]:
-        records = load_records(os.path.join(annotations_dir, self.annotation))
+    def load(self, annotations_dir: str, unreadable: list[RecordError] | None = None) -> list[Record]:
+        """The benchmark's records. With ``unreadable`` given, records whose text cannot be read
+        (``UnreadableRecord``: not UTF-8, not JSON, too deep, lone surrogates) are collected there
+        and left out; any other bad record raises."""
+        path = os.path.join(annotations_dir, self.annotation)
+        records = load_records(path, unreadable, UnreadableRecord)
         return [self.adapt(r) for r in records] if self.adapt else records
 
     def build_prompt(self, record: Record, style: str) -> str:

@@ -5,7 +5,8 @@ missing (``evaluated`` < ``samples``), a failed one as wrong. Rows are re-scored
 config changed since they were written (see ``rows.py``), so the numbers always follow the
 current scorer settings. Besides the metric: failures, answers the scorer could not extract,
 responses cut at the token limit, samples a judge-based metric could not score, duplicated
-``problem_id``s in the annotation file, and unreadable lines of ``predictions.jsonl``.
+``problem_id``s in the annotation file, unreadable lines of ``predictions.jsonl`` and records of
+the annotation file left out because their text cannot be read (not UTF-8, lone surrogates, ...).
 """
 
 from __future__ import annotations
@@ -55,6 +56,7 @@ def summarize(
         "not_scored": sum(1 for row in answered if row.get("scored") is False),
         "duplicate_problem_ids": duplicate_problem_ids(inputs.records),
         "skipped_prediction_lines": skipped_lines,
+        "unreadable_records": inputs.unreadable_records,  # left out of `samples` (text not readable)
     }
 
 
@@ -84,10 +86,22 @@ def write_results(
 
 def write_json_atomic(path: str, obj: Any) -> None:
     """Write ``path`` whole or not at all (a reader never sees half a results file)."""
+    _write_atomic(path, lambda f: json.dump(obj, f, indent=1))
+
+
+def write_jsonl_atomic(path: str, rows: list[dict]) -> None:
+    """``rows`` as ``path``'s JSON lines, whole or not at all: a scoring that fails half-way leaves
+    the previous file (or none), never a partial one beside no ``results.json``."""
+    _write_atomic(path, lambda f: f.writelines(json.dumps(r, ensure_ascii=False) + "\n" for r in rows))
+
+
+def _write_atomic(path: str, write) -> None:
     fd, tmp = tempfile.mkstemp(dir=os.path.dirname(path) or ".", prefix=".tmp-", suffix=".json")
     try:
         with os.fdopen(fd, "w", encoding="utf-8") as f:
-            json.dump(obj, f, indent=1)
+            write(f)
+            f.flush()
+            os.fsync(f.fileno())
         os.replace(tmp, path)
     except BaseException:
         if os.path.exists(tmp):

@@ -26,6 +26,7 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
+from ..data.records import RecordError, json_lines
 from .identity import SourceIdentity
 
 MANIFEST_GLOB = "manifest*.jsonl"
@@ -38,22 +39,22 @@ def manifest_name(shard: tuple[int, int] | None) -> str:
 
 
 def read_rows(path: Path) -> list[dict[str, Any]]:
-    """The rows of one manifest file; a malformed line is skipped with a warning naming it."""
+    """The rows of one manifest file; a malformed line (not UTF-8, not JSON, not a row) is skipped
+    with a warning naming it. Lone surrogates are fine here: rows are written ASCII-escaped and a
+    file name that is not UTF-8 is one (Python's surrogateescape)."""
     rows = []
-    with open(path, encoding="utf-8") as f:
-        for n, line in enumerate(f, 1):
-            if not line.strip():
-                continue
-            try:
-                row = json.loads(line)
-                if not isinstance(row, dict) or not isinstance(row.get("source_path"), str):
-                    raise ValueError("not a manifest row (no source_path)")
-                if not isinstance(row.get("params_key"), str):
-                    raise ValueError("not a manifest row (no params_key)")
-            except ValueError as e:  # JSONDecodeError is a ValueError
-                print(f"warning: {path}:{n}: skipped ({e})", file=sys.stderr)
-                continue
-            rows.append(row)
+    for n, row in json_lines(str(path)):
+        try:
+            if isinstance(row, RecordError):
+                raise ValueError(row.reason)
+            if not isinstance(row, dict) or not isinstance(row.get("source_path"), str):
+                raise ValueError("not a manifest row (no source_path)")
+            if not isinstance(row.get("params_key"), str):
+                raise ValueError("not a manifest row (no params_key)")
+        except ValueError as e:
+            print(f"warning: {path}:{n}: skipped ({e})", file=sys.stderr)
+            continue
+        rows.append(row)
     return rows
 
 

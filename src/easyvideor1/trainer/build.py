@@ -120,7 +120,8 @@ def load_data(cfg, parts: Components) -> tuple[TrainData, DataSkips]:
         ("train", cfg.data.train_files, train_set),
         ("val", cfg.data.val_files, val_set),
     ):
-        empty = [f for f in files if dataset is not None and f not in dataset.data_files]
+        read = set() if dataset is None else {*dataset.data_files, *(f for f, _ in dataset.unreadable)}
+        empty = [f for f in files if dataset is not None and f not in read]
         if empty:  # else "no prompt fits data.max_prompt_length", which sends one looking elsewhere
             raise ValueError(f"{split} file {empty[0]} has no records")
     if parts.dist.is_main:

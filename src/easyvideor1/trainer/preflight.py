@@ -16,7 +16,7 @@ from typing import Any
 from ..data.dataset import RecordDataset, encode_prompts
 from ..rewards import validate_problem_types
 from .distributed import DistState, all_gather
-from .skipping import media_problem, skip_row, strict_error
+from .skipping import media_problem, skip_row, strict_error, unreadable_row
 
 BLOCK = 32  # prompts encoded together per check
 
@@ -33,13 +33,18 @@ def preflight(
     """(indices of the prompts that fit, their token counts, skipped-record rows); the first
     ``max_count`` prompts when given.
 
-    A record whose media cannot be loaded is skipped (a row of ``skipped_records.jsonl``) unless
-    ``data.strict``; every rank gets the same three results.
+    A record whose media cannot be loaded, or whose text could not be read when the dataset was
+    loaded, is skipped (a row of ``skipped_records.jsonl``) unless ``data.strict``; every rank gets
+    the same three results.
     """
     if dataset is None:
         return [], {}, []
     validate_problem_types({r.problem_type for r in dataset.records}, cfg.reward)
-    keep, lengths, dropped, skipped, start = [], {}, 0, [], 0
+    # every rank read the same files, so every rank lists the same unreadable records here
+    skipped = [unreadable_row(e, split) for _, e in dataset.unreadable]
+    if skipped and cfg.data.strict:
+        raise strict_error(skipped[0])
+    keep, lengths, dropped, start = [], {}, 0, 0
     encode = cfg.data.preflight == "full" or split != "train"  # validation sets are small: always
     while start < len(dataset) and (max_count is None or len(keep) < max_count):
         lo = start + state.rank * BLOCK
@@ -59,7 +64,7 @@ def preflight(
         f"preflight {split}: {len(keep)} prompts kept, {dropped} dropped as longer than "
         f"data.max_prompt_length={limit} tokens"
         + (
-            f", {len(skipped)} skipped as their media cannot be loaded (see skipped_records.jsonl)"
+            f", {len(skipped)} skipped as their media or text cannot be read (see skipped_records.jsonl)"
             if skipped
             else ""
         )

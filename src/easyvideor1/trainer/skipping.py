@@ -1,5 +1,9 @@
 """Records whose media cannot be loaded: skipped, listed and counted, unless ``data.strict``.
 
+Records whose text cannot be read (``data/records.py``'s ``UnreadableRecord``: a line that is not
+UTF-8 or not JSON, too deep, a lone surrogate) are damaged data the same way: listed at start-up
+(``unreadable_row``, no index as they are in no dataset, no media) and counted with them.
+
 One missing or corrupt video used to stop a whole run with a ``DecodeError`` traceback. Now the
 record is left out with its reason, one JSON line per record in ``<output_dir>/skipped_records.jsonl``
 (``phase`` ``preflight`` for what start-up found, ``step`` for what a later step found, e.g. with
@@ -14,6 +18,7 @@ import os
 from typing import Any
 
 from ..data.dataset import MediaSample, load_media, media_names
+from ..data.records import RecordError
 from ..media.failures import NO_CACHE_ENTRY, MediaFailure, missing_media
 from .distributed import max_over_ranks
 from .metrics import rewrite_jsonl
@@ -22,7 +27,7 @@ SKIPPED_FILE = "skipped_records.jsonl"
 
 
 class MediaLoadError(ValueError):
-    """A record's media cannot be loaded and ``data.strict`` is set."""
+    """A record's media cannot be loaded (or its text cannot be read) and ``data.strict`` is set."""
 
 
 def media_problem(sample: MediaSample, cfg, loader, load: bool = True) -> str | None:
@@ -65,6 +70,20 @@ def skip_row(
         "problem_id": rec.problem_id,
         "media": sample.videos + sample.images,
         "reason": reason,
+    }
+
+
+def unreadable_row(error: RecordError, split: str) -> dict[str, Any]:
+    """The ``skipped_records.jsonl`` line of a record whose text cannot be read."""
+    return {
+        "split": split,
+        "phase": "preflight",
+        "step": 0,
+        "index": None,
+        "source": error.source,
+        "problem_id": error.record_id,
+        "media": [],
+        "reason": error.detail,
     }
 
 
