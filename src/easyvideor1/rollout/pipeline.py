@@ -96,7 +96,7 @@ def run_pipeline(
     loader.start()
     pending: dict[Future, int] = {}
     finished = False
-    t0 = time.perf_counter()
+    t0 = None  # the generate stage starts with the first request: waiting for none is no generating
     while not finished or pending:
         while not finished and len(pending) < settings.max_in_flight:
             try:  # block only when nothing is running
@@ -110,6 +110,7 @@ def run_pipeline(
             if error is None:
                 try:
                     prompt = render_prompt(processor, sample, dataset.cfg, dataset.loader)
+                    t0 = time.perf_counter() if t0 is None else t0
                     pending[engine.submit(work.request(i, prompt))] = i
                     continue
                 except Exception as e:  # e.g. a template or processor that refuses this sample
@@ -129,7 +130,7 @@ def run_pipeline(
             rows.append(work.scored(i, out))
         if rows:
             write(sorted(rows, key=lambda r: r.get("index", 0)))
-    timing.generate = time.perf_counter() - t0
+    timing.generate = 0.0 if t0 is None else time.perf_counter() - t0
     loader.join(timeout=5)
     return timing
 
