@@ -15,6 +15,7 @@ import os
 import tempfile
 from typing import TYPE_CHECKING, Any
 
+from ..outdir import writing
 from ..rewards import RewardConfig
 from .identity import duplicate_problem_ids
 from .predictions import read_predictions
@@ -84,12 +85,13 @@ def write_results(
 
 def write_json_atomic(path: str, obj: Any) -> None:
     """Write ``path`` whole or not at all (a reader never sees half a results file)."""
-    fd, tmp = tempfile.mkstemp(dir=os.path.dirname(path) or ".", prefix=".tmp-", suffix=".json")
-    try:
-        with os.fdopen(fd, "w", encoding="utf-8") as f:
-            json.dump(obj, f, indent=1)
-        os.replace(tmp, path)
-    except BaseException:
-        if os.path.exists(tmp):
-            os.unlink(tmp)
-        raise
+    with writing(path):
+        fd, tmp = tempfile.mkstemp(dir=os.path.dirname(path) or ".", prefix=".tmp-", suffix=".json")
+        try:
+            with os.fdopen(fd, "w", encoding="utf-8") as f:
+                json.dump(obj, f, indent=1)
+            os.replace(tmp, path)
+        except BaseException:
+            if os.path.exists(tmp):
+                os.unlink(tmp)
+            raise
