@@ -280,7 +280,16 @@ def test_an_override_value_yaml_cannot_parse_names_the_key():
 
 def test_frame_and_worker_flags_are_checked(small_set, tmp_path):
     records = small_set / "syn" / "records.jsonl"
-    pre = ["preprocess", "--data", records, "--cache-dir", tmp_path / "c", "--model-family", "qwen3vl", "--quiet"]
+    pre = [
+        "preprocess",
+        "--data",
+        records,
+        "--cache-dir",
+        tmp_path / "c",
+        "--model-family",
+        "qwen3vl",
+        "--quiet",
+    ]
     for workers in ("0", "-1"):
         one_line_error(_cli(*pre, "--workers", workers), "argument --workers: must be > 0")
     one_line_error(_cli(*pre, "--fps", "1", "--nframes", "4"), "--fps 1.0 and --nframes 4 are exclusive")
@@ -303,7 +312,9 @@ def test_one_frame_rule_per_layer_the_flag_replacing_the_file(tmp_path):
     run_yaml = tmp_path / "run.yaml"
     run_yaml.write_text("data:\n  video_fps: 1.0\n")
     flags = argparse.Namespace(fps=None, nframes=4)
-    cfg = load_config(RunConfig, str(run_yaml), ["data.video_max_frames=8"], values={"data": data_values(flags)})
+    cfg = load_config(
+        RunConfig, str(run_yaml), ["data.video_max_frames=8"], values={"data": data_values(flags)}
+    )
     assert (cfg.data.video_fps, cfg.data.video_nframes) == (None, 4)
     assert load_config(RunConfig).data.video_fps == 2.0, "the default rate when no count is set"
     with pytest.raises(ConfigError, match="data.video_fps .* data.video_nframes"):
@@ -320,3 +331,30 @@ def test_a_second_train_into_one_output_dir_names_the_first(tmp_path):
     finally:
         holder.kill()
         holder.wait()
+
+
+def test_a_killed_run_frees_its_directory_even_while_a_forked_child_lives(tmp_path):
+    """Loader and data workers are forked: they must not keep a killed run's lock alive."""
+    import os
+    import signal
+
+    from easyvideor1.outdir import hold
+
+    code = (
+        "import os, sys, time; from easyvideor1.outdir import hold\n"
+        "with hold(sys.argv[1], '--out', 'eval'):\n"
+        "    child = os.fork()\n"
+        "    if child == 0:\n"
+        "        time.sleep(120); os._exit(0)\n"
+        "    print(child, flush=True); time.sleep(600)\n"
+    )
+    run = subprocess.Popen([sys.executable, "-c", code, str(tmp_path)], stdout=subprocess.PIPE, text=True)
+    child = int(run.stdout.readline())
+    try:
+        run.kill()
+        run.wait()
+        os.kill(child, 0)  # still running
+        with hold(tmp_path, "--out", "eval"):
+            pass
+    finally:
+        os.kill(child, signal.SIGKILL)

@@ -33,6 +33,21 @@ from pathlib import Path
 
 LOCK_NAME = ".lock"
 
+# Lock descriptors this process holds. A forked child (media loaders, data workers) would share the
+# lock with its copy of the descriptor and keep it after the run itself was killed, until the child
+# exits too; the child closes its copy instead (the parent's keeps the lock).
+_HELD: set[int] = set()
+
+
+def _close_held_after_fork() -> None:
+    for fd in _HELD:
+        with contextlib.suppress(OSError):
+            os.close(fd)
+    _HELD.clear()
+
+
+os.register_at_fork(after_in_child=_close_held_after_fork)
+
 # the machine, not the command line, failed the write: the run was valid, so exit 1, not 2
 _RESOURCE_ERRNOS = {errno.ENOSPC, errno.EDQUOT, errno.EFBIG, errno.EIO}
 
@@ -134,8 +149,10 @@ def hold(path: str | os.PathLike, flag: str, command: str) -> Iterator[Path]:
         with contextlib.suppress(OSError):  # who holds it is a courtesy; the flock is the lock
             os.ftruncate(fd, 0)
             os.pwrite(fd, (json.dumps(holder) + "\n").encode(), 0)
+        _HELD.add(fd)
         yield root
     finally:
+        _HELD.discard(fd)
         os.close(fd)  # releases the flock
 
 

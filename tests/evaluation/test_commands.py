@@ -218,7 +218,15 @@ def test_list_and_the_annotations_environment_variable(tmp_path):
 
 
 def test_predictions_that_are_empty_or_not_files_are_named(assets, tmp_path):
-    argv = ["score", "--benchmarks", "synthetic", "--video-root", str(assets / "syn"), "--out", str(tmp_path / "s")]
+    argv = [
+        "score",
+        "--benchmarks",
+        "synthetic",
+        "--video-root",
+        str(assets / "syn"),
+        "--out",
+        str(tmp_path / "s"),
+    ]
     (tmp_path / "empty.jsonl").write_text("\n")
     for given, fragment in [
         ("/dev/null", "predictions file /dev/null: no rows"),  # exists (a device): read, and empty
@@ -240,7 +248,13 @@ def test_a_second_run_into_one_out_says_which_run_holds_it(assets, tmp_path, com
     argv = {
         "eval": ["eval", "--model", str(assets / "model"), *bench],
         "score": ["score", *bench, "--predictions", str(preds)],
-        "filter": ["filter", "--model", str(assets / "model"), "--data", str(assets / "syn" / "records.jsonl")],
+        "filter": [
+            "filter",
+            "--model",
+            str(assets / "model"),
+            "--data",
+            str(assets / "syn" / "records.jsonl"),
+        ],
     }[command]
     holder = hold_in_subprocess(out, "eval")
     try:
@@ -273,5 +287,7 @@ def test_a_full_disk_while_writing_thumbnails_is_one_line_and_keeps_the_results(
     r = _cli(*cmd)
     errors = [line for line in r.stderr.splitlines() if line.startswith("easyvideor1")]
     assert r.returncode == 1 and "Traceback" not in r.stderr, r.stderr[-2000:]
-    assert errors == [f"easyvideor1 eval: cannot write {bench / 'thumbs.jsonl'}: No space left on device (ENOSPC)"]
+    assert errors == [
+        f"easyvideor1 eval: cannot write {bench / 'thumbs.jsonl'}: No space left on device (ENOSPC)"
+    ]
     assert {name: (bench / name).read_bytes() for name in before} == before

@@ -18,7 +18,9 @@ def cmd_synth(args: argparse.Namespace, extra: list[str]) -> int:
     if extra:
         raise ConfigError(f"synth takes no key=value settings, got {' '.join(extra)}")
     if args.fps > MAX_FPS:  # frames are drawn one by one: a huge rate ran for minutes, silently
-        raise ConfigError(f"--fps must be <= {MAX_FPS:g} (synthetic frames are drawn one by one), got {args.fps:g}")
+        raise ConfigError(
+            f"--fps must be <= {MAX_FPS:g} (synthetic frames are drawn one by one), got {args.fps:g}"
+        )
     w, h = args.size
     check_writable(args.out, "--out")
     path = write_synthetic_set(args.out, args.n, seed=args.seed, size=(w, h), fps=args.fps, codec=args.codec)

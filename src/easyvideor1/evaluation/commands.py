@@ -174,7 +174,9 @@ def evaluate(
             for item in inputs:
                 data = dataclasses.replace(cfg.data, video_root=roots[item.spec.name])
                 loader = VideoLoader(data.cache_dir, data.cache_mode, data.decode_time_limit)
-                res = run_benchmark(item, engine, processor, data, settings, out, model_id, loader, cfg.reward)
+                res = run_benchmark(
+                    item, engine, processor, data, settings, out, model_id, loader, cfg.reward
+                )
                 results[item.spec.name] = res
                 print(
                     f"{item.spec.name}: {_fmt(res['score'])} {res['metric']} ({res['evaluated']}/{res['samples']} "
