@@ -291,3 +291,11 @@ def test_a_full_disk_while_writing_thumbnails_is_one_line_and_keeps_the_results(
         f"easyvideor1 eval: cannot write {bench / 'thumbs.jsonl'}: No space left on device (ENOSPC)"
     ]
     assert {name: (bench / name).read_bytes() for name in before} == before
+
+
+def test_a_cache_dir_that_is_a_file_is_named_before_the_model_loads(assets, tmp_path):
+    (tmp_path / "afile").write_text("x\n")
+    r = _cli("eval", "--model", str(assets / "model"), "--benchmarks", "synthetic", "--video-root",
+             str(assets / "syn"), "--out", str(tmp_path / "o"), "--cache-dir", str(tmp_path / "afile"),
+             "--cache-mode", "cache_only")  # fmt: skip
+    one_line_error(r, f"cache directory {tmp_path / 'afile'} is not a directory")

@@ -11,6 +11,7 @@ from __future__ import annotations
 import argparse
 import sys
 
+from ..media.cache import CacheError
 from ..outdir import OutputError, describe, exit_code_for
 from . import curate, evaluate, run
 
@@ -44,7 +45,7 @@ def main(argv: list[str] | None = None) -> int:
     except OutputError as e:
         print(f"easyvideor1 {args.command}: {e}", file=sys.stderr)
         return e.exit_code
-    except ValueError as e:  # ConfigError, EvalInputError, RecordError and the dataclass checks
+    except (ValueError, CacheError) as e:  # ConfigError, EvalInputError, RecordError, dataclass checks
         print(f"easyvideor1 {args.command}: {e}", file=sys.stderr)
         return 2
     except OSError as e:  # a file the command was given cannot be opened or read

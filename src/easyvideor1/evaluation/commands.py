@@ -168,12 +168,13 @@ def evaluate(
     cfg.data = cfg.data.with_model(model)  # the checkpoint names the family; data.model_family checks it
     model_id = model_fingerprint(model)
     results: dict[str, dict] = {}
+    # the cache directory is checked (cache_only: it must exist) before the model loads
+    loader = VideoLoader(cfg.data.cache_dir, cfg.data.cache_mode, cfg.data.decode_time_limit)
     with hold(out, "--out", "eval"):  # two runs appending to one predictions.jsonl mix their rows
         engine, processor = make_engine()
         try:
             for item in inputs:
                 data = dataclasses.replace(cfg.data, video_root=roots[item.spec.name])
-                loader = VideoLoader(data.cache_dir, data.cache_mode, data.decode_time_limit)
                 res = run_benchmark(
                     item, engine, processor, data, settings, out, model_id, loader, cfg.reward
                 )
