@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import os
+import subprocess
+import sys
 from fractions import Fraction
 from pathlib import Path
 
@@ -119,3 +121,22 @@ def pytest_collection_modifyitems(config, items):
     """
     slow_files = {item.path for item in items if item.get_closest_marker("slow")}
     items.sort(key=lambda item: item.path not in slow_files)
+
+
+def one_line_error(r, *fragments, code=2):
+    """The CLI's user-error form: exit ``code``, one line on stderr holding ``fragments``, no traceback."""
+    lines = r.stderr.strip().splitlines()
+    assert r.returncode == code and len(lines) == 1, (r.returncode, r.stderr[-1500:])
+    assert "Traceback" not in r.stderr and all(f in lines[0] for f in fragments), (fragments, lines)
+
+
+def hold_in_subprocess(out, command: str) -> subprocess.Popen:
+    """A process holding ``out`` as a run would (easyvideor1.outdir.hold), until killed."""
+    code = (
+        "import sys, time; from easyvideor1.outdir import hold\n"
+        "with hold(sys.argv[1], '--out', sys.argv[2]):\n"
+        "    print('held', flush=True); time.sleep(600)\n"
+    )
+    p = subprocess.Popen([sys.executable, "-c", code, str(out), command], stdout=subprocess.PIPE, text=True)
+    assert p.stdout.readline().strip() == "held"
+    return p

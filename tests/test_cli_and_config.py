@@ -9,6 +9,7 @@ import sys
 import pytest
 
 from easyvideor1.config import ConfigError, RunConfig, load_config
+from tests.conftest import hold_in_subprocess, one_line_error
 
 
 def test_yaml_then_dotted_overrides(tmp_path):
@@ -232,3 +233,128 @@ def test_cli_config_and_input_errors_are_clear(tmp_path):
     r = _cli("synth", "--out", tmp_path / "syn", "--n", "-1")
     assert r.returncode == 2 and "argument --n: must be > 0" in r.stderr
     assert not (tmp_path / "syn").exists()
+
+
+@pytest.fixture(scope="module")
+def small_set(tmp_path_factory):
+    """Three synthetic videos and a file standing where a directory is expected."""
+    from easyvideor1.data.synthetic import write_synthetic_set
+
+    d = tmp_path_factory.mktemp("cli_errors")
+    write_synthetic_set(str(d / "syn"), 3, size=(64, 48), duration=(1.0, 1.5))
+    (d / "afile").write_text("not a directory\n")
+    return d
+
+
+def test_output_paths_that_are_files_or_read_only_are_one_line_errors(small_set):
+    d = small_set
+    records, afile = d / "syn" / "records.jsonl", d / "afile"
+    bench = ["--benchmarks", "synthetic", "--video-root", d / "syn"]
+    preds = d / "preds.jsonl"
+    preds.write_text(json.dumps({"sample_id": "x", "response": "A"}) + "\n")
+    # /sys is read-only even for root (a chmod-ed directory is not: root writes it anyway)
+    for args, fragments in [
+        (["synth", "--out", afile, "--n", "1"], [f"--out {afile}: exists and is not a directory"]),
+        (["synth", "--out", "/sys/kernel", "--n", "1"], ["--out /sys/kernel: cannot write there"]),
+        (
+            ["preprocess", "--data", records, "--cache-dir", afile, "--model-family", "qwen3vl", "--quiet"],
+            [f"--cache-dir {afile}: exists and is not a directory"],
+        ),
+        (
+            ["preprocess", "--data", records, "--cache-dir", "/sys/ev1-cache", "--model-family", "qwen3vl"],
+            ["--cache-dir /sys/ev1-cache: cannot write there"],
+        ),
+        (["eval", "--dry-run", *bench, "--out", afile], [f"--out {afile}: exists and is not a directory"]),
+        (["score", *bench, "--predictions", preds, "--out", "/sys/kernel"], ["--out /sys/kernel: cannot"]),
+    ]:
+        one_line_error(_cli(*args), *fragments)
+    assert afile.read_text() == "not a directory\n"
+
+
+def test_an_override_value_yaml_cannot_parse_names_the_key():
+    r = _cli("train", "data.train_files=[a.jsonl")
+    one_line_error(r, "override 'data.train_files': cannot parse value '[a.jsonl'", "expected ',' or ']'")
+    with pytest.raises(ConfigError, match="override 'trainer.lr': cannot parse value '{1e-6'"):
+        load_config(RunConfig, None, ["data.video_fps=1", "trainer.lr={1e-6"])
+
+
+def test_frame_and_worker_flags_are_checked(small_set, tmp_path):
+    records = small_set / "syn" / "records.jsonl"
+    pre = [
+        "preprocess",
+        "--data",
+        records,
+        "--cache-dir",
+        tmp_path / "c",
+        "--model-family",
+        "qwen3vl",
+        "--quiet",
+    ]
+    for workers in ("0", "-1"):
+        one_line_error(_cli(*pre, "--workers", workers), "argument --workers: must be > 0")
+    one_line_error(_cli(*pre, "--fps", "1", "--nframes", "4"), "--fps 1.0 and --nframes 4 are exclusive")
+    r = _cli(*pre, "data.video_fps=1", "data.video_nframes=4")
+    one_line_error(r, "data.video_fps (1.0) and data.video_nframes (4) are exclusive")
+    assert not (tmp_path / "c").exists(), "checked before anything is written"
+    # 10^6 fps once rendered frames for minutes; the bound is an error at once
+    r = subprocess.run([sys.executable, "-m", "easyvideor1", "synth", "--out", tmp_path / "s", "--fps", "1000000"],
+                       capture_output=True, text=True, timeout=60)  # fmt: skip
+    one_line_error(r, "--fps must be <= 240", "got 1e+06")
+    assert not (tmp_path / "s").exists()
+
+
+def test_one_frame_rule_per_layer_the_flag_replacing_the_file(tmp_path):
+    """A config file's rate and a flag's fixed count are not "both set": the flag replaces the rule."""
+    import argparse
+
+    from easyvideor1.cli.common import data_values
+
+    run_yaml = tmp_path / "run.yaml"
+    run_yaml.write_text("data:\n  video_fps: 1.0\n")
+    flags = argparse.Namespace(fps=None, nframes=4)
+    cfg = load_config(
+        RunConfig, str(run_yaml), ["data.video_max_frames=8"], values={"data": data_values(flags)}
+    )
+    assert (cfg.data.video_fps, cfg.data.video_nframes) == (None, 4)
+    assert load_config(RunConfig).data.video_fps == 2.0, "the default rate when no count is set"
+    with pytest.raises(ConfigError, match="data.video_fps .* data.video_nframes"):
+        load_config(RunConfig, None, ["data.video_nframes=4", "data.video_fps=2"])
+
+
+def test_a_second_train_into_one_output_dir_names_the_first(tmp_path):
+    out = tmp_path / "run"
+    holder = hold_in_subprocess(out, "train")
+    try:
+        r = _cli("train", f"trainer.output_dir={out}", "trainer.max_steps=1")
+        one_line_error(r, f"{out}: in use by another run (pid {holder.pid}", "command train",
+                        "choose another trainer.output_dir")  # fmt: skip
+    finally:
+        holder.kill()
+        holder.wait()
+
+
+def test_a_killed_run_frees_its_directory_even_while_a_forked_child_lives(tmp_path):
+    """Loader and data workers are forked: they must not keep a killed run's lock alive."""
+    import os
+    import signal
+
+    from easyvideor1.outdir import hold
+
+    code = (
+        "import os, sys, time; from easyvideor1.outdir import hold\n"
+        "with hold(sys.argv[1], '--out', 'eval'):\n"
+        "    child = os.fork()\n"
+        "    if child == 0:\n"
+        "        time.sleep(120); os._exit(0)\n"
+        "    print(child, flush=True); time.sleep(600)\n"
+    )
+    run = subprocess.Popen([sys.executable, "-c", code, str(tmp_path)], stdout=subprocess.PIPE, text=True)
+    child = int(run.stdout.readline())
+    try:
+        run.kill()
+        run.wait()
+        os.kill(child, 0)  # still running
+        with hold(tmp_path, "--out", "eval"):
+            pass
+    finally:
+        os.kill(child, signal.SIGKILL)

@@ -108,8 +108,8 @@ def load_config(
             merged = OmegaConf.merge(merged, _load_yaml(config_file))
         if values:
             merged = OmegaConf.merge(merged, OmegaConf.create(values))
-        if overrides:
-            merged = OmegaConf.merge(merged, OmegaConf.from_dotlist(overrides))
+        for override in overrides or []:
+            merged = OmegaConf.merge(merged, _parse_override(override))
         plugins = OmegaConf.select(merged, "algorithm.plugin_files", default=None)
         if plugins:  # user algorithms registered before any section checks the names it holds
             load_plugin_files(list(plugins))
@@ -123,6 +123,16 @@ def load_config(
         raise
     except ValueError as e:  # a dataclass check: the message names the dotted key
         raise ConfigError(str(e)) from e
+
+
+def _parse_override(override: str) -> DictConfig:
+    """One ``key=value`` override; a value YAML cannot parse (``[a.jsonl``) is a ConfigError naming it."""
+    try:
+        return OmegaConf.from_dotlist([override])
+    except yaml.YAMLError as e:
+        key, _, value = override.partition("=")
+        problem = getattr(e, "problem", None) or str(e).splitlines()[0]
+        raise ConfigError(f"override '{key}': cannot parse value '{value}': {problem}") from e
 
 
 def _load_yaml(path: str) -> DictConfig:

@@ -15,6 +15,7 @@ from easyvideor1.cli import main
 from easyvideor1.data.synthetic import write_synthetic_set
 from easyvideor1.evaluation.predictions import read_predictions
 from easyvideor1.models.tiny import make_tiny_model
+from tests.conftest import hold_in_subprocess, one_line_error
 
 
 @pytest.fixture(scope="module")
@@ -267,3 +268,87 @@ def test_text_that_is_not_text_is_named_and_counted_by_dry_run_and_score(tmp_pat
     assert res["failures"] == 1 and res["score"] == 0.5  # the second sample has no usable response
     assert sorted(os.listdir(bench)) == ["predictions.jsonl", "results.json"], "nothing partial left"
     assert [r["sample_id"] for r in _rows(bench / "predictions.jsonl")] == [first, second]
+
+
+def test_predictions_that_are_empty_or_not_files_are_named(assets, tmp_path):
+    argv = [
+        "score",
+        "--benchmarks",
+        "synthetic",
+        "--video-root",
+        str(assets / "syn"),
+        "--out",
+        str(tmp_path / "s"),
+    ]
+    (tmp_path / "empty.jsonl").write_text("\n")
+    for given, fragment in [
+        ("/dev/null", "predictions file /dev/null: no rows"),  # exists (a device): read, and empty
+        (str(tmp_path / "empty.jsonl"), f"predictions file {tmp_path / 'empty.jsonl'}: no rows"),
+        (str(tmp_path), f"predictions file {tmp_path} is a directory"),
+        (str(tmp_path / "nope.jsonl"), "predictions file not found"),
+    ]:
+        one_line_error(_cli(*argv, "--predictions", given), fragment)
+
+
+@pytest.mark.parametrize("command", ["eval", "score", "filter"])
+def test_a_second_run_into_one_out_says_which_run_holds_it(assets, tmp_path, command):
+    """Two evals into one --out once interleaved their rows; the second now stops, naming the first,
+    and once the first is gone (killed: the kernel drops its lock) the directory is free again."""
+    out = tmp_path / "out"
+    bench = ["--benchmarks", "synthetic", "--video-root", str(assets / "syn")]
+    preds = tmp_path / "p.jsonl"
+    preds.write_text(json.dumps({"sample_id": "x", "response": "A"}) + "\n")
+    argv = {
+        "eval": ["eval", "--model", str(assets / "model"), *bench],
+        "score": ["score", *bench, "--predictions", str(preds)],
+        "filter": [
+            "filter",
+            "--model",
+            str(assets / "model"),
+            "--data",
+            str(assets / "syn" / "records.jsonl"),
+        ],
+    }[command]
+    holder = hold_in_subprocess(out, "eval")
+    try:
+        r = _cli(*argv, "--out", str(out))
+        one_line_error(r, f"{out}: in use by another run (pid {holder.pid}, started ", ", command eval); "
+                       "wait for it or choose another --out")  # fmt: skip
+        assert sorted(p.name for p in out.iterdir()) == [".lock"], "nothing written beside the holder"
+    finally:
+        holder.kill()
+        holder.wait()
+    if command == "score":  # the killed holder left the file, not the lock
+        r = _cli(*argv, "--out", str(out))
+        assert r.returncode == 0 and (out / "synthetic" / "results.json").exists(), r.stderr[-2000:]
+
+
+def test_a_full_disk_while_writing_thumbnails_is_one_line_and_keeps_the_results(assets, tmp_path):
+    """thumbs.jsonl on /dev/full (every write: ENOSPC): the run stops with one line naming the file,
+    exit 1 (the machine failed a valid run), and the earlier run's rows and results stay as they were."""
+    out = tmp_path / "out"
+    _eval(assets, out, "--max-samples", "2")
+    bench = out / "synthetic"
+    before = {name: (bench / name).read_bytes() for name in ("predictions.jsonl", "results.json")}
+    (bench / "thumbs.jsonl").unlink()
+    (bench / "thumbs.jsonl").symlink_to("/dev/full")
+    cmd = [
+        "eval", "--model", str(assets / "model"), "--benchmarks", "synthetic", "--video-root", str(assets / "syn"),
+        "--out", str(out), "--min-pixels", "1024", "--max-pixels", "4096", "--nframes", "4",
+        "--max-new-tokens", "5", "--load-workers", "1", "--max-samples", "2",
+    ]  # fmt: skip
+    r = _cli(*cmd)
+    errors = [line for line in r.stderr.splitlines() if line.startswith("easyvideor1")]
+    assert r.returncode == 1 and "Traceback" not in r.stderr, r.stderr[-2000:]
+    assert errors == [
+        f"easyvideor1 eval: cannot write {bench / 'thumbs.jsonl'}: No space left on device (ENOSPC)"
+    ]
+    assert {name: (bench / name).read_bytes() for name in before} == before
+
+
+def test_a_cache_dir_that_is_a_file_is_named_before_the_model_loads(assets, tmp_path):
+    (tmp_path / "afile").write_text("x\n")
+    r = _cli("eval", "--model", str(assets / "model"), "--benchmarks", "synthetic", "--video-root",
+             str(assets / "syn"), "--out", str(tmp_path / "o"), "--cache-dir", str(tmp_path / "afile"),
+             "--cache-mode", "cache_only")  # fmt: skip
+    one_line_error(r, f"cache directory {tmp_path / 'afile'} is not a directory")

@@ -133,6 +133,35 @@ def test_cli_exit_status_and_strict(tmp_path):
     assert strict.returncode == 1 and "1 reused" in strict.stdout
 
 
+def _file_size_limit(limit: int):
+    """A child's writes past ``limit`` bytes fail with EFBIG, as on a full disk (no root needed)."""
+    import resource
+
+    def apply() -> None:
+        signal.signal(signal.SIGXFSZ, signal.SIG_IGN)  # the default action kills instead of failing
+        resource.setrlimit(resource.RLIMIT_FSIZE, (limit, limit))
+
+    return apply
+
+
+def test_a_failed_manifest_merge_is_one_line_and_keeps_the_manifest(tmp_path):
+    videos = [make_video(tmp_path, f"v{i}", fps=10, duration=1) for i in range(3)]
+    data = _write_jsonl(tmp_path / "d.jsonl", [{"problem": "q", "videos": [v]} for v in videos])
+    cmd = [sys.executable, "-m", "easyvideor1", "preprocess", "--data", data, "--cache-dir", str(tmp_path / "c"),
+           "--workers", "1", "--quiet", "--min-pixels", "4096", "--max-pixels", str(64 * 32 * 32),
+           "--model-family", "qwen3vl"]  # fmt: skip
+    assert subprocess.run(cmd, capture_output=True, text=True).returncode == 0
+    manifest = tmp_path / "c" / "manifest.jsonl"
+    before = manifest.read_bytes()
+    assert len(before) > 300  # the rerun reuses every entry: the merged manifest is its first big write
+    r = subprocess.run(cmd, capture_output=True, text=True, preexec_fn=_file_size_limit(300))
+    assert r.returncode == 1 and r.stderr.strip().splitlines() == [
+        f"easyvideor1 preprocess: cannot write {manifest}: File too large (EFBIG)"
+    ], r.stderr[-2000:]
+    assert manifest.read_bytes() == before, "the previous manifest stays whole"
+    assert not list(manifest.parent.glob("manifest.jsonl.tmp.*")), "no temporary file left behind"
+
+
 def test_sigkill_midway_then_rerun_gives_a_complete_valid_cache(tmp_path):
     videos = [make_video(tmp_path, f"v{i}", fps=30, duration=6, size=(320, 240)) for i in range(10)]
     data = _write_jsonl(tmp_path / "d.jsonl", [{"problem": "q", "videos": [v]} for v in videos])

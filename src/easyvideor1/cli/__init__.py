@@ -11,12 +11,20 @@ from __future__ import annotations
 import argparse
 import sys
 
-from ..config import ConfigError
+from ..media.cache import CacheError
+from ..outdir import OutputError, describe, exit_code_for
 from . import curate, evaluate, run
 
 
+class _Parser(argparse.ArgumentParser):
+    """argparse with the CLI's error form: one line naming the flag, exit 2 (no usage block)."""
+
+    def error(self, message: str):
+        self.exit(2, f"{self.prog}: error: {message} (see {self.prog} --help)\n")
+
+
 def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(prog="easyvideor1", description=__doc__.splitlines()[0])
+    parser = _Parser(prog="easyvideor1", description=__doc__.splitlines()[0])
     sub = parser.add_subparsers(dest="command", required=True)
     run.add_parsers(sub)
     evaluate.add_parsers(sub)
@@ -30,14 +38,19 @@ def main(argv: list[str] | None = None) -> int:
         argv = ["eval-compare", *argv[2:]]
     parser = build_parser()
     args, extra = parser.parse_known_args(argv)
+    # user errors end here as one line: 2 for what the command line asked for (a flag, a key, a
+    # file, a path), 1 for a valid run the machine failed (disk full while writing: outdir.py)
     try:
         return args.func(args, extra)
-    except ConfigError as e:
+    except OutputError as e:
+        print(f"easyvideor1 {args.command}: {e}", file=sys.stderr)
+        return e.exit_code
+    except (ValueError, CacheError) as e:  # ConfigError, EvalInputError, RecordError, dataclass checks
         print(f"easyvideor1 {args.command}: {e}", file=sys.stderr)
         return 2
-    except (FileNotFoundError, ValueError) as e:
-        print(f"easyvideor1 {args.command}: {e}", file=sys.stderr)
-        return 2
+    except OSError as e:  # a file the command was given cannot be opened or read
+        print(f"easyvideor1 {args.command}: {describe(e)}", file=sys.stderr)
+        return exit_code_for(e)
 
 
 if __name__ == "__main__":

@@ -58,12 +58,21 @@ FLAG_TO_KEY = {
 
 
 def data_values(args: argparse.Namespace) -> dict:
-    """The ``data.*`` values the frame-sampling flags set (``--nframes`` replaces the fps rule)."""
+    """The ``data.*`` values the frame-sampling flags set. ``--fps`` and ``--nframes`` are one choice
+    (a rate or a fixed count): together they are an error; either one replaces the other's key set
+    by ``config=FILE`` or a preset."""
+    if getattr(args, "fps", None) is not None and getattr(args, "nframes", None) is not None:
+        raise ConfigError(
+            f"--fps {args.fps} and --nframes {args.nframes} are exclusive (a frame rate or a fixed "
+            "frame count): give one"
+        )
     data = {
         key: getattr(args, flag) for flag, key in FLAG_TO_KEY.items() if getattr(args, flag, None) is not None
     }
     if data.get("video_nframes") is not None:
         data["video_fps"] = None
+    if data.get("video_fps") is not None:
+        data["video_nframes"] = None
     return data
 
 

@@ -47,10 +47,14 @@ def _eval_config(args: argparse.Namespace, extra: list[str]) -> RunConfig:
             data[flag] = getattr(args, flag)
     if getattr(args, "video_root", None) is not None:
         settings["video_root"] = args.video_root
-    preset_name = settings.get("preset") or load_config(RunConfig, config_file, overrides).eval.preset
+    base = load_config(RunConfig, config_file, overrides)
+    preset_name = settings.get("preset") or base.eval.preset
     if preset_name:
         preset = get_preset(preset_name)
-        data = {**preset["data"], **data}
+        preset_data = dict(preset["data"])
+        if base.data.video_nframes is not None:  # the user's fixed count replaces the preset's rate
+            preset_data.pop("video_fps", None)
+        data = {**preset_data, **data}
         settings = {**preset["sampling"], **settings}
     return load_config(RunConfig, config_file, overrides, values={"data": data, "eval": settings})
 

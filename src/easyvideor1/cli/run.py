@@ -5,17 +5,24 @@ from __future__ import annotations
 import argparse
 import json
 import os
+from contextlib import nullcontext
 
 from ..config import ConfigError, RunConfig, load_config, split_overrides
+from ..outdir import check_writable, hold
 from .common import add_sampling_flags, family_choices, frame_size, number_above_zero, run_config, shard
 
 
 def cmd_synth(args: argparse.Namespace, extra: list[str]) -> int:
-    from ..data.synthetic import write_synthetic_set
+    from ..data.synthetic import MAX_FPS, write_synthetic_set
 
     if extra:
         raise ConfigError(f"synth takes no key=value settings, got {' '.join(extra)}")
+    if args.fps > MAX_FPS:  # frames are drawn one by one: a huge rate ran for minutes, silently
+        raise ConfigError(
+            f"--fps must be <= {MAX_FPS:g} (synthetic frames are drawn one by one), got {args.fps:g}"
+        )
     w, h = args.size
+    check_writable(args.out, "--out")
     path = write_synthetic_set(args.out, args.n, seed=args.seed, size=(w, h), fps=args.fps, codec=args.codec)
     print(f"wrote {args.n} videos and {sum(1 for _ in open(path))} records to {path}")
     return 0
@@ -72,19 +79,22 @@ def cmd_train(args: argparse.Namespace, extra: list[str]) -> int:
         raise ConfigError(f"unrecognised arguments: {' '.join(rest)}")
     cfg = load_config(RunConfig, config_file, overrides)
     state = init_distributed(cfg.distributed)  # a no-op outside torchrun
-    if cfg.demo.prepare:
-        from ..demo import prepare_demo_assets
+    # rank 0 holds the run directory for all ranks (if it stops here, torchrun stops the others)
+    held = hold(cfg.trainer.output_dir, "trainer.output_dir", "train") if state.is_main else nullcontext()
+    with held:
+        if cfg.demo.prepare:
+            from ..demo import prepare_demo_assets
 
-        if not state.is_main:
-            barrier()  # rank 0 writes the demo assets; the others then only find them
-        prepare_demo_assets(cfg)
+            if not state.is_main:
+                barrier()  # rank 0 writes the demo assets; the others then only find them
+            prepare_demo_assets(cfg)
+            if state.is_main:
+                barrier()
+        trainer = Trainer(cfg)
+        final = trainer.train()
         if state.is_main:
-            barrier()
-    trainer = Trainer(cfg)
-    final = trainer.train()
-    if state.is_main:
-        print(json.dumps({k: round(v, 4) for k, v in final.items() if k.count("/") == 1}))
-    trainer.close()
+            print(json.dumps({k: round(v, 4) for k, v in final.items() if k.count("/") == 1}))
+        trainer.close()
     return 0
 
 
@@ -102,14 +112,19 @@ def add_parsers(sub) -> None:
     p.add_argument("--n", type=number_above_zero(int), default=16, help="number of videos (> 0)")
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--size", type=frame_size, default=(160, 120), help="WIDTHxHEIGHT (default 160x120)")
-    p.add_argument("--fps", type=number_above_zero(float), default=10.0)
+    p.add_argument("--fps", type=number_above_zero(float), default=10.0, help="frame rate (default 10)")
     p.add_argument("--codec", default="h264", choices=["h264", "hevc", "vp9", "vp8", "mpeg4", "mjpeg"])
     p.set_defaults(func=cmd_synth)
 
     p = sub.add_parser("preprocess", help="decode the videos of data files once, into the frame cache")
     p.add_argument("--data", action="append", help="data file (JSON, JSONL, Parquet); repeatable")
     p.add_argument("--cache-dir", help="cache directory (data.cache_dir)")
-    p.add_argument("--workers", type=int, default=max(1, (os.cpu_count() or 2)), help="processes")
+    p.add_argument(
+        "--workers",
+        type=number_above_zero(int),
+        default=max(1, (os.cpu_count() or 2)),
+        help="decoding processes, >= 1 (default: one per core)",
+    )
     p.add_argument("--shard", type=shard, help="I/N: process only this machine's share of the videos")
     p.add_argument("--strict", action="store_true", help="exit non-zero when any input failed")
     p.add_argument("--quiet", action="store_true", help="no progress bar")

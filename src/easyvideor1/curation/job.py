@@ -8,6 +8,7 @@ from collections.abc import Callable
 from typing import Any
 
 from ..data.config import DataConfig
+from ..outdir import hold
 from ..rewards import RewardConfig
 from .filter import FilterSettings, run_filter, settings_digest, to_sample
 from .inputs import InputFile, load_inputs
@@ -35,17 +36,18 @@ def curate(
     files = load_inputs(paths, reward)
     data = data.with_model(model)  # the checkpoint names the family (frame size); data.model_family checks it
     model_id = model_fingerprint(model)
-    items, _, todo = to_sample(files, data, settings, out_dir, model_id)
-    stats = {"records": len(items), "sampled": 0, "reused": len(items), "seconds": 0.0}
-    if todo:  # a rerun with every record sampled (another band, other thresholds) loads no model
-        engine, processor = make_engine()
-        try:
-            stats = run_filter(files, data, reward, settings, out_dir, model_id, engine, processor)
-        finally:
-            engine.close()
-    else:
-        print(f"filter: all {len(items)} records already sampled; no model loaded")
-    report = finish(files, data, reward, settings, out_dir, model, model_id)
+    with hold(out_dir, "--out", "filter"):  # two runs appending to one responses.jsonl mix their rows
+        items, _, todo = to_sample(files, data, settings, out_dir, model_id)
+        stats = {"records": len(items), "sampled": 0, "reused": len(items), "seconds": 0.0}
+        if todo:  # a rerun with every record sampled (another band, other thresholds) loads no model
+            engine, processor = make_engine()
+            try:
+                stats = run_filter(files, data, reward, settings, out_dir, model_id, engine, processor)
+            finally:
+                engine.close()
+        else:
+            print(f"filter: all {len(items)} records already sampled; no model loaded")
+        report = finish(files, data, reward, settings, out_dir, model, model_id)
     t = report["totals"]
     print(
         f"filter: {t['kept']} of {t['total']} records kept ({t['always_solved']} always solved, "

@@ -5,7 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field, replace
 
 from ..media.cache import CACHE_MODES
-from ..media.sampling import SamplingParams, factor_for_family, family_factors
+from ..media.sampling import DEFAULT_FPS, SamplingParams, factor_for_family, family_factors
 from ..media.video import TIMESTAMP_MODES
 
 
@@ -24,9 +24,10 @@ class DataConfig:
             family is an error. Without a model (``preprocess`` without ``--model``) it is how the
             family is named. It decides the resize factor: 28 for patch-14 families (Qwen2/2.5-VL),
             32 for patch-16 ones (Qwen3-VL, Qwen3.5).
-        video_fps: Frames sampled per second of video (qwen-vl-utils ``fps``; default 2.0). A record's
-            own ``fps`` field overrides it.
-        video_nframes: A fixed frame count instead of ``video_fps`` (mutually exclusive with it).
+        video_fps: Frames sampled per second of video (qwen-vl-utils ``fps``; default 2.0 when
+            ``video_nframes`` is not set). A record's own ``fps`` field overrides it.
+        video_nframes: A fixed frame count instead of ``video_fps`` (mutually exclusive with it:
+            setting both is an error, since one of them would be silently ignored).
         video_min_frames: Lower bound on the frame count with ``video_fps`` (default 4).
         video_max_frames: Upper bound on the frame count (default: min(768, frames in the video)).
             A record's ``max_frames`` overrides it.
@@ -72,7 +73,7 @@ class DataConfig:
     val_files: list[str] = field(default_factory=list)
     video_root: str | None = None
     model_family: str | None = None
-    video_fps: float | None = 2.0
+    video_fps: float | None = None  # None: DEFAULT_FPS, unless video_nframes is set
     video_nframes: int | None = None
     video_min_frames: int | None = None
     video_max_frames: int | None = None
@@ -101,6 +102,13 @@ class DataConfig:
             raise ValueError(f"data.allow_truncated must be true or false, got {self.allow_truncated!r}")
         if self.preflight not in ("full", "fast"):
             raise ValueError(f"data.preflight must be full or fast, got {self.preflight!r}")
+        if self.video_fps is not None and self.video_nframes is not None:
+            raise ValueError(
+                f"data.video_fps ({self.video_fps}) and data.video_nframes ({self.video_nframes}) are "
+                "exclusive (a frame rate or a fixed frame count): set one of them to null"
+            )
+        if self.video_nframes is None and self.video_fps is None:
+            self.video_fps = DEFAULT_FPS  # resolved here, so the saved config says which rule ran
         self._check_ranges()
         if self.model_family is not None:
             factor_for_family(self.model_family)  # raises a clear error for unknown families
@@ -108,8 +116,6 @@ class DataConfig:
             raise ValueError(
                 f"data.cache_mode must be one of {', '.join(CACHE_MODES)}, got {self.cache_mode!r}"
             )
-        if self.video_nframes is not None:
-            self.video_fps = None  # a fixed count replaces the fps rule
         # validate the budgets now, not at the first video: with the family's factor, or, before the
         # model names the family, with the smallest one (the check is repeated by with_model)
         self._check_budgets(self.factor if self.model_family is not None else min(family_factors()))

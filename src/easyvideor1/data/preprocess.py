@@ -41,6 +41,7 @@ from ..media.manifest import manifest_name, write_merged
 from ..media.sampling import SamplingParams
 from ..media.video import sample_video
 from ..media.workers import run_tasks
+from ..outdir import check_writable, write_text_atomic
 from .config import DataConfig
 from .records import RecordError, load_records
 
@@ -238,12 +239,6 @@ def _writer_alive(pid: int, tmp: Path) -> bool:
         return True  # no /proc (not Linux): trust the signal check
 
 
-def _write_atomic(path: Path, text: str) -> None:
-    tmp = path.with_name(f"{path.name}.tmp.{os.getpid()}")
-    tmp.write_text(text, encoding="utf-8")
-    os.replace(tmp, path)
-
-
 def preprocess(
     data_files: list[str],
     cfg: DataConfig,
@@ -254,8 +249,8 @@ def preprocess(
 ) -> dict[str, Any]:
     """Build the cache for ``data_files``; returns the report (also written to ``report.json``)."""
     t0 = time.monotonic()
-    root = Path(cache_dir)
-    root.mkdir(parents=True, exist_ok=True)
+    # not held (outdir.hold): runs on one cache overlap on purpose, each merging its manifest rows
+    root = check_writable(cache_dir, "--cache-dir")
     stale = _clean_stale_temp_files(root)
     failures: list[dict] = []
     jobs, counts = collect_jobs(data_files, cfg, shard, failures)
@@ -321,7 +316,7 @@ def preprocess(
         for j in jobs
     ]
     manifest_rows = write_merged(root, manifest_name(shard), rows)
-    _write_atomic(root / f"failures{suffix}.jsonl", "".join(json.dumps(f) + "\n" for f in failures))
+    write_text_atomic(root / f"failures{suffix}.jsonl", "".join(json.dumps(f) + "\n" for f in failures))
     report = {
         **counts,
         "videos": len(jobs),
@@ -338,7 +333,7 @@ def preprocess(
         "manifest_rows": manifest_rows,  # this run's and earlier runs' (merged)
         "cache_dir": str(root.resolve()),
     }
-    _write_atomic(root / f"report{suffix}.json", json.dumps(report, indent=2) + "\n")
+    write_text_atomic(root / f"report{suffix}.json", json.dumps(report, indent=2) + "\n")
     return report
 
 

@@ -22,6 +22,9 @@ from ..media.encode import CODECS, encode_video
 COLOURS = {"red": (220, 40, 40), "green": (40, 200, 60), "blue": (50, 80, 230), "yellow": (230, 210, 40)}
 WORDS = ["CAT", "SUN", "BOX", "RED", "MAP", "KEY", "OWL", "FOX", "JAM", "ZIP"]
 OPTION_LETTERS = "ABCD"
+# Frames are rendered one by one in Python: 240 fps (high-speed video) over the longest default
+# clip (6 s) is 1,440 frames, seconds per video; far more ran for minutes without saying why
+MAX_FPS = 240.0
 
 
 @dataclass
@@ -180,6 +183,8 @@ def write_synthetic_set(
 
     Video paths in the records are relative to ``out_dir``, so that directory is the video root.
     """
+    if not 0 < fps <= MAX_FPS:
+        raise ValueError(f"synthetic fps must be > 0 and <= {MAX_FPS:g}, got {fps:g}")
     rng = random.Random(seed)
     os.makedirs(os.path.join(out_dir, "videos"), exist_ok=True)
     ext = CODECS[codec][2]

@@ -21,6 +21,7 @@ from typing import Any, Protocol
 
 from ..data.config import DataConfig
 from ..data.records import RecordError
+from ..outdir import hold, writing
 from ..rewards import RewardConfig
 from .config import ANNOTATIONS_ENV, EvalConfig, digest_of
 from .inputs import BenchmarkInputs
@@ -169,23 +170,28 @@ def evaluate(
     roots = {item.spec.name: media_root(item.spec, settings, cfg.data.video_root) for item in inputs}
     cfg.data = cfg.data.with_model(model)  # the checkpoint names the family; data.model_family checks it
     model_id = model_fingerprint(model)
-    engine, processor = make_engine()
     results: dict[str, dict] = {}
-    try:
-        for item in inputs:
-            data = dataclasses.replace(cfg.data, video_root=roots[item.spec.name])
-            loader = VideoLoader(data.cache_dir, data.cache_mode, data.decode_time_limit)
-            res = run_benchmark(item, engine, processor, data, settings, out, model_id, loader, cfg.reward)
-            results[item.spec.name] = res
-            print(
-                f"{item.spec.name}: {_fmt(res['score'])} {res['metric']} ({res['evaluated']}/{res['samples']} samples, "
-                f"{res['failures']} failures, {res['truncated']} truncated, {res['not_scored']} not scored)"
-            )
-    finally:
-        engine.close()
-    write_summary(results, out)
-    plot_scores(results, out)
-    print(f"report: {write_run_report(out, inputs, results, cfg.reward)}")
+    # the cache directory is checked (cache_only: it must exist) before the model loads
+    loader = VideoLoader(cfg.data.cache_dir, cfg.data.cache_mode, cfg.data.decode_time_limit)
+    with hold(out, "--out", "eval"):  # two runs appending to one predictions.jsonl mix their rows
+        engine, processor = make_engine()
+        try:
+            for item in inputs:
+                data = dataclasses.replace(cfg.data, video_root=roots[item.spec.name])
+                res = run_benchmark(
+                    item, engine, processor, data, settings, out, model_id, loader, cfg.reward
+                )
+                results[item.spec.name] = res
+                print(
+                    f"{item.spec.name}: {_fmt(res['score'])} {res['metric']} ({res['evaluated']}/{res['samples']} "
+                    f"samples, {res['failures']} failures, {res['truncated']} truncated, "
+                    f"{res['not_scored']} not scored)"
+                )
+        finally:
+            engine.close()
+        write_summary(results, out)
+        plot_scores(results, out)
+        print(f"report: {write_run_report(out, inputs, results, cfg.reward)}")
     return results
 
 
@@ -197,17 +203,20 @@ def dry_run(cfg: RunSections, out: str) -> dict[str, str]:
     """Write ``OUT/B/prompts.jsonl`` for every benchmark; loads no model and decodes no video."""
     written = {}
     settings = cfg.eval
-    for item in load_inputs(resolve_benchmarks(settings, cfg.data.prompt_template), settings):
-        bench_dir = os.path.join(out, item.spec.name)
-        os.makedirs(bench_dir, exist_ok=True)
-        path = os.path.join(bench_dir, "prompts.jsonl")
-        tmp = path + ".tmp"
-        with open(tmp, "w", encoding="utf-8") as f:
-            for row in item.prompt_rows():
-                f.write(json.dumps(row, ensure_ascii=False) + "\n")
-        os.replace(tmp, path)
-        written[item.spec.name] = path
-        print(f"{item.spec.name}: {len(item.records)} prompts -> {path}")
+    inputs = load_inputs(resolve_benchmarks(settings, cfg.data.prompt_template), settings)
+    with hold(out, "--out", "eval --dry-run"):
+        for item in inputs:
+            bench_dir = os.path.join(out, item.spec.name)
+            os.makedirs(bench_dir, exist_ok=True)
+            path = os.path.join(bench_dir, "prompts.jsonl")
+            tmp = path + ".tmp"
+            with writing(path):
+                with open(tmp, "w", encoding="utf-8") as f:
+                    for row in item.prompt_rows():
+                        f.write(json.dumps(row, ensure_ascii=False) + "\n")
+                os.replace(tmp, path)
+            written[item.spec.name] = path
+            print(f"{item.spec.name}: {len(item.records)} prompts -> {path}")
     return written
 
 
@@ -217,8 +226,12 @@ def _responses(files: list[str], names: list[str]) -> tuple[dict[str, dict[str, 
     by_bench: dict[str, dict[str, dict]] = {n: {} for n in names}
     skipped = 0
     for path in files:
-        if not os.path.isfile(path):
+        # not only regular files: a pipe (``--predictions <(jq ...)``) is read like one
+        if not os.path.exists(path):
             raise EvalInputError(f"predictions file not found: {path}")
+        if os.path.isdir(path):
+            raise EvalInputError(f"predictions file {path} is a directory (expected JSONL)")
+        lineno = 0
         for lineno, row, why in read_lines(path):
             if row is not None and not isinstance(row.get("response", row.get("prediction")), str):
                 why = "not a JSON object with string 'sample_id' and 'response'"
@@ -231,6 +244,8 @@ def _responses(files: list[str], names: list[str]) -> tuple[dict[str, dict[str, 
                 print(f"{path}: line {lineno} skipped: {why}", file=sys.stderr)
                 continue
             by_bench[bench][row["sample_id"]] = row
+        if lineno == 0:  # scoring nothing would report every sample as a failure
+            raise EvalInputError(f"predictions file {path}: no rows (the file is empty)")
     return by_bench, skipped
 
 
@@ -239,7 +254,8 @@ def score(cfg: RunSections, predictions: list[str], out: str) -> dict[str, dict]
     settings = cfg.eval
     inputs = load_inputs(resolve_benchmarks(settings, cfg.data.prompt_template), settings)
     given, skipped = _responses(predictions, [i.spec.name for i in inputs])
-    return score_responses(inputs, given, out, cfg.reward, skipped)
+    with hold(out, "--out", "score"):
+        return score_responses(inputs, given, out, cfg.reward, skipped)
 
 
 def score_responses(

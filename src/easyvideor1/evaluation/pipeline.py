@@ -11,14 +11,17 @@ sample whose media cannot be loaded is recorded as a failure and counts as wrong
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import os
 import time
+from collections.abc import Iterator
 from typing import Any
 
 from ..data.config import DataConfig
 from ..data.dataset import RecordDataset
 from ..data.prompt import PromptTemplate
+from ..outdir import writing
 from ..rewards import RewardConfig
 from ..rollout.base import Prompt, Request, Responses
 from ..rollout.pipeline import run_pipeline
@@ -95,13 +98,16 @@ def run_benchmark(
     ]
     max_new = settings.max_new_tokens or spec.max_new_tokens
     work = BenchmarkWork(inputs, settings.sampling(max_new_tokens=max_new), digest, reward)
-    with (
-        PredictionWriter(pred_path) as out,
-        PredictionWriter(os.path.join(bench_dir, "thumbs.jsonl")) as thumbs,
-    ):
+    thumbs_path = os.path.join(bench_dir, "thumbs.jsonl")
+    with _appending(pred_path) as out, _appending(thumbs_path) as thumbs:
 
         def keep_thumbnail(i: int, strip: str) -> None:  # for report.html (it never decodes a video again)
-            thumbs.write([{"sample_id": inputs.ids[i], "thumb": strip}])
+            with writing(thumbs_path):  # a full disk: one line naming the file (earlier rows stay)
+                thumbs.write([{"sample_id": inputs.ids[i], "thumb": strip}])
+
+        def keep_rows(rows: list[dict]) -> None:
+            with writing(pred_path):
+                out.write(rows)
 
         timing = run_pipeline(
             dataset,
@@ -109,7 +115,7 @@ def run_benchmark(
             engine,
             processor,
             work,
-            out.write,
+            keep_rows,
             settings.pipeline(),
             thumbnail_strip,
             keep_thumbnail,
@@ -133,6 +139,19 @@ def run_benchmark(
         reward,
         probe=settings.probe,
     )
+
+
+@contextlib.contextmanager
+def _appending(path: str) -> Iterator[PredictionWriter]:
+    """A PredictionWriter whose open and close name ``path`` when they fail: the close flushes, so
+    after a full disk it fails again, and its bare OSError would hide which file it was."""
+    with writing(path):
+        writer = PredictionWriter(path)
+    try:
+        yield writer
+    finally:
+        with writing(path):
+            writer.close()
 
 
 @dataclasses.dataclass

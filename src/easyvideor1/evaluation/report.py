@@ -6,6 +6,8 @@ from __future__ import annotations
 import os
 from typing import Any
 
+from ..outdir import write_text_atomic, writing
+
 
 def write_summary(results: dict[str, dict[str, Any]], out_dir: str) -> str:
     from .results import write_json_atomic
@@ -22,8 +24,7 @@ def write_summary(results: dict[str, dict[str, Any]], out_dir: str) -> str:
             f"{r.get('seconds', '-')} |"
         )
     path = os.path.join(out_dir, "results.md")
-    with open(path, "w", encoding="utf-8") as f:
-        f.write("\n".join(lines) + "\n")
+    write_text_atomic(path, "\n".join(lines) + "\n")
     return path
 
 
@@ -49,8 +50,11 @@ def plot_scores(results: dict[str, dict[str, Any]], out_dir: str) -> str | None:
     ax.tick_params(axis="x", rotation=30)
     fig.tight_layout()
     path = os.path.join(out_dir, "scores.png")
-    fig.savefig(path, dpi=110)
-    plt.close(fig)
+    try:
+        with writing(path):
+            fig.savefig(path, dpi=110)
+    finally:
+        plt.close(fig)
     return path
 
 

@@ -21,6 +21,7 @@ import re
 import time
 from typing import Any
 
+from ..outdir import write_text_atomic
 from .predictions import iter_rows
 
 THUMB_FRAMES = 4  # frames per strip
@@ -165,10 +166,7 @@ def write_page(path: str, title: str, benchmarks: dict[str, dict], rows: list[di
     # "</" inside a <script> would end it early; JSON allows the escaped form "<\/"
     blob = json.dumps(payload, ensure_ascii=False, separators=(",", ":")).replace("</", "<\\/")
     page = PAGE.replace("__TITLE__", html.escape(title)).replace("__DATA__", blob)
-    tmp = path + ".tmp"
-    with open(tmp, "w", encoding="utf-8") as f:
-        f.write(page)
-    os.replace(tmp, path)
+    write_text_atomic(path, page)
     return path
 
 

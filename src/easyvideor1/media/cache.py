@@ -254,7 +254,8 @@ class VideoLoader:
             raise ValueError("cache_only mode needs a cache_dir")
         if cache_dir and mode != "decode_only" and not os.path.isdir(cache_dir):
             if mode == "cache_only":
-                raise CacheError(f"cache directory {cache_dir} does not exist")
+                what = "is not a directory" if os.path.exists(cache_dir) else "does not exist"
+                raise CacheError(f"cache directory {cache_dir} {what}")
         self.cache_dir, self.mode, self.time_limit = cache_dir, mode, time_limit
         self.stats = CacheStats()
         self._manifest: dict[tuple[str, str], dict[str, Any]] | None = None

@@ -27,6 +27,7 @@ from pathlib import Path
 from typing import Any
 
 from ..data.records import RecordError, json_lines
+from ..outdir import writing
 from .identity import SourceIdentity
 
 MANIFEST_GLOB = "manifest*.jsonl"
@@ -100,11 +101,12 @@ def write_merged(cache_dir: str | os.PathLike, name: str, rows: list[dict]) -> i
         merged = merge_rows(root, old, rows)
         tmp = path.with_name(f"{name}.tmp.{socket.gethostname()}.{os.getpid()}")
         try:
-            with open(tmp, "w", encoding="utf-8") as f:
-                f.writelines(json.dumps(r) + "\n" for r in merged)
-                f.flush()
-                os.fsync(f.fileno())
-            os.replace(tmp, path)
+            with writing(path):  # a full disk: one line naming the manifest, which stays as it was
+                with open(tmp, "w", encoding="utf-8") as f:
+                    f.writelines(json.dumps(r) + "\n" for r in merged)
+                    f.flush()
+                    os.fsync(f.fileno())
+                os.replace(tmp, path)
         finally:
             tmp.unlink(missing_ok=True)
     return len(merged)

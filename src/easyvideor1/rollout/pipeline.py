@@ -35,6 +35,7 @@ from ..data.config import DataConfig
 from ..data.dataset import MediaSample, RecordDataset, load_media, render_text, thinking_mode
 from ..media.cache import VideoLoader
 from ..media.failures import MediaFailure
+from ..outdir import OutputError
 from .base import Prompt, Request, Responses
 from .config import PipelineSettings
 
@@ -137,6 +138,8 @@ def run_pipeline(
 
 def _next(ready: queue.Queue, block: bool = True):
     item = ready.get(block=block)
+    if isinstance(item, OutputError):  # an output the loader side writes (thumbnails) failed: as it is
+        raise item
     if isinstance(item, BaseException):  # the loader died: stop with its error, not a hang
         raise RuntimeError(f"media loading stopped: {failure_reason(item)}") from item
     return item

@@ -1,0 +1,168 @@
+"""Output directories: checked before a command writes into them, held by one run at a time, and
+write failures turned into one line that names the file.
+
+- :func:`hold` (``eval``, ``score``, ``filter``, ``train``): creates the directory, then takes an
+  exclusive ``flock`` on ``<dir>/.lock`` for the whole run and writes who holds it (pid, host,
+  command, start time) into the file as JSON. A second run into the same directory stops at once,
+  naming the holder, instead of appending its rows among the first run's. The kernel drops a
+  ``flock`` when its process dies, so a killed run never leaves a stale lock behind: the JSON is
+  only what the next run reports, never what decides.
+- :func:`check_writable` (``preprocess``): the same directory checks without the lock, because
+  preprocess runs on one cache directory may overlap on purpose (shards, train and eval files;
+  the manifest merge has its own lock, ``media/manifest.py``).
+- :func:`writing`: wraps a write so that an ``OSError`` (full disk, file size limit, I/O error)
+  becomes an :class:`OutputError` naming the file; the writers write a temporary file and rename
+  it (:func:`write_text_atomic`), so the previous version of the file stays whole.
+
+Exit codes (``cli.main``): 2 for a path that cannot be used at all (not a directory, read-only,
+held by another run), 1 for a run that failed while writing (no space, file too large, I/O error).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import errno
+import json
+import os
+import socket
+import sys
+import tempfile
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+LOCK_NAME = ".lock"
+
+# Lock descriptors this process holds. A forked child (media loaders, data workers) would share the
+# lock with its copy of the descriptor and keep it after the run itself was killed, until the child
+# exits too; the child closes its copy instead (the parent's keeps the lock).
+_HELD: set[int] = set()
+
+
+def _close_held_after_fork() -> None:
+    for fd in _HELD:
+        with contextlib.suppress(OSError):
+            os.close(fd)
+    _HELD.clear()
+
+
+os.register_at_fork(after_in_child=_close_held_after_fork)
+
+# the machine, not the command line, failed the write: the run was valid, so exit 1, not 2
+_RESOURCE_ERRNOS = {errno.ENOSPC, errno.EDQUOT, errno.EFBIG, errno.EIO}
+
+
+class OutputError(Exception):
+    """An output path that cannot be used or written; ``exit_code`` is what the CLI exits with."""
+
+    def __init__(self, message: str, exit_code: int = 2):
+        super().__init__(message)
+        self.exit_code = exit_code
+
+
+def reason(e: OSError) -> str:
+    """``No space left on device (ENOSPC)``: the errno's text and name, without the path."""
+    name = errno.errorcode.get(e.errno or 0)
+    text = e.strerror or str(e)
+    return f"{text} ({name})" if name else text
+
+
+def describe(e: OSError) -> str:
+    """One line for an OSError that reached the command line: the file, then why."""
+    if e.errno is None:  # raised with a message of its own (``FileNotFoundError("data file ...")``)
+        return str(e)
+    return f"{e.filename}: {reason(e)}" if e.filename else reason(e)
+
+
+def exit_code_for(e: OSError) -> int:
+    return 1 if e.errno in _RESOURCE_ERRNOS else 2
+
+
+@contextlib.contextmanager
+def writing(path: str | os.PathLike) -> Iterator[None]:
+    """Run a write of ``path``; an OSError inside becomes one OutputError naming ``path``."""
+    try:
+        yield
+    except OSError as e:
+        raise OutputError(f"cannot write {path}: {reason(e)}", exit_code_for(e)) from e
+
+
+def write_text_atomic(path: str | os.PathLike, text: str) -> None:
+    """Write ``path`` whole or not at all: a temporary file beside it, then a rename. A failed write
+    (full disk) leaves the previous ``path`` as it was and no temporary file behind."""
+    path = Path(path)
+    tmp = path.with_name(f".{path.name}.tmp.{socket.gethostname()}.{os.getpid()}")
+    with writing(path):
+        try:
+            tmp.write_text(text, encoding="utf-8")
+            os.replace(tmp, path)
+        finally:
+            tmp.unlink(missing_ok=True)
+
+
+def check_writable(path: str | os.PathLike, flag: str) -> Path:
+    """Create directory ``path`` (named by ``flag`` in errors) and prove a file can be made in it.
+
+    The proof is a real file, not ``os.access``: root passes every permission check yet still
+    cannot write a read-only filesystem."""
+    root = Path(path)
+    if root.exists() and not root.is_dir():
+        raise OutputError(f"{flag} {path}: exists and is not a directory")
+    try:
+        root.mkdir(parents=True, exist_ok=True)
+        fd, probe = tempfile.mkstemp(dir=root, prefix=".write-check-")
+        os.close(fd)
+        os.unlink(probe)
+    except OSError as e:
+        raise OutputError(f"{flag} {path}: cannot write there: {reason(e)}", exit_code_for(e)) from e
+    return root
+
+
+@contextlib.contextmanager
+def hold(path: str | os.PathLike, flag: str, command: str) -> Iterator[Path]:
+    """Hold directory ``path`` for this run (see the module docstring); yields it, created."""
+    import fcntl
+
+    root = check_writable(path, flag)
+    lock_path = root / LOCK_NAME
+    try:
+        fd = os.open(lock_path, os.O_RDWR | os.O_CREAT, 0o644)
+    except OSError as e:
+        raise OutputError(f"{flag} {path}: cannot create {LOCK_NAME}: {reason(e)}", exit_code_for(e)) from e
+    try:
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            raise OutputError(
+                f"{path}: in use by another run ({_holder(lock_path)}); wait for it or choose another {flag}"
+            ) from None
+        except OSError as e:  # a filesystem without locks (some FUSE mounts): run, but say so
+            warning = f"warning: cannot lock {lock_path} ({reason(e)}); not guarded against a second run"
+            print(warning, file=sys.stderr)
+        holder = {
+            "pid": os.getpid(),
+            "host": socket.gethostname(),
+            "command": command,
+            "started": time.strftime("%Y-%m-%d %H:%M:%S %z"),
+            "argv": sys.argv,
+        }
+        with contextlib.suppress(OSError):  # who holds it is a courtesy; the flock is the lock
+            os.ftruncate(fd, 0)
+            os.pwrite(fd, (json.dumps(holder) + "\n").encode(), 0)
+        _HELD.add(fd)
+        yield root
+    finally:
+        _HELD.discard(fd)
+        os.close(fd)  # releases the flock
+
+
+def _holder(lock_path: Path) -> str:
+    """``pid 1234 on host, started <time>, command eval`` from the lock file, as far as it is known."""
+    try:
+        info = json.loads(lock_path.read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return "holder not recorded yet"
+    if not isinstance(info, dict):
+        return "holder not recorded"
+    host = f" on {info['host']}" if info.get("host") and info.get("host") != socket.gethostname() else ""
+    return f"pid {info.get('pid')}{host}, started {info.get('started')}, command {info.get('command')}"
