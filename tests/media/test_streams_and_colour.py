@@ -176,25 +176,18 @@ def clip_and_cover(tmp_path_factory):
     return d, video, cover
 
 
+def cover_first(d, video: str, cover: str, name: str) -> str:
+    """An mp4 whose first video stream is ``cover`` as an attached picture, then ``video``'s track."""
+    path = str(d / name)
+    ffmpeg("-i", cover, "-i", video, "-map", "0", "-map", "1", "-c", "copy",
+           "-disposition:v:0", "attached_pic", path)  # fmt: skip
+    udta_first(path)
+    return path
+
+
 def test_mp4_whose_first_video_stream_is_cover_art_decodes_the_video_track(clip_and_cover):
     d, video, cover = clip_and_cover
-    path = str(d / "cover_first.mp4")
-    ffmpeg(
-        "-i",
-        cover,
-        "-i",
-        video,
-        "-map",
-        "0",
-        "-map",
-        "1",
-        "-c",
-        "copy",
-        "-disposition:v:0",
-        "attached_pic",
-        path,
-    )
-    udta_first(path)
+    path = cover_first(d, video, cover, "cover_first.mp4")
     with av.open(path) as c:
         first = c.streams.video[0]
         assert first.codec_context.name == "png" and first.disposition & av.stream.Disposition.attached_pic
@@ -261,23 +254,7 @@ def test_cache_entry_names_the_stream(clip_and_cover, tmp_path):
     from easyvideor1.media.cache import entry_key, entry_path, read_entry, write_entry
 
     d, video, cover = clip_and_cover
-    path = str(d / "cover_first_cache.mp4")
-    ffmpeg(
-        "-i",
-        cover,
-        "-i",
-        video,
-        "-map",
-        "0",
-        "-map",
-        "1",
-        "-c",
-        "copy",
-        "-disposition:v:0",
-        "attached_pic",
-        path,
-    )
-    udta_first(path)
+    path = cover_first(d, video, cover, "cover_first_cache.mp4")
     params = SamplingParams(fps=2.0)
     built = sample_video(path, params)
     entry = entry_path(tmp_path, entry_key(path, params))

@@ -334,7 +334,8 @@ def parse_json(text: str, where: str) -> Any:
     try:
         return json.loads(text)
     except json.JSONDecodeError as e:
-        raise UnreadableRecord(where, f"invalid JSON ({e.msg} at column {e.colno})") from None
+        at = f"line {e.lineno} column {e.colno}" if e.lineno > 1 else f"column {e.colno}"
+        raise UnreadableRecord(where, f"invalid JSON ({e.msg} at {at})") from None
     except RecursionError:
         raise UnreadableRecord(where, _TOO_DEEP) from None
 
@@ -387,11 +388,9 @@ def _json_array(path: str) -> list:
             path, f"not valid UTF-8 (byte 0x{data[e.start]:02x} at line {line} column {column})"
         ) from None
     try:
-        return json.loads(text)
-    except json.JSONDecodeError as e:
-        raise RecordError(path, f"invalid JSON at line {e.lineno} column {e.colno}: {e.msg}") from None
-    except RecursionError:
-        raise RecordError(path, _TOO_DEEP) from None
+        return parse_json(text, path)
+    except UnreadableRecord as e:  # the whole file is unusable: a plain RecordError stops the job
+        raise RecordError(path, e.reason) from None
 
 
 def _parquet_rows(path: str) -> Iterator[tuple[str, Any]]:
