@@ -262,3 +262,31 @@ def test_cache_entry_names_the_stream(clip_and_cover, tmp_path):
     read = read_entry(entry)
     assert (read.meta["video_stream"], read.meta["codec"]) == (1, "h264")
     np.testing.assert_array_equal(read.frames.numpy(), built.frames.numpy())
+
+
+FORK_AFTER_CONVERTING = """
+import multiprocessing, threading
+from concurrent.futures import ProcessPoolExecutor
+import av, numpy as np
+from easyvideor1.media.rgb import to_rgb24
+rgb = np.random.default_rng(0).integers(0, 255, (360, 640, 3), dtype=np.uint8)
+to_rgb24(av.VideoFrame.from_ndarray(rgb, format="rgb24").reformat(format="yuv420p10le"))  # a graph here
+def fork_from_a_thread():  # as the pipeline's loader thread starts its process pool
+    with ProcessPoolExecutor(1, mp_context=multiprocessing.get_context("fork")) as pool:
+        assert pool.submit(abs, -3).result(timeout=60) == 3
+t = threading.Thread(target=fork_from_a_thread)
+t.start()
+t.join()
+print("forked")
+"""
+
+
+def test_a_fork_from_another_thread_after_converting_does_not_hang():
+    """Found running the media and curation tests in one process: the parent converted 10-bit frames
+    (a filter graph with scaler threads) on its main thread, then the pipeline's loader thread
+    forked its pool; the child freed the main thread's graphs and waited for ever on scaler threads
+    that do not exist in a child. Graphs a child inherits are now kept, never freed."""
+    done = subprocess.run(
+        [sys.executable, "-c", FORK_AFTER_CONVERTING], capture_output=True, text=True, timeout=120
+    )
+    assert done.returncode == 0 and done.stdout.strip() == "forked", done.stderr[-2000:]

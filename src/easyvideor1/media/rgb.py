@@ -18,6 +18,7 @@ So frames are converted through the same filter graph as the command line (``buf
 
 from __future__ import annotations
 
+import os
 import threading
 from collections import OrderedDict
 
@@ -28,7 +29,20 @@ import numpy as np
 _THREADS = 0
 _MAX_GRAPHS = 4  # per thread: a video's frame size, its strips (see resize.py) and a spare
 
-_local = threading.local()  # a graph holds the frame in flight: never shared between threads
+# A graph holds the frame in flight, so each thread has its own: thread ident -> its graphs. Not a
+# threading.local: a fork (the pipeline's loader pool forks from a thread) frees the other threads'
+# locals in the child, and freeing a graph joins its scaler's worker threads, which do not exist in
+# the child: the child hung there for ever. Graphs inherited by a child are kept, never freed or used.
+_graphs: dict[int, OrderedDict] = {}
+_inherited: list[dict[int, OrderedDict]] = []
+
+
+def _forget_graphs_in_child() -> None:
+    _inherited.append(dict(_graphs))
+    _graphs.clear()
+
+
+os.register_at_fork(after_in_child=_forget_graphs_in_child)
 
 
 def set_threads(n: int) -> None:
@@ -37,7 +51,7 @@ def set_threads(n: int) -> None:
 
 
 def _graph_for(frame: av.VideoFrame) -> av.filter.Graph:
-    graphs: OrderedDict = _local.__dict__.setdefault("graphs", OrderedDict())
+    graphs = _graphs.setdefault(threading.get_ident(), OrderedDict())
     # everything the buffer source is told (a frame that differs gets its own graph), and the threads
     key = (
         frame.format.name,
@@ -85,6 +99,6 @@ def to_rgb24(frame: av.VideoFrame) -> np.ndarray:
         graph.vpush(frame)
         out = graph.vpull()
     except av.FFmpegError:
-        _local.__dict__.get("graphs", {}).clear()  # a graph left mid-frame must not convert the next one
+        _graphs.pop(threading.get_ident(), None)  # a graph left mid-frame must not convert the next one
         raise
     return out.to_ndarray()
