@@ -21,6 +21,7 @@ from .data.config import DataConfig
 from .evaluation.config import EvalConfig
 from .rewards.config import RewardConfig
 from .rollout.config import RolloutConfig
+from .threads import CPUConfig
 from .trainer.config import DemoConfig, DistributedConfig, ModelConfig, TrainerConfig
 
 T = TypeVar("T")
@@ -39,6 +40,7 @@ class RunConfig:
     distributed: DistributedConfig = field(default_factory=DistributedConfig)
     demo: DemoConfig = field(default_factory=DemoConfig)
     eval: EvalConfig = field(default_factory=EvalConfig)
+    cpu: CPUConfig = field(default_factory=CPUConfig)
 
     def __post_init__(self) -> None:
         _check_across_sections(self)

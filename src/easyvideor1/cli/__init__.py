@@ -11,6 +11,7 @@ from __future__ import annotations
 import argparse
 import sys
 
+from .. import threads
 from ..media.cache import CacheError
 from ..outdir import OutputError, describe, exit_code_for
 from . import curate, evaluate, run
@@ -41,6 +42,8 @@ def main(argv: list[str] | None = None) -> int:
     # user errors end here as one line: 2 for what the command line asked for (a flag, a key, a
     # file, a path), 1 for a valid run the machine failed (disk full while writing: outdir.py)
     try:
+        # before torch loads OpenMP, which would warn about a bad value and carry on with its own
+        threads.env_threads()
         return args.func(args, extra)
     except OutputError as e:
         print(f"easyvideor1 {args.command}: {e}", file=sys.stderr)

@@ -54,12 +54,10 @@ def cmd_filter(args: argparse.Namespace, extra: list[str]) -> int:
     )
 
     def make_engine():
-        import torch
-
+        from .. import threads
         from ..rollout.engines import load_engine  # loaded as `easyvideor1 eval` loads them
 
-        if not torch.cuda.is_available():  # leave the loader processes their cores
-            torch.set_num_threads(max(1, (os.cpu_count() or 2) - settings.load_workers))
+        threads.apply(explicit=cfg.cpu.threads, reserved=settings.load_workers)  # loaders keep their cores
         apply_vllm_flags(cfg.rollout.vllm, args)
         return load_engine(model, settings.engine, settings.dtype, cfg.rollout.vllm, max_batch=1)
 

@@ -78,11 +78,9 @@ def cmd_eval(args: argparse.Namespace, extra: list[str]) -> int:
         raise ConfigError(f"model directory not found: {model}")
 
     def make_engine():
-        import torch
+        from .. import threads
 
-        # on a CPU-only machine, leave the loader processes their cores
-        if not torch.cuda.is_available():
-            torch.set_num_threads(max(1, (os.cpu_count() or 2) - cfg.eval.load_workers))
+        threads.apply(explicit=cfg.cpu.threads, reserved=cfg.eval.load_workers)  # loaders keep their cores
         return _eval_engine(args, model, cfg)
 
     commands.evaluate(cfg, model, args.out, make_engine)

@@ -96,11 +96,10 @@ def _worker_main(
     for end in list(_parent_ends):  # fork only: a spawned worker starts with an empty set
         end.close()
     _parent_ends.clear()
-    import torch
-
+    from ..threads import set_threads
     from .decode import set_decode_threads
 
-    torch.set_num_threads(1)  # one process per core: no oversubscription
+    set_threads(1)  # one process per core: no oversubscription
     set_decode_threads(1)
     while True:
         try:

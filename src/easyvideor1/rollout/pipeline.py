@@ -188,12 +188,15 @@ def _take(it, k: int) -> list[int]:
 
 
 def _loader_init() -> None:
-    import torch
-
+    from ..media.decode import set_decode_threads
     from ..media.workers import die_with_parent
+    from ..threads import set_threads
 
     die_with_parent()  # a killed job must not leave its loaders behind (re-parented, holding memory)
-    torch.set_num_threads(1)
+    set_threads(1)  # one core per loader: the engine's choice reserved them (threads.apply)
+    # the loaders are the parallelism (one process per free core, as preprocess's workers): FFmpeg's
+    # own decode and scaler threads would oversubscribe the cores and take the engine's share
+    set_decode_threads(1)
 
 
 def _load_forked(i: int):

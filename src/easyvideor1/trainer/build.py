@@ -9,10 +9,12 @@ from __future__ import annotations
 
 import dataclasses
 import math
+import os
 import random
 
 import torch
 
+from .. import threads
 from ..data.dataset import RecordDataset
 from ..models.packing import check_packable
 from ..models.vision import DummyVisionPass
@@ -32,6 +34,8 @@ def start(cfg) -> DistState:
     """Join the process group and check what the run needs before anything is loaded; names the
     model family from the checkpoint (``cfg.data`` is replaced, ``data.model_family`` checks it)."""
     tc = cfg.trainer
+    # each rank of a node chooses its share of the node's CPUs (torchrun: LOCAL_WORLD_SIZE ranks)
+    threads.apply(processes=int(os.environ.get("LOCAL_WORLD_SIZE", "1")), explicit=cfg.cpu.threads)
     dist = init_distributed(cfg.distributed)
     if tc.prompts_per_step % dist.world or tc.mini_batch_prompts % dist.world:
         raise ValueError(
