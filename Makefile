@@ -48,7 +48,8 @@ test-fast: $(STAMP)
 	OMP_NUM_THREADS=$(TEST_THREADS) $(PY) -m pytest -m "not slow" $(PYTEST_ARGS)
 
 bench: $(STAMP)
-	@for b in benchmarks/*.py; do echo "== $$b"; $(PY) $$b || exit 1; done
+	@# full modes; benchmarks/_*.py are helpers of the others (`make test` runs every --smoke mode)
+	@for b in benchmarks/[!_]*.py; do echo "== $$b"; $(PY) $$b || exit 1; done
 
 lint: $(STAMP)
 	$(PY) -m ruff check src tests benchmarks tools

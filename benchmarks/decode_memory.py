@@ -14,7 +14,8 @@ Peak RSS is ``resource.getrusage(RUSAGE_CHILDREN).ru_maxrss`` after each child e
 of the child and the workers it waited for). Prints one JSON line; exits 1 if ``after`` exceeds
 ``--limit-mb`` (default 600).
 
-Usage: python benchmarks/decode_memory.py [--size 8000] [--frames 6] [--limit-mb 600]
+Usage: python benchmarks/decode_memory.py [--size 8000] [--frames 6] [--limit-mb 600] [--smoke]
+(``--smoke``: a 1024x1024 source of 3 frames, the same keys)
 """
 
 from __future__ import annotations
@@ -106,13 +107,35 @@ def run_child(cmd: list[str], cwd: Path) -> tuple[float, float]:
     return result["rss_mb"], result["seconds"]
 
 
+# the JSON line's keys, full and --smoke (tests/benchmarks/test_smoke.py checks them)
+RESULT_KEYS = (
+    "benchmark",
+    "source",
+    "baseline_rss_mb",
+    "before_stacked_rss_mb",
+    "after_preprocess_rss_mb",
+    "limit_mb",
+    "preprocess_seconds",
+    "make_source_seconds",
+    "built",
+    "failed",
+)
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--size", type=int, default=8000, help="frame width and height")
-    ap.add_argument("--frames", type=int, default=6, help="frames in the source file")
+    ap.add_argument(
+        "--size", type=int, default=None, help="frame width and height (default 8000; smoke 1024)"
+    )
+    ap.add_argument("--frames", type=int, default=None, help="frames in the source file (default 6; smoke 3)")
+    ap.add_argument(
+        "--smoke", action="store_true", help="tiny sizes (seconds): checks it runs, not its figures"
+    )
     ap.add_argument("--limit-mb", type=float, default=600.0, help="fail if preprocess peaks above this")
     ap.add_argument("--skip-before", action="store_true", help="do not measure the old stacked path")
     args = ap.parse_args()
+    args.size = args.size or (1024 if args.smoke else 8000)
+    args.frames = args.frames or (3 if args.smoke else 6)
     with tempfile.TemporaryDirectory(prefix="decode_memory_") as tmp:
         d = Path(tmp)
         video = d / "huge.avi"
@@ -127,7 +150,7 @@ def main() -> None:
         before = None if args.skip_before else run_child([py, "-c", _BEFORE, str(video)], d)[0]
         after, after_s = run_child(
             [py, "-m", "easyvideor1", "preprocess", "--data", str(d / "data.jsonl"), "--cache-dir",
-             str(d / "cache"), "--workers", "1", "--strict", "--quiet"],
+             str(d / "cache"), "--model-family", "qwen3_vl", "--workers", "1", "--strict", "--quiet"],
             d,
         )  # fmt: skip
         report = json.loads((d / "cache" / "report.json").read_text())

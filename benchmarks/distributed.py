@@ -6,7 +6,7 @@ cache, no warm-up and no validation; each variant runs a few RL steps and we rep
 time after the first step, tokens per second, and the per-rank token imbalance (max over mean).
 On a 2-core CPU machine the 2-rank run has one core per rank (the single process has both), so its
 ratio shows the data-parallel overhead rather than a speed-up; on GPUs each rank has its own device.
-Usage: python benchmarks/distributed.py [--steps N]
+Usage: python benchmarks/distributed.py [--steps N] [--smoke]  (``--smoke``: tiny sizes, the same keys)
 """
 
 from __future__ import annotations
@@ -84,13 +84,33 @@ def _vary_lengths(path: str) -> None:
         f.writelines(json.dumps(r) + "\n" for r in rows)
 
 
+# the JSON line's keys, full and --smoke (tests/benchmarks/test_smoke.py checks them)
+RESULT_KEYS = (
+    "step_s_1_process",
+    "step_s_2_ranks",
+    "step_s_2_ranks_balanced",
+    "tokens_per_s_1_process",
+    "tokens_per_s_2_ranks",
+    "tokens_per_s_2_ranks_balanced",
+    "imbalance_2_ranks",
+    "imbalance_2_ranks_balanced",
+    "two_ranks_vs_one_step_time",
+)
+# --smoke: 4 prompts with 2 responses each per step (the demo's are 8 x 8), on 4 records
+SMOKE = ["trainer.prompts_per_step=4", "trainer.mini_batch_prompts=4", "rollout.n=2"]
+
+
 def main() -> None:
-    ap = argparse.ArgumentParser()
-    ap.add_argument("--steps", type=int, default=6)
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--steps", type=int, default=None, help="RL steps per variant (default 6; smoke 2)")
+    ap.add_argument(
+        "--smoke", action="store_true", help="tiny sizes (seconds): checks it runs, not its figures"
+    )
     args = ap.parse_args()
+    args.steps = args.steps or (2 if args.smoke else 6)  # the first step is not timed
     with tempfile.TemporaryDirectory() as tmp:
         work = Path(tmp)
-        train, _ = write_demo_set(str(work / "data"), n_train=64, n_val=4, mixed=True)
+        train, _ = write_demo_set(str(work / "data"), n_train=4 if args.smoke else 64, n_val=4, mixed=True)
         _vary_lengths(train)
         model = make_tiny_model(str(work / "model"), "qwen3vl")
         base = [
@@ -105,9 +125,13 @@ def main() -> None:
             "trainer.save_every=0",
             "trainer.loggers=[jsonl]",
             "data.max_prompt_length=2048",
+            *(SMOKE if args.smoke else []),
         ]
         cfg: RunConfig = load_config(RunConfig, demo_config_path(), base)
-        preprocess([train], cfg.data, str(work / "cache"), workers=2, progress=False)
+        # the cache with the settings the trainer derives at start-up: the run's data config with the
+        # checkpoint's family (trainer/build.py); any other copy of them can drift from the trainer's
+        data = cfg.data.with_model(cfg.model.path)
+        preprocess([train], data, data.cache_dir, workers=2, progress=False)
         one = run(work, "one", 1, base)
         two = run(work, "two", 2, base)
         balanced = run(work, "two_balanced", 2, [*base, "distributed.balance_tokens=true"])
@@ -120,6 +144,14 @@ def main() -> None:
         print(f"{name:<28}{r['step_s']:>10.3f}{r['tokens_per_s']:>10.0f}{r['imbalance']:>16.3f}")
     print(f"step time 2 ranks / 1 process: {two['step_s'] / one['step_s']:.2f}x")
     print(f"imbalance without / with balancing: {two['imbalance']:.3f} / {balanced['imbalance']:.3f}")
+    figures = {}
+    for suffix, r in (("1_process", one), ("2_ranks", two), ("2_ranks_balanced", balanced)):
+        figures[f"step_s_{suffix}"] = round(r["step_s"], 3)
+        figures[f"tokens_per_s_{suffix}"] = round(r["tokens_per_s"])
+        if suffix != "1_process":
+            figures[f"imbalance_{suffix}"] = round(r["imbalance"], 3)
+    figures["two_ranks_vs_one_step_time"] = round(two["step_s"] / one["step_s"], 2)
+    print(json.dumps({k: figures[k] for k in RESULT_KEYS}))
 
 
 if __name__ == "__main__":

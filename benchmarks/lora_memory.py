@@ -15,7 +15,8 @@ reference costs full fine-tuning a frozen copy of the weights, and LoRA nothing 
 disabled instead): the "with KL reference" row adds that copy's bytes to the full run's peak.
 
 Usage: python benchmarks/lora_memory.py [--hidden 1024 --layers 6 --intermediate 3072 --heads 8
-       --kv-heads 4 --vocab 16384 --batch 2 --seq 128 --rank 8 --dtype float32] [--json]
+       --kv-heads 4 --vocab 16384 --batch 2 --seq 128 --rank 8 --dtype float32] [--smoke]
+(the figures end with one JSON line)
 """
 
 from __future__ import annotations
@@ -158,8 +159,20 @@ def _args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--rank", type=int, default=8)
     p.add_argument("--dtype", default="float32", choices=["float32", "bfloat16"])
     p.add_argument("--variant", choices=["full", "lora"], help=argparse.SUPPRESS)
-    p.add_argument("--json", action="store_true", help="print the figures as one JSON line at the end")
-    return p.parse_args(argv)
+    p.add_argument(
+        "--smoke", action="store_true", help="tiny sizes (seconds): checks it runs, not its figures"
+    )
+    argv = list(argv if argv is not None else sys.argv[1:])
+    a = p.parse_args(argv)
+    # a few-MiB model: the smoke sizes first, so sizes given on the command line still win
+    return p.parse_args(SMOKE_SIZES + argv) if a.smoke else a
+
+
+# --smoke: a small Qwen3-VL (its figures checked exactly by tests/benchmarks/test_smoke.py)
+SMOKE_SIZES = ["--hidden", "256", "--layers", "2", "--intermediate", "512", "--heads", "4", "--kv-heads", "2"]
+SMOKE_SIZES += ["--vocab", "4096", "--seq", "32", "--rank", "4"]
+# the JSON line's keys, full and --smoke (tests/benchmarks/test_smoke.py checks them)
+RESULT_KEYS = ("lora_trainable_fraction", "optimizer_state_ratio", "step_peak_ratio", "full", "lora")
 
 
 def main(argv: list[str] | None = None) -> dict:
@@ -167,7 +180,7 @@ def main(argv: list[str] | None = None) -> dict:
     if a.variant:
         print(json.dumps(run_variant(a.variant, a)))
         return {}
-    passed = [x for x in (argv if argv is not None else sys.argv[1:]) if x != "--json"]
+    passed = list(argv if argv is not None else sys.argv[1:])
     rows = {}
     for variant in ("full", "lora"):
         r = subprocess.run(
@@ -208,8 +221,7 @@ def main(argv: list[str] | None = None) -> dict:
         "full": full,
         "lora": lora,
     }
-    if a.json:
-        print(json.dumps(result))
+    print(json.dumps(result))
     return result
 
 

