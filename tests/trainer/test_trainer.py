@@ -133,8 +133,14 @@ def test_kl_reference_is_the_warmed_up_policy(make_cfg):
     "extra",
     [
         (),
-        # the KL reference is the warmed-up policy, saved with the checkpoint and restored on resume
-        ("algorithm.kl.type=k3", "trainer.sft_warmup_steps=3", "trainer.sft_batch_size=4"),
+        # the KL reference is the warmed-up policy, saved with the checkpoint and restored on resume,
+        # and so is the adaptive controller's coefficient
+        (
+            "algorithm.kl.type=k3",
+            "algorithm.kl.controller=adaptive",
+            "trainer.sft_warmup_steps=3",
+            "trainer.sft_batch_size=4",
+        ),
     ],
     ids=["plain", "kl_after_warmup"],
 )
@@ -161,7 +167,7 @@ def test_resume_reproduces_the_uninterrupted_run(make_cfg, tmp_path, extra):
     assert sorted(a) == sorted(b) == [1, 2, 3, 4]
     keys = ("reward/overall", "actor/pg_loss", "response/length", "actor/grad_norm")
     if extra:
-        keys += ("actor/kl_loss",)
+        keys += ("actor/kl_loss", "actor/kl_coef")
         assert (tmp_path / "b" / "checkpoints" / "step_2" / "reference").is_dir()
     for step in (3, 4):
         for key in keys:

@@ -214,6 +214,9 @@ class Trainer:
         if saved is None:
             return False
         self.state.load_state_dict(saved)
+        kl = self.cfg.algorithm.kl
+        if kl.enabled and kl.apply_as == "loss":  # the loss takes the restored coefficient
+            self.settings.update.kl_loss_coef = self.parts.kl_ctl.value
         return True
 
     def save(self) -> None:

@@ -61,7 +61,8 @@ def save(cfg, parts: Components, state: TrainState) -> Path:
         parts.processor,
         parts.optimizer,
         parts.scheduler,
-        {**state.state_dict(), "settings": run_settings(cfg)},
+        # the KL coefficient is state with the adaptive controller (it moves every step)
+        {**state.state_dict(), "kl_coef": parts.kl_ctl.value, "settings": run_settings(cfg)},
         keep_last=tc.keep_last,
         state=parts.dist,
         reference=parts.reference_state() if state.reference_from_warmup else None,
@@ -74,8 +75,9 @@ def restore(cfg, parts: Components, n_prompts: int) -> dict[str, Any] | None:
     returns its ``trainer_state.json`` for :meth:`TrainState.load_state_dict`, or None (a fresh start).
 
     ``n_prompts``: this run's usable training prompts (a checkpoint made with another number is
-    refused). Weights, optimizer, scheduler, a warmed-up reference and the RNG streams are restored
-    in place, the current optimizer settings applied, and the rollout engine given the weights.
+    refused). Weights, optimizer, scheduler, a warmed-up reference, the adaptive KL coefficient and
+    the RNG streams are restored in place, the current optimizer settings applied, and the rollout
+    engine given the weights.
     """
     tc = cfg.trainer
     ckpt = _choose_checkpoint(tc, parts.dist, parts.logger.write)
@@ -92,6 +94,9 @@ def restore(cfg, parts: Components, n_prompts: int) -> dict[str, Any] | None:
     except Exception as e:  # the tensors did not fit this model, or a shard failed to read
         raise CheckpointError(f"checkpoint {ckpt} could not be loaded: {type(e).__name__}: {e}") from e
     _apply_optimizer_settings(tc, parts.optimizer, parts.scheduler)
+    if cfg.algorithm.kl.controller == "adaptive" and "kl_coef" in saved:
+        # where the controller had moved it; a fixed coefficient is the config's (a change applies)
+        parts.kl_ctl.value = float(saved["kl_coef"])
     parts.handoff.push()  # an engine with its own copy gets the restored weights
     step = saved["step"]
     if parts.dist.is_main:
