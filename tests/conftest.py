@@ -140,3 +140,20 @@ def hold_in_subprocess(out, command: str) -> subprocess.Popen:
     p = subprocess.Popen([sys.executable, "-c", code, str(out), command], stdout=subprocess.PIPE, text=True)
     assert p.stdout.readline().strip() == "held"
     return p
+
+
+# A video whose frames say which frame they are (tool tests): 6 s, 160x96 at 10 fps, frame i's right
+# half is grey level 20 + 3 i, its left half red (so crops can be told apart).
+COUNTING_FPS, COUNTING_SECONDS = 10, 6
+
+
+@pytest.fixture(scope="session")
+def counting_video(tmp_path_factory) -> str:
+    path = str(tmp_path_factory.mktemp("counting") / "counting.mp4")
+    frames = []
+    for i in range(COUNTING_FPS * COUNTING_SECONDS):
+        f = np.full((96, 160, 3), 20 + 3 * i, dtype=np.uint8)
+        f[:, :80, 0] = 255
+        frames.append(f)
+    encode_video(path, frames, COUNTING_FPS, gop=10)
+    return path

@@ -9,6 +9,7 @@ tests (README, "Adding a model family").
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
@@ -52,15 +53,42 @@ VISION_INPUTS = {
     "image": ("pixel_values", "image_grid_thw", None),
 }
 
-_TINY_TEMPLATE_BODY = (
-    "{% for message in messages %}<|im_start|>{{ message['role'] }}\n"
-    "{% if message['content'] is string %}{{ message['content'] }}"
-    "{% else %}{% for item in message['content'] %}"
+# The tiny tokenizer's chat template: the Qwen chat format, tools included as Qwen2.5/3-VL and
+# Qwen3.5 templates write them (the tool list in the system turn, calls as <tool_call> JSON in the
+# assistant turn, consecutive tool results in one user turn of <tool_response> blocks, media inside).
+_TINY_CONTENT = (
+    "{% macro content(c) %}{% if c is string %}{{ c }}{% else %}{% for item in c %}"
     "{% if item['type'] == 'image' %}<|vision_start|><|image_pad|><|vision_end|>"
     "{% elif item['type'] == 'video' %}<|vision_start|><|video_pad|><|vision_end|>"
-    "{% elif item['type'] == 'text' %}{{ item['text'] }}{% endif %}{% endfor %}{% endif %}"
-    "<|im_end|>\n{% endfor %}{% if add_generation_prompt %}"
+    "{% elif item['type'] == 'text' %}{{ item['text'] }}{% endif %}{% endfor %}{% endif %}{% endmacro %}"
 )
+_TINY_TOOLS_SYSTEM = (
+    "{% if tools %}<|im_start|>system\n"
+    "{% if messages[0]['role'] == 'system' %}{{ content(messages[0]['content']) }}{{ '\\n\\n' }}{% endif %}"
+    "# Tools\n\nYou may call one or more functions to assist with the user query.\n\n"
+    "You are provided with function signatures within <tools></tools> XML tags:\n<tools>"
+    "{% for tool in tools %}{{ '\\n' }}{{ tool | tojson }}{% endfor %}{{ '\\n' }}</tools>\n\n"
+    "For each function call, return a json object with function name and arguments within "
+    '<tool_call></tool_call> XML tags:\n<tool_call>\n{"name": <function-name>, "arguments": '
+    "<args-json-object>}\n</tool_call><|im_end|>{{ '\\n' }}{% endif %}"
+)
+_TINY_MESSAGES = (
+    "{% for message in messages %}"
+    "{% if message['role'] == 'system' and loop.first and tools %}"
+    "{% elif message['role'] == 'tool' %}"
+    "{% if loop.first or messages[loop.index0 - 1]['role'] != 'tool' %}<|im_start|>user{% endif %}"
+    "{{ '\\n' }}<tool_response>\n{{ content(message['content']) }}\n</tool_response>"
+    "{% if loop.last or messages[loop.index0 + 1]['role'] != 'tool' %}<|im_end|>{{ '\\n' }}{% endif %}"
+    "{% else %}<|im_start|>{{ message['role'] }}\n{{ content(message['content'] or '') }}"
+    "{% for call in message.get('tool_calls') or [] %}"
+    "{% set f = call['function'] if call['function'] is defined else call %}"
+    "{% if not loop.first or message['content'] %}{{ '\\n' }}{% endif %}"
+    '<tool_call>\n{"name": "{{ f[\'name\'] }}", "arguments": '
+    "{% if f['arguments'] is string %}{{ f['arguments'] }}{% else %}{{ f['arguments'] | tojson }}{% endif %}"
+    "}\n</tool_call>{% endfor %}<|im_end|>{{ '\\n' }}{% endif %}{% endfor %}{% if add_generation_prompt %}"
+)
+_TINY_TEMPLATE_BODY = _TINY_CONTENT + _TINY_TOOLS_SYSTEM + _TINY_MESSAGES
+_TOOL_CALL = re.compile(r"<tool_call>\s*(.*?)\s*</tool_call>", re.DOTALL)
 
 
 @dataclass(frozen=True)
@@ -145,6 +173,22 @@ class ModelFamily:
         if self.cap_pixels_per_frame is None:
             return {}
         return {"cap_pixels_per_frame": self.cap_pixels_per_frame}
+
+    # --- tool calls -----------------------------------------------------------------------------
+    def split_tool_calls(self, text: str) -> tuple[str, list[str]]:
+        """A policy turn's text before its first call, and the raw body of each call it makes.
+
+        Qwen's format (Qwen2.5/3-VL, Qwen3.5): ``<tool_call>\n{"name": ..., "arguments": ...}
+        \n</tool_call>`` blocks; a last ``<tool_call>`` left open (the turn stopped mid-call)
+        still counts as a call, whose body the caller will find malformed.
+        """
+        bodies = _TOOL_CALL.findall(text)
+        closed = text.rfind("</tool_call>")
+        rest = text[closed + len("</tool_call>") :] if closed >= 0 else text
+        if "<tool_call>" in rest:
+            bodies.append(rest[rest.find("<tool_call>") + len("<tool_call>") :].strip())
+        first = text.find("<tool_call>")
+        return (text if first < 0 else text[:first]).rstrip(), bodies
 
     # --- the tiny offline model -----------------------------------------------------------------
     def tiny_chat_template(self) -> str:

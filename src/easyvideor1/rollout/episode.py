@@ -1,0 +1,204 @@
+"""Multi-turn episodes: the policy's turn may end in tool calls; their results (text and frames)
+are appended as the chat template's tool turn and generation goes on, until a final answer,
+``tools.max_turns`` tool turns, or the episode's token budget.
+
+Token in, token out: the episode is one growing sequence of token ids and the media in the order
+their placeholders appear. The policy's ids are appended exactly as the engine produced them (never
+decoded and re-tokenised); a tool turn is rendered alone by the chat template (the text that follows
+the policy's end-of-turn token, up to the next assistant opening) and encoded by the processor with
+its frames, then appended. The trainer trains on :attr:`Episode.ids` under :attr:`Episode.policy_mask`
+(1 on the policy's own tokens, 0 on tool results and their vision tokens), with every frame in the
+forward pass.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+import torch
+
+from ..data.dataset import encode_loaded
+from ..models.families import VISION_INPUTS, get_family
+from ..models.inputs import PromptBatch
+from ..tools.calls import CallOutcome, EpisodeTools
+from .base import Prompt, SamplingConfig
+
+_PER_ROW = ("input_ids", "attention_mask", "mm_token_type_ids")
+ANSWER, MAX_TURNS, BUDGET, LENGTH = "answer", "max_turns", "budget", "length"
+
+
+@dataclass
+class Episode:
+    """One multi-turn rollout.
+
+    Attributes:
+        prompt_len: Tokens of the first prompt (system turn with the tool list, user turn, the
+            assistant opening).
+        ids: Every token after the prompt: the policy's turns and the tool turns, in order.
+        policy_mask: 1 where ``ids`` holds a token the policy generated (each turn's end-of-turn
+            token included), 0 on tool turns.
+        inputs: The whole episode as the model takes it (``input_ids`` = prompt + ``ids``, every
+            frame's ``pixel_values*`` and grids in placeholder order).
+        video_count, image_count: Media of the whole episode (the prompt's and the tools').
+        turns: Per policy turn: its text and the calls it made (:meth:`CallOutcome.row`).
+        finish: Why it ended: ``answer`` (a turn without calls), ``max_turns``, ``budget``
+            (the token budget), ``length`` (a turn hit ``max_new_tokens``).
+        final_text: The last policy turn's text (what the reward scores).
+    """
+
+    prompt_len: int
+    ids: list[int] = field(default_factory=list)
+    policy_mask: list[int] = field(default_factory=list)
+    inputs: dict[str, Any] = field(default_factory=dict)
+    video_count: int = 0
+    image_count: int = 0
+    turns: list[dict[str, Any]] = field(default_factory=list)
+    finish: str = ""
+    final_text: str = ""
+    counts: dict[str, int] = field(default_factory=dict)
+
+    @property
+    def tool_turns(self) -> int:
+        return sum(1 for t in self.turns if t["calls"])
+
+    def batch(self) -> PromptBatch:
+        return PromptBatch(self.inputs, [self.video_count], [self.image_count])
+
+
+def tool_turn_text(processor, results: list[CallOutcome], eot: str) -> str:
+    """The text that follows the policy's end-of-turn token when its calls have these results:
+    the template's tool turn and the next assistant opening (``<think>`` included for thinking
+    templates), with one vision placeholder per returned clip or image.
+
+    Rendered as the difference of two renders of a fixed conversation, so it is exactly what the
+    family's template writes there, whatever its format."""
+    base = [{"role": "user", "content": "q"}, {"role": "assistant", "content": "a"}]
+    tool_messages = [
+        {
+            "role": "tool",
+            "content": [{"type": "text", "text": o.result.text}]
+            + [{"type": "video"} for _ in o.result.videos]
+            + [{"type": "image"} for _ in o.result.images],
+        }
+        for o in results
+    ]
+    before = processor.apply_chat_template(base, tokenize=False)
+    after = processor.apply_chat_template(base + tool_messages, tokenize=False, add_generation_prompt=True)
+    if not after.startswith(before) or eot not in before:
+        raise ValueError("the chat template renders earlier turns differently once a tool turn follows")
+    return before[before.rindex(eot) + len(eot) :] + after[len(before) :]
+
+
+def _append(inputs: dict[str, Any], more: dict[str, Any]) -> dict[str, Any]:
+    """``inputs`` followed by ``more`` (one row each): per-token keys joined along the sequence,
+    vision tensors after the ones already there (placeholder order)."""
+    out = dict(inputs)
+    for key in _PER_ROW:
+        if more.get(key) is not None:
+            a = inputs.get(key)
+            if a is None:  # e.g. mm_token_type_ids appearing with the first media
+                a = (
+                    torch.zeros_like(inputs["input_ids"])
+                    if key != "attention_mask"
+                    else torch.ones_like(inputs["input_ids"])
+                )
+            out[key] = torch.cat([a, more[key].to(a.dtype)], dim=1)
+    for pix, grid, extra in VISION_INPUTS.values():
+        for key in (pix, grid, extra):
+            if key and more.get(key) is not None:
+                add = torch.as_tensor(more[key])
+                out[key] = add if inputs.get(key) is None else torch.cat([torch.as_tensor(inputs[key]), add])
+    return out
+
+
+def _generated(inputs: dict[str, Any], ids: list[int]) -> dict[str, Any]:
+    """The generated ``ids`` as per-token inputs (text: no media, attended)."""
+    t = torch.tensor([ids], dtype=torch.long)
+    more = {"input_ids": t, "attention_mask": torch.ones_like(t)}
+    if inputs.get("mm_token_type_ids") is not None:
+        more["mm_token_type_ids"] = torch.zeros_like(t)
+    return more
+
+
+def run_episode(
+    engine,
+    processor,
+    prompt: Prompt,
+    tools: EpisodeTools,
+    sampling: SamplingConfig,
+    model_family: str,
+    seed: int | None = None,
+) -> Episode:
+    """One episode of ``prompt`` (its text rendered with ``tools=``, see :func:`render_with_tools`)
+    on ``engine``'s batch path (``generate``), calls answered by ``tools``."""
+    family = get_family(model_family)
+    settings = tools.settings
+    first = encode_loaded(processor, [prompt.text], [(prompt.videos, prompt.images)], model_family)
+    inputs = {k: v for k, v in first.inputs.items()}
+    ep = Episode(prompt_len=int(inputs["input_ids"].shape[1]), inputs=inputs)
+    ep.video_count, ep.image_count = len(prompt.videos), len(prompt.images)
+    eot = processor.tokenizer.convert_ids_to_tokens(engine.eos_ids[0])
+    if seed is not None:
+        torch.manual_seed(seed)
+    tool_turns = 0
+    while True:
+        room = settings.max_episode_tokens - int(ep.inputs["input_ids"].shape[1])
+        if room <= 0:
+            ep.finish = BUDGET
+            break
+        limit = sampling.max_new_tokens or room
+        turn_sampling = sampling.sampling(max_new_tokens=min(limit, room))
+        out = engine.generate(ep.batch(), [1], turn_sampling)
+        n = int(out.mask[0].sum())
+        ids = out.ids[0, :n].tolist()
+        ep.ids += ids
+        ep.policy_mask += [1] * n
+        ep.inputs = _append(ep.inputs, _generated(ep.inputs, ids))
+        text = out.texts[0]
+        content, bodies = family.split_tool_calls(text)
+        turn = {"text": text, "calls": []}
+        ep.turns.append(turn)
+        ep.final_text = text
+        if out.truncated and out.truncated[0]:
+            ep.finish = LENGTH if turn_sampling.max_new_tokens == limit else BUDGET
+            break
+        if not bodies:
+            ep.finish = ANSWER
+            break
+        allowed = tool_turns < settings.max_turns
+        outcomes = tools.run_turn(bodies, allowed=allowed)
+        turn["calls"] = [o.row() for o in outcomes]
+        if not allowed:
+            ep.finish = MAX_TURNS
+            break
+        tool_turns += 1
+        videos = [v for o in outcomes for v in o.result.videos]
+        images = [im for o in outcomes for im in o.result.images]
+        text = tool_turn_text(processor, outcomes, eot)
+        encoded = encode_loaded(processor, [text], [(videos, images)], model_family).inputs
+        turn_ids = encoded["input_ids"][0].tolist()
+        if len(ep.ids) + ep.prompt_len + len(turn_ids) >= settings.max_episode_tokens:
+            ep.finish = BUDGET  # the results would not fit: the episode ends at the calls
+            break
+        ep.ids += turn_ids
+        ep.policy_mask += [0] * len(turn_ids)
+        ep.inputs = _append(ep.inputs, encoded)
+        ep.video_count += len(videos)
+        ep.image_count += len(images)
+    ep.counts = tools.counts()
+    return ep
+
+
+def render_with_tools(
+    processor, content: list[dict[str, Any]], tools: EpisodeTools, **template_kwargs
+) -> str:
+    """The first prompt of an episode: the user turn with the tool list in the template's own
+    place (``tools=``), generation prompt added."""
+    return processor.apply_chat_template(
+        [{"role": "user", "content": content}],
+        tools=tools.schemas(),
+        add_generation_prompt=True,
+        tokenize=False,
+        **template_kwargs,
+    )
