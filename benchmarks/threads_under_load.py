@@ -15,7 +15,7 @@ Both behaviours run in the same round at each load, alternately, ``--repeats`` r
 Prints one JSON line: the new behaviour's ``quiet_step_s``, ``loaded1_step_s``,
 ``loaded3_step_s``, ``ratio1``, ``ratio3`` (loaded / quiet), the same with an ``old_`` prefix, the
 threads each chose, the per-round figures and the cores other programs kept busy before each load
-level (``background_busy_cpus``). ``--smoke``: one round, one timed step, new only.
+level (``background_busy_cpus``). ``--smoke``: one round, one step not warmed up, 16 records, new only.
 Run it alone: anything else busy on the machine is load it does not control.
 
 Usage: python benchmarks/threads_under_load.py [--steps N] [--repeats N] [--smoke]
@@ -65,28 +65,28 @@ from easyvideor1.config import RunConfig, load_config
 from easyvideor1.demo import demo_config_path
 from easyvideor1.trainer.loop import Trainer
 
-mode, work, out, steps = sys.argv[1], sys.argv[2], sys.argv[3], int(sys.argv[4])
+mode, work, out, steps, warm = sys.argv[1], sys.argv[2], sys.argv[3], int(sys.argv[4]), int(sys.argv[5])
 threads = torch.get_num_threads() if mode == "old" else 0  # torch's default, before anything sets it
 cfg = load_config(RunConfig, demo_config_path(), [
     f"data.train_files=[{work}/data/train.jsonl]", "data.val_files=[]", f"model.path={work}/model",
     f"data.cache_dir={work}/cache", "data.cache_mode=cache_only", f"trainer.output_dir={out}",
-    "trainer.loggers=[]", "trainer.sft_warmup_steps=0", f"trainer.max_steps={steps + 1}",
+    "trainer.loggers=[]", "trainer.sft_warmup_steps=0", f"trainer.max_steps={steps + warm}",
     "trainer.resume=never", "trainer.save_every=0", "trainer.val_every=0", f"cpu.threads={threads}",
 ])
 trainer = Trainer(cfg)
-times = [trainer.rl_step()["time/step"] for _ in range(steps + 1)][1:]  # the first warms up
+times = [trainer.rl_step()["time/step"] for _ in range(steps + warm)][warm:]  # the first warms up
 print(json.dumps({"step_s": statistics.median(times), "threads": torch.get_num_threads()}))
 """
 
 
-def prepare(work: Path) -> None:
+def prepare(work: Path, n_train: int = 64) -> None:
     from easyvideor1.config import RunConfig, load_config
     from easyvideor1.data.preprocess import preprocess
     from easyvideor1.data.synthetic import write_demo_set
     from easyvideor1.demo import demo_config_path
     from easyvideor1.models.tiny import make_tiny_model
 
-    train, _ = write_demo_set(str(work / "data"), n_train=64, n_val=8)
+    train, _ = write_demo_set(str(work / "data"), n_train=n_train, n_val=8)
     model = make_tiny_model(str(work / "model"))
     cfg = load_config(RunConfig, demo_config_path(), [f"model.path={model}"])
     preprocess([train], cfg.data.with_model(model), str(work / "cache"), workers=1, progress=False)
@@ -98,10 +98,10 @@ def _env() -> dict[str, str]:
     return env
 
 
-def measure(mode: str, work: Path, steps: int, run: int) -> dict:
+def measure(mode: str, work: Path, steps: int, run: int, warm: int = 1) -> dict:
     out = work / f"run{run}-{mode}"
     r = subprocess.run(
-        [sys.executable, "-c", _DIE % os.getpid() + _CHILD, mode, str(work), str(out), str(steps)],
+        [sys.executable, "-c", _DIE % os.getpid() + _CHILD, mode, str(work), str(out), str(steps), str(warm)],
         env=_env(),
         capture_output=True,
         text=True,
@@ -116,15 +116,19 @@ def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("--steps", type=int, default=6, help="timed RL steps per measurement")
     ap.add_argument("--repeats", type=int, default=1, help="rounds (each: every load, both behaviours)")
-    ap.add_argument("--smoke", action="store_true", help="one round, one timed step, the new behaviour only")
+    ap.add_argument(
+        "--smoke",
+        action="store_true",
+        help="one round, one step (not warmed up), 16 records, the new behaviour only",
+    )
     args = ap.parse_args()
     steps, repeats, modes = (1, 1, ("new",)) if args.smoke else (args.steps, args.repeats, ("old", "new"))
     with tempfile.TemporaryDirectory(prefix="evr1-threads-") as work:
-        print(json.dumps(run_all(Path(work), steps, repeats, modes)))
+        print(json.dumps(run_all(Path(work), steps, repeats, modes, smoke=args.smoke)))
 
 
-def run_all(work: Path, steps: int, repeats: int, modes: tuple[str, ...]) -> dict:
-    prepare(work)
+def run_all(work: Path, steps: int, repeats: int, modes: tuple[str, ...], smoke: bool = False) -> dict:
+    prepare(work, n_train=16 if smoke else 64)
     rounds: dict[str, dict[int, list[dict]]] = {m: {n: [] for n in LOADS} for m in modes}
     run, background = 0, []
     for _ in range(repeats):
@@ -137,7 +141,7 @@ def run_all(work: Path, steps: int, repeats: int, modes: tuple[str, ...]) -> dic
             try:
                 for mode in modes:
                     run += 1
-                    rounds[mode][load].append(measure(mode, work, steps, run))
+                    rounds[mode][load].append(measure(mode, work, steps, run, warm=0 if smoke else 1))
             finally:
                 for h in hogs:
                     h.kill()

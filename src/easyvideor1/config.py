@@ -22,6 +22,7 @@ from .evaluation.config import EvalConfig
 from .rewards.config import RewardConfig
 from .rollout.config import RolloutConfig
 from .threads import CPUConfig
+from .tools.config import ToolsConfig
 from .trainer.config import DemoConfig, DistributedConfig, ModelConfig, TrainerConfig
 
 T = TypeVar("T")
@@ -40,6 +41,7 @@ class RunConfig:
     distributed: DistributedConfig = field(default_factory=DistributedConfig)
     demo: DemoConfig = field(default_factory=DemoConfig)
     eval: EvalConfig = field(default_factory=EvalConfig)
+    tools: ToolsConfig = field(default_factory=ToolsConfig)
     cpu: CPUConfig = field(default_factory=CPUConfig)
 
     def __post_init__(self) -> None:

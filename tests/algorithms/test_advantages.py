@@ -100,12 +100,22 @@ def test_reinforce_plus_plus_discount_and_whitening() -> None:
     assert torch.allclose(out.advantages, expected, atol=1e-5)
 
 
-def test_discounted_returns_reset_at_masked_positions() -> None:
-    # a packed row with two sequences separated by a masked token: returns must not leak across it
-    rewards = torch.tensor([[0.0, 1.0, 5.0, 0.0, 2.0]])
-    mask = torch.tensor([[1, 1, 0, 1, 1]])
-    assert discounted_returns(rewards, mask, 1.0).tolist() == [[1.0, 1.0, 0.0, 2.0, 2.0]]
-    assert discounted_returns(rewards, mask, 0.5).tolist() == [[0.5, 1.0, 0.0, 1.0, 2.0]]
+def test_discounted_returns_carry_across_masked_tool_spans() -> None:
+    # an episode: policy turn (3 tokens), tool result (2 masked tokens), final turn (2 tokens, the
+    # outcome reward 2 on its last), right padding. A masked token's reward (5: never placed there
+    # by the estimators, here to show it) is not counted and does not discount.
+    rewards = torch.tensor([[0.0, 0.0, 1.0, 5.0, 5.0, 0.0, 2.0, 0.0]])
+    mask = torch.tensor([[1, 1, 1, 0, 0, 1, 1, 0]])
+    # gamma 1: every policy token's return is the sum of the rewards at it and after it
+    assert discounted_returns(rewards, mask, 1.0).tolist() == [[3.0, 3.0, 3.0, 0.0, 0.0, 2.0, 2.0, 0.0]]
+    # gamma 0.5, by hand over the policy tokens only: G6 = 2, G5 = 1, G2 = 1 + 0.5, G1 = 0.75, G0 = 0.375
+    assert discounted_returns(rewards, mask, 0.5).tolist() == [[0.375, 0.75, 1.5, 0.0, 0.0, 1.0, 2.0, 0.0]]
+    # REINFORCE++ on the episode: the first turn gets a return (before: 0, restarted at the span)
+    episode_mask = mask.clone()
+    out = reinforce_plus_plus(
+        torch.tensor([2.0, 0.0]), torch.cat([episode_mask, torch.tensor([[1] * 8])]), gamma=1.0
+    )
+    assert out.returns[0].tolist() == [2.0, 2.0, 2.0, 0.0, 0.0, 2.0, 2.0, 0.0]
 
 
 def test_remax_subtracts_greedy_baseline() -> None:

@@ -54,7 +54,8 @@ def tiny(tmp_path_factory):
 
 def _prompt(processor, counting_video, tools):
     first_view = sample_video(
-        counting_video, SamplingParams.for_family("qwen3_vl", nframes=4, min_pixels=1024, max_pixels=32 * 32 * 4)
+        counting_video,
+        SamplingParams.for_family("qwen3_vl", nframes=4, min_pixels=1024, max_pixels=32 * 32 * 4),
     )
     content = [{"type": "video"}, {"type": "text", "text": "What is the grey level at 2 s?"}]
     return Prompt(render_with_tools(processor, content, tools), [first_view], [])

@@ -71,7 +71,10 @@ def test_frame_at_and_zoom_come_from_the_detail_track(counting_video):
     (image,) = get_tool("frame_at").function(ctx, {"time_s": 3.0}).images
     frame = torch.from_numpy(np.array(image))
     # the detail track (1 fps over 6 s: source frames 0, 12, 24, 35, 47, 59) is nearest at frame 35
-    assert _source_index(frame) == 35 and get_tool("frame_at").function(ctx, {"time_s": 3.0}).text == "Frame at 3.50 s."
+    assert (
+        _source_index(frame) == 35
+        and get_tool("frame_at").function(ctx, {"time_s": 3.0}).text == "Frame at 3.50 s."
+    )
     assert image.width * image.height <= SETTINGS.image_max_pixels and image.width % 32 == 0
     # the right half of the frame is grey, the left half red: a crop of the right half has no red
     (crop,) = get_tool("zoom").function(ctx, {"time_s": 3.0, "box": [600, 0, 700, 1000]}).images

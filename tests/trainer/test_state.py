@@ -50,6 +50,7 @@ def test_trainer_save_then_restore_gives_back_state_weights_and_optimizer(make_c
         "sampler",
         "history",
         "reference_from_warmup",
+        "kl_coef",
         "settings",
     ]
     weights = {k: v.clone() for k, v in first.model.state_dict().items()}

@@ -159,15 +159,20 @@ def group_normalize(
 
 
 def discounted_returns(rewards: torch.Tensor, mask: torch.Tensor, gamma: float = 1.0) -> torch.Tensor:
-    """`G_t = r_t + gamma * G_{t+1}`, restarted at every masked position (so a return never crosses
-    from one sequence into the next in a packed row, nor through padding). Zero outside the mask."""
+    """`G_t = r_t + gamma * G_{t'}`, `t'` the row's next unmasked position; zero outside the mask.
+
+    Masked positions are skipped, not restarts: in a multi-turn episode the tool results between
+    the policy's turns are masked, and the return of an earlier turn must still carry the outcome
+    reward placed on the last turn (discounted per policy token, tool tokens not counted). Each row
+    is one sequence (advantages are computed before packing; right padding holds no reward).
+    """
     mask = as_bool_mask(mask)
     returns = torch.zeros_like(rewards)
     running = torch.zeros_like(rewards[:, 0])
     zero = torch.zeros((), dtype=rewards.dtype, device=rewards.device)
     for t in range(rewards.shape[1] - 1, -1, -1):
-        running = torch.where(mask[:, t], rewards[:, t] + gamma * running, zero)
-        returns[:, t] = running
+        running = torch.where(mask[:, t], rewards[:, t] + gamma * running, running)
+        returns[:, t] = torch.where(mask[:, t], running, zero)
     return returns
 
 

@@ -56,7 +56,10 @@ def _eval_config(args: argparse.Namespace, extra: list[str]) -> RunConfig:
             preset_data.pop("video_fps", None)
         data = {**preset_data, **data}
         settings = {**preset["sampling"], **settings}
-    return load_config(RunConfig, config_file, overrides, values={"data": data, "eval": settings})
+    values = {"data": data, "eval": settings}
+    if getattr(args, "tools", None):
+        values["tools"] = {"names": [t.strip() for t in args.tools.split(",") if t.strip()]}
+    return load_config(RunConfig, config_file, overrides, values=values)
 
 
 def cmd_eval(args: argparse.Namespace, extra: list[str]) -> int:
@@ -71,6 +74,12 @@ def cmd_eval(args: argparse.Namespace, extra: list[str]) -> int:
     if args.dry_run:
         commands.dry_run(cfg, args.out)
         return 0
+    if cfg.tools.enabled:  # before the model loads: an unknown tool, or an engine without episodes
+        cfg.tools.specs()
+        if cfg.eval.engine != "hf":
+            raise ConfigError(
+                f"tools.names={cfg.tools.names}: episodes run on the hf engine (eval.engine=hf)"
+            )
     model = args.model or cfg.model.path
     if not model:
         raise ConfigError("no model: give --model DIR (or model.path in config=FILE)")
@@ -191,6 +200,12 @@ def add_parsers(sub) -> None:
         choices=["blank", "shuffle"],
         help="eval.probe: video frames blanked (mid-grey) or shuffled in time, to measure how much the "
         "model uses the video; compare with the real run via eval-compare (use another --out)",
+    )
+    p.add_argument(
+        "--tools",
+        metavar="NAME[,NAME]",
+        help="tools.names: tools the model may call (seek, zoom, frame_at, or tools.tool_files'); each "
+        "sample is then an episode, its row records every turn and call (hf engine)",
     )
     g = p.add_argument_group("engine")
     g.add_argument("--engine", choices=["hf", "vllm"], help="hf: batched generate (default); vllm: AsyncLLM")

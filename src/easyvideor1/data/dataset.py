@@ -167,18 +167,25 @@ def load_media(sample: MediaSample, cfg: DataConfig, loader: VideoLoader) -> tup
 
 
 def render_text(
-    processor, sample: MediaSample, add_generation_prompt: bool = True, thinking: bool | None = None
+    processor,
+    sample: MediaSample,
+    add_generation_prompt: bool = True,
+    thinking: bool | None = None,
+    tools: list[dict] | None = None,
 ) -> str:
     """The sample's user turn rendered by the chat template (vision placeholders unexpanded).
 
     ``thinking`` becomes the template's ``enable_thinking`` where the template reads it (Qwen3.5's;
-    Qwen-VL templates have no such switch); ``None`` leaves the template's own default.
+    Qwen-VL templates have no such switch); ``None`` leaves the template's own default. ``tools``
+    (function schemas, ``tools.*``) go where the template puts them (Qwen: the system turn).
     """
     messages = [{"role": "user", "content": sample.content}]
     # only templates that read enable_thinking get it (the processor passes unknown keys on to
     # its own call, with a warning)
     takes_it = "enable_thinking" in str(getattr(processor, "chat_template", "") or "")
     extra = {"enable_thinking": thinking} if thinking is not None and takes_it else {}
+    if tools:
+        extra["tools"] = tools
     return processor.apply_chat_template(
         messages, add_generation_prompt=add_generation_prompt, tokenize=False, **extra
     )

@@ -23,6 +23,7 @@ from ..data.config import DataConfig
 from ..data.records import RecordError
 from ..outdir import hold, writing
 from ..rewards import RewardConfig
+from ..tools.config import ToolsConfig
 from .config import ANNOTATIONS_ENV, EvalConfig, digest_of
 from .inputs import BenchmarkInputs
 from .predictions import read_lines
@@ -40,6 +41,7 @@ class RunSections(Protocol):
     eval: EvalConfig
     data: DataConfig
     reward: RewardConfig
+    tools: ToolsConfig
 
 
 class EvalInputError(ValueError):
@@ -179,7 +181,7 @@ def evaluate(
             for item in inputs:
                 data = dataclasses.replace(cfg.data, video_root=roots[item.spec.name])
                 res = run_benchmark(
-                    item, engine, processor, data, settings, out, model_id, loader, cfg.reward
+                    item, engine, processor, data, settings, out, model_id, loader, cfg.reward, cfg.tools
                 )
                 results[item.spec.name] = res
                 print(

@@ -26,6 +26,8 @@ from ..rewards import RewardConfig
 from ..rollout.base import Prompt, Request, Responses
 from ..rollout.pipeline import run_pipeline
 from ..rollout.sampling import SamplingConfig
+from ..tools import ToolsConfig
+from ..tools.video import ToolSession
 from .config import EvalConfig, digest_of
 from .inputs import BenchmarkInputs
 from .predictions import PredictionWriter, read_predictions
@@ -52,12 +54,20 @@ def frame_settings(data: DataConfig) -> dict:
     return {k: v for k, v in dataclasses.asdict(data).items() if k not in _DATA_NOT_HASHED}
 
 
-def settings_digest(settings: EvalConfig, spec: BenchmarkSpec, data: DataConfig, model_id: str) -> str:
+def settings_digest(
+    settings: EvalConfig,
+    spec: BenchmarkSpec,
+    data: DataConfig,
+    model_id: str,
+    tools: ToolsConfig | None = None,
+) -> str:
     return digest_of(
         {
             "eval": settings.generation_digest(spec.max_new_tokens),
             "data": frame_settings(data),
             "model": model_id,
+            # with tools, which ones and their budgets decide the episodes (absent: one-turn rows)
+            **({"tools": dataclasses.asdict(tools)} if tools is not None else {}),
         }
     )
 
@@ -72,17 +82,21 @@ def run_benchmark(
     model_id: str,
     loader=None,
     reward: RewardConfig | None = None,
+    tools: ToolsConfig | None = None,
 ) -> dict[str, Any]:
     """Evaluate one benchmark through the shared pipeline (``rollout/pipeline.py``); returns its
     results (also written to ``<out>/<name>/results.json``).
 
-    ``model_id`` is :func:`~easyvideor1.evaluation.identity.model_fingerprint` of the weights."""
+    ``model_id`` is :func:`~easyvideor1.evaluation.identity.model_fingerprint` of the weights.
+    ``tools`` (enabled): every sample is an episode in which the policy may call them; its row
+    records every turn and call, with a thumbnail strip of the frames each call returned."""
     t0 = time.perf_counter()
     spec = inputs.spec
     bench_dir = os.path.join(out_dir, spec.name)
     os.makedirs(bench_dir, exist_ok=True)
     pred_path = os.path.join(bench_dir, "predictions.jsonl")
-    digest = settings_digest(settings, spec, data, model_id)
+    tools = tools if tools is not None and tools.enabled else None
+    digest = settings_digest(settings, spec, data, model_id, tools)
     dataset = RecordDataset(
         inputs.prompted(),
         eval_data_config(data, settings.style, spec.prompt),
@@ -119,10 +133,12 @@ def run_benchmark(
             settings.pipeline(),
             thumbnail_strip,
             keep_thumbnail,
+            ToolSession(tools, data.model_family, loader) if tools is not None else None,
         )
     # what the digest stands for, readable: generation settings, engine, frame budget, model
     detail = {
         "eval": {**dataclasses.asdict(settings), "max_new_tokens": max_new},
+        **({"tools": dataclasses.asdict(tools)} if tools is not None else {}),
         "frames": {
             k: v for k, v in dataclasses.asdict(data).items() if k.startswith(("video_", "image_", "model_"))
         },
@@ -182,7 +198,27 @@ class BenchmarkWork:
             output_tokens=int(out.mask[0].sum()),
             truncated=out.truncated[0] if out.truncated else None,
             reward=self.reward,
+            episode=episode_row(out.episodes[0]) if out.episodes else None,
         )
+
+
+def episode_row(episode) -> dict[str, Any]:
+    """What a predictions row records of an episode: how it ended, its counts, and every policy
+    turn with its calls (name, arguments, status, the result's text, a strip of its frames)."""
+    calls = iter(episode.calls)
+    turns = []
+    for turn in episode.turns:
+        rows = []
+        for row in turn["calls"]:
+            outcome = next(calls)
+            thumb = (
+                thumbnail_strip(outcome.result.videos, outcome.result.images)
+                if outcome.result.frames
+                else None
+            )
+            rows.append({**row, "thumb": thumb})
+        turns.append({"text": turn["text"], "calls": rows})
+    return {"finish": episode.finish, **episode.counts, "tool_turns": episode.tool_turns, "turns": turns}
 
 
 def eval_data_config(data: DataConfig, style: str = "direct", prompt=None) -> DataConfig:

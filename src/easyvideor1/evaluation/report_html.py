@@ -32,7 +32,7 @@ _DATA_ID = "report-data"
 # fields of a row that are shown on their own, not among the score details
 _SHOWN = {
     "sample_id", "index", "settings", "prompt_sha", "failed", "error", "prediction", "accuracy",
-    "extracted", "scoring", "output_tokens", "truncated", "scored", "not_scored_reason",
+    "extracted", "scoring", "output_tokens", "truncated", "scored", "not_scored_reason", "episode",
 }  # fmt: skip
 
 
@@ -123,6 +123,8 @@ def sample_rows(inputs, rows: dict[str, dict], thumbs: dict[str, str]) -> list[d
                 "d": details,
                 "m": (rec.videos or rec.images or [""])[0],
                 "th": thumbs.get(sid),
+                # an episode (tools): each policy turn and its calls, with the frames they returned
+                "tt": None if row is None or not row.get("episode") else row["episode"]["turns"],
             }
         )
     return out

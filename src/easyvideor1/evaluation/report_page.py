@@ -164,6 +164,14 @@ function card(r) {
   const resp = (x, e) => (x !== null && x !== undefined ? x : "(no response) " + (e || ""));
   if (CMP) { const g = el("div", "cols"); g.appendChild(block("response A", resp(r.ra, r.ea))); g.appendChild(block("response B", resp(r.r, r.e))); c.appendChild(g); }
   else c.appendChild(block("response", resp(r.r, r.e)));
+  if (r.tt) r.tt.forEach((t, k) => {  // an episode: every turn, each call's result and its frames
+    if (k === r.tt.length - 1 && !t.calls.length) return;  // the last turn is the response above
+    c.appendChild(block("turn " + (k + 1), t.text));
+    for (const call of t.calls) {
+      c.appendChild(el("div", "kv call " + call.status, "\u2192 " + (call.name || "?") + " " + JSON.stringify(call.arguments) + ": " + call.status + ": " + call.text));
+      if (call.thumb) { const img = el("img", "th"); img.src = call.thumb; img.alt = "frames " + (call.name || "") + " returned"; c.appendChild(img); }
+    }
+  });
   const kv = el("div", "kv");
   kv.appendChild(el("b", null, "answer ")); kv.appendChild(document.createTextNode(r.a + "   "));
   kv.appendChild(el("b", null, "extracted ")); kv.appendChild(document.createTextNode(r.x === null ? "(none)" : JSON.stringify(r.x)));

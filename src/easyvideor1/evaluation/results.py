@@ -58,6 +58,25 @@ def summarize(
         "duplicate_problem_ids": duplicate_problem_ids(inputs.records),
         "skipped_prediction_lines": skipped_lines,
         "unreadable_records": inputs.unreadable_records,  # left out of `samples` (text not readable)
+        **tool_counts(answered),
+    }
+
+
+def tool_counts(rows: list[dict]) -> dict[str, Any]:
+    """With tools (rows with an ``episode``): calls per sample, the share of samples that called a
+    tool, invalid calls and tool errors; nothing for one-turn rows."""
+    episodes = [row["episode"] for row in rows if row.get("episode")]
+    if not episodes:
+        return {}
+    n = len(episodes)
+    return {
+        "tool_calls_per_sample": round(sum(e["calls"] for e in episodes) / n, 4),
+        "tool_call_rate": round(sum(1 for e in episodes if e["calls"]) / n, 4),
+        "invalid_calls": sum(e["invalid_calls"] for e in episodes),
+        "tool_errors": sum(e["errors"] for e in episodes),
+        "episode_finish": {
+            k: sum(1 for e in episodes if e["finish"] == k) for k in sorted({e["finish"] for e in episodes})
+        },
     }
 
 

@@ -18,6 +18,8 @@ from .config import digest_of
 from .registry import BenchmarkSpec
 
 _SCORE_KEYS = ("sample_id", "index", "settings", "prompt_sha", "failed", "error", "prediction")
+# what the generation recorded besides the prediction (kept when a row is re-scored)
+_GENERATION_KEYS = ("output_tokens", "truncated", "episode")
 
 
 def prompt_sha(prompt: str) -> str:
@@ -54,6 +56,7 @@ def scored_row(
     output_tokens: int | None = None,
     truncated: bool | None = None,
     reward: RewardConfig | None = None,
+    episode: dict[str, Any] | None = None,
 ) -> dict[str, Any]:
     row = {
         "sample_id": sample_id,
@@ -65,6 +68,8 @@ def scored_row(
         "output_tokens": output_tokens,
         "truncated": truncated,
     }
+    if episode is not None:  # a multi-turn sample (tools): its turns and calls (evaluation/pipeline.py)
+        row["episode"] = episode
     return rescore(spec, record, row, reward)
 
 
@@ -73,7 +78,7 @@ def rescore(spec: BenchmarkSpec, record: Record, row: dict, reward: RewardConfig
     digest = reward_digest(reward)
     if row.get("failed") or row.get("scoring") == digest:
         return row
-    kept = {k: v for k, v in row.items() if k in _SCORE_KEYS or k in ("output_tokens", "truncated")}
+    kept = {k: v for k, v in row.items() if k in _SCORE_KEYS or k in _GENERATION_KEYS}
     result = spec.score_response(
         record,
         str(row.get("prediction") or ""),

@@ -43,6 +43,9 @@ class Responses:
     logprobs: torch.Tensor | None = (
         None  # [N, T] log-prob of each sampled token under the sampling distribution
     )
+    # multi-turn requests: each row's episode (``rollout/episode.py``); ids/mask are then the whole
+    # episode after the prompt, mask 1 on the policy's own tokens only
+    episodes: list | None = None
 
 
 @dataclass
@@ -61,13 +64,21 @@ class Prompt:
 class Request:
     """``n`` responses to one prompt. ``seed`` makes the request reproducible on its own (it is
     then never batched with another request, whose draws would change its own); ``key`` names it
-    in errors and in the engine's logs."""
+    in errors and in the engine's logs. ``episode_tools``, when given, makes each response an
+    episode: a function returning a fresh :class:`~easyvideor1.tools.calls.EpisodeTools` (its
+    budgets are per episode) for engines with ``runs_episodes``."""
 
     key: str
     prompt: Prompt
     sampling: SamplingConfig
     n: int = 1
     seed: int | None = None
+    episode_tools: Any = None
+
+    @property
+    def alone(self) -> bool:
+        """Run in a batch of its own (seeded, or an episode)."""
+        return self.seed is not None or self.episode_tools is not None
 
 
 class RolloutEngine(Protocol):
@@ -81,6 +92,7 @@ class RolloutEngine(Protocol):
             receive the trainer's weights (:meth:`update_weights`) after every optimizer step.
         adapter_sync: True when the engine serves a LoRA adapter on top of base weights and takes
             only the adapter (:meth:`update_adapter`) instead of merged weights.
+        runs_episodes: True when a request's ``episode_tools`` are run (multi-turn episodes).
     """
 
     eos_ids: list[int]
@@ -88,6 +100,7 @@ class RolloutEngine(Protocol):
     banned: list[int]
     owns_weights: bool
     adapter_sync: bool
+    runs_episodes: bool
 
     def submit(self, request: Request) -> Future:
         """Queue one request; the future gives its :class:`Responses` (``request.n`` rows)."""
@@ -184,12 +197,12 @@ class RequestQueue:
             if first is _STOP:
                 return
             batch = [first]
-            while first[0].seed is None and len(batch) < self.max_batch:
+            while not first[0].alone and len(batch) < self.max_batch:
                 try:
                     item = self._requests.get_nowait()
                 except queue.Empty:
                     break
-                if item is _STOP or item[0].seed is not None or item[0].sampling != first[0].sampling:
+                if item is _STOP or item[0].alone or item[0].sampling != first[0].sampling:
                     held = item  # it starts the next batch (or stops the worker after this one)
                     break
                 batch.append(item)

@@ -22,7 +22,7 @@ from ..data.dataset import encode_loaded
 from ..models.families import VISION_INPUTS, get_family
 from ..models.inputs import PromptBatch
 from ..tools.calls import CallOutcome, EpisodeTools
-from .base import Prompt, SamplingConfig
+from .base import Prompt, Responses, SamplingConfig
 
 _PER_ROW = ("input_ids", "attention_mask", "mm_token_type_ids")
 ANSWER, MAX_TURNS, BUDGET, LENGTH = "answer", "max_turns", "budget", "length"
@@ -57,6 +57,7 @@ class Episode:
     finish: str = ""
     final_text: str = ""
     counts: dict[str, int] = field(default_factory=dict)
+    calls: list[CallOutcome] = field(default_factory=list)  # every call in order, results with their media
 
     @property
     def tool_turns(self) -> int:
@@ -169,6 +170,7 @@ def run_episode(
         allowed = tool_turns < settings.max_turns
         outcomes = tools.run_turn(bodies, allowed=allowed)
         turn["calls"] = [o.row() for o in outcomes]
+        ep.calls += outcomes
         if not allowed:
             ep.finish = MAX_TURNS
             break
@@ -201,4 +203,22 @@ def render_with_tools(
         add_generation_prompt=True,
         tokenize=False,
         **template_kwargs,
+    )
+
+
+def episode_responses(episodes: list[Episode], pad_id: int) -> Responses:
+    """Episodes as one :class:`Responses`: each row the whole episode after the prompt, mask 1 on
+    the policy's tokens, the text the last policy turn's, ``truncated`` for a turn cut at the limit."""
+    width = max([len(e.ids) for e in episodes] + [1])
+    ids = torch.full((len(episodes), width), pad_id, dtype=torch.long)
+    mask = torch.zeros((len(episodes), width), dtype=torch.long)
+    for i, e in enumerate(episodes):
+        ids[i, : len(e.ids)] = torch.tensor(e.ids, dtype=torch.long)
+        mask[i, : len(e.ids)] = torch.tensor(e.policy_mask, dtype=torch.long)
+    return Responses(
+        ids=ids,
+        mask=mask,
+        texts=[e.final_text for e in episodes],
+        truncated=[e.finish == LENGTH for e in episodes],
+        episodes=episodes,
     )

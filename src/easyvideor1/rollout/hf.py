@@ -53,6 +53,7 @@ class HFRolloutEngine(RequestQueue):
     """
 
     adapter_sync = False  # plain HF weights: LoRA reaches the copy merged
+    runs_episodes = True
 
     def __init__(self, model, processor, owns_weights: bool = False, max_batch: int = 16):
         self.model, self.processor = model, processor
@@ -113,6 +114,8 @@ class HFRolloutEngine(RequestQueue):
         from ..data.dataset import encode_loaded
         from ..models.families import family_of_model
 
+        if requests[0].episode_tools is not None:  # alone in its batch (RequestQueue)
+            return [self.run_episodes(requests[0])]
         batch = encode_loaded(
             self.processor,
             [r.prompt.text for r in requests],
@@ -123,6 +126,21 @@ class HFRolloutEngine(RequestQueue):
             torch.manual_seed(requests[0].seed)  # seeds every device's generator too
         counts = [r.n for r in requests]
         return split_responses(self.generate(batch, counts, requests[0].sampling), counts)
+
+    def run_episodes(self, request: Request) -> Responses:
+        """``request.n`` episodes of the request's prompt, one after another (seeded per episode)."""
+        from ..models.families import family_of_model
+        from .episode import episode_responses, run_episode
+
+        family = family_of_model(self.model).model_type
+        episodes = []
+        for k in range(request.n):
+            seed = None if request.seed is None else request.seed + k
+            tools = request.episode_tools()
+            episodes.append(
+                run_episode(self, self.processor, request.prompt, tools, request.sampling, family, seed)
+            )
+        return episode_responses(episodes, self.pad_id)
 
     @torch.no_grad()
     def update_weights(self, named_tensors: Iterable[tuple[str, torch.Tensor]]) -> None:

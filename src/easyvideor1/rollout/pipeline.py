@@ -29,7 +29,8 @@ import threading
 import time
 from collections.abc import Callable
 from concurrent.futures import FIRST_COMPLETED, Future, ProcessPoolExecutor, wait
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
+from functools import partial
 from typing import Any, Protocol
 
 from ..data.config import DataConfig
@@ -37,6 +38,7 @@ from ..data.dataset import MediaSample, RecordDataset, load_media, render_text, 
 from ..media.cache import VideoLoader
 from ..media.failures import MediaFailure
 from ..outdir import OutputError
+from ..tools.video import ToolSession
 from .base import Prompt, Request, Responses
 from .config import PipelineSettings
 
@@ -64,11 +66,15 @@ class Timing:
     generate: float = 0.0
 
 
-def render_prompt(processor, sample: MediaSample, cfg: DataConfig, loader: VideoLoader) -> Prompt:
+def render_prompt(
+    processor, sample: MediaSample, cfg: DataConfig, loader: VideoLoader, tools: list[dict] | None = None
+) -> Prompt:
     """The sample as every engine takes it: the chat-rendered text (thinking as ``data.thinking``
-    or the template decides) and its media, loaded unless a loader already did."""
+    or the template decides; the ``tools`` schemas where the template lists them) and its media,
+    loaded unless a loader already did."""
     videos, images = sample.loaded or load_media(sample, cfg, loader)
-    return Prompt(render_text(processor, sample, thinking=thinking_mode(cfg)), list(videos), list(images))
+    text = render_text(processor, sample, thinking=thinking_mode(cfg), tools=tools)
+    return Prompt(text, list(videos), list(images))
 
 
 def failure_reason(error: BaseException) -> str:
@@ -86,12 +92,19 @@ def run_pipeline(
     settings: PipelineSettings | None = None,
     thumbnail: Callable[[list, list], str | None] | None = None,
     keep_thumbnail: Callable[[int, str], None] | None = None,
+    tools: ToolSession | None = None,
 ) -> Timing:
     """Run ``todo`` (dataset indices, in order) through the stages; ``write`` gets rows as they finish
     (each call's rows sorted by index). ``thumbnail(videos, images)``, when given, runs in the loader
     on the frames just loaded; ``keep_thumbnail(i, strip)`` receives each as its sample arrives (so
-    a killed run keeps those made so far)."""
+    a killed run keeps those made so far). ``tools`` makes every request an episode whose calls
+    the session answers (the engine must have ``runs_episodes``)."""
     settings = settings or PipelineSettings()
+    if tools is not None and not engine.runs_episodes:
+        raise ValueError(
+            f"tools.names={tools.settings.names}: the {type(engine).__name__} engine runs no episodes (use the hf engine)"
+        )
+    schemas = tools.schemas() if tools is not None else None
     timing = Timing()
     ready: queue.Queue = queue.Queue(maxsize=settings.queue_size)
     loader = threading.Thread(
@@ -113,9 +126,14 @@ def run_pipeline(
             i, sample, error = item
             if error is None:
                 try:
-                    prompt = render_prompt(processor, sample, dataset.cfg, dataset.loader)
+                    prompt = render_prompt(processor, sample, dataset.cfg, dataset.loader, schemas)
+                    request = work.request(i, prompt)
+                    if tools is not None:  # each of its n responses an episode with its own budgets
+                        request = replace(
+                            request, episode_tools=partial(tools.episode, sample.record, list(sample.videos))
+                        )
                     t0 = time.perf_counter() if t0 is None else t0
-                    pending[engine.submit(work.request(i, prompt))] = i
+                    pending[engine.submit(request)] = i
                     continue
                 except Exception as e:  # e.g. a template or processor that refuses this sample
                     error = failure_reason(e)

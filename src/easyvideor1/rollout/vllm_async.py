@@ -36,6 +36,7 @@ class AsyncVLLMEngine(VLLMResponses):
 
     owns_weights = False  # serves a checkpoint; nothing is pushed to it
     adapter_sync = False
+    runs_episodes = False  # multi-turn episodes: the HF engine (vLLM episodes are still to come)
 
     def __init__(
         self,

@@ -173,8 +173,9 @@ class ToolContext:
 
 @dataclass
 class ToolSession:
-    """Tracks and answers shared by the episodes of one step or job: each video's tracks are read
-    once, and a call asked again with the same arguments is answered from memory."""
+    """The configured tools, and the tracks and answers the episodes of one step or job share:
+    each video's tracks are read once, and a call asked again with the same arguments is answered
+    from memory."""
 
     settings: ToolsConfig
     model_family: str
@@ -183,6 +184,19 @@ class ToolSession:
     _answers: dict[str, ToolResult] = field(default_factory=dict)
     _lock: threading.Lock = field(default_factory=threading.Lock)
     hits: int = 0
+
+    def __post_init__(self) -> None:
+        self.specs = self.settings.specs()  # an unknown tool name fails here, before any episode
+
+    def schemas(self) -> list[dict[str, Any]]:
+        """The ``tools=`` list of the chat template."""
+        return [s.schema() for s in self.specs]
+
+    def episode(self, record: Any, video_paths: list[str]):
+        """Fresh per-episode budgets over this session (an :class:`~.calls.EpisodeTools`)."""
+        from .calls import EpisodeTools
+
+        return EpisodeTools(self.specs, self, record, list(video_paths), self.settings)
 
     def context(self, record: Any, video_paths: list[str], max_frames: int) -> ToolContext:
         with self._lock:
