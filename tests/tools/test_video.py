@@ -118,3 +118,49 @@ def test_a_cached_track_serves_the_same_frames_as_decoding_and_is_counted(counti
     )
     assert a.tobytes() == b.tobytes()
     assert cached.frames.shape[1] * cached.frames.shape[2] <= 64 * 64
+
+
+def test_preprocess_writes_the_tracks_the_configured_tools_read(counting_video, tmp_path):
+    import json
+    import subprocess
+    import sys
+
+    records = tmp_path / "records.jsonl"
+    row = {"problem": "What?", "answer": "A", "problem_type": "multiple choice", "options": ["A. a", "B. b"]}
+    records.write_text(json.dumps({**row, "problem_id": "p0", "videos": [counting_video]}) + "\n")
+    cache = tmp_path / "cache"
+    r = subprocess.run(
+        [
+            sys.executable, "-m", "easyvideor1", "preprocess", "--data", str(records), "--cache-dir", str(cache),
+            "--model-family", "qwen3vl", "--nframes", "4", "--min-pixels", "1024", "--max-pixels", "4096",
+            "--quiet", "tools.names=[seek,zoom]", "tools.seek_max_pixels=4096",
+        ],
+        capture_output=True,
+        text=True,
+    )  # fmt: skip
+    assert r.returncode == 0, r.stderr[-2000:]
+    report = json.loads((cache / "report.json").read_text())
+    assert (
+        report["videos"] == 3 and report["built"] == 3 and report["tool_tracks"] == 2
+    )  # first view + 2 tracks
+    settings = ToolsConfig(names=["seek", "zoom"], seek_max_pixels=4096)
+    loader = VideoLoader(str(cache), "cache_only")
+    ctx = _ctx(counting_video, loader, settings=settings)
+    get_tool("seek").function(ctx, {"start_s": 1.0, "end_s": 2.0})
+    get_tool("zoom").function(ctx, {"time_s": 1.0, "box": [0, 0, 500, 500]})
+    assert loader.stats.hits == 2 and loader.stats.decoded == 0  # every frame from the cache
+
+
+def test_a_missing_track_in_cache_only_mode_is_a_tool_error_not_a_decode(counting_video, tmp_path):
+    from easyvideor1.tools.calls import ERROR
+
+    (tmp_path / "empty").mkdir()
+    settings = ToolsConfig(names=["seek"])
+    session = ToolSession(settings, "qwen3_vl", VideoLoader(str(tmp_path / "empty"), "cache_only"))
+    (outcome,) = session.episode({}, [counting_video]).run_turn(
+        ['{"name": "seek", "arguments": {"start_s": 1, "end_s": 2}}']
+    )
+    assert (
+        outcome.status == ERROR and "no seek track in the frame cache (cache_only mode" in outcome.result.text
+    )
+    assert session.loader.stats.decoded == 0

@@ -48,14 +48,31 @@ def cmd_preprocess(args: argparse.Namespace, extra: list[str]) -> int:
             "preprocess needs the model family (it decides the frame size): give --model PATH "
             "(its config.json names it) or --model-family FAMILY"
         )
+    tracks = []
+    if cfg.tools.enabled:  # the frames the configured tools will read (tools/video.py tracks)
+        from ..tools.video import tool_tracks
+
+        tracks = tool_tracks(cfg.tools, cfg.data.model_family or _family_needed())
     report = preprocess(
-        files, cfg.data, cache_dir, workers=args.workers, shard=args.shard, progress=not args.quiet
+        files,
+        cfg.data,
+        cache_dir,
+        workers=args.workers,
+        shard=args.shard,
+        progress=not args.quiet,
+        tracks=tracks,
     )
     print(format_report(report))
     if report["failed"] or report["bad_records"]:
         print("some inputs failed; see failures.jsonl" + (" (--strict: exit 1)" if args.strict else ""))
         return 1 if args.strict else 0
     return 0
+
+
+def _family_needed() -> str:
+    raise ConfigError(
+        "the tools' frame tracks need the model family: give --model PATH or --model-family FAMILY"
+    )
 
 
 def cmd_demo(args: argparse.Namespace, extra: list[str]) -> int:

@@ -19,6 +19,7 @@ import os
 import socket
 import sys
 import time
+from collections.abc import Sequence
 from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -168,9 +169,14 @@ def _params_for_worker(params: SamplingParams) -> dict:
 
 
 def collect_jobs(
-    data_files: list[str], cfg: DataConfig, shard: tuple[int, int] | None, failures: list[dict]
+    data_files: list[str],
+    cfg: DataConfig,
+    shard: tuple[int, int] | None,
+    failures: list[dict],
+    tracks: Sequence[SamplingParams] = (),
 ) -> tuple[list[VideoJob], dict[str, int]]:
-    """Read records, validate them, and group their videos into unique jobs."""
+    """Read records, validate them, and group their videos into unique jobs (one per video and
+    parameters: the record's frames, and each of ``tracks`` for every video)."""
     jobs: dict[tuple[str, str], VideoJob] = {}
     counts = {"records": 0, "video_records": 0, "image_records": 0, "text_records": 0, "bad_records": 0}
     for data_file in data_files:
@@ -196,9 +202,10 @@ def collect_jobs(
                 path = resolve_media_path(video, data_file, cfg.video_root)
                 if not _in_shard(path, shard):
                     continue
-                key = (path, params_key(params))
-                job = jobs.setdefault(key, VideoJob(source_path=path, params=params))
-                job.record_ids.append(rec.problem_id)
+                for p in (params, *tracks):
+                    key = (path, params_key(p))
+                    job = jobs.setdefault(key, VideoJob(source_path=path, params=p))
+                    job.record_ids.append(rec.problem_id)
     return list(jobs.values()), counts
 
 
@@ -246,14 +253,18 @@ def preprocess(
     workers: int = 1,
     shard: tuple[int, int] | None = None,
     progress: bool = True,
+    tracks: Sequence[SamplingParams] = (),
 ) -> dict[str, Any]:
-    """Build the cache for ``data_files``; returns the report (also written to ``report.json``)."""
+    """Build the cache for ``data_files``; returns the report (also written to ``report.json``).
+
+    ``tracks``: more entries per video (the frame tracks of the configured tools,
+    :func:`easyvideor1.tools.video.tool_tracks`)."""
     t0 = time.monotonic()
     # not held (outdir.hold): runs on one cache overlap on purpose, each merging its manifest rows
     root = check_writable(cache_dir, "--cache-dir")
     stale = _clean_stale_temp_files(root)
     failures: list[dict] = []
-    jobs, counts = collect_jobs(data_files, cfg, shard, failures)
+    jobs, counts = collect_jobs(data_files, cfg, shard, failures, tracks)
 
     todo: list[tuple[int, tuple]] = []
     for i, job in enumerate(jobs):
@@ -319,7 +330,8 @@ def preprocess(
     write_text_atomic(root / f"failures{suffix}.jsonl", "".join(json.dumps(f) + "\n" for f in failures))
     report = {
         **counts,
-        "videos": len(jobs),
+        "videos": len(jobs),  # entries: one per video and parameters (tool tracks included)
+        "tool_tracks": len(tracks),
         "built": sum(j.status == "built" for j in jobs),
         "reused": sum(j.status == "reused" for j in jobs),
         "failed": sum(j.status == "failed" for j in jobs),

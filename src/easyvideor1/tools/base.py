@@ -77,6 +77,7 @@ class ToolSpec:
     description: str
     parameters: dict[str, Any]
     function: ToolFunction
+    tracks: tuple[str, ...] = ()  # the frame tracks it reads ("seek", "detail"): what preprocess caches
 
     def schema(self) -> dict[str, Any]:
         """The entry the chat template's ``tools=`` argument takes (OpenAI function format)."""
@@ -102,12 +103,19 @@ def register_tool(
     parameters: dict[str, Any],
     aliases: Iterable[str] = (),
     override: bool = False,
+    tracks: Iterable[str] = (),
 ) -> Callable[[ToolFunction], ToolFunction]:
     """Register the decorated ``fn(ctx, args) -> ToolResult`` as tool ``name``.
 
     The policy sees ``name`` exactly as given (the template's tool list), so it must be a plain
-    identifier; ``parameters`` must be a JSON schema of ``"type": "object"``.
+    identifier; ``parameters`` must be a JSON schema of ``"type": "object"``. ``tracks``: the
+    frame tracks of ``tools/video.py`` it reads (``seek``, ``detail``), which ``preprocess``
+    then writes to the frame cache.
     """
+    tracks = tuple(tracks)
+    unknown = [t for t in tracks if t not in ("seek", "detail")]
+    if unknown:
+        raise ValueError(f"tool {name!r}: unknown tracks {unknown} (known: seek, detail)")
     if not str(name).isidentifier():
         raise ValueError(f"tool name must be an identifier (the policy writes it in its call), got {name!r}")
     if not isinstance(parameters, dict) or parameters.get("type") != "object":
@@ -117,7 +125,7 @@ def register_tool(
     Draft202012Validator.check_schema(parameters)  # a broken schema fails here, not at the first call
 
     def decorator(function: ToolFunction) -> ToolFunction:
-        spec = ToolSpec(name, description, parameters, function)
+        spec = ToolSpec(name, description, parameters, function, tracks)
         TOOLS.register(name, spec, aliases=aliases, override=override)
         return function
 

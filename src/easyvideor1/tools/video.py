@@ -24,7 +24,7 @@ import time
 from dataclasses import dataclass, field
 from typing import Any
 
-from ..media.cache import VideoLoader, entry_matches, read_entry
+from ..media.cache import CacheError, VideoLoader, entry_matches, read_entry
 from ..media.decode import probe_video, read_frames
 from ..media.resize import FrameResizer, resize_frames
 from ..media.sampling import (
@@ -60,6 +60,12 @@ def track_params(settings: ToolsConfig, kind: str, model_family: str) -> Samplin
         max_pixels=cap,
         total_pixels=cap * _TRACK_MAX_FRAMES,
     )
+
+
+def tool_tracks(settings: ToolsConfig, model_family: str) -> list[SamplingParams]:
+    """The tracks the configured tools read, as the frame-cache parameters ``preprocess`` writes."""
+    kinds = sorted({kind for spec in settings.specs() for kind in spec.tracks})
+    return [track_params(settings, kind, model_family) for kind in kinds]
 
 
 @dataclass
@@ -115,6 +121,13 @@ class VideoSource:
                 fps = float(meta["source_fps"])
                 size = (int(meta["height"]), int(meta["width"]))
                 return Track(list(meta["frame_indices"]), fps, meta["total_frames"] / fps, size, video.frames)
+        if self.loader is not None:
+            if self.loader.mode == "cache_only":  # as for the first view: no decoding at all
+                raise CacheError(
+                    f"{self.path}: no {kind} track in the frame cache (cache_only mode; run `easyvideor1 "
+                    "preprocess` with the same tools.* settings)"
+                )
+            self.loader.stats.decoded += 1  # the frames a call picks are decoded from the source
         info = self.info
         indices, _ = frame_indices(params, info.total_frames, info.fps)
         size = video_frame_size(params, info.height, info.width, len(indices))
@@ -260,6 +273,7 @@ def _image(frame, settings: ToolsConfig, factor: int):
         "required": ["start_s", "end_s"],
         "additionalProperties": False,
     },
+    tracks=("seek",),
 )
 def seek(ctx: ToolContext, args: dict[str, Any]) -> ToolResult:
     start = _time_in_video(ctx, float(args["start_s"]), "start_s")
@@ -294,6 +308,7 @@ def seek(ctx: ToolContext, args: dict[str, Any]) -> ToolResult:
         "required": ["time_s"],
         "additionalProperties": False,
     },
+    tracks=("detail",),
 )
 def frame_at(ctx: ToolContext, args: dict[str, Any]) -> ToolResult:
     t = _time_in_video(ctx, float(args["time_s"]), "time_s")
@@ -325,6 +340,7 @@ def frame_at(ctx: ToolContext, args: dict[str, Any]) -> ToolResult:
         "required": ["time_s", "box"],
         "additionalProperties": False,
     },
+    tracks=("detail",),
 )
 def zoom(ctx: ToolContext, args: dict[str, Any]) -> ToolResult:
     t = _time_in_video(ctx, float(args["time_s"]), "time_s")
