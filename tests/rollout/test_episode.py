@@ -15,7 +15,7 @@ from easyvideor1.media.sampling import SamplingParams
 from easyvideor1.media.video import sample_video
 from easyvideor1.models.tiny import make_tiny_model
 from easyvideor1.rollout.base import Prompt, Responses, SamplingConfig
-from easyvideor1.rollout.episode import ANSWER, BUDGET, MAX_TURNS, render_with_tools, run_episode
+from easyvideor1.rollout.episode import ANSWER, BUDGET, MAX_TURNS, first_turn, render_with_tools, run_episode
 from easyvideor1.rollout.hf import HFRolloutEngine
 from easyvideor1.tools import ToolsConfig
 from easyvideor1.tools.calls import EpisodeTools
@@ -58,7 +58,9 @@ def _prompt(processor, counting_video, tools):
         SamplingParams.for_family("qwen3_vl", nframes=4, min_pixels=1024, max_pixels=32 * 32 * 4),
     )
     content = [{"type": "video"}, {"type": "text", "text": "What is the grey level at 2 s?"}]
-    return Prompt(render_with_tools(processor, content, tools), [first_view], [])
+    return first_turn(
+        processor, Prompt(render_with_tools(processor, content, tools), [first_view], []), "qwen3_vl"
+    )
 
 
 def _tools(counting_video, **settings):

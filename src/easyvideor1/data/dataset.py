@@ -39,6 +39,7 @@ class MediaSample:
     images: list[str] = field(default_factory=list)
     loaded: tuple[list, list] | None = None  # (videos, images) filled by load_media, e.g. in a loader thread
     probe: str | None = None  # blank/shuffle the video frames when loaded (``data/probe.py``)
+    tools: list[dict] | None = None  # the tool schemas its prompt lists (``tools.*``: an episode)
 
 
 class RecordDataset(Dataset):
@@ -57,6 +58,7 @@ class RecordDataset(Dataset):
     ):
         check_probe("probe", probe)
         self.probe = probe
+        self.tools: list[dict] | None = None  # tool schemas every sample's prompt lists (episodes)
         # one data file for all records, or one per record (relative media paths resolve against it)
         self.records, self.cfg = records, cfg
         self.data_files = [data_file] * len(records) if isinstance(data_file, str) else list(data_file)
@@ -107,6 +109,7 @@ class RecordDataset(Dataset):
             video_params=params,
             images=[resolve_media_path(p, data_file, self.cfg.video_root) for p in rec.images],
             probe=self.probe,
+            tools=self.tools,
         )
 
 
@@ -184,6 +187,7 @@ def render_text(
     # its own call, with a warning)
     takes_it = "enable_thinking" in str(getattr(processor, "chat_template", "") or "")
     extra = {"enable_thinking": thinking} if thinking is not None and takes_it else {}
+    tools = tools if tools is not None else sample.tools
     if tools:
         extra["tools"] = tools
     return processor.apply_chat_template(

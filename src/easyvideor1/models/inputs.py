@@ -75,6 +75,29 @@ def gather_prompts(batch: PromptBatch, prompt_ids: list[int]) -> dict[str, Any]:
     return out
 
 
+def gather_sequences(
+    batch: PromptBatch, prompt_ids: list[int], extra: list[dict[str, Any] | None]
+) -> dict[str, Any]:
+    """:func:`gather_prompts`, each row's vision tensors followed by ``extra[row]``'s (the media of
+    an episode's tool turns, after its prompt's in placeholder order; the model reads a batch's
+    media row by row)."""
+    if not any(extra):
+        return gather_prompts(batch, prompt_ids)
+    out = gather_prompts(batch, prompt_ids)
+    for kind, counts in (("video", batch.video_counts), ("image", batch.image_counts)):
+        pieces = _split_items(batch.inputs, kind, counts)
+        for key in [k for k in _VISION[kind] if k]:
+            parts = []
+            for row, p in enumerate(prompt_ids):
+                if key in pieces[p]:
+                    parts.append(pieces[p][key])
+                if extra[row] and extra[row].get(key) is not None:
+                    parts.append(torch.as_tensor(extra[row][key]))
+            if parts:
+                out[key] = torch.cat(parts)
+    return out
+
+
 def expand(batch: PromptBatch, repeats: list[int]) -> dict[str, Any]:
     """Repeat prompt ``i`` ``repeats[i]`` times (rows and vision tensors), in prompt order."""
     if len(repeats) != len(batch):
@@ -82,15 +105,29 @@ def expand(batch: PromptBatch, repeats: list[int]) -> dict[str, Any]:
     return gather_prompts(batch, [i for i, r in enumerate(repeats) for _ in range(r)])
 
 
-def append_responses(seq_inputs: dict[str, Any], response_ids: torch.Tensor, response_mask: torch.Tensor):
-    """Full sequences for a training forward: prompt rows followed by (right-padded) responses."""
+def append_responses(
+    seq_inputs: dict[str, Any],
+    response_ids: torch.Tensor,
+    response_mask: torch.Tensor,
+    response_types: torch.Tensor | None = None,
+):
+    """Full sequences for a training forward: prompt rows followed by (right-padded) responses.
+
+    ``response_mask`` marks the real tokens (attended); ``response_types``: the responses'
+    ``mm_token_type_ids`` where they hold vision tokens (an episode's tool turns), else text (0)."""
     out = dict(seq_inputs)
     out["input_ids"] = torch.cat([seq_inputs["input_ids"], response_ids], dim=1)
     out["attention_mask"] = torch.cat(
         [seq_inputs["attention_mask"], response_mask.to(seq_inputs["attention_mask"].dtype)], dim=1
     )
     if seq_inputs.get("mm_token_type_ids") is not None:
-        # responses are text: type 0 (transformers uses these ids for M-RoPE positions)
-        zeros = torch.zeros_like(response_ids, dtype=seq_inputs["mm_token_type_ids"].dtype)
-        out["mm_token_type_ids"] = torch.cat([seq_inputs["mm_token_type_ids"], zeros], dim=1)
+        # responses are text: type 0 (transformers uses these ids for M-RoPE positions), but for
+        # the vision tokens of an episode's tool turns
+        dtype = seq_inputs["mm_token_type_ids"].dtype
+        types = (
+            torch.zeros_like(response_ids, dtype=dtype)
+            if response_types is None
+            else response_types.to(dtype)
+        )
+        out["mm_token_type_ids"] = torch.cat([seq_inputs["mm_token_type_ids"], types], dim=1)
     return out

@@ -48,8 +48,13 @@ def response_logprobs(
     media_counts: tuple[list[int], list[int]] | None = None,
     vision: VisionFeatureCache | None = None,
     prompt_ids: list[int] | None = None,
+    response_types: torch.Tensor | None = None,
 ):
     """(logp [N, T], entropy [N, T]) of each response token given its prompt.
+
+    ``response_mask`` marks the responses' real tokens (attended, and given a log-prob): for an
+    episode, its tool turns too (``response_types`` types their vision tokens); the caller's loss
+    mask keeps the policy's own.
 
     ``padding_free``: the sequences run as one packed row (``models.packing``); it needs
     ``media_counts`` (videos, images of each sequence). ``vision``: a started feature cache serves
@@ -77,7 +82,9 @@ def response_logprobs(
             )
         full = {k: v.to(device) if isinstance(v, torch.Tensor) else v for k, v in seq_inputs.items()}
         response_ids, response_mask = response_ids.to(device), response_mask.to(device)
-        full = append_responses(full, response_ids, response_mask)
+        full = append_responses(
+            full, response_ids, response_mask, None if response_types is None else response_types.to(device)
+        )
         prompt_len = seq_inputs["input_ids"].shape[1]
         # a served forward calls no tower, so no dummy either (the frozen tower needs no gradient)
         ctx = dummy.expect(full) if dummy is not None and not serve else nullcontext()

@@ -110,6 +110,13 @@ class RolloutEngine(Protocol):
         """Sample ``repeats[i]`` responses for prompt ``i``, in prompt order."""
         ...
 
+    def generate_episodes(
+        self, batch: PromptBatch, repeats: list[int], sampling: SamplingConfig, episode_tools: list
+    ) -> Responses:
+        """:meth:`generate` with each response an episode (engines with ``runs_episodes``):
+        ``episode_tools[i]()`` gives prompt ``i``'s per-episode tools."""
+        ...
+
     def decode(self, ids: torch.Tensor) -> str:
         """Response text of ``ids`` without the end-of-turn token."""
         ...

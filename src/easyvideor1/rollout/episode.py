@@ -20,7 +20,7 @@ import torch
 
 from ..data.dataset import encode_loaded
 from ..models.families import VISION_INPUTS, get_family
-from ..models.inputs import PromptBatch
+from ..models.inputs import PromptBatch, gather_prompts
 from ..tools.calls import CallOutcome, EpisodeTools
 from .base import Prompt, Responses, SamplingConfig
 
@@ -58,6 +58,14 @@ class Episode:
     final_text: str = ""
     counts: dict[str, int] = field(default_factory=dict)
     calls: list[CallOutcome] = field(default_factory=list)  # every call in order, results with their media
+    logprobs: list[float] = field(default_factory=list)  # the engine's, per token of ids (NaN: tool tokens)
+    tool_inputs: dict[str, Any] = field(default_factory=dict)  # vision tensors of the tool turns, in order
+
+    def response_types(self) -> torch.Tensor | None:
+        """``mm_token_type_ids`` of :attr:`ids` (vision tokens of tool turns typed), when the
+        family's processor returns such ids."""
+        types = self.inputs.get("mm_token_type_ids")
+        return None if types is None else types[0, self.prompt_len :]
 
     @property
     def tool_turns(self) -> int:
@@ -122,23 +130,39 @@ def _generated(inputs: dict[str, Any], ids: list[int]) -> dict[str, Any]:
     return more
 
 
+def first_turn(processor, prompt: Prompt, model_family: str) -> PromptBatch:
+    """A rendered prompt (text with ``tools=``, its media) encoded as an episode's first input."""
+    return encode_loaded(processor, [prompt.text], [(prompt.videos, prompt.images)], model_family)
+
+
+def _unpadded(batch: PromptBatch, row: int) -> PromptBatch:
+    """Prompt ``row`` of a (left-padded) batch alone, its padding cut off: an episode's ids are
+    exactly the prompt's tokens followed by what comes after."""
+    one = gather_prompts(batch, [row])
+    start = int((one["attention_mask"][0] == 0).sum())  # left padding
+    for key in _PER_ROW:
+        if one.get(key) is not None:
+            one[key] = one[key][:, start:]
+    return PromptBatch(one, [batch.video_counts[row]], [batch.image_counts[row]])
+
+
 def run_episode(
     engine,
     processor,
-    prompt: Prompt,
+    first: PromptBatch,
     tools: EpisodeTools,
     sampling: SamplingConfig,
     model_family: str,
     seed: int | None = None,
 ) -> Episode:
-    """One episode of ``prompt`` (its text rendered with ``tools=``, see :func:`render_with_tools`)
-    on ``engine``'s batch path (``generate``), calls answered by ``tools``."""
+    """One episode from ``first`` (one encoded prompt, rendered with ``tools=``:
+    :func:`first_turn`, or a row of the trainer's batch) on ``engine``'s batch path (``generate``),
+    calls answered by ``tools``."""
     family = get_family(model_family)
     settings = tools.settings
-    first = encode_loaded(processor, [prompt.text], [(prompt.videos, prompt.images)], model_family)
-    inputs = {k: v for k, v in first.inputs.items()}
+    inputs = dict(first.inputs)
     ep = Episode(prompt_len=int(inputs["input_ids"].shape[1]), inputs=inputs)
-    ep.video_count, ep.image_count = len(prompt.videos), len(prompt.images)
+    ep.video_count, ep.image_count = first.video_counts[0], first.image_counts[0]
     eot = processor.tokenizer.convert_ids_to_tokens(engine.eos_ids[0])
     if seed is not None:
         torch.manual_seed(seed)
@@ -155,6 +179,7 @@ def run_episode(
         ids = out.ids[0, :n].tolist()
         ep.ids += ids
         ep.policy_mask += [1] * n
+        ep.logprobs += out.logprobs[0, :n].tolist() if out.logprobs is not None else [float("nan")] * n
         ep.inputs = _append(ep.inputs, _generated(ep.inputs, ids))
         text = out.texts[0]
         content, bodies = family.split_tool_calls(text)
@@ -185,11 +210,45 @@ def run_episode(
             break
         ep.ids += turn_ids
         ep.policy_mask += [0] * len(turn_ids)
+        ep.logprobs += [float("nan")] * len(turn_ids)
         ep.inputs = _append(ep.inputs, encoded)
+        ep.tool_inputs = _append_media(ep.tool_inputs, encoded)
         ep.video_count += len(videos)
         ep.image_count += len(images)
     ep.counts = tools.counts()
     return ep
+
+
+def _append_media(media: dict[str, Any], encoded: dict[str, Any]) -> dict[str, Any]:
+    """The vision tensors of a tool turn after the earlier ones (placeholder order)."""
+    out = dict(media)
+    for pix, grid, extra in VISION_INPUTS.values():
+        for key in (pix, grid, extra):
+            if key and encoded.get(key) is not None:
+                add = torch.as_tensor(encoded[key])
+                out[key] = add if key not in media else torch.cat([media[key], add])
+    return out
+
+
+def run_batch_episodes(
+    engine,
+    processor,
+    batch: PromptBatch,
+    repeats: list[int],
+    sampling: SamplingConfig,
+    model_family: str,
+    make_tools: list,
+) -> Responses:
+    """``repeats[p]`` episodes of each prompt ``p`` of ``batch`` (the trainer's rollouts; prompts
+    rendered with ``tools=``), in prompt order; ``make_tools[p]()`` gives an episode's tools."""
+    episodes = []
+    for p, count in enumerate(repeats):
+        first = _unpadded(batch, p) if count else None
+        episodes += [
+            run_episode(engine, processor, first, make_tools[p](), sampling, model_family)
+            for _ in range(count)
+        ]
+    return episode_responses(episodes, engine.pad_id)
 
 
 def render_with_tools(
@@ -215,10 +274,17 @@ def episode_responses(episodes: list[Episode], pad_id: int) -> Responses:
     for i, e in enumerate(episodes):
         ids[i, : len(e.ids)] = torch.tensor(e.ids, dtype=torch.long)
         mask[i, : len(e.ids)] = torch.tensor(e.policy_mask, dtype=torch.long)
+    logprobs = None
+    if any(any(v == v for v in e.logprobs) for e in episodes):  # the engine returned its log-probs
+        # NaN where it did not: tool turns, and turns it was given (an offline first turn)
+        logprobs = torch.full((len(episodes), width), float("nan"))
+        for i, e in enumerate(episodes):
+            logprobs[i, : len(e.ids)] = torch.tensor(e.logprobs)
     return Responses(
         ids=ids,
         mask=mask,
         texts=[e.final_text for e in episodes],
         truncated=[e.finish == LENGTH for e in episodes],
+        logprobs=logprobs,
         episodes=episodes,
     )

@@ -127,19 +127,29 @@ class HFRolloutEngine(RequestQueue):
         counts = [r.n for r in requests]
         return split_responses(self.generate(batch, counts, requests[0].sampling), counts)
 
+    def generate_episodes(
+        self, batch: PromptBatch, repeats: list[int], sampling: SamplingConfig, episode_tools: list
+    ) -> Responses:
+        """:meth:`generate` with every response an episode (``episode_tools[p]()``: prompt ``p``'s
+        tools, fresh budgets each): the trainer's rollouts with ``tools.names``."""
+        from ..models.families import family_of_model
+        from .episode import run_batch_episodes
+
+        family = family_of_model(self.model).model_type
+        return run_batch_episodes(self, self.processor, batch, repeats, sampling, family, episode_tools)
+
     def run_episodes(self, request: Request) -> Responses:
         """``request.n`` episodes of the request's prompt, one after another (seeded per episode)."""
         from ..models.families import family_of_model
-        from .episode import episode_responses, run_episode
+        from .episode import episode_responses, first_turn, run_episode
 
         family = family_of_model(self.model).model_type
+        first = first_turn(self.processor, request.prompt, family)
         episodes = []
         for k in range(request.n):
             seed = None if request.seed is None else request.seed + k
             tools = request.episode_tools()
-            episodes.append(
-                run_episode(self, self.processor, request.prompt, tools, request.sampling, family, seed)
-            )
+            episodes.append(run_episode(self, self.processor, first, tools, request.sampling, family, seed))
         return episode_responses(episodes, self.pad_id)
 
     @torch.no_grad()

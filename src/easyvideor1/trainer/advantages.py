@@ -71,10 +71,12 @@ def _gathered(name, values, exp: Experience, n_prompts: int, opts: dict, state: 
     with the KL penalty in the reward), then this rank's rows: identical to the single-process
     result for every estimator, batch-wide ones too."""
     keyed = values if isinstance(values, dict) else {"": values}
-    lengths_mine = exp.mask.sum(1).tolist()
+    lengths_mine = [int(n) for n in exp.real.sum(1).tolist()]  # an episode's tool turns included
     mine = {
         "values": {k: _rows(v, lengths_mine) for k, v in keyed.items()},
         "lengths": lengths_mine,
+        # the loss mask of each row (an episode's has holes at its tool turns)
+        "masks": [exp.mask[i, :n].tolist() for i, n in enumerate(lengths_mine)],
         "prompt_of": exp.prompt_of,
         "n_prompts": n_prompts,
         "baseline": opts["baseline_scores"].tolist() if "baseline_scores" in opts else None,
@@ -83,8 +85,8 @@ def _gathered(name, values, exp: Experience, n_prompts: int, opts: dict, state: 
     lengths = [n for p in parts for n in p["lengths"]]
     width = max(max(lengths, default=1), 1)
     mask = torch.zeros(len(lengths), width, dtype=exp.mask.dtype)
-    for i, n in enumerate(lengths):
-        mask[i, :n] = 1
+    for i, row in enumerate(m for p in parts for m in p["masks"]):
+        mask[i, : len(row)] = torch.tensor(row, dtype=exp.mask.dtype)
     prompt_of, offset = [], 0
     for p in parts:
         prompt_of += [q + offset for q in p["prompt_of"]]

@@ -20,6 +20,7 @@ from ..models.packing import check_packable
 from ..models.vision import DummyVisionPass
 from ..models.vision_cache import VisionFeatureCache
 from ..rollout.base import SamplingConfig
+from ..tools.video import ToolSession
 from .distributed import DistState, init_distributed
 from .metrics import MetricsLogger
 from .policy import build_policy
@@ -47,7 +48,29 @@ def start(cfg) -> DistState:
     if not cfg.data.train_files:
         raise ValueError("data.train_files is empty: give at least one training data file")
     cfg.data = cfg.data.with_model(cfg.model.path)
+    if cfg.tools.enabled:
+        check_episodes(cfg)
     return dist
+
+
+def check_episodes(cfg) -> None:
+    """Training with tools (episodes): what does not compose with them yet, refused at start-up
+    with the keys to change."""
+    cfg.tools.specs()  # an unknown tool name fails here
+    refused = [
+        (
+            cfg.rollout.engine != "hf",
+            "rollout.engine=vllm (vLLM episodes are still to come; use rollout.engine=hf)",
+        ),
+        (cfg.trainer.padding_free, "trainer.padding_free=true (packing does not hold tool media yet)"),
+        (
+            cfg.model.freeze_vision_tower,
+            "model.freeze_vision_tower=true (the feature cache holds prompt media only)",
+        ),
+    ]
+    for bad, what in refused:
+        if bad:
+            raise ValueError(f"tools.names={cfg.tools.names} (episodes) does not run with {what}")
 
 
 def build_components(cfg, dist: DistState) -> Components:
@@ -80,6 +103,9 @@ def build_components(cfg, dist: DistState) -> Components:
         optimizer, lr_lambda(tc.warmup_steps, tc.max_steps * updates_per_step, tc.lr_schedule)
     )
     loggers = tc.loggers if dist.is_main else []  # rank 0 reports; the others stay quiet
+    # episodes: the tools and the frames they serve, shared by a step's episodes (its loader is the
+    # training set's, set when the data is loaded)
+    tools = ToolSession(cfg.tools, cfg.data.model_family) if cfg.tools.enabled else None
     return Components(
         **{f.name: getattr(policy, f.name) for f in dataclasses.fields(policy)},
         dist=dist,
@@ -93,6 +119,7 @@ def build_components(cfg, dist: DistState) -> Components:
         kl_ctl=cfg.algorithm.make_kl_controller(),
         logger=MetricsLogger(tc.output_dir, loggers, dataclasses.asdict(cfg), tc.max_steps),
         skip_log=SkipLog(tc.output_dir),
+        tools=tools,
     )
 
 
@@ -120,6 +147,11 @@ def load_data(cfg, parts: Components) -> tuple[TrainData, DataSkips]:
         if cfg.data.val_files and tc.val_size > 0
         else None
     )
+    if parts.tools is not None:  # every prompt lists the tools (training, warm-up, validation)
+        parts.tools.loader = train_set.loader
+        for dataset in (train_set, val_set):
+            if dataset is not None:
+                dataset.tools = parts.tools.schemas()
     for split, files, dataset in (
         ("train", cfg.data.train_files, train_set),
         ("val", cfg.data.val_files, val_set),

@@ -33,18 +33,20 @@ def validate_policy(
     cfg,
     step: int,
     probes: bool = False,
+    tools=None,
 ) -> dict[str, float]:
     """Validation metrics of the policy behind ``engine`` on the prompts ``val_idx`` of
     ``val_set``; with ``probes``, also each ``trainer.video_probe`` run on the prompts that have a
     video, and its gap to the real accuracy. Each rank validates its slice with its own rollout
     engine; rank 0 writes the run as an eval output directory (``validation/step_<step>``) and
-    appends a few generations to ``generations.jsonl``."""
+    appends a few generations to ``generations.jsonl``. With ``tools`` (a ToolSession) each
+    prompt is an episode, as the rollouts are."""
     if not val_idx:
         return {}
     mine = val_idx[dist.rank :: dist.world]
 
     def run(indices: list[int], probe: str | None = None) -> list[dict]:
-        rows = evaluate(engine, processor, val_set, indices, sampling, cfg.reward, probe=probe)
+        rows = evaluate(engine, processor, val_set, indices, sampling, cfg.reward, probe=probe, tools=tools)
         return sorted((g for part in all_gather(rows) for g in part), key=lambda g: g["index"])
 
     generations = run(mine)
@@ -77,6 +79,7 @@ def evaluate(
     reward_cfg,
     batch_size: int = 16,
     probe: str | None = None,
+    tools=None,
 ) -> list[dict]:
     """One row per prompt: the generation and its scores (aggregate rows with :func:`summarize`),
     through the pipeline ``eval`` and ``filter`` use (``rollout/pipeline.py``), media loaded in a
@@ -88,7 +91,7 @@ def evaluate(
     work = _ValidationWork(view, sampling, reward_cfg)
     rows: list[dict] = []
     settings = PipelineSettings(load_workers=0, queue_size=batch_size, max_in_flight=batch_size)
-    run_pipeline(view, list(indices), engine, processor, work, rows.extend, settings)
+    run_pipeline(view, list(indices), engine, processor, work, rows.extend, settings, tools=tools)
     return sorted(rows, key=lambda g: g["index"])
 
 
@@ -118,6 +121,12 @@ class _ValidationWork:
             "output_tokens": n_tokens,
             "truncated": bool(out.truncated[0]) if out.truncated else None,
             **{k: float(result[k]) for k in ("overall", "accuracy", "format")},
+            # an episode (tools): its calls and tool turns
+            **(
+                {"tool_calls": out.episodes[0].counts["calls"], "tool_turns": out.episodes[0].tool_turns}
+                if out.episodes
+                else {}
+            ),
         }
 
     def failure(self, i: int, reason: str) -> dict:
@@ -176,6 +185,10 @@ def summarize(generations: list[dict]) -> dict[str, float]:
     for k, v in sums.items():
         parts = k.split("/")
         metrics[k] = v / counts["all" if len(parts) == 2 else parts[1]]
+    episodes = [g for g in generations if "tool_calls" in g]
+    if episodes:  # validation with tools: how often the policy calls one
+        metrics["val/tool_call_rate"] = sum(1 for g in episodes if g["tool_calls"]) / len(episodes)
+        metrics["val/tool_calls"] = sum(g["tool_calls"] for g in episodes) / len(episodes)
     return metrics
 
 

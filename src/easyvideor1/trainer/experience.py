@@ -11,6 +11,7 @@ accuracy reaches the threshold is completed with ``k`` more online responses ins
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from functools import partial
 
 import torch
 
@@ -18,6 +19,7 @@ from ..data.dataset import MediaSample
 from ..models.inputs import PromptBatch
 from ..rewards import score_records
 from ..rollout.base import Responses, RolloutEngine, SamplingConfig
+from ..tools.video import ToolSession
 
 SCORE_KEYS = ("overall", "accuracy", "format")
 
@@ -29,7 +31,7 @@ class Experience:
     batch: PromptBatch
     prompt_of: list[int]  # prompt index of each sequence
     ids: torch.Tensor  # [N, T] response ids, right-padded
-    mask: torch.Tensor  # [N, T]
+    mask: torch.Tensor  # [N, T] the loss mask: the policy's own tokens
     texts: list[str]
     offline: torch.Tensor  # [N] bool
     truncated: torch.Tensor  # [N] bool
@@ -42,9 +44,23 @@ class Experience:
     # with old_logp it measures the training/inference mismatch, e.g. stale rollout weights
     rollout_logp: torch.Tensor | None = None  # [N, T]
     metrics: dict[str, float] = field(default_factory=dict)
+    # episodes (tools): the real tokens of each response, tool turns included (None: ``mask``),
+    # the tool turns' vision tensors per sequence and the responses' mm_token_type_ids
+    valid: torch.Tensor | None = None  # [N, T]
+    response_media: list[dict | None] | None = None
+    response_types: torch.Tensor | None = None  # [N, T]
 
     def __len__(self) -> int:
         return len(self.prompt_of)
+
+    @property
+    def real(self) -> torch.Tensor:
+        """``[N, T]``: the tokens the forward attends (every real token of each response)."""
+        return self.mask if self.valid is None else self.valid
+
+    def lengths(self) -> list[int]:
+        """Each response's length in tokens (tool turns included)."""
+        return self.real.sum(1).tolist()
 
 
 def pad_stack(rows: list[torch.Tensor], pad: int) -> torch.Tensor:
@@ -97,10 +113,17 @@ class Response:
     offline: bool
     truncated: bool
     logp: torch.Tensor | None = None  # [L]
+    # an episode's: 1 on the policy's tokens (None: all), its tool turns' media and token types
+    policy: torch.Tensor | None = None  # [L]
+    media: dict | None = None
+    types: torch.Tensor | None = None  # [L]
+    episode: object | None = None
 
 
 def _online(responses: Responses, counts: list[int]) -> list[list[Response]]:
     """Generated responses (prompt order, ``counts[p]`` each) split into their groups."""
+    if responses.episodes is not None:
+        return _episodes(responses, counts)
     groups: list[list[Response]] = []
     row = 0
     for count in counts:
@@ -111,6 +134,33 @@ def _online(responses: Responses, counts: list[int]) -> list[list[Response]]:
             group.append(
                 Response(
                     responses.ids[row][m], responses.texts[row], False, bool(responses.truncated[row]), logp
+                )
+            )
+            row += 1
+        groups.append(group)
+    return groups
+
+
+def _episodes(responses: Responses, counts: list[int]) -> list[list[Response]]:
+    """Episodes as responses: every token after the prompt, the policy's marked."""
+    groups, row = [], 0
+    for count in counts:
+        group = []
+        for _ in range(count):
+            ep = responses.episodes[row]
+            n = len(ep.ids)
+            logp = responses.logprobs[row, :n] if responses.logprobs is not None else None
+            group.append(
+                Response(
+                    torch.tensor(ep.ids, dtype=torch.long),
+                    ep.final_text,
+                    False,
+                    bool(responses.truncated[row]),
+                    logp,
+                    policy=torch.tensor(ep.policy_mask, dtype=torch.long),
+                    media=ep.tool_inputs or None,
+                    types=ep.response_types(),
+                    episode=ep,
                 )
             )
             row += 1
@@ -152,12 +202,21 @@ def collect(
     rollout_cfg,
     sampling: SamplingConfig,
     reward_cfg,
+    tools: ToolSession | None = None,
 ) -> Experience:
-    """Generate, add offline responses, and score: the groups of one step (prompt order kept)."""
+    """Generate, add offline responses, and score: the groups of one step (prompt order kept).
+    With ``tools`` every generated response is an episode (``rollout/episode.py``)."""
     n, k, mode = rollout_cfg.n, rollout_cfg.offline_k, rollout_cfg.hybrid
     has_offline = [mode != "off" and k > 0 and bool(s.record.offline_output) for s in samples]
     online_n = [n - k if h else n for h in has_offline]
-    groups = _online(engine.generate(batch, online_n, sampling), online_n)
+
+    def generate(counts: list[int]) -> Responses:
+        if tools is None:
+            return engine.generate(batch, counts, sampling)
+        episode_tools = [partial(tools.episode, s.record, list(s.videos)) for s in samples]
+        return engine.generate_episodes(batch, counts, sampling, episode_tools)
+
+    groups = _online(generate(online_n), online_n)
     use_offline = list(has_offline)
     if mode == "below_threshold" and any(has_offline):
         # score the online part first; confident groups are completed online instead
@@ -165,7 +224,7 @@ def collect(
         use_offline = [h and not c for h, c in zip(has_offline, confident, strict=True)]
         extra = [k if h and not u else 0 for h, u in zip(has_offline, use_offline, strict=True)]
         if any(extra):
-            more = _online(engine.generate(batch, extra, sampling), extra)
+            more = _online(generate(extra), extra)
             groups = [g + m for g, m in zip(groups, more, strict=True)]
     for p, sample in enumerate(samples):
         if use_offline[p]:
@@ -182,7 +241,10 @@ def _experience(
     prompt_of = [p for p, group in enumerate(groups) for _ in group]
     flat = [r for group in groups for r in group]
     ids = pad_stack([r.ids for r in flat], pad_id)
-    mask = pad_stack([torch.ones(len(r.ids), dtype=torch.long) for r in flat], 0)
+    mask = pad_stack(
+        [r.policy if r.policy is not None else torch.ones(len(r.ids), dtype=torch.long) for r in flat], 0
+    )
+    episodes = any(r.policy is not None for r in flat)
     rollout_logp = None
     if any(r.logp is not None for r in flat):
         rollout_logp = torch.full(ids.shape, float("nan"))
@@ -191,6 +253,18 @@ def _experience(
                 rollout_logp[i, : len(r.logp)] = r.logp
     texts = [r.text for r in flat]
     scored = score(texts, samples, prompt_of, mask.sum(1).tolist(), reward_cfg)
+    extra = {}
+    if episodes:
+        extra = dict(
+            valid=pad_stack([torch.ones(len(r.ids), dtype=torch.long) for r in flat], 0),
+            response_media=[r.media for r in flat],
+            response_types=None
+            if all(r.types is None for r in flat)
+            else pad_stack(
+                [r.types if r.types is not None else torch.zeros(len(r.ids), dtype=torch.long) for r in flat],
+                0,
+            ),
+        )
     exp = Experience(
         batch=batch,
         prompt_of=prompt_of,
@@ -202,9 +276,26 @@ def _experience(
         scores=scored.values,
         tasks=scored.tasks,
         rollout_logp=rollout_logp,
+        **extra,
     )
     exp.metrics["reward/errors"] = float(scored.errors)
+    if episodes:
+        exp.metrics.update(tool_metrics([r.episode for r in flat if r.episode is not None]))
     return exp
+
+
+def tool_metrics(episodes: list) -> dict[str, float]:
+    """``tools/*`` of a step's episodes: calls, invalid calls and errors per episode, tool turns,
+    the share of episodes that called a tool and that answered."""
+    n = max(len(episodes), 1)
+    return {
+        "tools/calls_per_episode": sum(e.counts["calls"] for e in episodes) / n,
+        "tools/invalid_calls": float(sum(e.counts["invalid_calls"] for e in episodes)),
+        "tools/errors": float(sum(e.counts["errors"] for e in episodes)),
+        "tools/turns_per_episode": sum(e.tool_turns for e in episodes) / n,
+        "tools/call_rate": sum(1 for e in episodes if e.counts["calls"]) / n,
+        "tools/answered_rate": sum(1 for e in episodes if e.finish == "answer") / n,
+    }
 
 
 def merge_groups(
@@ -225,8 +316,26 @@ def merge_groups(
                     rows.append((exp, i))
                     prompt_of.append(new_p)
             new_p += 1
-    ids = pad_stack([e.ids[i][e.mask[i].bool()] for e, i in rows], 0)  # padding is masked out
-    mask = pad_stack([torch.ones(int(e.mask[i].sum()), dtype=torch.long) for e, i in rows], 0)
+    lengths = [int(e.real[i].sum()) for e, i in rows]  # responses are right-padded
+    ids = pad_stack([e.ids[i][:n] for (e, i), n in zip(rows, lengths, strict=True)], 0)
+    mask = pad_stack([e.mask[i][:n] for (e, i), n in zip(rows, lengths, strict=True)], 0)
+    extra = {}
+    if any(e.valid is not None for e, _ in rows):
+        extra = dict(
+            valid=pad_stack([torch.ones(n, dtype=torch.long) for n in lengths], 0),
+            response_media=[e.response_media[i] if e.response_media else None for e, i in rows],
+            response_types=None
+            if all(e.response_types is None for e, _ in rows)
+            else pad_stack(
+                [
+                    e.response_types[i][:n]
+                    if e.response_types is not None
+                    else torch.zeros(n, dtype=torch.long)
+                    for (e, i), n in zip(rows, lengths, strict=True)
+                ],
+                0,
+            ),
+        )
     merged = Experience(
         batch=batch,
         prompt_of=prompt_of,
@@ -238,6 +347,7 @@ def merge_groups(
         scores={k: torch.stack([e.scores[k][i] for e, i in rows]) for k in parts[0][0].scores},
         tasks=[e.tasks[i] for e, i in rows],
         rollout_logp=_merge_rollout_logp(rows, ids.shape),
+        **extra,
     )
     for key in parts[0][0].metrics:
         merged.metrics[key] = sum(e.metrics.get(key, 0.0) for e, _, _ in parts)
@@ -250,6 +360,6 @@ def _merge_rollout_logp(rows: list[tuple[Experience, int]], shape) -> torch.Tens
     out = torch.full(shape, float("nan"))
     for j, (e, i) in enumerate(rows):
         if e.rollout_logp is not None:
-            n = int(e.mask[i].sum())
+            n = int(e.real[i].sum())
             out[j, :n] = e.rollout_logp[i, :n]
     return out

@@ -204,6 +204,7 @@ class Trainer:
             self.cfg,
             self.state.step,
             probes,
+            tools=parts.tools,
         )
 
     # ----------------------------------------------------------------------------------- the loop

@@ -42,7 +42,14 @@ def collect_groups(
 
     def rollout(samples, batch) -> Experience:
         return collect(
-            parts.engine, parts.processor.tokenizer, batch, samples, cfg.rollout, sampling, cfg.reward
+            parts.engine,
+            parts.processor.tokenizer,
+            batch,
+            samples,
+            cfg.rollout,
+            sampling,
+            cfg.reward,
+            parts.tools,
         )
 
     exp = rollout(samples, batch)

@@ -24,6 +24,7 @@ from ..data.dataset import RecordDataset
 from ..models.vision import DummyVisionPass
 from ..models.vision_cache import VisionFeatureCache
 from ..rollout.base import RolloutEngine, SamplingConfig
+from ..tools.video import ToolSession
 from .distributed import DistState
 from .metrics import MetricsLogger
 from .policy import Policy
@@ -65,6 +66,8 @@ class Components(Policy):
     """Metrics sinks (rank 0 only; the other ranks' logger has none) and console messages."""
     skip_log: SkipLog
     """``skipped_records.jsonl``: the records whose media could not be loaded."""
+    tools: ToolSession | None = None
+    """With ``tools.names``: the tools of the run's episodes and the frame tracks they serve."""
 
     def reference_state(self) -> torch.nn.Module | dict[str, torch.Tensor] | None:
         """What a checkpoint saves of a reference taken after the warm-up (and a resume loads):

@@ -10,7 +10,7 @@ import torch
 from ..algorithms.aggregation import GlobalBatchStats, aggregate_loss
 from ..algorithms.kl import kl_loss
 from ..algorithms.policy_losses import compute_policy_loss
-from ..models.inputs import gather_prompts
+from ..models.inputs import gather_prompts, gather_sequences
 from ..models.logprobs import response_logprobs
 from ..models.vision_cache import VisionFeatureCache
 from .distributed import max_over_ranks, sum_over_ranks
@@ -41,7 +41,8 @@ def sequence_tokens(exp: Experience, idx: list[int]) -> list[int]:
     """Real tokens of each sequence: its prompt without padding (media placeholders included)
     plus its response."""
     prompt = exp.batch.inputs["attention_mask"].sum(1)
-    return [int(prompt[exp.prompt_of[i]]) + int(exp.mask[i].sum()) for i in idx]
+    real = exp.real
+    return [int(prompt[exp.prompt_of[i]]) + int(real[i].sum()) for i in idx]
 
 
 def token_micro_batches(exp: Experience, indices: list[int], max_tokens: int, padding_free: bool):
@@ -58,7 +59,7 @@ def token_micro_batches(exp: Experience, indices: list[int], max_tokens: int, pa
     current: list[int] = []
     longest = total = 0
     for i, n in zip(indices, lengths, strict=True):
-        resp = int(exp.mask[i].sum())
+        resp = int(exp.real[i].sum())
         new_longest = max(longest, width + resp)
         cost = total + n if padding_free else new_longest * (len(current) + 1)
         if current and cost > max_tokens:
@@ -80,21 +81,29 @@ def split_micro_batches(exp: Experience, indices: list[int], settings: UpdateSet
 
 
 def _micro_inputs(exp: Experience, idx: list[int]):
-    width = int(exp.mask[idx].sum(1).max())
-    seq_inputs = gather_prompts(exp.batch, [exp.prompt_of[i] for i in idx])
-    return seq_inputs, exp.ids[idx, :width], exp.mask[idx, :width], width
+    """The sequences ``idx``: prompt rows (with each episode's tool media after its prompt's),
+    response ids, real-token mask and loss mask, all cut to the longest response."""
+    real = exp.real
+    width = int(real[idx].sum(1).max())  # responses are right-padded
+    prompts = [exp.prompt_of[i] for i in idx]
+    if exp.response_media is None:
+        seq_inputs = gather_prompts(exp.batch, prompts)
+    else:
+        seq_inputs = gather_sequences(exp.batch, prompts, [exp.response_media[i] for i in idx])
+    return seq_inputs, exp.ids[idx, :width], real[idx, :width], exp.mask[idx, :width], width
 
 
 def _logprobs(model, exp: Experience, idx: list[int], banned, dummy, temperature, padding_free, vision):
-    """One forward over the sequences ``idx``: (logp, entropy, mask, width)."""
-    seq_inputs, ids, mask, width = _micro_inputs(exp, idx)
+    """One forward over the sequences ``idx``: (logp, entropy, loss mask, width). The forward
+    attends every real token (an episode's tool turns too); the loss mask holds the policy's."""
+    seq_inputs, ids, real, mask, width = _micro_inputs(exp, idx)
     prompts = [exp.prompt_of[i] for i in idx]
     counts = ([exp.batch.video_counts[p] for p in prompts], [exp.batch.image_counts[p] for p in prompts])
     logp, entropy = response_logprobs(
         model,
         seq_inputs,
         ids,
-        mask,
+        real,
         banned,
         temperature,
         dummy,
@@ -102,6 +111,7 @@ def _logprobs(model, exp: Experience, idx: list[int], banned, dummy, temperature
         media_counts=counts,
         vision=vision,
         prompt_ids=prompts,
+        response_types=None if exp.response_types is None else exp.response_types[idx, :width],
     )
     return logp, entropy, mask, width
 

@@ -1,0 +1,101 @@
+"""RL steps whose rollouts are episodes (``tools.names``) on the tiny Qwen3-VL and the demo's videos.
+Half the episodes open with a scripted ``seek`` call (an offline first turn; a trained tool user is
+the demo's); every other turn, those after the tool results included, is the model's own sample."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+from easyvideor1.rollout.base import Responses
+from easyvideor1.trainer import update
+from easyvideor1.trainer.loop import Trainer
+from easyvideor1.trainer.rounds import collect_groups
+
+CALL = '<tool_call>\n{"name": "seek", "arguments": {"start_s": 0.0, "end_s": 1.0, "num_frames": 2}}\n</tool_call>'
+TOOLS = (
+    "tools.names=[seek,frame_at]",
+    "tools.seek_max_pixels=4096",
+    "tools.max_episode_tokens=2048",
+    "rollout.hybrid=always",  # an offline response per group: rewards that differ, a gradient
+)
+
+
+def script_first_turns(trainer: Trainer) -> None:
+    """Every other episode's first turn is ``CALL``; every turn the model samples returns its
+    log-probs (compared with the trainer's below)."""
+    engine, tok = trainer.parts.engine, trainer.parts.processor.tokenizer
+    own, seen = engine.generate, [0]
+
+    def generate(batch, repeats, sampling):
+        if "<tool_response>" not in tok.decode(batch.inputs["input_ids"][0]):
+            seen[0] += 1
+            if seen[0] % 2:
+                ids = tok(CALL, add_special_tokens=False)["input_ids"] + [engine.eos_ids[0]]
+                t = torch.tensor([ids])
+                return Responses(ids=t, mask=torch.ones_like(t), texts=[CALL], truncated=[False])
+        return own(batch, repeats, sampling.sampling(return_logprobs=True))
+
+    engine.generate = generate
+
+
+def test_an_episode_step_trains_on_the_policy_tokens_with_every_frame_in_the_forward(make_cfg):
+    trainer = Trainer(make_cfg(*TOOLS, "trainer.val_size=0"))
+    script_first_turns(trainer)
+    m = trainer.rl_step()
+    assert m["tools/calls_per_episode"] == pytest.approx(0.5, abs=0.25) and m["tools/call_rate"] >= 0.25
+    assert m["tools/invalid_calls"] == 0 and m["tools/errors"] == 0
+    assert m["actor/grad_norm"] > 0 and m["actor/skipped_steps"] == 0
+    # the trainer's forward over whole episodes (tool frames and M-RoPE positions included)
+    # recomputes the engine's own log-probs, turns after a tool result included
+    assert m["rollout/logprob_gap_max"] < 1e-4
+
+
+def test_tool_result_tokens_get_exactly_zero_gradient(make_cfg):
+    trainer = Trainer(make_cfg(*TOOLS, "trainer.val_size=0"))
+    script_first_turns(trainer)
+    parts = trainer.parts
+    exp, _, _, _ = collect_groups(
+        trainer.cfg,
+        parts,
+        trainer.settings.sampling,
+        trainer.data.train_set.loader,
+        trainer._next_samples,
+        {},
+    )
+    called = [i for i in range(len(exp)) if exp.response_media[i]]
+    assert called, "some episodes called the tool"
+    i = called[0]
+    tool = (exp.valid[i] == 1) & (exp.mask[i] == 0)
+    assert tool.any() and exp.mask[i].any()
+    logits = {}
+
+    def keep(module, args, out):
+        out.retain_grad()
+        logits["out"] = out
+
+    hook = parts.model.lm_head.register_forward_hook(keep)
+    try:
+        logp, _, mask, width = update._logprobs(
+            parts.model, exp, [i], parts.engine.banned, parts.dummy, 1.0, False, None
+        )
+        (logp * mask).sum().backward()  # the loss's token weights: the policy's tokens only
+    finally:
+        hook.remove()
+    grad = logits["out"].grad[0, :width]  # position t predicts response token t
+    assert torch.all(grad[tool[:width]] == 0)  # tool-result tokens: exactly zero
+    assert all(grad[t].abs().sum() > 0 for t in torch.nonzero(exp.mask[i, :width]).flatten().tolist())
+
+
+@pytest.mark.parametrize(
+    "setting,message",
+    [
+        ("rollout.engine=vllm", "rollout.engine=vllm"),
+        ("trainer.padding_free=true", "trainer.padding_free=true"),
+        ("model.freeze_vision_tower=true", "model.freeze_vision_tower=true"),
+        ("tools.names=[teleport]", "teleport"),
+    ],
+)
+def test_what_does_not_run_with_episodes_yet_is_refused_at_start_up(make_cfg, setting, message):
+    with pytest.raises(ValueError, match=message.replace("[", r"\[")):
+        Trainer(make_cfg(*TOOLS, setting))
