@@ -99,3 +99,47 @@ def test_tool_result_tokens_get_exactly_zero_gradient(make_cfg):
 def test_what_does_not_run_with_episodes_yet_is_refused_at_start_up(make_cfg, setting, message):
     with pytest.raises(ValueError, match=message.replace("[", r"\[")):
         Trainer(make_cfg(*TOOLS, setting))
+
+
+@pytest.fixture
+def turns_file(demo_assets, tmp_path):
+    """The demo's training records with an offline episode each: a seek call, then the answer."""
+    import json
+
+    rows = [json.loads(line) for line in open(demo_assets["train"])]
+    for r in rows:
+        r["offline_turns"] = [CALL, r["offline_output"]]
+    path = demo_assets["dir"] / "data" / "train_turns.jsonl"  # beside the videos it names
+    path.write_text("".join(json.dumps(r) + "\n" for r in rows))
+    return path
+
+
+def test_offline_episodes_are_replayed_with_real_tool_results_in_groups_and_warm_up(make_cfg, turns_file):
+    cfg = make_cfg(
+        *TOOLS,
+        "trainer.val_size=0",
+        f"data.train_files=[{turns_file}]",
+        "rollout.max_new_tokens=160",  # an offline turn is cut to the response limit like any other
+        "trainer.sft_warmup_steps=3",
+        "trainer.sft_batch_size=4",
+    )
+    trainer = Trainer(cfg)
+    parts = trainer.parts
+    exp, _, _, _ = collect_groups(
+        trainer.cfg,
+        parts,
+        trainer.settings.sampling,
+        trainer.data.train_set.loader,
+        trainer._next_samples,
+        {},
+    )
+    offline = [i for i in range(len(exp)) if exp.offline[i]]
+    assert offline and all(exp.response_media[i] for i in offline)  # the seek's frames ride along
+    i = offline[0]
+    tool = (exp.valid[i] == 1) & (exp.mask[i] == 0)
+    text = parts.processor.tokenizer.decode(exp.ids[i][tool])
+    assert "<tool_response>" in text and "2 frames from 0.00 s to" in text  # the tool's own result
+    policy = parts.processor.tokenizer.decode(exp.ids[i][exp.mask[i].bool()])
+    assert policy.startswith("<tool_call>") and policy.endswith("</answer><|im_end|>")
+    assert exp.texts[i].startswith("<answer>")  # the final turn is what is scored
+    assert trainer.sft_warmup()  # the warm-up trains on the replayed episodes' policy turns

@@ -23,7 +23,7 @@ def _collect(t: Trainer, batch, samples):
     """One step's rollouts of ``samples`` with the trainer's engine, sampling and reward settings."""
     return collect(
         t.parts.engine,
-        t.parts.processor.tokenizer,
+        t.parts.processor,
         batch,
         samples,
         t.cfg.rollout,

@@ -119,6 +119,9 @@ class Record:
     problem_type: str = ""
     options: list[str] | None = None
     offline_output: str | None = None
+    # an offline episode (tools): the policy's turns; the calls in them are run when it is used,
+    # so the tool results between the turns are the tools' own
+    offline_turns: list[str] | None = None
     problem_id: str = ""
     video_start: float | None = None
     video_end: float | None = None
@@ -138,7 +141,7 @@ class Record:
 
 
 _FIELDS = (
-    "problem answer videos images data_type problem_type options offline_output problem_id "
+    "problem answer videos images data_type problem_type options offline_output offline_turns problem_id "
     "video_start video_end fps max_frames extra"
 ).split()
 
@@ -258,6 +261,7 @@ def parse_record(raw: Any, source: str) -> Record:
         options=options,
         offline_output=_as_str(values.get("offline_output"), source, "offline_output", rid, allow_none=True)
         or None,
+        offline_turns=_offline_turns(values.get("offline_turns"), source, rid),
         problem_id=rid if rid is not None else source,
         video_start=start,
         video_end=end,
@@ -266,6 +270,19 @@ def parse_record(raw: Any, source: str) -> Record:
         extra=extra,
         source=source,
     )
+
+
+def _offline_turns(value: Any, source: str, rid: str | None) -> list[str] | None:
+    """``offline_turns``: a non-empty list of non-empty strings (the policy's turns), or absent."""
+    if value is None:
+        return None
+    if not isinstance(value, list) or not value:
+        raise RecordError(source, "expected a non-empty list of the policy's turns", "offline_turns", rid)
+    turns = [_as_str(t, source, f"offline_turns[{i}]", rid) for i, t in enumerate(value)]
+    empty = [i for i, t in enumerate(turns) if not t.strip()]
+    if empty:
+        raise RecordError(source, "a turn is empty", f"offline_turns[{empty[0]}]", rid)
+    return turns
 
 
 def _reverse_key(raw: dict, name: str, preferred_key: str) -> str:

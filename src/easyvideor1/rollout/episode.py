@@ -230,6 +230,47 @@ def _append_media(media: dict[str, Any], encoded: dict[str, Any]) -> dict[str, A
     return out
 
 
+class GivenTurns:
+    """An engine whose turns are given (an offline episode's, ``records.offline_turns``), each cut to
+    the turn's token limit with the end-of-turn token appended; the tools still run."""
+
+    def __init__(self, engine, tokenizer, turns: list[str], key: str):
+        self.eos_ids, self.pad_id = engine.eos_ids, engine.pad_id
+        self.tokenizer, self.turns, self.key = tokenizer, list(turns), key
+
+    def generate(self, batch, repeats, sampling) -> Responses:
+        if not self.turns:
+            raise ValueError(
+                f"{self.key}: offline_turns ran out before the episode ended (its last turn must answer, "
+                "without a tool call)"
+            )
+        text = self.turns.pop(0)
+        ids = self.tokenizer(text, add_special_tokens=False)["input_ids"] + [self.eos_ids[0]]
+        limit = sampling.max_new_tokens or len(ids)
+        cut = len(ids) > limit
+        if cut:  # scored on what is trained: the kept tokens
+            ids = ids[:limit]
+            text = self.tokenizer.decode(ids)
+        t = torch.tensor([ids])
+        return Responses(ids=t, mask=torch.ones_like(t), texts=[text], truncated=[cut])
+
+
+def replay_episode(
+    engine,
+    processor,
+    first: PromptBatch,
+    tools: EpisodeTools,
+    turns: list[str],
+    sampling,
+    model_family,
+    key: str,
+) -> Episode:
+    """An offline episode: the given policy turns, the tool results between them run for real (so
+    they are the tools' own on this video), token for token as an online episode is assembled."""
+    given = GivenTurns(engine, processor.tokenizer, turns, key)
+    return run_episode(given, processor, first, tools, sampling, model_family)
+
+
 def run_batch_episodes(
     engine,
     processor,

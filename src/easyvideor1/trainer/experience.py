@@ -168,14 +168,47 @@ def _episodes(responses: Responses, counts: list[int]) -> list[list[Response]]:
     return groups
 
 
-def _offline(
-    engine: RolloutEngine, tokenizer, sample: MediaSample, k: int, max_tokens: int
-) -> list[Response]:
-    """``k`` copies of the record's offline response."""
-    ids, trunc = tokenize_offline(tokenizer, sample.record.offline_output, engine.eos_ids[0], max_tokens)
+def offline_response(
+    engine: RolloutEngine,
+    processor,
+    batch: PromptBatch,
+    p: int,
+    sample: MediaSample,
+    sampling: SamplingConfig,
+    tools: ToolSession | None = None,
+) -> Response:
+    """The record's offline response to prompt ``p`` of ``batch``: ``offline_output`` tokenised
+    (cut to the response limit), or with tools its ``offline_turns`` replayed as an episode (the
+    calls in them run, each turn cut to the limit)."""
+    rec = sample.record
+    if tools is not None and rec.offline_turns:
+        from ..rollout.episode import _unpadded, replay_episode
+
+        ep = replay_episode(
+            engine, processor, _unpadded(batch, p), tools.episode(rec, list(sample.videos)),
+            rec.offline_turns, sampling, tools.model_family, rec.problem_id,
+        )  # fmt: skip
+        return Response(
+            torch.tensor(ep.ids, dtype=torch.long),
+            ep.final_text,
+            True,
+            ep.finish == "length",
+            policy=torch.tensor(ep.policy_mask, dtype=torch.long),
+            media=ep.tool_inputs or None,
+            types=ep.response_types(),
+            episode=ep,
+        )
+    ids, trunc = tokenize_offline(
+        processor.tokenizer, rec.offline_output, engine.eos_ids[0], sampling.max_new_tokens
+    )
     # a truncated offline response is scored on what is trained: the kept tokens only
-    text = engine.decode(ids) if trunc else sample.record.offline_output
-    return [Response(ids, text, True, trunc) for _ in range(k)]
+    return Response(ids, engine.decode(ids) if trunc else rec.offline_output, True, trunc)
+
+
+def has_offline(sample: MediaSample, tools: ToolSession | None) -> bool:
+    """Whether the record has an offline response to use (turns need the tools)."""
+    rec = sample.record
+    return bool(rec.offline_turns) if tools is not None and rec.offline_turns else bool(rec.offline_output)
 
 
 def _confident(
@@ -196,7 +229,7 @@ def _confident(
 
 def collect(
     engine: RolloutEngine,
-    tokenizer,
+    processor,
     batch: PromptBatch,
     samples: list[MediaSample],
     rollout_cfg,
@@ -207,8 +240,8 @@ def collect(
     """Generate, add offline responses, and score: the groups of one step (prompt order kept).
     With ``tools`` every generated response is an episode (``rollout/episode.py``)."""
     n, k, mode = rollout_cfg.n, rollout_cfg.offline_k, rollout_cfg.hybrid
-    has_offline = [mode != "off" and k > 0 and bool(s.record.offline_output) for s in samples]
-    online_n = [n - k if h else n for h in has_offline]
+    offline = [mode != "off" and k > 0 and has_offline(s, tools) for s in samples]
+    online_n = [n - k if h else n for h in offline]
 
     def generate(counts: list[int]) -> Responses:
         if tools is None:
@@ -217,70 +250,71 @@ def collect(
         return engine.generate_episodes(batch, counts, sampling, episode_tools)
 
     groups = _online(generate(online_n), online_n)
-    use_offline = list(has_offline)
-    if mode == "below_threshold" and any(has_offline):
+    use_offline = list(offline)
+    if mode == "below_threshold" and any(offline):
         # score the online part first; confident groups are completed online instead
         confident = _confident(groups, samples, reward_cfg, rollout_cfg.hybrid_threshold)
-        use_offline = [h and not c for h, c in zip(has_offline, confident, strict=True)]
-        extra = [k if h and not u else 0 for h, u in zip(has_offline, use_offline, strict=True)]
+        use_offline = [h and not c for h, c in zip(offline, confident, strict=True)]
+        extra = [k if h and not u else 0 for h, u in zip(offline, use_offline, strict=True)]
         if any(extra):
             more = _online(generate(extra), extra)
             groups = [g + m for g, m in zip(groups, more, strict=True)]
     for p, sample in enumerate(samples):
-        if use_offline[p]:
-            groups[p] += _offline(engine, tokenizer, sample, k, sampling.max_new_tokens)
+        if use_offline[p]:  # k copies of the one offline response
+            groups[p] += [offline_response(engine, processor, batch, p, sample, sampling, tools)] * k
     exp = _experience(batch, samples, groups, engine.pad_id, reward_cfg)
     exp.metrics["hybrid/groups_with_offline"] = float(sum(use_offline))
     return exp
 
 
-def _experience(
-    batch: PromptBatch, samples: list[MediaSample], groups: list[list[Response]], pad_id: int, reward_cfg
-) -> Experience:
-    """The groups as padded tensors, scored."""
+def stacked(batch: PromptBatch, groups: list[list[Response]], pad_id: int) -> Experience:
+    """The groups as padded tensors (scores left empty): what a forward over them needs."""
     prompt_of = [p for p, group in enumerate(groups) for _ in group]
     flat = [r for group in groups for r in group]
     ids = pad_stack([r.ids for r in flat], pad_id)
-    mask = pad_stack(
-        [r.policy if r.policy is not None else torch.ones(len(r.ids), dtype=torch.long) for r in flat], 0
-    )
-    episodes = any(r.policy is not None for r in flat)
+    ones = [torch.ones(len(r.ids), dtype=torch.long) for r in flat]
+    mask = pad_stack([r.policy if r.policy is not None else o for r, o in zip(flat, ones, strict=True)], 0)
     rollout_logp = None
     if any(r.logp is not None for r in flat):
         rollout_logp = torch.full(ids.shape, float("nan"))
         for i, r in enumerate(flat):
             if r.logp is not None:
                 rollout_logp[i, : len(r.logp)] = r.logp
-    texts = [r.text for r in flat]
-    scored = score(texts, samples, prompt_of, mask.sum(1).tolist(), reward_cfg)
     extra = {}
-    if episodes:
+    if any(r.policy is not None for r in flat):  # episodes
+        types = [r.types if r.types is not None else torch.zeros(len(r.ids), dtype=torch.long) for r in flat]
         extra = dict(
-            valid=pad_stack([torch.ones(len(r.ids), dtype=torch.long) for r in flat], 0),
+            valid=pad_stack(ones, 0),
             response_media=[r.media for r in flat],
-            response_types=None
-            if all(r.types is None for r in flat)
-            else pad_stack(
-                [r.types if r.types is not None else torch.zeros(len(r.ids), dtype=torch.long) for r in flat],
-                0,
-            ),
+            response_types=None if all(r.types is None for r in flat) else pad_stack(types, 0),
         )
-    exp = Experience(
+    return Experience(
         batch=batch,
         prompt_of=prompt_of,
         ids=ids,
         mask=mask,
-        texts=texts,
+        texts=[r.text for r in flat],
         offline=torch.tensor([r.offline for r in flat]),
         truncated=torch.tensor([r.truncated for r in flat]),
-        scores=scored.values,
-        tasks=scored.tasks,
+        scores={},
+        tasks=[],
         rollout_logp=rollout_logp,
         **extra,
     )
+
+
+def _experience(
+    batch: PromptBatch, samples: list[MediaSample], groups: list[list[Response]], pad_id: int, reward_cfg
+) -> Experience:
+    """The groups as padded tensors, scored."""
+    exp = stacked(batch, groups, pad_id)
+    scored = score(exp.texts, samples, exp.prompt_of, exp.mask.sum(1).tolist(), reward_cfg)
+    exp.scores, exp.tasks = scored.values, scored.tasks
     exp.metrics["reward/errors"] = float(scored.errors)
+    # the policy's own episodes (offline ones replay given turns: not the policy's tool use)
+    episodes = [r.episode for group in groups for r in group if r.episode is not None and not r.offline]
     if episodes:
-        exp.metrics.update(tool_metrics([r.episode for r in flat if r.episode is not None]))
+        exp.metrics.update(tool_metrics(episodes))
     return exp
 
 

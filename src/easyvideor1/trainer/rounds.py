@@ -43,7 +43,7 @@ def collect_groups(
     def rollout(samples, batch) -> Experience:
         return collect(
             parts.engine,
-            parts.processor.tokenizer,
+            parts.processor,
             batch,
             samples,
             cfg.rollout,

@@ -1,7 +1,8 @@
 """Supervised warm-up on the records' offline responses, before RL (a cold-start remedy).
 
 A tiny or weak policy may never sample a correct answer, and then GRPO has no signal; a few
-supervised steps on ``offline_output`` fix that. Under torchrun each rank trains on its share of
+supervised steps on ``offline_output`` fix that (with tools, on ``offline_turns`` replayed as
+episodes: the policy's turns trained, the tool results between them attended). Under torchrun each rank trains on its share of
 every global batch and the loss is normalised by the global token count, so the step equals the
 single-process one.
 """
@@ -13,12 +14,12 @@ from collections.abc import Callable
 import torch
 
 from ..data.dataset import MediaSample, RecordDataset, encode_prompts
-from ..models.inputs import expand
-from ..models.logprobs import response_logprobs
 from ..models.lora import copy_adapter
+from ..rollout.sampling import SamplingConfig
 from .distributed import sum_over_ranks
-from .experience import pad_stack, tokenize_offline
+from .experience import offline_response, stacked
 from .state import Components
+from .update import _logprobs
 
 
 def sft_warmup(
@@ -37,27 +38,32 @@ def sft_warmup(
     """
     tc = cfg.trainer
     state, engine, model = parts.dist, parts.engine, parts.model
-    with_offline = [i for i in train_idx if train_set.records[i].offline_output]
+    tools = parts.tools
+    with_offline = [
+        i
+        for i in train_idx
+        if (train_set.records[i].offline_turns and tools) or train_set.records[i].offline_output
+    ]
     if not tc.sft_warmup_steps or not with_offline:
         return False
     opt = torch.optim.AdamW([p for p in model.parameters() if p.requires_grad], lr=tc.sft_lr)
     g = torch.Generator().manual_seed(tc.seed + 1)  # the same global batches on every rank
-    eos = engine.eos_ids[0]
     per = max(tc.sft_batch_size // state.world, 1)
+    sampling = SamplingConfig(max_new_tokens=max_new_tokens)  # an offline turn's token limit
     for step in range(tc.sft_warmup_steps):
         pick = torch.randint(len(with_offline), (per * state.world,), generator=g).tolist()
         pick = pick[state.rank * per : (state.rank + 1) * per]
         samples = load([with_offline[i] for i in pick])  # a failing video is skipped
         batch = encode_prompts(parts.processor, samples, cfg.data, train_set.loader)
-        rows = [
-            tokenize_offline(parts.processor.tokenizer, s.record.offline_output, eos, max_new_tokens)[0]
-            for s in samples
+        groups = [
+            [offline_response(engine, parts.processor, batch, p, s, sampling, tools)]
+            for p, s in enumerate(samples)
         ]
-        ids = pad_stack(rows, engine.pad_id)
-        mask = pad_stack([torch.ones(len(r), dtype=torch.long) for r in rows], 0)
-        tokens = sum_over_ranks({"n": float(mask.sum())})["n"]
-        logp, _ = response_logprobs(
-            model, expand(batch, [1] * len(samples)), ids, mask, engine.banned, 1.0, parts.dummy
+        exp = stacked(batch, groups, engine.pad_id)
+        tokens = sum_over_ranks({"n": float(exp.mask.sum())})["n"]
+        # the trainer's forward (episodes: tool turns attended, their frames in; policy tokens trained)
+        logp, _, mask, _ = _logprobs(
+            model, exp, list(range(len(exp))), engine.banned, parts.dummy, 1.0, False, None
         )
         # FSDP averages gradients over ranks: scale by world so they add up to the global mean's
         local = -(logp * mask.to(logp.device)).sum() / tokens
