@@ -8,6 +8,9 @@ Modes:
       one update on the global batch [video, image, text, mixed] split unevenly over the ranks
       (rank 0: three prompts, rank 1: one, so filler micro-batches run); writes the loss and the
       full updated weights to OUT (safetensors) from rank 0.
+  episodes MODEL RECORDS OUT
+      as update, but each response to a prompt with a video is an episode: a seek call, its real
+      result (frames in the tool turn, masked out of the loss), then the answer.
   Flags: --no-dummy (no dummy vision passes), --bf16 (FSDP mixed precision, bfloat16 compute),
   --checkpointing (gradient checkpointing).
 """
@@ -38,6 +41,71 @@ from easyvideor1.trainer.update import UpdateSettings, experience_logprobs, poli
 
 KINDS = ("video", "image", "text", "mixed")
 RESPONSES = ("<answer>A</answer>", "<answer>B</answer>")
+
+
+CALL = '<tool_call>\n{"name": "seek", "arguments": {"start_s": 0.0, "end_s": 0.5, "num_frames": 2}}\n</tool_call>'
+
+
+def build_episodes(processor, dataset, kinds: list[str], session) -> Experience:
+    """Two fixed responses per prompt, as replayed episodes (a seek, then the answer) where the
+    prompt has a video; advantages +1 / -0.5."""
+    from types import SimpleNamespace
+
+    from easyvideor1.rollout.episode import _unpadded, replay_episode
+    from easyvideor1.rollout.sampling import SamplingConfig
+    from easyvideor1.trainer.experience import Response, stacked
+
+    by_id = {r.problem_id: i for i, r in enumerate(dataset.records)}
+    samples = [dataset[by_id[k]] for k in kinds]
+    batch = encode_prompts(processor, samples, dataset.cfg, dataset.loader)
+    tok = processor.tokenizer
+    eos = tok.convert_tokens_to_ids("<|im_end|>")
+    engine = SimpleNamespace(eos_ids=[eos], pad_id=0)
+    sampling = SamplingConfig(max_new_tokens=512)
+    groups = []
+    for p, s in enumerate(samples):
+        group = []
+        for text in RESPONSES:
+            if s.videos:
+                first = _unpadded(batch, p)
+                ep = replay_episode(
+                    engine,
+                    processor,
+                    first,
+                    session.episode(s.record, s.videos),
+                    [CALL, text],
+                    sampling,
+                    session.model_family,
+                    "r",
+                )
+                assert ep.tool_turns == 1 and ep.tool_inputs, ep.turns
+                group.append(
+                    Response(
+                        torch.tensor(ep.ids),
+                        text,
+                        False,
+                        False,
+                        policy=torch.tensor(ep.policy_mask),
+                        media=ep.tool_inputs,
+                        types=ep.response_types(),
+                        episode=ep,
+                    )
+                )
+            else:
+                group.append(
+                    Response(
+                        torch.tensor(tok(text, add_special_tokens=False)["input_ids"] + [eos]),
+                        text,
+                        False,
+                        False,
+                    )
+                )
+        groups.append(group)
+    exp = stacked(batch, groups, 0)
+    signs = torch.tensor([1.0 if i % 2 == 0 else -0.5 for i in range(len(exp))])
+    exp.tasks = ["multiple choice"] * len(exp)
+    exp.advantages = signs[:, None] * exp.mask.float()
+    return exp
 
 
 def build_experience(processor, dataset, kinds: list[str]) -> Experience:
@@ -73,8 +141,14 @@ def build_experience(processor, dataset, kinds: list[str]) -> Experience:
     )
 
 
-def one_update(model, optimizer, processor, dataset, kinds, dummy, micro: int) -> dict[str, float]:
-    exp = build_experience(processor, dataset, kinds)
+def one_update(
+    model, optimizer, processor, dataset, kinds, dummy, micro: int, session=None
+) -> dict[str, float]:
+    exp = (
+        build_experience(processor, dataset, kinds)
+        if session is None
+        else build_episodes(processor, dataset, kinds, session)
+    )
     banned = banned_token_ids(processor.tokenizer)
     exp.old_logp, _ = experience_logprobs(model, exp, banned, dummy, 1.0, micro)
     settings = UpdateSettings(micro_batch_size=micro, max_grad_norm=1e9)
@@ -105,11 +179,18 @@ def main() -> int:
         if state.is_main:
             with open(out, "w") as f:
                 json.dump(done, f)
-    elif mode == "update":
+    elif mode in ("update", "episodes"):
+        session = None
+        if mode == "episodes":
+            from easyvideor1.tools import ToolsConfig
+            from easyvideor1.tools.video import ToolSession
+
+            session = ToolSession(ToolsConfig(names=["seek"], seek_max_pixels=4096), data_cfg.model_family)
+            dataset.tools = session.schemas()  # the prompts list the tool
         kinds = list(KINDS)
         if state.enabled:
             kinds = kinds[:3] if state.rank == 0 else kinds[3:]
-        metrics = one_update(model, optimizer, processor, dataset, kinds, dummy, micro=2)
+        metrics = one_update(model, optimizer, processor, dataset, kinds, dummy, micro=2, session=session)
         weights = {k: v.clone().contiguous() for k, v in full_weights(model)}
         if state.is_main:
             save_file(weights, out, metadata={"metrics": json.dumps(metrics)})

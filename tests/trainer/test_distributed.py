@@ -108,6 +108,27 @@ def test_two_rank_update_equals_single_process_update(demo_assets, records, tmp_
     assert moved > 1e-4  # the update did something, so agreeing is not trivial
 
 
+def test_two_rank_episode_update_equals_single_process_update(demo_assets, records, tmp_path):
+    """The same with episodes: each response to a video prompt is a seek call, its real result (a
+    tool turn with frames, masked out of the loss) and the answer; rank 0 holds one video prompt
+    among text and image ones, rank 1 the mixed one, so the ranks' sequences, media and turn
+    layouts differ. Loss, gradient norm and weights agree with the single process."""
+    single, double = tmp_path / "single.safetensors", tmp_path / "double.safetensors"
+    args = [str(HERE / "dist_worker.py"), "episodes", str(demo_assets["model"]), records]
+    r1 = _run([sys.executable, *args, str(single)])
+    assert r1.returncode == 0, r1.stderr[-3000:]
+    r2 = _torchrun(2, *args, str(double))
+    assert r2.returncode == 0, r2.stdout[-3000:] + r2.stderr[-3000:]
+    w1, m1 = _load(single)
+    w2, m2 = _load(double)
+    assert m1["actor/pg_loss"] == pytest.approx(m2["actor/pg_loss"], rel=1e-5, abs=1e-7)
+    assert (
+        m1["actor/grad_norm"] == pytest.approx(m2["actor/grad_norm"], rel=1e-5) and m1["actor/grad_norm"] > 0
+    )
+    worst = max(float((w1[k] - w2[k]).abs().max()) for k in w1)
+    assert worst < 1e-6, worst
+
+
 def test_bf16_mixed_precision_with_gradient_checkpointing_tracks_float32(demo_assets, records, tmp_path):
     """FSDP2 with bfloat16 compute (float32 master weights, float32 gradient reduction) and
     gradient checkpointing: the same update as float32 up to bfloat16 rounding."""
