@@ -7,6 +7,7 @@ from __future__ import annotations
 import pytest
 import torch
 
+from easyvideor1.models.inputs import PromptBatch, gather_prompts
 from easyvideor1.rollout.base import Responses
 from easyvideor1.trainer import update
 from easyvideor1.trainer.loop import Trainer
@@ -23,18 +24,43 @@ TOOLS = (
 
 def script_first_turns(trainer: Trainer) -> None:
     """Every other episode's first turn is ``CALL``; every turn the model samples returns its
-    log-probs (compared with the trainer's below)."""
+    log-probs (compared with the trainer's below). Episodes advance in batches: each row of a
+    batch is scripted or left to the model on its own."""
     engine, tok = trainer.parts.engine, trainer.parts.processor.tokenizer
     own, seen = engine.generate, [0]
+    call = tok(CALL, add_special_tokens=False)["input_ids"] + [engine.eos_ids[0]]
 
     def generate(batch, repeats, sampling):
-        if "<tool_response>" not in tok.decode(batch.inputs["input_ids"][0]):
-            seen[0] += 1
-            if seen[0] % 2:
-                ids = tok(CALL, add_special_tokens=False)["input_ids"] + [engine.eos_ids[0]]
-                t = torch.tensor([ids])
-                return Responses(ids=t, mask=torch.ones_like(t), texts=[CALL], truncated=[False])
-        return own(batch, repeats, sampling.sampling(return_logprobs=True))
+        scripted = []
+        for r in range(len(batch)):
+            if "<tool_response>" not in tok.decode(batch.inputs["input_ids"][r]):
+                seen[0] += 1
+                scripted.append(seen[0] % 2 == 1)
+            else:
+                scripted.append(False)
+        rows: list = [None] * len(batch)
+        mine = [r for r in range(len(batch)) if not scripted[r]]
+        if mine:
+            counts = ([batch.video_counts[r] for r in mine], [batch.image_counts[r] for r in mine])
+            out = own(
+                PromptBatch(gather_prompts(batch, mine), *counts),
+                [1] * len(mine),
+                sampling.sampling(return_logprobs=True),
+            )
+            for k, r in enumerate(mine):
+                n = int(out.mask[k].sum())
+                rows[r] = (out.ids[k, :n], out.texts[k], out.truncated[k], out.logprobs[k, :n])
+        for r in range(len(batch)):
+            if scripted[r]:
+                rows[r] = (torch.tensor(call), CALL, False, torch.full((len(call),), float("nan")))
+        width = max(len(x[0]) for x in rows)
+        ids = torch.full((len(rows), width), engine.pad_id)
+        mask, logp = torch.zeros_like(ids), torch.full((len(rows), width), float("nan"))
+        for r, (i, _, _, lp) in enumerate(rows):
+            ids[r, : len(i)], mask[r, : len(i)], logp[r, : len(i)] = i, 1, lp
+        return Responses(
+            ids=ids, mask=mask, texts=[x[1] for x in rows], truncated=[x[2] for x in rows], logprobs=logp
+        )
 
     engine.generate = generate
 

@@ -146,6 +146,79 @@ def _unpadded(batch: PromptBatch, row: int) -> PromptBatch:
     return PromptBatch(one, [batch.video_counts[row]], [batch.image_counts[row]])
 
 
+class _Run:
+    """One episode in progress: what its next turn is sampled from, and taking that turn."""
+
+    def __init__(self, processor, first: PromptBatch, tools: EpisodeTools, model_family: str, eos_id: int):
+        self.processor, self.tools, self.model_family = processor, tools, model_family
+        self.family, self.settings = get_family(model_family), tools.settings
+        inputs = dict(first.inputs)
+        self.ep = Episode(prompt_len=int(inputs["input_ids"].shape[1]), inputs=inputs)
+        self.ep.video_count, self.ep.image_count = first.video_counts[0], first.image_counts[0]
+        self.eot = processor.tokenizer.convert_ids_to_tokens(eos_id)
+        self.tool_turns, self.done = 0, False
+
+    def turn_sampling(self, sampling: SamplingConfig) -> SamplingConfig | None:
+        """This turn's settings (its length within the episode's token budget), or None: no room."""
+        room = self.settings.max_episode_tokens - int(self.ep.inputs["input_ids"].shape[1])
+        if room <= 0:
+            self._end(BUDGET)
+            return None
+        return sampling.sampling(max_new_tokens=min(sampling.max_new_tokens or room, room))
+
+    def take(self, out: Responses, row: int, turn: SamplingConfig, sampling: SamplingConfig) -> None:
+        """Append the policy's turn (row ``row`` of ``out``) and, when it calls tools, their results."""
+        ep = self.ep
+        n = int(out.mask[row].sum())
+        ids = out.ids[row, :n].tolist()
+        ep.ids += ids
+        ep.policy_mask += [1] * n
+        ep.logprobs += out.logprobs[row, :n].tolist() if out.logprobs is not None else [float("nan")] * n
+        ep.inputs = _append(ep.inputs, _generated(ep.inputs, ids))
+        text = out.texts[row]
+        _, bodies = self.family.split_tool_calls(text)
+        record = {"text": text, "calls": []}
+        ep.turns.append(record)
+        ep.final_text = text
+        if out.truncated and out.truncated[row]:
+            self._end(
+                LENGTH
+                if not sampling.max_new_tokens or turn.max_new_tokens == sampling.max_new_tokens
+                else BUDGET
+            )
+            return
+        if not bodies:
+            self._end(ANSWER)
+            return
+        allowed = self.tool_turns < self.settings.max_turns
+        outcomes = self.tools.run_turn(bodies, allowed=allowed)
+        record["calls"] = [o.row() for o in outcomes]
+        ep.calls += outcomes
+        if not allowed:
+            self._end(MAX_TURNS)
+            return
+        self.tool_turns += 1
+        videos = [v for o in outcomes for v in o.result.videos]
+        images = [im for o in outcomes for im in o.result.images]
+        text = tool_turn_text(self.processor, outcomes, self.eot)
+        encoded = encode_loaded(self.processor, [text], [(videos, images)], self.model_family).inputs
+        turn_ids = encoded["input_ids"][0].tolist()
+        if len(ep.ids) + ep.prompt_len + len(turn_ids) >= self.settings.max_episode_tokens:
+            self._end(BUDGET)  # the results would not fit: the episode ends at the calls
+            return
+        ep.ids += turn_ids
+        ep.policy_mask += [0] * len(turn_ids)
+        ep.logprobs += [float("nan")] * len(turn_ids)
+        ep.inputs = _append(ep.inputs, encoded)
+        ep.tool_inputs = _append_media(ep.tool_inputs, encoded)
+        ep.video_count += len(videos)
+        ep.image_count += len(images)
+
+    def _end(self, why: str) -> None:
+        self.ep.finish, self.done = why, True
+        self.ep.counts = self.tools.counts()
+
+
 def run_episode(
     engine,
     processor,
@@ -158,65 +231,40 @@ def run_episode(
     """One episode from ``first`` (one encoded prompt, rendered with ``tools=``:
     :func:`first_turn`, or a row of the trainer's batch) on ``engine``'s batch path (``generate``),
     calls answered by ``tools``."""
-    family = get_family(model_family)
-    settings = tools.settings
-    inputs = dict(first.inputs)
-    ep = Episode(prompt_len=int(inputs["input_ids"].shape[1]), inputs=inputs)
-    ep.video_count, ep.image_count = first.video_counts[0], first.image_counts[0]
-    eot = processor.tokenizer.convert_ids_to_tokens(engine.eos_ids[0])
     if seed is not None:
         torch.manual_seed(seed)
-    tool_turns = 0
-    while True:
-        room = settings.max_episode_tokens - int(ep.inputs["input_ids"].shape[1])
-        if room <= 0:
-            ep.finish = BUDGET
-            break
-        limit = sampling.max_new_tokens or room
-        turn_sampling = sampling.sampling(max_new_tokens=min(limit, room))
-        out = engine.generate(ep.batch(), [1], turn_sampling)
-        n = int(out.mask[0].sum())
-        ids = out.ids[0, :n].tolist()
-        ep.ids += ids
-        ep.policy_mask += [1] * n
-        ep.logprobs += out.logprobs[0, :n].tolist() if out.logprobs is not None else [float("nan")] * n
-        ep.inputs = _append(ep.inputs, _generated(ep.inputs, ids))
-        text = out.texts[0]
-        content, bodies = family.split_tool_calls(text)
-        turn = {"text": text, "calls": []}
-        ep.turns.append(turn)
-        ep.final_text = text
-        if out.truncated and out.truncated[0]:
-            ep.finish = LENGTH if turn_sampling.max_new_tokens == limit else BUDGET
-            break
-        if not bodies:
-            ep.finish = ANSWER
-            break
-        allowed = tool_turns < settings.max_turns
-        outcomes = tools.run_turn(bodies, allowed=allowed)
-        turn["calls"] = [o.row() for o in outcomes]
-        ep.calls += outcomes
-        if not allowed:
-            ep.finish = MAX_TURNS
-            break
-        tool_turns += 1
-        videos = [v for o in outcomes for v in o.result.videos]
-        images = [im for o in outcomes for im in o.result.images]
-        text = tool_turn_text(processor, outcomes, eot)
-        encoded = encode_loaded(processor, [text], [(videos, images)], model_family).inputs
-        turn_ids = encoded["input_ids"][0].tolist()
-        if len(ep.ids) + ep.prompt_len + len(turn_ids) >= settings.max_episode_tokens:
-            ep.finish = BUDGET  # the results would not fit: the episode ends at the calls
-            break
-        ep.ids += turn_ids
-        ep.policy_mask += [0] * len(turn_ids)
-        ep.logprobs += [float("nan")] * len(turn_ids)
-        ep.inputs = _append(ep.inputs, encoded)
-        ep.tool_inputs = _append_media(ep.tool_inputs, encoded)
-        ep.video_count += len(videos)
-        ep.image_count += len(images)
-    ep.counts = tools.counts()
-    return ep
+    run = _Run(processor, first, tools, model_family, engine.eos_ids[0])
+    while not run.done:
+        turn = run.turn_sampling(sampling)
+        if turn is not None:
+            run.take(engine.generate(run.ep.batch(), [1], turn), 0, turn, sampling)
+    return run.ep
+
+
+def collate(episodes: list[Episode], pad_id: int) -> PromptBatch:
+    """Episodes in progress as one left-padded batch (per-token keys padded on the left, each row's
+    media after the previous row's), for one ``generate`` over all of them."""
+    width = max(int(e.inputs["input_ids"].shape[1]) for e in episodes)
+    inputs: dict[str, Any] = {}
+    for key in _PER_ROW:
+        rows = [e.inputs.get(key) for e in episodes]
+        if all(r is None for r in rows):
+            continue
+        fill = pad_id if key == "input_ids" else 0
+        padded = []
+        for e, r in zip(episodes, rows, strict=True):
+            r = r if r is not None else torch.zeros_like(e.inputs["input_ids"])
+            pad = torch.full((1, width - r.shape[1]), fill, dtype=r.dtype)
+            padded.append(torch.cat([pad, r], dim=1))
+        inputs[key] = torch.cat(padded)
+    for pix, grid, extra in VISION_INPUTS.values():
+        for key in (pix, grid, extra):
+            parts = [
+                torch.as_tensor(e.inputs[key]) for e in episodes if key and e.inputs.get(key) is not None
+            ]
+            if parts:
+                inputs[key] = torch.cat(parts)
+    return PromptBatch(inputs, [e.video_count for e in episodes], [e.image_count for e in episodes])
 
 
 def _append_media(media: dict[str, Any], encoded: dict[str, Any]) -> dict[str, Any]:
@@ -281,15 +329,28 @@ def run_batch_episodes(
     make_tools: list,
 ) -> Responses:
     """``repeats[p]`` episodes of each prompt ``p`` of ``batch`` (the trainer's rollouts; prompts
-    rendered with ``tools=``), in prompt order; ``make_tools[p]()`` gives an episode's tools."""
-    episodes = []
-    for p, count in enumerate(repeats):
-        first = _unpadded(batch, p) if count else None
-        episodes += [
-            run_episode(engine, processor, first, make_tools[p](), sampling, model_family)
-            for _ in range(count)
-        ]
-    return episode_responses(episodes, engine.pad_id)
+    rendered with ``tools=``), in prompt order; ``make_tools[p]()`` gives an episode's tools.
+
+    The episodes advance together: each round, every unfinished episode's next turn is sampled in
+    one ``generate`` (those with the same turn length), then each takes its turn and runs its calls."""
+    runs = [
+        _Run(processor, _unpadded(batch, p), make_tools[p](), model_family, engine.eos_ids[0])
+        for p, count in enumerate(repeats)
+        for _ in range(count)
+    ]
+    while True:
+        turns = [(r, r.turn_sampling(sampling)) for r in runs if not r.done]
+        turns = [(r, t) for r, t in turns if t is not None]
+        if not turns:
+            break
+        for limit in sorted({t.max_new_tokens for _, t in turns}):  # one generate per turn length
+            group = [(r, t) for r, t in turns if t.max_new_tokens == limit]
+            out = engine.generate(
+                collate([r.ep for r, _ in group], engine.pad_id), [1] * len(group), group[0][1]
+            )
+            for row, (r, t) in enumerate(group):
+                r.take(out, row, t, sampling)
+    return episode_responses([r.ep for r in runs], engine.pad_id)
 
 
 def render_with_tools(
