@@ -85,26 +85,36 @@ def _load(path: Path) -> tuple[dict[str, torch.Tensor], dict]:
         return {k: f.get_tensor(k) for k in f.keys()}, json.loads(f.metadata()["metrics"])
 
 
-def test_two_rank_update_equals_single_process_update(demo_assets, records, tmp_path):
-    """Same global batch (4 prompts, 8 sequences): 2 ranks with an uneven split (3 + 1 prompts, so
-    rank 1 runs filler micro-batches) versus one process. Loss and updated weights agree to
-    float32 rounding (reduction order differs)."""
+def single_and_two_ranks(mode: str, model: str, records: str, tmp_path, *flags: str):
+    """``dist_worker.py MODE`` in one process and under 2 torchrun ranks: each run's full weights
+    after the update and its metrics, ((w1, m1), (w2, m2))."""
     single, double = tmp_path / "single.safetensors", tmp_path / "double.safetensors"
-    args = [str(HERE / "dist_worker.py"), "update", str(demo_assets["model"]), records]
-    r1 = _run([sys.executable, *args, str(single)])
+    args = [str(HERE / "dist_worker.py"), mode, model, records]
+    r1 = _run([sys.executable, *args, str(single), *flags])
     assert r1.returncode == 0, r1.stderr[-3000:]
-    r2 = _torchrun(2, *args, str(double))
+    r2 = _torchrun(2, *args, str(double), *flags)
     assert r2.returncode == 0, r2.stdout[-3000:] + r2.stderr[-3000:]
-    w1, m1 = _load(single)
-    w2, m2 = _load(double)
+    return _load(single), _load(double)
+
+
+def assert_same_update(one, two) -> None:
+    """Loss, gradient norm and updated weights agree to float32 rounding (reduction order differs)."""
+    (w1, m1), (w2, m2) = one, two
     assert m1["actor/pg_loss"] == pytest.approx(m2["actor/pg_loss"], rel=1e-5, abs=1e-7)
     assert m1["actor/grad_norm"] == pytest.approx(m2["actor/grad_norm"], rel=1e-5)
     assert m1["actor/grad_norm"] > 0
     assert w1.keys() == w2.keys()
     worst = max(float((w1[k] - w2[k]).abs().max()) for k in w1)
     assert worst < 1e-6, worst
+
+
+def test_two_rank_update_equals_single_process_update(demo_assets, records, tmp_path):
+    """Same global batch (4 prompts, 8 sequences): 2 ranks with an uneven split (3 + 1 prompts, so
+    rank 1 runs filler micro-batches) versus one process."""
+    one, two = single_and_two_ranks("update", str(demo_assets["model"]), records, tmp_path)
+    assert_same_update(one, two)
     base = _load_base(demo_assets["model"])
-    moved = max(float((w1[k] - base[k]).abs().max()) for k in w1 if k in base)
+    moved = max(float((one[0][k] - base[k]).abs().max()) for k in one[0] if k in base)
     assert moved > 1e-4  # the update did something, so agreeing is not trivial
 
 
@@ -112,21 +122,8 @@ def test_two_rank_episode_update_equals_single_process_update(demo_assets, recor
     """The same with episodes: each response to a video prompt is a seek call, its real result (a
     tool turn with frames, masked out of the loss) and the answer; rank 0 holds one video prompt
     among text and image ones, rank 1 the mixed one, so the ranks' sequences, media and turn
-    layouts differ. Loss, gradient norm and weights agree with the single process."""
-    single, double = tmp_path / "single.safetensors", tmp_path / "double.safetensors"
-    args = [str(HERE / "dist_worker.py"), "episodes", str(demo_assets["model"]), records]
-    r1 = _run([sys.executable, *args, str(single)])
-    assert r1.returncode == 0, r1.stderr[-3000:]
-    r2 = _torchrun(2, *args, str(double))
-    assert r2.returncode == 0, r2.stdout[-3000:] + r2.stderr[-3000:]
-    w1, m1 = _load(single)
-    w2, m2 = _load(double)
-    assert m1["actor/pg_loss"] == pytest.approx(m2["actor/pg_loss"], rel=1e-5, abs=1e-7)
-    assert (
-        m1["actor/grad_norm"] == pytest.approx(m2["actor/grad_norm"], rel=1e-5) and m1["actor/grad_norm"] > 0
-    )
-    worst = max(float((w1[k] - w2[k]).abs().max()) for k in w1)
-    assert worst < 1e-6, worst
+    layouts differ."""
+    assert_same_update(*single_and_two_ranks("episodes", str(demo_assets["model"]), records, tmp_path))
 
 
 def test_bf16_mixed_precision_with_gradient_checkpointing_tracks_float32(demo_assets, records, tmp_path):

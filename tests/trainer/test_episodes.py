@@ -65,6 +65,19 @@ def script_first_turns(trainer: Trainer) -> None:
     engine.generate = generate
 
 
+def _rollouts(trainer: Trainer):
+    """One step's experience (rollouts scored, before log-probs and advantages)."""
+    data = trainer.data
+    return collect_groups(
+        trainer.cfg,
+        trainer.parts,
+        trainer.settings.sampling,
+        data.train_set.loader,
+        trainer._next_samples,
+        {},
+    )[0]
+
+
 def test_an_episode_step_trains_on_the_policy_tokens_with_every_frame_in_the_forward(make_cfg):
     trainer = Trainer(make_cfg(*TOOLS, "trainer.val_size=0"))
     script_first_turns(trainer)
@@ -81,14 +94,7 @@ def test_tool_result_tokens_get_exactly_zero_gradient(make_cfg):
     trainer = Trainer(make_cfg(*TOOLS, "trainer.val_size=0"))
     script_first_turns(trainer)
     parts = trainer.parts
-    exp, _, _, _ = collect_groups(
-        trainer.cfg,
-        parts,
-        trainer.settings.sampling,
-        trainer.data.train_set.loader,
-        trainer._next_samples,
-        {},
-    )
+    exp = _rollouts(trainer)
     called = [i for i in range(len(exp)) if exp.response_media[i]]
     assert called, "some episodes called the tool"
     i = called[0]
@@ -151,14 +157,7 @@ def test_offline_episodes_are_replayed_with_real_tool_results_in_groups_and_warm
     )
     trainer = Trainer(cfg)
     parts = trainer.parts
-    exp, _, _, _ = collect_groups(
-        trainer.cfg,
-        parts,
-        trainer.settings.sampling,
-        trainer.data.train_set.loader,
-        trainer._next_samples,
-        {},
-    )
+    exp = _rollouts(trainer)
     offline = [i for i in range(len(exp)) if exp.offline[i]]
     assert offline and all(exp.response_media[i] for i in offline)  # the seek's frames ride along
     i = offline[0]
