@@ -168,3 +168,29 @@ def test_offline_episodes_are_replayed_with_real_tool_results_in_groups_and_warm
     assert policy.startswith("<tool_call>") and policy.endswith("</answer><|im_end|>")
     assert exp.texts[i].startswith("<answer>")  # the final turn is what is scored
     assert trainer.sft_warmup()  # the warm-up trains on the replayed episodes' policy turns
+
+
+def test_reward_tools_shaping_is_added_to_an_episode_overall(make_cfg):
+    trainer = Trainer(
+        make_cfg(
+            *TOOLS, "trainer.val_size=0", "reward.tools.valid_call=0.5", "reward.tools.invalid_call=0.25"
+        )
+    )
+    script_first_turns(trainer)
+    exp = _rollouts(trainer)
+    base = 0.9 * exp.scores["accuracy"] + 0.1 * exp.scores["format"]  # the task's own overall
+    called = [i for i in range(len(exp)) if exp.response_media[i]]  # a valid seek (frames returned)
+    assert called and all(float(exp.scores["overall"][i] - base[i]) == pytest.approx(0.5) for i in called)
+    assert exp.metrics["reward/tool_shaping"] > 0
+
+
+def test_tool_shaping_by_hand():
+    from easyvideor1.rewards.config import ToolRewardConfig
+
+    cfg = ToolRewardConfig(valid_call=0.3, invalid_call=0.1, max_calls=2, over_budget=0.05)
+    # 4 calls: 1 invalid, 1 error, 2 valid -> +0.3 - 0.1 * 2 - 0.05 * (4 - 2)
+    assert cfg.shaping({"calls": 4, "invalid_calls": 1, "errors": 1}) == pytest.approx(0.3 - 0.2 - 0.1)
+    assert cfg.shaping({"calls": 1, "invalid_calls": 1, "errors": 0}) == pytest.approx(-0.1)  # no valid call
+    assert ToolRewardConfig().shaping({"calls": 3, "invalid_calls": 2, "errors": 1}) == 0.0  # off by default
+    with pytest.raises(ValueError, match="reward.tools.invalid_call must be >= 0"):
+        ToolRewardConfig(invalid_call=-1.0)

@@ -89,6 +89,49 @@ class SandboxConfig:
 
 
 @dataclass
+class ToolRewardConfig:
+    """Shaping of an episode's reward by its tool use (with ``tools.names``; all off by default).
+
+    Added to the episode's ``overall`` after the task scored its final answer:
+    ``+ valid_call`` once if it made at least one valid call, ``- invalid_call`` per invalid call or
+    tool error, and ``- over_budget`` per call past ``max_calls``.
+
+    Parameters:
+        valid_call (`float`, *optional*, defaults to `0.0`):
+            Bonus for an episode with at least one valid call (a nudge towards looking again; keep it
+            below the accuracy weight, or calling pays more than answering right).
+        invalid_call (`float`, *optional*, defaults to `0.0`):
+            Penalty per invalid call (malformed, unknown tool, bad arguments, over a budget) or tool error.
+        max_calls (`int`, *optional*, defaults to `0`):
+            The call budget of an episode for ``over_budget``; 0: none.
+        over_budget (`float`, *optional*, defaults to `0.0`):
+            Penalty per call past ``max_calls``.
+    """
+
+    valid_call: float = 0.0
+    invalid_call: float = 0.0
+    max_calls: int = 0
+    over_budget: float = 0.0
+
+    def __post_init__(self) -> None:
+        for name in ("valid_call", "invalid_call", "max_calls", "over_budget"):
+            value = getattr(self, name)
+            if not value >= 0:
+                raise ValueError(f"reward.tools.{name} must be >= 0, got {value!r}")
+
+    def shaping(self, counts: dict[str, int]) -> float:
+        """The amount added to an episode's ``overall`` for its ``calls``, ``invalid_calls``,
+        ``errors`` (``EpisodeTools.counts``)."""
+        valid = counts["calls"] - counts["invalid_calls"] - counts["errors"]
+        extra = max(counts["calls"] - self.max_calls, 0) if self.max_calls else 0
+        return (
+            self.valid_call * (valid > 0)
+            - self.invalid_call * (counts["invalid_calls"] + counts["errors"])
+            - self.over_budget * extra
+        )
+
+
+@dataclass
 class RewardConfig:
     """Configuration of the task-aware reward (`easyvideor1.rewards.compute_score`).
 
@@ -145,6 +188,8 @@ class RewardConfig:
             an `error` key and the error counters grow). Useful while developing a task.
         sandbox (`SandboxConfig`):
             Limits of the code-execution sandbox.
+        tools (`ToolRewardConfig`):
+            Shaping of an episode's reward by its tool use (``reward.tools.*``; off by default).
     """
 
     accuracy_weight: float = 0.9
@@ -164,11 +209,14 @@ class RewardConfig:
     llm_judge: str | None = None
     strict: bool = False
     sandbox: SandboxConfig = field(default_factory=SandboxConfig)
+    tools: ToolRewardConfig = field(default_factory=ToolRewardConfig)
 
     def __post_init__(self) -> None:
         # OmegaConf may hand us plain dicts for nested dataclasses: normalise them here.
         if isinstance(self.sandbox, dict):
             self.sandbox = SandboxConfig(**self.sandbox)
+        if isinstance(self.tools, dict):
+            self.tools = ToolRewardConfig(**self.tools)
         self.task_weights = {
             name: weights if isinstance(weights, TaskWeights) else TaskWeights(**dict(weights))
             for name, weights in dict(self.task_weights).items()

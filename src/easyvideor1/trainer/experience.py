@@ -311,8 +311,15 @@ def _experience(
     scored = score(exp.texts, samples, exp.prompt_of, exp.mask.sum(1).tolist(), reward_cfg)
     exp.scores, exp.tasks = scored.values, scored.tasks
     exp.metrics["reward/errors"] = float(scored.errors)
+    flat = [r for group in groups for r in group]
+    if any(r.episode is not None for r in flat):  # reward.tools: shaping by the episode's tool use
+        shaping = torch.tensor(
+            [reward_cfg.tools.shaping(r.episode.counts) if r.episode else 0.0 for r in flat]
+        )
+        exp.scores["overall"] = exp.scores["overall"] + shaping
+        exp.metrics["reward/tool_shaping"] = float(shaping.mean())
     # the policy's own episodes (offline ones replay given turns: not the policy's tool use)
-    episodes = [r.episode for group in groups for r in group if r.episode is not None and not r.offline]
+    episodes = [r.episode for r in flat if r.episode is not None and not r.offline]
     if episodes:
         exp.metrics.update(tool_metrics(episodes))
     return exp
