@@ -194,3 +194,42 @@ def test_tool_shaping_by_hand():
     assert ToolRewardConfig().shaping({"calls": 3, "invalid_calls": 2, "errors": 1}) == 0.0  # off by default
     with pytest.raises(ValueError, match="reward.tools.invalid_call must be >= 0"):
         ToolRewardConfig(invalid_call=-1.0)
+
+
+@pytest.mark.slow  # ~40 s: three short runs
+def test_a_run_with_episodes_resumes_exactly(make_cfg, tmp_path):
+    """4 steps straight, or 2 steps, a checkpoint and 2 more in a new trainer: the same steps 3-4
+    (rollouts with tool calls included)."""
+    import json
+
+    def run(out, steps, save):
+        cfg = make_cfg(
+            *TOOLS,
+            "trainer.val_size=0",
+            f"trainer.output_dir={out}",
+            f"trainer.max_steps={steps}",
+            f"trainer.save_every={save}",
+        )
+        trainer = Trainer(cfg)
+        script_first_turns(trainer)
+        trainer.train()
+
+    run(tmp_path / "a", 4, 0)
+    run(tmp_path / "b", 2, 2)
+    run(tmp_path / "b", 4, 0)
+
+    def steps(out):
+        rows = [json.loads(line) for line in (out / "metrics.jsonl").read_text().splitlines()]
+        return {m["step"]: m for m in rows if "actor/pg_loss" in m}
+
+    a, b = steps(tmp_path / "a"), steps(tmp_path / "b")
+    assert sorted(a) == sorted(b) == [1, 2, 3, 4]
+    for step in (3, 4):
+        for key in (
+            "reward/overall",
+            "actor/pg_loss",
+            "actor/grad_norm",
+            "tools/calls_per_episode",
+            "response/length",
+        ):
+            assert a[step][key] == pytest.approx(b[step][key], rel=1e-5, abs=1e-7), (step, key)
