@@ -138,3 +138,15 @@ def test_config_errors_name_the_key():
     with pytest.raises(ValueError, match='"type": "object"'):
         register_tool("t", description="", parameters={"type": "string"})
     assert "seek" in TOOLS and "frame_at" in TOOLS
+
+
+def test_a_session_keeps_a_bounded_number_of_videos(counting_video):
+    cfg = ToolsConfig(names=["seek"])
+    session = ToolSession(cfg, "qwen3_vl", max_sources=2)
+    for k in range(5):  # five "videos" (the same file under five names)
+        session.context({}, [f"{counting_video}?{k}"], 4)
+        assert len(session._sources) <= 2
+    session.episode({}, [counting_video]).run_turn([_call("seek", start_s=1, end_s=3)])
+    assert session._answers
+    session.clear()
+    assert not session._sources and not session._answers

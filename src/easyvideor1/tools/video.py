@@ -193,6 +193,7 @@ class ToolSession:
     settings: ToolsConfig
     model_family: str
     loader: VideoLoader | None = None
+    max_sources: int = 64  # videos whose tracks and answers are kept; past it the memory starts afresh
     _sources: dict[str, VideoSource] = field(default_factory=dict)
     _answers: dict[str, ToolResult] = field(default_factory=dict)
     _lock: threading.Lock = field(default_factory=threading.Lock)
@@ -211,8 +212,18 @@ class ToolSession:
 
         return EpisodeTools(self.specs, self, record, list(video_paths), self.settings)
 
+    def clear(self) -> None:
+        """Forget every track and answer (the trainer calls it at each step: answers are reused
+        within a step, and a long run must not keep every video's frames)."""
+        with self._lock:
+            self._sources.clear()
+            self._answers.clear()
+
     def context(self, record: Any, video_paths: list[str], max_frames: int) -> ToolContext:
         with self._lock:
+            if len(self._sources) + len(video_paths) > self.max_sources:  # bounded memory on long jobs
+                self._sources.clear()
+                self._answers.clear()
             sources = [
                 self._sources.setdefault(p, VideoSource(p, self.settings, self.model_family, self.loader))
                 for p in video_paths

@@ -37,6 +37,8 @@ def collect_groups(
     ``max_tries`` rounds have run. The rollout, reward and filter metrics go into ``metrics``.
     """
     t0 = time.perf_counter()
+    if parts.tools is not None:  # tool answers are shared within a step, not across steps
+        parts.tools.clear()
     samples, batch = draw()
     data_time = [time.perf_counter() - t0]
 
