@@ -51,7 +51,7 @@ def build_episodes(processor, dataset, kinds: list[str], session) -> Experience:
     prompt has a video; advantages +1 / -0.5."""
     from types import SimpleNamespace
 
-    from easyvideor1.rollout.episode import _unpadded, replay_episode
+    from easyvideor1.rollout.episode import prompt_row, replay_episode
     from easyvideor1.rollout.sampling import SamplingConfig
     from easyvideor1.trainer.experience import Response, stacked
 
@@ -67,7 +67,7 @@ def build_episodes(processor, dataset, kinds: list[str], session) -> Experience:
         group = []
         for text in RESPONSES:
             if s.videos:
-                first = _unpadded(batch, p)
+                first = prompt_row(batch, p)
                 ep = replay_episode(
                     engine,
                     processor,

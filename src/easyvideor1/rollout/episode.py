@@ -113,12 +113,7 @@ def _append(inputs: dict[str, Any], more: dict[str, Any]) -> dict[str, Any]:
                     else torch.ones_like(inputs["input_ids"])
                 )
             out[key] = torch.cat([a, more[key].to(a.dtype)], dim=1)
-    for pix, grid, extra in VISION_INPUTS.values():
-        for key in (pix, grid, extra):
-            if key and more.get(key) is not None:
-                add = torch.as_tensor(more[key])
-                out[key] = add if inputs.get(key) is None else torch.cat([torch.as_tensor(inputs[key]), add])
-    return out
+    return _append_media(out, more)
 
 
 def _generated(inputs: dict[str, Any], ids: list[int]) -> dict[str, Any]:
@@ -135,7 +130,7 @@ def first_turn(processor, prompt: Prompt, model_family: str) -> PromptBatch:
     return encode_loaded(processor, [prompt.text], [(prompt.videos, prompt.images)], model_family)
 
 
-def _unpadded(batch: PromptBatch, row: int) -> PromptBatch:
+def prompt_row(batch: PromptBatch, row: int) -> PromptBatch:
     """Prompt ``row`` of a (left-padded) batch alone, its padding cut off: an episode's ids are
     exactly the prompt's tokens followed by what comes after."""
     one = gather_prompts(batch, [row])
@@ -274,7 +269,7 @@ def _append_media(media: dict[str, Any], encoded: dict[str, Any]) -> dict[str, A
         for key in (pix, grid, extra):
             if key and encoded.get(key) is not None:
                 add = torch.as_tensor(encoded[key])
-                out[key] = add if key not in media else torch.cat([media[key], add])
+                out[key] = add if media.get(key) is None else torch.cat([torch.as_tensor(media[key]), add])
     return out
 
 
@@ -334,7 +329,7 @@ def run_batch_episodes(
     The episodes advance together: each round, every unfinished episode's next turn is sampled in
     one ``generate`` (those with the same turn length), then each takes its turn and runs its calls."""
     runs = [
-        _Run(processor, _unpadded(batch, p), make_tools[p](), model_family, engine.eos_ids[0])
+        _Run(processor, prompt_row(batch, p), make_tools[p](), model_family, engine.eos_ids[0])
         for p, count in enumerate(repeats)
         for _ in range(count)
     ]

@@ -182,10 +182,10 @@ def offline_response(
     calls in them run, each turn cut to the limit)."""
     rec = sample.record
     if tools is not None and rec.offline_turns:
-        from ..rollout.episode import _unpadded, replay_episode
+        from ..rollout.episode import prompt_row, replay_episode
 
         ep = replay_episode(
-            engine, processor, _unpadded(batch, p), tools.episode(rec, list(sample.videos)),
+            engine, processor, prompt_row(batch, p), tools.episode(rec, list(sample.videos)),
             rec.offline_turns, sampling, tools.model_family, rec.problem_id,
         )  # fmt: skip
         return Response(
