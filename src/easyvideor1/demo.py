@@ -14,7 +14,7 @@ from importlib import resources
 
 from .config import RunConfig, load_config
 from .data.preprocess import format_report, preprocess
-from .data.synthetic import write_demo_set
+from .data.synthetic import write_demo_set, write_tool_demo_set
 from .models.families import get_family, resolve_family
 from .models.tiny import make_tiny_model
 
@@ -30,8 +30,8 @@ _CURVE_KEYS = (
 _WARM_BLANK = "val/accuracy_blank_video_after_warmup"
 
 
-def demo_config_path() -> str:
-    return str(resources.files("easyvideor1") / "configs" / "demo.yaml")
+def demo_config_path(name: str = "demo.yaml") -> str:
+    return str(resources.files("easyvideor1") / "configs" / name)
 
 
 def prepare_demo_assets(cfg: RunConfig, family: str | None = None) -> RunConfig:
@@ -42,14 +42,17 @@ def prepare_demo_assets(cfg: RunConfig, family: str | None = None) -> RunConfig:
     d = cfg.demo
     train, val = os.path.join(d.data_dir, "train.jsonl"), os.path.join(d.data_dir, "val.jsonl")
     if not os.path.exists(val):
-        write_demo_set(d.data_dir, d.n_train, d.n_val, mixed=d.mixed)
+        if d.task == "window":
+            write_tool_demo_set(d.data_dir, d.n_train, d.n_val, first_view_frames=cfg.data.video_nframes or 4)
+        else:
+            write_demo_set(d.data_dir, d.n_train, d.n_val, mixed=d.mixed)
     if not cfg.data.train_files:
         cfg.data.train_files = [train]
     if not cfg.data.val_files:
         cfg.data.val_files = [val]
     if not os.path.exists(os.path.join(cfg.model.path, "config.json")):
         wanted = resolve_family(None, family or cfg.data.model_family or "qwen3_vl", declared_as="--family")
-        make_tiny_model(cfg.model.path, wanted.model_type)
+        make_tiny_model(cfg.model.path, wanted.model_type, layers=d.model_layers)
     elif family is not None:
         try:
             resolve_family(cfg.model.path, family, declared_as="--family")
@@ -124,6 +127,174 @@ def run_demo(
     plot_curves(out, suffix)
     print_table(result)
     return result
+
+
+REFUSED = "tools are disabled in this run; answer from the first view"
+
+
+def run_tool_demo(out: str, overrides: list[str] | None = None, n_train: int = 256, n_val: int = 64) -> dict:
+    """``demo --tools``: the window task (``configs/demo_tools.yaml``), warm-up on offline tool-use
+    episodes, hybrid GRPO over episodes, then the held-out set three ways: with the tools, with
+    every call refused (the same prompt, the policy must answer from its first view) and without
+    the tools in the prompt. ``report.json`` and ``reward_curve.png`` in ``out``."""
+    from .tools.video import ToolSession, tool_tracks
+    from .trainer.evaluate import evaluate, summarize
+    from .trainer.loop import Trainer
+
+    t0 = time.time()
+    os.makedirs(out, exist_ok=True)
+    base = [
+        f"demo.data_dir={os.path.join(out, 'data')}",
+        f"demo.n_train={n_train}",
+        f"demo.n_val={n_val}",
+        f"data.cache_dir={os.path.join(out, 'cache')}",
+        f"model.path={os.path.join(out, 'model')}",
+        f"trainer.output_dir={os.path.join(out, 'train')}",
+    ]
+    cfg: RunConfig = prepare_demo_assets(
+        load_config(RunConfig, demo_config_path("demo_tools.yaml"), base + list(overrides or []))
+    )
+    cfg.data = cfg.data.with_model(cfg.model.path)
+    files = [cfg.data.train_files[0], cfg.data.val_files[0]]
+    tracks = tool_tracks(cfg.tools, cfg.data.model_family)
+    print(
+        format_report(
+            preprocess(files, cfg.data, cfg.data.cache_dir, workers=2, progress=False, tracks=tracks)
+        )
+    )
+
+    trainer = Trainer(cfg)
+    trainer.train()
+    parts, data = trainer.parts, trainer.data
+    val_set, idx, sampling = data.val_set, list(range(len(data.val_set))), trainer.settings.val_sampling
+
+    def held_out(tools) -> list[dict]:
+        return evaluate(parts.engine, parts.processor, val_set, idx, sampling, cfg.reward, tools=tools)
+
+    with_tools = held_out(parts.tools)
+    refused = ToolSession(cfg.tools, parts.tools.model_family, loader=parts.tools.loader, refuse=REFUSED)
+    tools_refused = held_out(refused)
+    schemas, val_set.tools = val_set.tools, None  # the prompt without the tool list, no episodes
+    try:
+        without = held_out(None)
+    finally:
+        val_set.tools = schemas
+    windows = [val_set.records[r["index"]].extra.get("window") for r in with_tools]
+    hist = trainer.history
+    result = {
+        "variant": "tools",
+        "family": cfg.data.model_family,
+        "accuracy_with_tools": _mean(r["accuracy"] for r in with_tools),
+        "tool_call_rate": _mean(bool(r.get("tool_calls")) for r in with_tools),
+        "window_hit_rate": window_hit_rate(with_tools, windows),
+        "accuracy_without_tools": _mean(r["accuracy"] for r in without),
+        "answer_rate_without_tools": _mean(r["format"] > 0 for r in without),
+        "accuracy_tools_refused": _mean(r["accuracy"] for r in tools_refused),
+        "answer_rate_tools_refused": _mean(r["format"] > 0 for r in tools_refused),
+        "calls_per_sample": _mean(r.get("tool_calls", 0) for r in with_tools),
+        "invalid_calls": sum(c["status"] == "invalid" for r in with_tools for c in r.get("calls", [])),
+        "accuracy_before": next(h for h in hist if h["step"] == 0).get("val/accuracy"),
+        "accuracy_after_warmup": next(
+            (h["val/accuracy_after_warmup"] for h in hist if "val/accuracy_after_warmup" in h), None
+        ),
+        "tool_call_rate_after_warmup": next(
+            (h["val/tool_call_rate_after_warmup"] for h in hist if "val/tool_call_rate_after_warmup" in h),
+            None,
+        ),
+        "chance": CHANCE,
+        "held_out": len(with_tools),
+        "steps": trainer.step,
+        "sft_warmup_steps": cfg.trainer.sft_warmup_steps,
+        "wall_seconds": round(time.time() - t0, 1),
+        "curve": [
+            {k: h[k] for k in ("step", "reward/accuracy", "val/accuracy", "val/tool_call_rate") if k in h}
+            for h in hist
+        ],
+        "summary_with_tools": summarize(with_tools),
+    }
+    with open(os.path.join(out, "report.json"), "w") as f:
+        json.dump(result, f, indent=1)
+    plot_tool_curves(out, result)
+    print_tool_table(result)
+    return result
+
+
+def _mean(values) -> float:
+    values = [float(v) for v in values]
+    return sum(values) / len(values) if values else 0.0
+
+
+def window_hit_rate(rows: list[dict], windows: list) -> float:
+    """Of the calls made, those whose frames fall in the record's answer window: a ``seek``
+    whose [start_s, end_s] meets it, a ``frame_at`` / ``zoom`` whose time_s is inside it."""
+    hits = total = 0
+    for row, window in zip(rows, windows, strict=True):
+        for call in row.get("calls", []):
+            total += 1
+            args = call.get("arguments") or {}
+            if call["status"] != "ok" or not window:
+                continue
+            lo, hi = (
+                (args.get("start_s"), args.get("end_s")) if "start_s" in args else (args.get("time_s"),) * 2
+            )
+            hits += lo is not None and float(lo) <= window[1] and float(hi) >= window[0]
+    return hits / total if total else 0.0
+
+
+def plot_tool_curves(out: str, r: dict) -> str | None:
+    """``reward_curve.png`` of the tool demo: held-out accuracy with tools and the call rate per
+    step, the final accuracy with the tools refused and without them, chance."""
+    try:
+        import matplotlib
+
+        matplotlib.use("Agg")
+        import matplotlib.pyplot as plt
+    except ImportError:
+        return None
+    fig, ax = plt.subplots(figsize=(7, 4))
+    curve = r["curve"]
+    train = [(c["step"], c["reward/accuracy"]) for c in curve if "reward/accuracy" in c]
+    val = [(c["step"], c["val/accuracy"]) for c in curve if "val/accuracy" in c]
+    rate = [(c["step"], c["val/tool_call_rate"]) for c in curve if "val/tool_call_rate" in c]
+    if train:
+        ax.plot(*zip(*train, strict=True), color="tab:blue", alpha=0.35, lw=1, label="rollout accuracy")
+    if val:
+        ax.plot(*zip(*val, strict=True), "o-", color="tab:blue", label="held-out accuracy, with seek")
+    if rate:
+        ax.plot(*zip(*rate, strict=True), "s--", color="tab:green", label="held-out tool-call rate")
+    last = r["steps"]
+    ax.plot([last], [r["accuracy_tools_refused"]], "X", ms=9, color="tab:red", label="calls refused")
+    ax.plot(
+        [last], [r["accuracy_without_tools"]], "v", ms=9, color="tab:purple", label="no tools in the prompt"
+    )
+    if r.get("accuracy_after_warmup") is not None:
+        ax.plot([0], [r["accuracy_after_warmup"]], "*", ms=12, color="tab:blue", label="after the warm-up")
+    ax.axhline(CHANCE, color="grey", ls="--", lw=1, label="chance")
+    ax.set_xlabel("RL step")
+    ax.set_ylabel("accuracy / rate")
+    ax.set_ylim(-0.02, 1.02)
+    ax.legend(fontsize=7, loc="center right")
+    ax.set_title("easyvideor1 demo --tools: colour during a window the first view misses")
+    path = os.path.join(out, "reward_curve.png")
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+    return path
+
+
+def print_tool_table(r: dict) -> None:
+    rows = [
+        ("accuracy with tools", f"{r['accuracy_with_tools']:.3f}"),
+        ("tool-call rate", f"{r['tool_call_rate']:.3f}"),
+        ("calls in the window", f"{r['window_hit_rate']:.3f}"),
+        ("calls refused", f"{r['accuracy_tools_refused']:.3f}"),
+        ("no tools in prompt", f"{r['accuracy_without_tools']:.3f}"),
+        ("chance", f"{r['chance']:.2f}"),
+        ("RL steps", r["steps"]),
+        ("wall time", f"{r['wall_seconds']:.0f} s"),
+    ]
+    width = max(len(k) for k, _ in rows)
+    print("\n".join(f"{k:<{width}}  {v}" for k, v in rows))
 
 
 def plot_curves(out: str, suffix: str = "") -> str | None:

@@ -109,7 +109,6 @@ def test_eval_with_tools_records_turns_calls_and_frames(assets, tmp_path):
     "flags,message",
     [
         (["--tools", "teleport"], "unknown tool 'teleport'"),
-        (["--tools", "seek", "--engine", "vllm"], "episodes run on the hf engine"),
     ],
 )
 def test_eval_refuses_bad_tool_settings_in_one_line(assets, tmp_path, flags, message):

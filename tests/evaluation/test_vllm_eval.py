@@ -72,3 +72,28 @@ def test_vllm_eval_predictions_equal_hf_and_resume(assets, tmp_path):
     ] == 0.0
     assert results["failures"] == hf_results["failures"] == 1
     assert results["score"] == hf_results["score"] and results["evaluated"] == 16
+
+
+def test_vllm_eval_with_tools_runs_episodes_like_hf(assets, tmp_path):
+    """``eval --tools`` on the AsyncLLM engine: every sample an episode (its turns are vLLM requests
+    as token ids, many samples in flight), rows equal to the HF engine's, turn for turn. Tool turns
+    token for token on both engines are in ``tests/rollout/test_vllm_engine.py``."""
+    tools = ["--tools", "seek,zoom", "--max-new-tokens", "40"]
+    hf_rows, hf_results = _eval(assets, tmp_path / "hf", *tools)
+    rows, results = _eval(
+        assets, tmp_path / "vllm", *tools, "--engine", "vllm", "--max-in-flight", "8", "--enforce-eager"
+    )
+    hf = {r["sample_id"]: r for r in hf_rows}
+    assert len(rows) == 16
+    for r in rows:
+        if r["failed"]:
+            continue
+        h = hf[r["sample_id"]]
+        assert r["prediction"] == h["prediction"], r["sample_id"]
+        turns = [(t["text"], [(c["name"], c["status"]) for c in t["calls"]]) for t in r["episode"]["turns"]]
+        assert turns == [
+            (t["text"], [(c["name"], c["status"]) for c in t["calls"]]) for t in h["episode"]["turns"]
+        ]
+        assert r["episode"]["finish"] == h["episode"]["finish"]
+    assert results["tool_calls_per_sample"] == hf_results["tool_calls_per_sample"]
+    assert results["score"] == hf_results["score"]

@@ -1,6 +1,7 @@
 """vLLM rollout engine vs the HF engine and the training forward, on the tiny Qwen3-VL.
 
-Prompts: videos (PyAV-encoded), an image, text only, image + video, two videos. One subprocess
+Prompts: videos (PyAV-encoded), an image, text only, image + video, two videos; multi-turn
+episodes whose tool turns return a clip and an image. One subprocess
 (``vllm_worker.py``) runs every check and reports; the tests below assert on its report.
 Tolerances are for float32: vLLM's CPU kernels and transformers differ by rounding only.
 """
@@ -146,6 +147,35 @@ def test_vision_tokens_never_sampled_and_eos_cut_like_hf(report):
     assert report["banned_expected_unbanned"] > 5
     eos = report["eos"]
     assert eos["rows_ok"] and eos["with_eos"] > 0 and eos["truncated"] > 0
+
+
+def test_episodes_with_video_tools_equal_the_hf_engine_token_for_token(report):
+    """The trainer's episode path on both engines: a scripted seek + zoom turn, the tool turn with a
+    clip and an image, then greedy continuations: identical ids, masks, calls and media."""
+    e = report["episodes"]
+    assert e["vllm_ids"] == e["hf_ids"]
+    assert e["vllm_policy_mask"] == e["hf_policy_mask"]
+    untimed = [
+        [[{k: v for k, v in c.items() if k != "seconds"} for c in t["calls"]] for t in ep]
+        for ep in e["hf_turns"]
+    ]
+    assert [
+        [[{k: v for k, v in c.items() if k != "seconds"} for c in t["calls"]] for t in ep]
+        for ep in e["vllm_turns"]
+    ] == untimed
+    assert [[t["text"] for t in ep] for ep in e["vllm_turns"]] == [
+        [t["text"] for t in ep] for ep in e["hf_turns"]
+    ]
+    for mask, turns in zip(e["vllm_policy_mask"], e["vllm_turns"], strict=True):
+        assert 0 in mask and mask[-1] == 1  # a tool turn, then the policy's own continuation
+        assert [c["status"] for c in turns[0]["calls"]] == ["ok", "ok"]
+    # first view + the seek clip, the zoomed image: vLLM took the same media as the HF inputs
+    assert e["media"] == e["vllm_media"] == [[2, 1]] * 4
+
+
+def test_episode_logprobs_after_tool_results_equal_the_training_forward(report):
+    e = report["episodes"]
+    assert e["tokens_after_tools"] >= 4 and e["logprob_gap_after_tools"] < LOGPROB_TOL
 
 
 def test_weight_update_across_processes(assets, tmp_path):

@@ -166,6 +166,9 @@ def main(model_dir: str, data_file: str, out_path: str, multiprocess: bool) -> N
     report["banned_expected_unbanned"] = float(probs[m].sum())
     report["eos"] = _eos_report(big, engine, 32)
 
+    # (f) multi-turn episodes with video tools: vLLM vs HF, token for token, and log-probs
+    report["episodes"] = episode_checks(model, processor, engine, hf_engine, dummy, os.path.dirname(out_path))
+
     # (c) a weight update: stale engine vs perturbed HF model, then after the push (both transports)
     _perturb(model, 1)
     report["stale"] = parity(engine.generate(batch, repeats, sample_cfg), repeats, 1.0)
@@ -188,6 +191,94 @@ def main(model_dir: str, data_file: str, out_path: str, multiprocess: bool) -> N
     engine.wake_up()
     engine.close()
     _write(out_path, report)
+
+
+# a scripted opening turn: a seek (a clip) and a zoom (an image) in one turn, the tool results
+# carrying both media kinds; every turn after it is the engine's own
+OPENING = (
+    '<tool_call>\n{"name": "seek", "arguments": {"start_s": 1, "end_s": 3}}\n</tool_call>\n'
+    '<tool_call>\n{"name": "zoom", "arguments": {"time_s": 2, "box": [0, 0, 500, 500]}}\n</tool_call>'
+)
+
+
+def episode_checks(model, processor, engine, hf_engine, dummy, workdir: str) -> dict:
+    """Episodes on the batch path (the trainer's: every episode's next turn in one ``generate``)
+    with the opening turn scripted: greedy vLLM vs HF ids, masks and calls; sampled vLLM log-probs
+    of the turns after the tool results vs one training forward over the whole episode."""
+    import torch
+
+    from easyvideor1.data.config import DataConfig
+    from easyvideor1.data.dataset import RecordDataset, encode_prompts
+    from easyvideor1.data.records import load_records
+    from easyvideor1.data.synthetic import write_tool_demo_set
+    from easyvideor1.models.logprobs import response_logprobs
+    from easyvideor1.rollout.base import SamplingConfig
+    from easyvideor1.rollout.episode import GivenTurns, run_batch_episodes
+    from easyvideor1.tools import ToolsConfig
+    from easyvideor1.tools.video import ToolSession
+
+    train, _ = write_tool_demo_set(os.path.join(workdir, "tool_set"), n_train=3, n_val=1)
+    cfg = DataConfig(
+        model_family="qwen3vl", video_nframes=4, video_fps=None, video_min_pixels=1024, video_max_pixels=1024
+    )
+    ds = RecordDataset(load_records(train), cfg, train)
+    session = ToolSession(ToolsConfig(names=["seek", "zoom"], seek_max_pixels=4096), "qwen3_vl")
+    ds.tools = session.schemas()
+    samples = [ds[i] for i in range(len(ds))]
+    batch = encode_prompts(processor, samples, cfg, ds.loader)
+    make_tools = [lambda s=s: session.episode(s.record, list(s.videos)) for s in samples]
+    repeats = [2, 1, 1]
+
+    def run(eng, sampling):
+        opened = GivenTurns(eng, processor.tokenizer, [OPENING], "opening", then_engine=True)
+        return run_batch_episodes(opened, processor, batch, repeats, sampling, "qwen3_vl", make_tools)
+
+    # a turn's limit holds the opening (two calls, ~70 tokens of the tiny tokenizer)
+    greedy = SamplingConfig(temperature=0, max_new_tokens=96)
+    hf, vl = run(hf_engine, greedy), run(engine, greedy)
+    out: dict = {
+        "hf_ids": [e.ids for e in hf.episodes],
+        "vllm_ids": [e.ids for e in vl.episodes],
+        "hf_policy_mask": [e.policy_mask for e in hf.episodes],
+        "vllm_policy_mask": [e.policy_mask for e in vl.episodes],
+        "hf_turns": [e.turns for e in hf.episodes],
+        "vllm_turns": [e.turns for e in vl.episodes],
+        "media": [[e.video_count, e.image_count] for e in vl.episodes],
+        "vllm_media": [[len(e.media["video"]), len(e.media["image"])] for e in vl.episodes],
+    }
+    sampled = run(engine, SamplingConfig(temperature=1.0, max_new_tokens=96, return_logprobs=True))
+    gaps, after = [], 0
+    for ep in sampled.episodes:
+        P = ep.prompt_len
+        seq = {
+            k: v[:, :P] if k in ("input_ids", "attention_mask", "mm_token_type_ids") else v
+            for k, v in ep.inputs.items()
+            if v is not None
+        }
+        ids = torch.tensor([ep.ids])
+        types = ep.response_types()
+        with torch.no_grad():
+            logp, _ = response_logprobs(
+                model,
+                seq,
+                ids,
+                torch.ones_like(ids),
+                engine.banned,
+                1.0,
+                dummy,
+                response_types=None if types is None else types[None],
+            )
+        if 0 not in ep.policy_mask:
+            continue  # no tool turn (counted by tokens_after_tools)
+        first_tool = ep.policy_mask.index(0)
+        for t in range(first_tool, len(ep.ids)):  # the policy's tokens after a tool result
+            if ep.policy_mask[t]:
+                gaps.append(abs(float(logp[0, t]) - ep.logprobs[t]))
+                after += 1
+    out["logprob_gap_after_tools"] = max(gaps) if gaps else None
+    out["tokens_after_tools"] = after
+    out["sampled_policy_tokens"] = int(sampled.mask.sum())
+    return out
 
 
 def torchrun_check(model_dir: str, out_path: str) -> None:

@@ -122,7 +122,6 @@ def test_tool_result_tokens_get_exactly_zero_gradient(make_cfg):
 @pytest.mark.parametrize(
     "setting,message",
     [
-        ("rollout.engine=vllm", "rollout.engine=vllm"),
         ("trainer.padding_free=true", "trainer.padding_free=true"),
         ("model.freeze_vision_tower=true", "model.freeze_vision_tower=true"),
         ("tools.names=[teleport]", "teleport"),

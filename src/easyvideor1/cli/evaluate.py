@@ -74,12 +74,8 @@ def cmd_eval(args: argparse.Namespace, extra: list[str]) -> int:
     if args.dry_run:
         commands.dry_run(cfg, args.out)
         return 0
-    if cfg.tools.enabled:  # before the model loads: an unknown tool, or an engine without episodes
+    if cfg.tools.enabled:  # before the model loads: an unknown tool
         cfg.tools.specs()
-        if cfg.eval.engine != "hf":
-            raise ConfigError(
-                f"tools.names={cfg.tools.names}: episodes run on the hf engine (eval.engine=hf)"
-            )
     model = args.model or cfg.model.path
     if not model:
         raise ConfigError("no model: give --model DIR (or model.path in config=FILE)")

@@ -81,9 +81,18 @@ def cmd_demo(args: argparse.Namespace, extra: list[str]) -> int:
     config_file, overrides, rest = split_overrides(extra)
     if rest or config_file:
         raise ConfigError(f"demo takes only key=value overrides, got {' '.join(rest or [config_file])}")
+    if args.tools:
+        from ..demo import run_tool_demo
+
+        if args.cold_start or args.compare or args.family != "qwen3vl":
+            raise ConfigError(
+                "demo --tools runs the tiny Qwen3-VL with its warm-up (no --cold-start, --compare, --family)"
+            )
+        result = run_tool_demo(args.out or "runs/demo_tools", overrides)
+        return 0 if result["accuracy_with_tools"] is not None else 1
     if args.compare:
-        run_demo(args.out, overrides, cold_start=True, family=args.family)
-    result = run_demo(args.out, overrides, cold_start=args.cold_start, family=args.family)
+        run_demo(args.out or "runs/demo", overrides, cold_start=True, family=args.family)
+    result = run_demo(args.out or "runs/demo", overrides, cold_start=args.cold_start, family=args.family)
     return 0 if result["accuracy_after"] is not None else 1
 
 
@@ -150,7 +159,10 @@ def add_parsers(sub) -> None:
     p.set_defaults(func=cmd_preprocess)
 
     p = sub.add_parser("demo", help="the whole loop on a tiny model and synthetic videos (CPU, minutes)")
-    p.add_argument("--out", default="runs/demo")
+    p.add_argument("--out", default=None, help="output directory (runs/demo, with --tools runs/demo_tools)")
+    p.add_argument(
+        "--tools", action="store_true", help="the tool demo: a window the first view misses, found with seek"
+    )
     p.add_argument("--cold-start", action="store_true", help="pure GRPO: no hybrid groups, no warm-up")
     p.add_argument("--compare", action="store_true", help="run the cold start too and plot both curves")
     _add_family_flag(p, "tiny model family: ")

@@ -275,3 +275,88 @@ def write_demo_set(
             f.writelines(json.dumps(r) + "\n" for r in rows)
         paths.append(path)
     return paths[0], paths[1]
+
+
+def tool_demo_windows(duration_s: int, fps: float, first_view_frames: int, model_family: str = "qwen3_vl"):
+    """The one-second windows ``[k, k + 1]`` of a ``duration_s`` video that no frame of the first
+    view (``first_view_frames`` sampled as the trainer samples them) falls in."""
+    from ..media.sampling import SamplingParams, frame_indices
+
+    total = round(duration_s * fps)
+    params = SamplingParams.for_family(model_family, nframes=first_view_frames)
+    seen = set(frame_indices(params, total, fps)[0])
+    per_s = round(fps)
+    return [k for k in range(duration_s) if not seen & set(range(k * per_s, (k + 1) * per_s + 1))]
+
+
+def tool_call_text(name: str, arguments: dict) -> str:
+    """One call as the Qwen templates write it."""
+    return f"<tool_call>\n{json.dumps({'name': name, 'arguments': arguments})}\n</tool_call>"
+
+
+def write_tool_demo_set(
+    out_dir: str,
+    n_train: int = 256,
+    n_val: int = 64,
+    size: int = 32,
+    duration_s: int = 12,
+    fps: float = 4.0,
+    first_view_frames: int = 4,
+    seed: int = 0,
+) -> tuple[str, str]:
+    """The tool demo's task: the colour of the square during a one-second window the question names.
+
+    The square moves over noise for ``duration_s`` seconds; during the window it has the asked
+    colour, before and after it another colour drawn independently (a distractor: the first view
+    shows a square, just not the asked one). The windows are those no first-view frame falls in, so
+    the answer is invisible without looking again (``seek`` on the window shows it): a policy
+    without tools is at chance (0.25). Each record has ``offline_turns`` (the call, then the
+    answer) for the warm-up and hybrid groups, and ``window`` (seconds) for the demo's hit rate.
+    Returns (train, val) paths."""
+    rng = np.random.default_rng(seed)
+    colours = list(COLOURS)
+    options = [f"{OPTION_LETTERS[i]}. {c}" for i, c in enumerate(colours)]
+    windows = tool_demo_windows(duration_s, fps, first_view_frames)
+    if not windows:
+        raise ValueError(f"no one-second window of a {duration_s} s video escapes {first_view_frames} frames")
+    os.makedirs(os.path.join(out_dir, "videos"), exist_ok=True)
+    side, n_frames = size // 2, round(duration_s * fps)
+    paths = []
+    for split, n in (("train", n_train), ("val", n_val)):
+        rows = []
+        for i in range(n):
+            colour, other = (colours[int(c)] for c in rng.integers(len(colours), size=2))
+            k = int(rng.choice(windows))
+            y = int(rng.integers(0, size - side + 1))
+            frames = []
+            for f in range(n_frames):
+                img = rng.integers(0, 50, size=(size, size, 3), dtype=np.uint8)
+                x = round((size - side) * f / max(n_frames - 1, 1))
+                img[y : y + side, x : x + side] = COLOURS[colour if k <= f / fps <= k + 1 else other]
+                frames.append(img)
+            rel = f"videos/{split}_{i:05d}.mp4"
+            encode_video(os.path.join(out_dir, rel), frames, Fraction(fps).limit_denominator(1001), crf=10)
+            letter = OPTION_LETTERS[colours.index(colour)]
+            rows.append(
+                {
+                    "problem_id": f"{split}-{i}",
+                    "problem": f"What colour is the square between {k} s and {k + 1} s?",
+                    "problem_type": "multiple choice",
+                    "options": options,
+                    "data_type": "video",
+                    "videos": [rel],
+                    "answer": letter,
+                    "window": [k, k + 1],
+                    "offline_turns": [
+                        tool_call_text("seek", {"start_s": k, "end_s": k + 1}),
+                        f"<answer>{letter}</answer>",
+                    ],
+                }
+            )
+        path = os.path.join(out_dir, f"{split}.jsonl")
+        tmp = path + ".part"
+        with open(tmp, "w", encoding="utf-8") as fh:
+            fh.writelines(json.dumps(r) + "\n" for r in rows)
+        os.replace(tmp, path)
+        paths.append(path)
+    return paths[0], paths[1]

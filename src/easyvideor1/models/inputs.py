@@ -28,7 +28,11 @@ class PromptBatch:
     ``media[i]`` holds ``{"video": [(frames, metadata), ...], "image": [PIL images]}`` with
     uint8 ``[T, H, W, 3]`` numpy frames already sampled and resized, and each video's metadata
     (source fps, frame indices, ``do_sample_frames=False``) so timestamps stay right.
-    Both are ``None`` when a batch was built without them.
+    Both are ``None`` when a batch was built without them. ``prompt_ids``, when set, replaces
+    ``texts`` for those engines: each prompt as token ids with every medium one unexpanded
+    placeholder (the engine's processor expands them as it would the text's), for a context that
+    holds tokens the policy sampled, which must go back in as ids, never as re-tokenised text
+    (a multi-turn episode, ``rollout/episode.py``).
     """
 
     inputs: dict[str, Any]
@@ -36,6 +40,7 @@ class PromptBatch:
     image_counts: list[int]
     texts: list[str] | None = None
     media: list[dict[str, list]] | None = None
+    prompt_ids: list[list[int]] | None = None
 
     def __len__(self) -> int:
         return len(self.video_counts)

@@ -26,6 +26,9 @@ _CORPUS = (
     "What word is written in the top-left corner? Does a white circle appear in the video? Yes No "
     'The answer is 0 1 2 3 4 5 6 7 8 9 10. {"time": [1.5, 3.0]} {"boxes": [10, 20, 30, 40]} '
     "First, briefly explain your reasoning, then give the final answer inside the answer tags. "
+    # tool calls as the Qwen templates write them (a real tokenizer merges JSON punctuation too)
+    '{"name": "seek", "arguments": {"start_s": 3, "end_s": 4}} {"name": "frame_at", "arguments": '
+    '{"time_s": 2.5}} {"name": "zoom", "arguments": {"time_s": 1, "box": [0, 0, 500, 500]}} '
 )
 
 

@@ -9,6 +9,12 @@ the policy's end-of-turn token, up to the next assistant opening) and encoded by
 its frames, then appended. The trainer trains on :attr:`Episode.ids` under :attr:`Episode.policy_mask`
 (1 on the policy's own tokens, 0 on tool results and their vision tokens), with every frame in the
 forward pass.
+
+Engines that run their own processor (vLLM) get the same context as :attr:`Episode.engine_ids`:
+the prompt's and tool turns' tokens with each medium one unexpanded placeholder, the policy's
+tokens as sampled, and the raw media in order (:attr:`Episode.media`); their processor expands the
+placeholders exactly as the HF processor did for :attr:`Episode.inputs`
+(``tests/rollout/test_vllm_engine.py`` checks episodes token for token against the HF engine).
 """
 
 from __future__ import annotations
@@ -18,7 +24,7 @@ from typing import Any
 
 import torch
 
-from ..data.dataset import encode_loaded
+from ..data.dataset import encode_loaded, raw_media
 from ..models.families import VISION_INPUTS, get_family
 from ..models.inputs import PromptBatch, gather_prompts
 from ..tools.calls import CallOutcome, EpisodeTools
@@ -60,6 +66,9 @@ class Episode:
     calls: list[CallOutcome] = field(default_factory=list)  # every call in order, results with their media
     logprobs: list[float] = field(default_factory=list)  # the engine's, per token of ids (NaN: tool tokens)
     tool_inputs: dict[str, Any] = field(default_factory=dict)  # vision tensors of the tool turns, in order
+    # the episode as engines with their own processor take it (None: the first batch had no texts)
+    engine_ids: list[int] | None = None
+    media: dict[str, list] = field(default_factory=lambda: {"video": [], "image": []})
 
     def response_types(self) -> torch.Tensor | None:
         """``mm_token_type_ids`` of :attr:`ids` (vision tokens of tool turns typed), when the
@@ -72,7 +81,16 @@ class Episode:
         return sum(1 for t in self.turns if t["calls"])
 
     def batch(self) -> PromptBatch:
-        return PromptBatch(self.inputs, [self.video_count], [self.image_count])
+        """The episode so far as the next turn's prompt (for every engine)."""
+        if self.engine_ids is None:
+            return PromptBatch(self.inputs, [self.video_count], [self.image_count])
+        return PromptBatch(
+            self.inputs,
+            [self.video_count],
+            [self.image_count],
+            media=[self.media],
+            prompt_ids=[self.engine_ids],
+        )
 
 
 def tool_turn_text(processor, results: list[CallOutcome], eot: str) -> str:
@@ -138,7 +156,13 @@ def prompt_row(batch: PromptBatch, row: int) -> PromptBatch:
     for key in _PER_ROW:
         if one.get(key) is not None:
             one[key] = one[key][:, start:]
-    return PromptBatch(one, [batch.video_counts[row]], [batch.image_counts[row]])
+    return PromptBatch(
+        one,
+        [batch.video_counts[row]],
+        [batch.image_counts[row]],
+        texts=None if batch.texts is None else [batch.texts[row]],
+        media=None if batch.media is None else [batch.media[row]],
+    )
 
 
 class _Run:
@@ -150,8 +174,15 @@ class _Run:
         inputs = dict(first.inputs)
         self.ep = Episode(prompt_len=int(inputs["input_ids"].shape[1]), inputs=inputs)
         self.ep.video_count, self.ep.image_count = first.video_counts[0], first.image_counts[0]
+        if first.texts is not None and first.media is not None:
+            self.ep.engine_ids = self._tokens(first.texts[0])
+            self.ep.media = {k: list(first.media[0].get(k, [])) for k in ("video", "image")}
         self.eot = processor.tokenizer.convert_ids_to_tokens(eos_id)
         self.tool_turns, self.done = 0, False
+
+    def _tokens(self, text: str) -> list[int]:
+        """Rendered text as ids, vision placeholders unexpanded (as a vLLM text prompt is tokenised)."""
+        return self.processor.tokenizer(text, add_special_tokens=False)["input_ids"]
 
     def turn_sampling(self, sampling: SamplingConfig) -> SamplingConfig | None:
         """This turn's settings (its length within the episode's token budget), or None: no room."""
@@ -170,6 +201,8 @@ class _Run:
         ep.policy_mask += [1] * n
         ep.logprobs += out.logprobs[row, :n].tolist() if out.logprobs is not None else [float("nan")] * n
         ep.inputs = _append(ep.inputs, _generated(ep.inputs, ids))
+        if ep.engine_ids is not None:
+            ep.engine_ids += ids
         text = out.texts[row]
         _, bodies = self.family.split_tool_calls(text)
         record = {"text": text, "calls": []}
@@ -206,6 +239,10 @@ class _Run:
         ep.logprobs += [float("nan")] * len(turn_ids)
         ep.inputs = _append(ep.inputs, encoded)
         ep.tool_inputs = _append_media(ep.tool_inputs, encoded)
+        if ep.engine_ids is not None:
+            ep.engine_ids += self._tokens(text)
+            more = raw_media(videos, images)
+            ep.media = {k: ep.media[k] + list(more.get(k, [])) for k in ("video", "image")}
         ep.video_count += len(videos)
         ep.image_count += len(images)
 
@@ -259,7 +296,14 @@ def collate(episodes: list[Episode], pad_id: int) -> PromptBatch:
             ]
             if parts:
                 inputs[key] = torch.cat(parts)
-    return PromptBatch(inputs, [e.video_count for e in episodes], [e.image_count for e in episodes])
+    text_path = all(e.engine_ids is not None for e in episodes)
+    return PromptBatch(
+        inputs,
+        [e.video_count for e in episodes],
+        [e.image_count for e in episodes],
+        media=[e.media for e in episodes] if text_path else None,
+        prompt_ids=[e.engine_ids for e in episodes] if text_path else None,
+    )
 
 
 def _append_media(media: dict[str, Any], encoded: dict[str, Any]) -> dict[str, Any]:
@@ -275,13 +319,16 @@ def _append_media(media: dict[str, Any], encoded: dict[str, Any]) -> dict[str, A
 
 class GivenTurns:
     """An engine whose turns are given (an offline episode's, ``records.offline_turns``), each cut to
-    the turn's token limit with the end-of-turn token appended; the tools still run."""
+    the turn's token limit with the end-of-turn token appended; the tools still run. With
+    ``then_engine`` the turns after the given ones are ``engine``'s own (a scripted opening)."""
 
-    def __init__(self, engine, tokenizer, turns: list[str], key: str):
-        self.eos_ids, self.pad_id = engine.eos_ids, engine.pad_id
-        self.tokenizer, self.turns, self.key = tokenizer, list(turns), key
+    def __init__(self, engine, tokenizer, turns: list[str], key: str, then_engine: bool = False):
+        self.engine, self.eos_ids, self.pad_id = engine, engine.eos_ids, engine.pad_id
+        self.tokenizer, self.turns, self.key, self.then_engine = tokenizer, list(turns), key, then_engine
 
     def generate(self, batch, repeats, sampling) -> Responses:
+        if not self.turns and self.then_engine:
+            return self.engine.generate(batch, repeats, sampling)
         if not self.turns:
             raise ValueError(
                 f"{self.key}: offline_turns ran out before the episode ended (its last turn must answer, "
@@ -294,8 +341,9 @@ class GivenTurns:
         if cut:  # scored on what is trained: the kept tokens
             ids = ids[:limit]
             text = self.tokenizer.decode(ids)
-        t = torch.tensor([ids])
-        return Responses(ids=t, mask=torch.ones_like(t), texts=[text], truncated=[cut])
+        rows = sum(repeats)  # every row of the batch takes the given turn (episodes advancing together)
+        t = torch.tensor([ids] * rows)
+        return Responses(ids=t, mask=torch.ones_like(t), texts=[text] * rows, truncated=[cut] * rows)
 
 
 def replay_episode(
@@ -312,6 +360,19 @@ def replay_episode(
     they are the tools' own on this video), token for token as an online episode is assembled."""
     given = GivenTurns(engine, processor.tokenizer, turns, key)
     return run_episode(given, processor, first, tools, sampling, model_family)
+
+
+def request_episodes(engine, processor, request, model_family: str) -> Responses:
+    """``request.n`` episodes of one request's prompt (the request path of every engine), one after
+    another, each with fresh tools (``request.episode_tools()``) and, for a seeded request, torch
+    seeded ``seed + k`` for episode ``k`` (the HF engine's draws)."""
+    first = first_turn(processor, request.prompt, model_family)
+    episodes = []
+    for k in range(request.n):
+        seed = None if request.seed is None else request.seed + k
+        tools = request.episode_tools()
+        episodes.append(run_episode(engine, processor, first, tools, request.sampling, model_family, seed))
+    return episode_responses(episodes, engine.pad_id)
 
 
 def run_batch_episodes(

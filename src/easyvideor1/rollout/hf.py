@@ -115,7 +115,11 @@ class HFRolloutEngine(RequestQueue):
         from ..models.families import family_of_model
 
         if requests[0].episode_tools is not None:  # alone in its batch (RequestQueue)
-            return [self.run_episodes(requests[0])]
+            from .episode import request_episodes
+
+            return [
+                request_episodes(self, self.processor, requests[0], family_of_model(self.model).model_type)
+            ]
         batch = encode_loaded(
             self.processor,
             [r.prompt.text for r in requests],
@@ -137,20 +141,6 @@ class HFRolloutEngine(RequestQueue):
 
         family = family_of_model(self.model).model_type
         return run_batch_episodes(self, self.processor, batch, repeats, sampling, family, episode_tools)
-
-    def run_episodes(self, request: Request) -> Responses:
-        """``request.n`` episodes of the request's prompt, one after another (seeded per episode)."""
-        from ..models.families import family_of_model
-        from .episode import episode_responses, first_turn, run_episode
-
-        family = family_of_model(self.model).model_type
-        first = first_turn(self.processor, request.prompt, family)
-        episodes = []
-        for k in range(request.n):
-            seed = None if request.seed is None else request.seed + k
-            tools = request.episode_tools()
-            episodes.append(run_episode(self, self.processor, first, tools, request.sampling, family, seed))
-        return episode_responses(episodes, self.pad_id)
 
     @torch.no_grad()
     def update_weights(self, named_tensors: Iterable[tuple[str, torch.Tensor]]) -> None:

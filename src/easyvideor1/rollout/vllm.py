@@ -141,7 +141,7 @@ class VLLMRolloutEngine(RequestQueue, VLLMResponses):
 
         super().__init__(model_path, processor, seed)
         self.owns_weights = True  # its own copy: the trainer pushes weights after every update
-        self.runs_episodes = False  # multi-turn episodes: the HF engine (vLLM episodes are still to come)
+        self.runs_episodes = True  # episodes go in as token ids (PromptBatch.prompt_ids)
         self.in_process, self.weight_transport = in_process, weight_transport
         self._sleep_ok = enable_sleep_mode and current_platform.is_sleep_mode_available()
         if enable_sleep_mode and not self._sleep_ok:
@@ -199,15 +199,28 @@ class VLLMRolloutEngine(RequestQueue, VLLMResponses):
         if sum(repeats) == 0:
             empty = torch.zeros((0, 0), dtype=torch.long)
             return Responses(ids=empty, mask=empty, texts=[], truncated=[])
-        if batch.texts is None or batch.media is None:
-            raise ValueError("vLLM needs prompt texts and media: build the batch with encode_prompts")
-        prompts = [vllm_prompt(t, m, self.mm_kwargs) for t, m in zip(batch.texts, batch.media, strict=True)]
+        prompts = self.batch_prompts(batch)
         return self._sample(prompts, repeats, [sampling] * len(prompts), [None] * len(prompts))
 
-    def run_batch(self, requests: list[Request]) -> list[Responses]:
-        """The request path: every waiting request in one ``LLM.generate`` call."""
-        from .base import split_responses
+    def generate_episodes(
+        self, batch: PromptBatch, repeats: list[int], sampling: SamplingConfig, episode_tools: list
+    ) -> Responses:
+        """:meth:`generate` with every response an episode (``episode_tools[p]()``: prompt ``p``'s
+        tools): each round, every unfinished episode's next turn is in one ``LLM.generate``."""
+        from .episode import run_batch_episodes
 
+        return run_batch_episodes(
+            self, self.processor, batch, repeats, sampling, self.family.model_type, episode_tools
+        )
+
+    def run_batch(self, requests: list[Request]) -> list[Responses]:
+        """The request path: every waiting request in one ``LLM.generate`` call (an episode request
+        alone: its ``n`` episodes advance together)."""
+        from .base import split_responses
+        from .episode import request_episodes
+
+        if requests[0].episode_tools is not None:  # alone in its batch (RequestQueue)
+            return [request_episodes(self, self.processor, requests[0], self.family.model_type)]
         prompts = [vllm_prompt(r.prompt.text, request_media(r.prompt), self.mm_kwargs) for r in requests]
         counts = [r.n for r in requests]
         out = self._sample(prompts, counts, [r.sampling for r in requests], [r.seed for r in requests])

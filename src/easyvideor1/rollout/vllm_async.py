@@ -6,6 +6,10 @@ scheduler keeps as many running as memory allows and finishes them in any order.
 runs the engine core in its own process; its asyncio loop lives in a thread here, so callers stay
 plain synchronous code. Engine arguments come from ``rollout.vllm`` through the same
 :func:`~.vllm.engine_args` as the training engine.
+
+An episode request (``Request.episode_tools``) runs in a thread of its own: each of its turns is
+one vLLM request, so the episodes of every sample in flight share the scheduler, and a sample
+waiting on its tools holds no slot.
 """
 
 from __future__ import annotations
@@ -13,11 +17,11 @@ from __future__ import annotations
 import asyncio
 import itertools
 import threading
-from concurrent.futures import Future
+from concurrent.futures import Future, ThreadPoolExecutor
 from typing import Any
 
 from ..models.inputs import PromptBatch
-from .base import Prompt, Request, Responses, SamplingConfig
+from .base import Request, Responses, SamplingConfig
 from .config import VLLMConfig
 from .vllm_shared import VLLMResponses, engine_args, vllm_prompt
 
@@ -36,7 +40,8 @@ class AsyncVLLMEngine(VLLMResponses):
 
     owns_weights = False  # serves a checkpoint; nothing is pushed to it
     adapter_sync = False
-    runs_episodes = False  # multi-turn episodes: the HF engine (vLLM episodes are still to come)
+    runs_episodes = True
+    max_episodes = 64  # episode requests running at once (threads waiting on vLLM or on their tools)
 
     def __init__(
         self,
@@ -75,36 +80,47 @@ class AsyncVLLMEngine(VLLMResponses):
             return AsyncLLM.from_engine_args(AsyncEngineArgs(**kwargs))
 
         self.llm = asyncio.run_coroutine_threadsafe(make(), self._loop).result()
+        self._episodes: ThreadPoolExecutor | None = None  # started with the first episode request
 
     def submit(self, request: Request) -> Future:
         """Queue one request; the future gives its :class:`Responses`: ``n`` rows (completions in
         index order) from one vLLM request, sampled with ``request.seed`` when given (vLLM gives
         completion ``i`` the seed ``seed + i``). Greedy decoding makes one completion and repeats it
         (vLLM refuses ``n > 1`` without sampling; the n would all be the same answer)."""
-        from vllm.sampling_params import RequestOutputKind
-
         from .base import request_media
 
-        sampling, n = request.sampling, request.n
+        if request.episode_tools is not None:
+            from .episode import request_episodes
+
+            if self._episodes is None:
+                self._episodes = ThreadPoolExecutor(self.max_episodes, thread_name_prefix="vllm-episode")
+            return self._episodes.submit(
+                request_episodes, self, self.processor, request, self.family.model_type
+            )
+        prompt = vllm_prompt(request.prompt.text, request_media(request.prompt), self.mm_kwargs)
+        return self._submit(request.key, prompt, request.sampling, request.n, request.seed)
+
+    def _submit(self, key: str, prompt: dict[str, Any], sampling: SamplingConfig, n: int, seed) -> Future:
+        from vllm.sampling_params import RequestOutputKind
+
         greedy = sampling.temperature == 0
         params = self.sampling_params(sampling, n=1 if greedy else n)
-        if request.seed is not None and not greedy:
-            params.seed = request.seed
+        if seed is not None and not greedy:
+            params.seed = seed
         params.output_kind = RequestOutputKind.FINAL_ONLY  # one output per request, no streaming
-        request_id = f"{request.key}#{next(self._ids)}"
-        prompt = vllm_prompt(request.prompt.text, request_media(request.prompt), self.mm_kwargs)
+        request_id = f"{key}#{next(self._ids)}"
         copies = n if greedy else 1
         return asyncio.run_coroutine_threadsafe(self._run(request_id, prompt, params, copies), self._loop)
 
     def generate(self, batch: PromptBatch, repeats: list[int], sampling: SamplingConfig) -> Responses:
-        """The batch path on top of :meth:`submit`: every prompt in flight at once, rows in order."""
-        if batch.texts is None or batch.media is None:
-            raise ValueError("vLLM needs prompt texts and media: build the batch with encode_prompts")
+        """The batch path on top of :meth:`submit`: every prompt in flight at once, rows in order
+        (an episode's turns come this way, as token ids)."""
         if sampling.return_logprobs:
             raise ValueError("the AsyncLLM engine returns no log-probs: use the training engine")
+        prompts = self.batch_prompts(batch)
         futures = [
-            self.submit(Request(f"batch-{i}", Prompt(text, raw=media), sampling, n=r))
-            for i, (text, media, r) in enumerate(zip(batch.texts, batch.media, repeats, strict=True))
+            self._submit(f"batch-{i}", prompt, sampling, r, None)
+            for i, (prompt, r) in enumerate(zip(prompts, repeats, strict=True))
             if r
         ]
         outs = [f.result() for f in futures]
@@ -140,6 +156,9 @@ class AsyncVLLMEngine(VLLMResponses):
 
     def close(self) -> None:
         """Shut the engine-core process down and stop the loop thread."""
+        if getattr(self, "_episodes", None) is not None:
+            self._episodes.shutdown(wait=True, cancel_futures=True)
+            self._episodes = None
         if getattr(self, "llm", None) is not None:
             handler = getattr(self.llm, "output_handler", None)  # a vLLM internal, absent in some versions
             if handler is not None:  # stop reading outputs first, or it reports the engine's exit as a crash

@@ -75,6 +75,14 @@ class VLLMResponses:
         texts = [self.decode(row[m.bool()]) for row, m in zip(ids, mask, strict=True)]
         return Responses(ids=ids, mask=mask, texts=texts, truncated=[not h for h in hit], logprobs=lp)
 
+    def batch_prompts(self, batch) -> list[dict[str, Any]]:
+        """A :class:`~easyvideor1.models.inputs.PromptBatch` as vLLM prompts (its ``prompt_ids``
+        when set, else its texts; its raw media)."""
+        if batch.media is None or (batch.texts is None and batch.prompt_ids is None):
+            raise ValueError("vLLM needs prompt texts and media: build the batch with encode_prompts")
+        prompts = batch.prompt_ids if batch.prompt_ids is not None else batch.texts
+        return [vllm_prompt(p, m, self.mm_kwargs) for p, m in zip(prompts, batch.media, strict=True)]
+
     def decode(self, ids: torch.Tensor) -> str:
         """Response text without the end-of-turn token (tags like <answer> are kept: rewards read them)."""
         ids = [i for i in ids.tolist() if i not in self.eos_ids]
@@ -119,10 +127,13 @@ def engine_args(model_path: str, processor, *, dtype: str = "auto", **kwargs: An
     return out
 
 
-def vllm_prompt(text: str, media: dict[str, list], mm_kwargs: dict[str, Any] | None = None) -> dict[str, Any]:
-    """One vLLM prompt: text plus media, with resizing off (our frames are already on the grid)
-    and the model family's processor settings (``mm_kwargs``, e.g. ``cap_pixels_per_frame``)."""
-    prompt: dict[str, Any] = {"prompt": text}
+def vllm_prompt(
+    text: str | list[int], media: dict[str, list], mm_kwargs: dict[str, Any] | None = None
+) -> dict[str, Any]:
+    """One vLLM prompt: text (or token ids with unexpanded vision placeholders, ``PromptBatch.
+    prompt_ids``) plus media, with resizing off (our frames are already on the grid) and the model
+    family's processor settings (``mm_kwargs``, e.g. ``cap_pixels_per_frame``)."""
+    prompt: dict[str, Any] = {"prompt_token_ids": list(text)} if isinstance(text, list) else {"prompt": text}
     data = {k: v for k, v in media.items() if v}
     if data:
         prompt["multi_modal_data"] = data

@@ -95,6 +95,7 @@ class EpisodeTools:
     frames_left: int = 0
     pixels_left: int = 0
     outcomes: list[CallOutcome] = field(default_factory=list)
+    refuse: str | None = None  # every call answered with this error (ToolSession.refuse)
 
     def __post_init__(self) -> None:
         self.frames_left = self.settings.max_frames_per_episode
@@ -114,6 +115,8 @@ class EpisodeTools:
                 outcome = _refused(
                     None, None, f"no tool turns left (tools.max_turns={self.settings.max_turns}); answer now"
                 )
+            elif self.refuse is not None:
+                outcome = _refused(None, None, self.refuse, status=ERROR)
             elif i >= self.settings.max_calls_per_turn:
                 outcome = _refused(None, None, f"at most {self.settings.max_calls_per_turn} calls per turn")
             else:

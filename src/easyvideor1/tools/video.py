@@ -194,6 +194,9 @@ class ToolSession:
     model_family: str
     loader: VideoLoader | None = None
     max_sources: int = 64  # videos whose tracks and answers are kept; past it the memory starts afresh
+    # the tools listed but not served: every call is answered with this error (a probe of what the
+    # policy does without them, e.g. the tool demo's "tools disabled" accuracy); None serves them
+    refuse: str | None = None
     _sources: dict[str, VideoSource] = field(default_factory=dict)
     _answers: dict[str, ToolResult] = field(default_factory=dict)
     _lock: threading.Lock = field(default_factory=threading.Lock)
@@ -210,7 +213,7 @@ class ToolSession:
         """Fresh per-episode budgets over this session (an :class:`~.calls.EpisodeTools`)."""
         from .calls import EpisodeTools
 
-        return EpisodeTools(self.specs, self, record, list(video_paths), self.settings)
+        return EpisodeTools(self.specs, self, record, list(video_paths), self.settings, refuse=self.refuse)
 
     def clear(self) -> None:
         """Forget every track and answer (the trainer calls it at each step: answers are reused

@@ -58,10 +58,6 @@ def check_episodes(cfg) -> None:
     with the keys to change."""
     cfg.tools.specs()  # an unknown tool name fails here
     refused = [
-        (
-            cfg.rollout.engine != "hf",
-            "rollout.engine=vllm (vLLM episodes are still to come; use rollout.engine=hf)",
-        ),
         (cfg.trainer.padding_free, "trainer.padding_free=true (packing does not hold tool media yet)"),
         (
             cfg.model.freeze_vision_tower,

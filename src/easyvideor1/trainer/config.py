@@ -239,6 +239,10 @@ class DemoConfig:
         n_train: Training videos. n_val: Held-out videos.
         mixed: Make every fourth record an image and every fourth a text-only question, so batches
             (and, under torchrun, ranks) mix modalities.
+        task: ``colour`` (the colour of the moving square, ``configs/demo.yaml``) or ``window``
+            (its colour during a one-second window the first view never shows, for the video tools:
+            ``configs/demo_tools.yaml``).
+        model_layers: Decoder layers of the tiny model it builds.
     """
 
     prepare: bool = False
@@ -246,11 +250,20 @@ class DemoConfig:
     n_train: int = 256
     n_val: int = 64
     mixed: bool = False
+    task: str = "colour"
+    model_layers: int = 2
 
     def __post_init__(self) -> None:
         at_least("demo.n_train", self.n_train, 1)
+        at_least("demo.model_layers", self.model_layers, 1)
         at_least("demo.n_val", self.n_val, 1)
+        one_of("demo.task", self.task, DEMO_TASKS)
+        require(
+            not (self.mixed and self.task == "window"), "demo.mixed", "has no window task variant", self.mixed
+        )
 
+
+DEMO_TASKS = ("colour", "window")
 
 # dtype names FSDP mixed precision accepts (trainer/distributed.py maps them to torch dtypes)
 DISTRIBUTED_DTYPES = ("float32", "bfloat16", "float16")

@@ -123,7 +123,11 @@ class _ValidationWork:
             **{k: float(result[k]) for k in ("overall", "accuracy", "format")},
             # an episode (tools): its calls and tool turns
             **(
-                {"tool_calls": out.episodes[0].counts["calls"], "tool_turns": out.episodes[0].tool_turns}
+                {
+                    "tool_calls": out.episodes[0].counts["calls"],
+                    "tool_turns": out.episodes[0].tool_turns,
+                    "calls": [c.row() for c in out.episodes[0].calls],
+                }
                 if out.episodes
                 else {}
             ),

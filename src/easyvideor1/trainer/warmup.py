@@ -66,7 +66,8 @@ def sft_warmup(
             model, exp, list(range(len(exp))), engine.banned, parts.dummy, 1.0, False, None
         )
         # FSDP averages gradients over ranks: scale by world so they add up to the global mean's
-        local = -(logp * mask.to(logp.device)).sum() / tokens
+        # (where, not a product: a vision placeholder of a tool turn has log-prob -inf, and -inf * 0 is NaN)
+        local = -torch.where(mask.to(logp.device).bool(), logp, 0.0).sum() / tokens
         opt.zero_grad(set_to_none=True)
         (local * state.world).backward()
         torch.nn.utils.clip_grad_norm_(model.parameters(), tc.max_grad_norm)

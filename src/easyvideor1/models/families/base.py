@@ -44,6 +44,11 @@ QWEN_SPECIAL_TOKENS = (
     "</think>",
     "<answer>",
     "</answer>",
+    # Qwen2.5/3-VL and Qwen3.5 tokenizers hold the tool-call and tool-result tags as single tokens
+    "<tool_call>",
+    "</tool_call>",
+    "<tool_response>",
+    "</tool_response>",
 )
 
 # Processor output keys per modality: (pixels, grid, per-item extra). Every registered family uses
