@@ -13,7 +13,7 @@ PRUNE ?= torchaudio torchcodec triton
 DEMO_DIR ?= runs/demo
 PYTEST_ARGS ?=
 
-.PHONY: install demo test test-fast bench lint format clean gpu-wheels
+.PHONY: install demo demo-tools test test-fast bench lint format clean gpu-wheels
 
 $(STAMP): pyproject.toml $(CONSTRAINTS) tools/torchvision_cpu_hook.py
 	@test -x $(PY) || python3 -m venv $(VENV)
@@ -32,6 +32,10 @@ install: $(STAMP)
 
 demo: $(STAMP)
 	$(PY) -m easyvideor1 demo --out $(DEMO_DIR)
+
+# the multi-turn demo: the policy learns to call the seek tool (README "The tool demo")
+demo-tools: $(STAMP)
+	$(PY) -m easyvideor1 demo --tools --out runs/demo_tools
 
 # two workers, whole files each (a file's fixtures stay in one process): the suite is mostly
 # subprocess start-up, model builds and torchrun/vLLM launches, which overlap well on 2 cores.

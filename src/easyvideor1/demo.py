@@ -256,6 +256,10 @@ def plot_tool_curves(out: str, r: dict) -> str | None:
     train = [(c["step"], c["reward/accuracy"]) for c in curve if "reward/accuracy" in c]
     val = [(c["step"], c["val/accuracy"]) for c in curve if "val/accuracy" in c]
     rate = [(c["step"], c["val/tool_call_rate"]) for c in curve if "val/tool_call_rate" in c]
+    if r.get("accuracy_after_warmup") is not None:  # RL starts from the warmed-up policy, not step 0's
+        ax.plot([0], [r["accuracy_before"]], "o", mfc="none", color="tab:blue", label="before the warm-up")
+        val = [(0, r["accuracy_after_warmup"])] + [v for v in val if v[0] > 0]
+        rate = [(0, r["tool_call_rate_after_warmup"])] + [v for v in rate if v[0] > 0]
     if train:
         ax.plot(*zip(*train, strict=True), color="tab:blue", alpha=0.35, lw=1, label="rollout accuracy")
     if val:
@@ -267,10 +271,8 @@ def plot_tool_curves(out: str, r: dict) -> str | None:
     ax.plot(
         [last], [r["accuracy_without_tools"]], "v", ms=9, color="tab:purple", label="no tools in the prompt"
     )
-    if r.get("accuracy_after_warmup") is not None:
-        ax.plot([0], [r["accuracy_after_warmup"]], "*", ms=12, color="tab:blue", label="after the warm-up")
     ax.axhline(CHANCE, color="grey", ls="--", lw=1, label="chance")
-    ax.set_xlabel("RL step")
+    ax.set_xlabel("RL step (0: after the warm-up)")
     ax.set_ylabel("accuracy / rate")
     ax.set_ylim(-0.02, 1.02)
     ax.legend(fontsize=7, loc="center right")
@@ -343,7 +345,7 @@ def plot_curves(out: str, suffix: str = "") -> str | None:
                 label="after the supervised warm-up",
             )
     ax.axhline(CHANCE, color="grey", ls="--", lw=1, label="chance")
-    ax.set_xlabel("RL step")
+    ax.set_xlabel("RL step (0: after the warm-up)")
     ax.set_ylabel("accuracy")
     ax.set_ylim(-0.02, 1.02)
     ax.legend(fontsize=7, loc="center right")

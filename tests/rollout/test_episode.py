@@ -52,20 +52,20 @@ def tiny(tmp_path_factory):
     return AutoModelForImageTextToText.from_pretrained(d).eval(), AutoProcessor.from_pretrained(d)
 
 
-def _prompt(processor, counting_video, tools):
+def _prompt(processor, counting_video, tools, family="qwen3_vl"):
     first_view = sample_video(
         counting_video,
-        SamplingParams.for_family("qwen3_vl", nframes=4, min_pixels=1024, max_pixels=32 * 32 * 4),
+        SamplingParams.for_family(family, nframes=4, min_pixels=1024, max_pixels=32 * 32 * 4),
     )
     content = [{"type": "video"}, {"type": "text", "text": "What is the grey level at 2 s?"}]
     return first_turn(
-        processor, Prompt(render_with_tools(processor, content, tools), [first_view], []), "qwen3_vl"
+        processor, Prompt(render_with_tools(processor, content, tools), [first_view], []), family
     )
 
 
-def _tools(counting_video, **settings):
+def _tools(counting_video, family="qwen3_vl", **settings):
     cfg = ToolsConfig(names=["seek", "frame_at"], seek_max_pixels=64 * 64, **settings)
-    return EpisodeTools(cfg.specs(), ToolSession(cfg, "qwen3_vl"), {"id": "r"}, [counting_video], cfg)
+    return EpisodeTools(cfg.specs(), ToolSession(cfg, family), {"id": "r"}, [counting_video], cfg)
 
 
 def test_an_episode_appends_the_tool_turn_and_continues_token_exactly(tiny, counting_video):
@@ -133,3 +133,28 @@ def test_max_turns_and_token_budget_end_an_episode(tiny, counting_video):
     assert ep.finish == BUDGET and ep.policy_mask == [1] * call_len and ep.tool_turns == 1
     assert ep.prompt_len + len(ep.ids) == ep.inputs["input_ids"].shape[1] <= budget
     assert json.dumps(ep.turns)  # rows are JSON
+
+
+def test_a_qwen3_5_thinking_episode_reopens_the_think_block_after_the_tool_turn(tmp_path, counting_video):
+    """Qwen3.5's template opens every assistant turn with ``<think>``: the tool turn ends with that
+    opening, and one forward over the episode (gated-DeltaNet and full-attention layers) predicts
+    the greedy turn after it token for token."""
+    d = make_tiny_model(str(tmp_path / "q35"), "qwen3_5")
+    torch.manual_seed(0)
+    model, processor = AutoModelForImageTextToText.from_pretrained(d).eval(), AutoProcessor.from_pretrained(d)
+    tools = _tools(counting_video, "qwen3_5")
+    engine = ScriptedTurns(HFRolloutEngine(model, processor), processor, [CALL])
+    sampling = SamplingConfig(temperature=0.0, max_new_tokens=8)
+    ep = run_episode(
+        engine, processor, _prompt(processor, counting_video, tools, "qwen3_5"), tools, sampling, "qwen3_5"
+    )
+    assert ep.tool_turns == 1 and ep.turns[0]["calls"][0]["status"] == "ok"
+    tool_ids = [t for t, m in zip(ep.ids, ep.policy_mask, strict=True) if m == 0]
+    text = processor.tokenizer.decode(tool_ids)
+    assert text.startswith("\n<|im_start|>user\n<tool_response>") and text.endswith(
+        "<|im_start|>assistant\n<think>\n"
+    )
+    second = range(max(i for i, m in enumerate(ep.policy_mask) if m == 0) + 1, len(ep.ids))
+    with torch.no_grad():
+        logits = model(**ep.inputs).logits[0]
+    assert [int(logits[ep.prompt_len + i - 1].argmax()) for i in second] == [ep.ids[i] for i in second]

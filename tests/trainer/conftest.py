@@ -1,5 +1,6 @@
 from __future__ import annotations
 
+import json
 import socket
 
 import pytest
@@ -7,6 +8,9 @@ import pytest
 from easyvideor1.config import RunConfig, load_config
 from easyvideor1.data.synthetic import write_demo_set
 from easyvideor1.models.tiny import make_tiny_model
+
+# an offline first turn of the episode tests: a seek over the first second
+CALL = '<tool_call>\n{"name": "seek", "arguments": {"start_s": 0.0, "end_s": 1.0, "num_frames": 2}}\n</tool_call>'
 
 
 @pytest.fixture(scope="session")
@@ -53,3 +57,14 @@ def free_port() -> int:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         return s.getsockname()[1]
+
+
+@pytest.fixture
+def turns_file(demo_assets):
+    """The demo's training records with an offline episode each: a seek call, then the answer."""
+    rows = [json.loads(line) for line in open(demo_assets["train"])]
+    for r in rows:
+        r["offline_turns"] = [CALL, r["offline_output"]]
+    path = demo_assets["dir"] / "data" / "train_turns.jsonl"  # beside the videos it names
+    path.write_text("".join(json.dumps(r) + "\n" for r in rows))
+    return path

@@ -13,7 +13,8 @@ from easyvideor1.trainer import update
 from easyvideor1.trainer.loop import Trainer
 from easyvideor1.trainer.rounds import collect_groups
 
-CALL = '<tool_call>\n{"name": "seek", "arguments": {"start_s": 0.0, "end_s": 1.0, "num_frames": 2}}\n</tool_call>'
+from .conftest import CALL
+
 TOOLS = (
     "tools.names=[seek,frame_at]",
     "tools.seek_max_pixels=4096",
@@ -119,30 +120,87 @@ def test_tool_result_tokens_get_exactly_zero_gradient(make_cfg):
     assert all(grad[t].abs().sum() > 0 for t in torch.nonzero(exp.mask[i, :width]).flatten().tolist())
 
 
-@pytest.mark.parametrize(
-    "setting,message",
-    [
-        ("trainer.padding_free=true", "trainer.padding_free=true"),
-        ("model.freeze_vision_tower=true", "model.freeze_vision_tower=true"),
-        ("tools.names=[teleport]", "teleport"),
-    ],
-)
-def test_what_does_not_run_with_episodes_yet_is_refused_at_start_up(make_cfg, setting, message):
-    with pytest.raises(ValueError, match=message.replace("[", r"\[")):
-        Trainer(make_cfg(*TOOLS, setting))
+def _gap(a: torch.Tensor, b: torch.Tensor, where: torch.Tensor) -> float:
+    """Largest difference on ``where``; the log-prob of a tool turn's vision token is -inf (never
+    sampled) on both sides and must be so on both."""
+    a, b = a[where], b[where]
+    assert torch.equal(torch.isinf(a), torch.isinf(b))
+    finite = torch.isfinite(a)
+    return float((a[finite] - b[finite]).abs().max())
 
 
-@pytest.fixture
-def turns_file(demo_assets, tmp_path):
-    """The demo's training records with an offline episode each: a seek call, then the answer."""
-    import json
+def test_packed_episodes_equal_the_padded_forward(make_cfg):
+    """``trainer.padding_free`` with episodes: each sequence's media (its prompt's, then its tool
+    turns') and the vision tokens of its tool turns go into the packed row; log-probs and entropy of
+    every real token equal the padded forward's, and a packed episode step trains."""
+    trainer = Trainer(make_cfg(*TOOLS, "trainer.val_size=0"))
+    script_first_turns(trainer)
+    parts = trainer.parts
+    exp = _rollouts(trainer)
+    idx = list(range(len(exp)))
+    assert any(exp.response_media[i] for i in idx) and not all(exp.response_media[i] for i in idx)
+    with torch.no_grad():
+        padded_lp, padded_ent, mask, _ = update._logprobs(
+            parts.model, exp, idx, parts.engine.banned, parts.dummy, 1.0, False, None
+        )
+        packed_lp, packed_ent, _, width = update._logprobs(
+            parts.model, exp, idx, parts.engine.banned, parts.dummy, 1.0, True, None
+        )
+    real = exp.real[idx, :width].bool()
+    assert _gap(packed_lp, padded_lp, real) < 1e-5 and _gap(packed_ent, padded_ent, real) < 1e-5
 
-    rows = [json.loads(line) for line in open(demo_assets["train"])]
-    for r in rows:
-        r["offline_turns"] = [CALL, r["offline_output"]]
-    path = demo_assets["dir"] / "data" / "train_turns.jsonl"  # beside the videos it names
-    path.write_text("".join(json.dumps(r) + "\n" for r in rows))
-    return path
+    packed = Trainer(make_cfg(*TOOLS, "trainer.val_size=0", "trainer.padding_free=true"))
+    script_first_turns(packed)
+    m = packed.rl_step()
+    assert m["tools/call_rate"] > 0 and m["actor/grad_norm"] > 0 and m["rollout/logprob_gap_max"] < 1e-4
+
+
+def test_the_frozen_tower_feature_cache_serves_the_tool_turns_media(make_cfg):
+    """``model.freeze_vision_tower`` with episodes: one tower call encodes the step's prompt and
+    tool media; every forward (padded or packed) is served from it and equals re-encoding."""
+    trainer = Trainer(make_cfg(*TOOLS, "trainer.val_size=0", "model.freeze_vision_tower=true"))
+    script_first_turns(trainer)
+    parts, cache = trainer.parts, trainer.parts.vision_cache
+    exp = _rollouts(trainer)
+    idx = list(range(len(exp)))
+    assert any(exp.response_media[i] for i in idx)
+    args = (parts.model, exp, idx, parts.engine.banned, parts.dummy, 1.0)
+    with torch.no_grad():
+        encoded, _, _, width = update._logprobs(*args, False, None)
+        cache.start(exp.batch, exp.response_media)
+        try:
+            served, _, _, _ = update._logprobs(*args, False, cache)
+            packed, _, _, _ = update._logprobs(*args, True, cache)
+            encodes, hits = cache.encodes, cache.served
+        finally:
+            cache.stop()
+    real = exp.real[idx, :width].bool()
+    assert _gap(served, encoded, real) < 1e-5 and _gap(packed, encoded, real) < 1e-5
+    assert encodes == 1 and hits == 2  # videos only: one encode, two forwards served
+
+    m = trainer.rl_step()
+    assert m["tools/call_rate"] > 0 and m["rollout/logprob_gap_max"] < 1e-4
+
+
+def test_a_lora_episode_step_moves_only_the_adapter(make_cfg):
+    """LoRA with episodes: the step trains the adapters on the policy's tokens (base weights kept),
+    and the trainer's forward through the adapted model recomputes the engine's log-probs."""
+    from easyvideor1.models.lora import adapter_parameters
+
+    trainer = Trainer(make_cfg(*TOOLS, "trainer.val_size=0", "model.lora.rank=8", "model.lora.alpha=32"))
+    script_first_turns(trainer)
+    model = trainer.parts.model
+    base = {k: v.clone() for k, v in model.state_dict().items() if "lora_" not in k}
+    adapters = {n: p.detach().clone() for n, p in adapter_parameters(model).items()}
+    m = trainer.rl_step()
+    assert m["tools/call_rate"] > 0 and m["rollout/logprob_gap_max"] < 1e-4 and m["actor/grad_norm"] > 0
+    assert all(torch.equal(v, model.state_dict()[k]) for k, v in base.items())
+    assert any(not torch.equal(p.detach(), adapters[n]) for n, p in adapter_parameters(model).items())
+
+
+def test_an_unknown_tool_is_refused_at_start_up(make_cfg):
+    with pytest.raises(ValueError, match="teleport"):
+        Trainer(make_cfg(*TOOLS, "tools.names=[teleport]"))
 
 
 def test_offline_episodes_are_replayed_with_real_tool_results_in_groups_and_warm_up(make_cfg, turns_file):

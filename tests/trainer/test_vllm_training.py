@@ -90,3 +90,49 @@ def test_vllm_rollouts_follow_the_trainer_weights(make_cfg, demo_assets, tmp_pat
     gaps = [m["rollout/logprob_gap_max"] for m in metrics if "rollout/logprob_gap_max" in m]
     assert len(gaps) == 2 and max(gaps) < 1e-4, gaps
     assert all(torch.isfinite(torch.tensor(m["actor/pg_loss"])) for m in metrics if "actor/pg_loss" in m)
+
+
+def test_vllm_rollouts_run_episodes_the_trainer_recomputes(make_cfg, demo_assets, turns_file, tmp_path):
+    """``rollout.engine=vllm`` with tools: a short warm-up on offline seek episodes teaches the call,
+    pushed to the engine; then vLLM's own episodes (rollouts and validation) call the tool, their tool turns are appended as
+    token ids, and the trainer's forward over whole episodes recomputes vLLM's log-probs."""
+    out = tmp_path / "run"
+    overrides = [
+        *base_overrides(demo_assets, out),
+        f"data.train_files=[{turns_file}]",
+        "rollout.engine=vllm",
+        "rollout.hybrid=always",
+        "rollout.max_new_tokens=48",
+        "tools.names=[seek]",
+        "tools.seek_max_pixels=4096",
+        "tools.max_episode_tokens=2048",
+        "trainer.sft_warmup_steps=40",
+        "trainer.sft_batch_size=8",
+        "trainer.sft_lr=2e-3",
+    ]
+    env = {
+        **os.environ,
+        "HF_HUB_OFFLINE": "1",
+        "VLLM_CPU_KVCACHE_SPACE": "1",
+        "TOKENIZERS_PARALLELISM": "false",
+    }
+    r = subprocess.run(
+        [sys.executable, "-m", "easyvideor1", "train", *overrides],
+        capture_output=True,
+        text=True,
+        timeout=600,
+        env=env,
+    )
+    assert r.returncode == 0, r.stdout[-3000:] + r.stderr[-5000:]
+    metrics = [json.loads(line) for line in (out / "metrics.jsonl").read_text().splitlines()]
+    steps = [m for m in metrics if "actor/pg_loss" in m]
+    assert [m["step"] for m in steps] == [1, 2]
+    # after the warm-up (pushed to the engine), vLLM's own episodes call seek: the greedy validation
+    # and the first step's rollouts, whose tool turns the trainer then recomputes
+    warm = next(m for m in metrics if "val/tool_call_rate_after_warmup" in m)
+    assert warm["val/tool_call_rate_after_warmup"] > 0 and steps[0]["tools/call_rate"] > 0
+    rows = [json.loads(line) for line in (out / "generations.jsonl").read_text().splitlines()]
+    assert any(c["status"] == "ok" for g in rows if g["step"] == 0 for c in g.get("calls", []))
+    assert all(m["rollout/logprob_gap_max"] < 1e-4 for m in steps), [
+        m["rollout/logprob_gap_max"] for m in steps
+    ]

@@ -28,7 +28,7 @@ class PromptBatch:
     ``media[i]`` holds ``{"video": [(frames, metadata), ...], "image": [PIL images]}`` with
     uint8 ``[T, H, W, 3]`` numpy frames already sampled and resized, and each video's metadata
     (source fps, frame indices, ``do_sample_frames=False``) so timestamps stay right.
-    Both are ``None`` when a batch was built without them. ``prompt_ids``, when set, replaces
+    Both are ``None`` when a batch was built without them. ``token_prompts``, when set, replaces
     ``texts`` for those engines: each prompt as token ids with every medium one unexpanded
     placeholder (the engine's processor expands them as it would the text's), for a context that
     holds tokens the policy sampled, which must go back in as ids, never as re-tokenised text
@@ -40,10 +40,22 @@ class PromptBatch:
     image_counts: list[int]
     texts: list[str] | None = None
     media: list[dict[str, list]] | None = None
-    prompt_ids: list[list[int]] | None = None
+    token_prompts: list[list[int]] | None = None
 
     def __len__(self) -> int:
         return len(self.video_counts)
+
+
+def media_counts(vision: dict[str, Any] | None) -> tuple[int, int]:
+    """(videos, images) whose tensors ``vision`` holds (one grid row per item), e.g. an episode's
+    tool turns' media."""
+    if not vision:
+        return 0, 0
+    videos, images = (
+        0 if vision.get(_VISION[kind][1]) is None else int(vision[_VISION[kind][1]].shape[0])
+        for kind in ("video", "image")
+    )
+    return videos, images
 
 
 def _split_items(inputs: dict[str, Any], kind: str, counts: list[int]) -> list[dict[str, Any]]:

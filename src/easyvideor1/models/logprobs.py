@@ -49,6 +49,7 @@ def response_logprobs(
     vision: VisionFeatureCache | None = None,
     prompt_ids: list[int] | None = None,
     response_types: torch.Tensor | None = None,
+    sequence_ids: list[int] | None = None,
 ):
     """(logp [N, T], entropy [N, T]) of each response token given its prompt.
 
@@ -58,14 +59,15 @@ def response_logprobs(
 
     ``padding_free``: the sequences run as one packed row (``models.packing``); it needs
     ``media_counts`` (videos, images of each sequence). ``vision``: a started feature cache serves
-    the vision features of ``prompt_ids`` (each sequence's prompt index in the cache's batch).
+    the vision features of ``prompt_ids`` (each sequence's prompt index in the cache's batch) and,
+    with ``sequence_ids``, of each sequence's own media (an episode's tool turns).
     Both give the padded, re-encoding forward's values (within float tolerance).
     """
     device = next(model.parameters()).device  # inputs are built on the CPU; GPU runs move them here
     serve = vision is not None and vision.active
     if serve and prompt_ids is None:
         raise ValueError("a vision feature cache needs the prompt index of every sequence")
-    with vision.serving(prompt_ids) if serve else nullcontext():
+    with vision.serving(prompt_ids, sequence_ids) if serve else nullcontext():
         if padding_free:
             if media_counts is None:
                 raise ValueError("padding-free log-probs need each sequence's media counts")
@@ -79,6 +81,7 @@ def response_logprobs(
                 dummy,
                 media_counts,
                 serve,
+                response_types,
             )
         full = {k: v.to(device) if isinstance(v, torch.Tensor) else v for k, v in seq_inputs.items()}
         response_ids, response_mask = response_ids.to(device), response_mask.to(device)
@@ -99,10 +102,10 @@ def response_logprobs(
 
 
 def _packed_logprobs(
-    model, seq_inputs, response_ids, response_mask, banned, temperature, dummy, counts, serve
+    model, seq_inputs, response_ids, response_mask, banned, temperature, dummy, counts, serve, response_types
 ):
     device = next(model.parameters()).device
-    packed = pack(model, seq_inputs, response_ids, response_mask, counts[0], counts[1])
+    packed = pack(model, seq_inputs, response_ids, response_mask, counts[0], counts[1], response_types)
     inputs = {k: v.to(device) if isinstance(v, torch.Tensor) else v for k, v in packed.inputs.items()}
     ctx = dummy.expect(inputs) if dummy is not None and not serve else nullcontext()
     with ctx:

@@ -81,11 +81,14 @@ def pack(
     response_mask: torch.Tensor,
     video_counts: list[int],
     image_counts: list[int],
+    response_types: torch.Tensor | None = None,
 ) -> Packed:
     """Pack ``N`` sequences (left-padded prompts + right-padded responses) into one row.
 
-    ``video_counts[s]`` / ``image_counts[s]``: media items of sequence ``s``, whose tensors lie in
-    ``seq_inputs`` in sequence order (as ``models.inputs.gather_prompts`` builds them).
+    ``video_counts[s]`` / ``image_counts[s]``: media items of sequence ``s`` (an episode's: its
+    prompt's and its tool turns'), whose tensors lie in ``seq_inputs`` in sequence order (as
+    ``models.inputs.gather_prompts`` / ``gather_sequences`` build them). ``response_types``: the
+    responses' ``mm_token_type_ids`` where they hold vision tokens (an episode's tool turns).
     """
     check_packable(model)
     inner = getattr(model, "model", model)
@@ -108,6 +111,8 @@ def pack(
         types = torch.zeros_like(ids, dtype=torch.int32 if types_in is None else types_in.dtype)
         if types_in is not None:
             types[: len(prompt)] = types_in[s][valid]
+        if response_types is not None:
+            types[len(prompt) :] = response_types[s, :n_resp].to(types.dtype)
         media: dict[str, Any] = {}
         for kind, (_, grid_key, extra_key) in VISION_INPUTS.items():
             sl = slices[kind][s]

@@ -11,7 +11,8 @@ the step's prompts, one tower call per modality, from its input-embedding hook (
 inside the model's forward, where FSDP has gathered the tower), and every forward of the step then
 gets its items' features by prompt index, with no tower call. The result equals recomputation: the
 tower encodes each item independently (per-item attention), and the features go through the same
-code in the model's forward as freshly computed ones.
+code in the model's forward as freshly computed ones. A sequence's own media (an episode's tool
+turns' clips and images, after its prompt's) are encoded in the same call and served with it.
 
 Under FSDP every rank makes the same tower calls: exactly one per modality per step (a zero
 dummy input when a rank has no item of that modality), and none in later forwards; the frozen
@@ -44,8 +45,11 @@ class VisionFeatureCache:
     def __init__(self, models) -> None:
         self.batch: PromptBatch | None = None
         self.features: dict[str, Any] = {}  # kind -> encoder output over all the step's items
-        self.first_item: dict[str, list[int]] = {}  # kind -> each prompt's first item index
+        self.inputs: dict[str, tuple[Any, Any]] = {}  # kind -> (pixels, grids) of all the step's items
+        self.prompt_items: dict[str, list[list[int]]] = {}  # kind -> each prompt's item indices
+        self.own_items: dict[str, list[list[int]]] = {}  # kind -> each sequence's own item indices
         self.prompts: list[int] | None = None  # prompts of the forward in flight
+        self.sequences: list[int] | None = None  # and its sequences (for their own media)
         self.encodes = 0  # real (non-dummy) encoder calls made (tests, metrics)
         self.served = 0  # feature requests answered from the cache
         self._encoding = False
@@ -57,20 +61,35 @@ class VisionFeatureCache:
                 self._attach(model)
 
     # ------------------------------------------------------------------------------ the step
-    def start(self, batch: PromptBatch) -> None:
-        """A new step: forget the previous step's features; ``batch`` holds this step's media."""
-        self.batch, self.features, self.prompts = batch, {}, None
-        self.first_item, self._encoded = {}, False
+    def start(self, batch: PromptBatch, own_media: list[dict[str, Any] | None] | None = None) -> None:
+        """A new step: forget the previous step's features; ``batch`` holds this step's prompts'
+        media, ``own_media[s]`` sequence ``s``'s own (an episode's tool turns; ``None``: none)."""
+        self.batch, self.features, self.prompts, self.sequences = batch, {}, None, None
+        self.inputs, self.prompt_items, self.own_items, self._encoded = {}, {}, {}, False
         for kind, counts in (("video", batch.video_counts), ("image", batch.image_counts)):
-            starts, total = [], 0
+            pix_key, grid_key, _ = VISION_INPUTS[kind]
+            pixels, grids = [batch.inputs.get(pix_key)], [batch.inputs.get(grid_key)]
+            items, total = [], 0
             for c in counts:
-                starts.append(total)
+                items.append(list(range(total, total + c)))
                 total += c
-            self.first_item[kind] = starts
+            own = []
+            for media in own_media or []:
+                grid = (media or {}).get(grid_key)
+                n = 0 if grid is None else int(grid.shape[0])
+                own.append(list(range(total, total + n)))
+                if n:
+                    pixels.append(torch.as_tensor(media[pix_key]))
+                    grids.append(torch.as_tensor(grid))
+                total += n
+            self.prompt_items[kind], self.own_items[kind] = items, own
+            kept = [(p, g) for p, g in zip(pixels, grids, strict=True) if g is not None]
+            if kept:
+                self.inputs[kind] = (torch.cat([p for p, _ in kept]), torch.cat([g for _, g in kept]))
 
     def stop(self) -> None:
         """End of the step: drop the features (the next step's weights or media differ)."""
-        self.batch, self.features, self.prompts = None, {}, None
+        self.batch, self.features, self.prompts, self.sequences, self.inputs = None, {}, None, None, {}
         self._encoded = False
 
     @property
@@ -78,15 +97,17 @@ class VisionFeatureCache:
         return self.batch is not None
 
     @contextmanager
-    def serving(self, prompt_ids: list[int]):
-        """The next forward is of sequences answering ``prompt_ids`` (indices into the batch)."""
+    def serving(self, prompt_ids: list[int], sequence_ids: list[int] | None = None):
+        """The next forward is of sequences answering ``prompt_ids`` (indices into the batch); with
+        ``sequence_ids`` (indices into ``start``'s ``own_media``) each is followed by its own media."""
         if self.batch is None:
             raise RuntimeError("VisionFeatureCache.serving outside a step: call start(batch) first")
         self.prompts = list(prompt_ids)
+        self.sequences = None if sequence_ids is None else list(sequence_ids)
         try:
             yield self
         finally:
-            self.prompts = None
+            self.prompts, self.sequences = None, None
 
     # ------------------------------------------------------------------------------ the model
     def _attach(self, model) -> None:
@@ -110,8 +131,7 @@ class VisionFeatureCache:
         try:
             with torch.no_grad():
                 for kind in ("video", "image"):
-                    pix_key, grid_key, _ = VISION_INPUTS[kind]
-                    pixels, grid = self.batch.inputs.get(pix_key), self.batch.inputs.get(grid_key)
+                    pixels, grid = self.inputs.get(kind, (None, None))
                     if grid is None or pixels is None:
                         pixels, grid = smallest_vision_input(tower)
                         originals[kind](pixels.to(embeds.device), grid.to(embeds.device), return_dict=True)
@@ -138,9 +158,14 @@ class VisionFeatureCache:
 
     def _serve(self, kind: str, grid_thw, return_dict: bool):
         out = self.features[kind]
-        counts = self.batch.video_counts if kind == "video" else self.batch.image_counts
-        items = [self.first_item[kind][p] + j for p in self.prompts or [] for j in range(counts[p])]
-        grids = self.batch.inputs[VISION_INPUTS[kind][1]]
+        prompts = self.prompts or []
+        own = self.sequences if self.sequences is not None else [None] * len(prompts)
+        items = [
+            i
+            for p, s in zip(prompts, own, strict=True)
+            for i in self.prompt_items[kind][p] + (self.own_items[kind][s] if s is not None else [])
+        ]
+        grids = self.inputs[kind][1]
         expected = grids[items] if items else grids[:0]
         if grid_thw is None or not torch.equal(expected, grid_thw.detach().cpu().to(expected.dtype)):
             raise RuntimeError(

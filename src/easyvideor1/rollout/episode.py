@@ -89,7 +89,7 @@ class Episode:
             [self.video_count],
             [self.image_count],
             media=[self.media],
-            prompt_ids=[self.engine_ids],
+            token_prompts=[self.engine_ids],
         )
 
 
@@ -302,7 +302,7 @@ def collate(episodes: list[Episode], pad_id: int) -> PromptBatch:
         [e.video_count for e in episodes],
         [e.image_count for e in episodes],
         media=[e.media for e in episodes] if text_path else None,
-        prompt_ids=[e.engine_ids for e in episodes] if text_path else None,
+        token_prompts=[e.engine_ids for e in episodes] if text_path else None,
     )
 
 

@@ -141,7 +141,7 @@ class VLLMRolloutEngine(RequestQueue, VLLMResponses):
 
         super().__init__(model_path, processor, seed)
         self.owns_weights = True  # its own copy: the trainer pushes weights after every update
-        self.runs_episodes = True  # episodes go in as token ids (PromptBatch.prompt_ids)
+        self.runs_episodes = True  # episodes go in as token ids (PromptBatch.token_prompts)
         self.in_process, self.weight_transport = in_process, weight_transport
         self._sleep_ok = enable_sleep_mode and current_platform.is_sleep_mode_available()
         if enable_sleep_mode and not self._sleep_ok:

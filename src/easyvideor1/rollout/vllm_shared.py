@@ -76,11 +76,11 @@ class VLLMResponses:
         return Responses(ids=ids, mask=mask, texts=texts, truncated=[not h for h in hit], logprobs=lp)
 
     def batch_prompts(self, batch) -> list[dict[str, Any]]:
-        """A :class:`~easyvideor1.models.inputs.PromptBatch` as vLLM prompts (its ``prompt_ids``
+        """A :class:`~easyvideor1.models.inputs.PromptBatch` as vLLM prompts (its ``token_prompts``
         when set, else its texts; its raw media)."""
-        if batch.media is None or (batch.texts is None and batch.prompt_ids is None):
+        if batch.media is None or (batch.texts is None and batch.token_prompts is None):
             raise ValueError("vLLM needs prompt texts and media: build the batch with encode_prompts")
-        prompts = batch.prompt_ids if batch.prompt_ids is not None else batch.texts
+        prompts = batch.token_prompts if batch.token_prompts is not None else batch.texts
         return [vllm_prompt(p, m, self.mm_kwargs) for p, m in zip(prompts, batch.media, strict=True)]
 
     def decode(self, ids: torch.Tensor) -> str:
@@ -131,7 +131,7 @@ def vllm_prompt(
     text: str | list[int], media: dict[str, list], mm_kwargs: dict[str, Any] | None = None
 ) -> dict[str, Any]:
     """One vLLM prompt: text (or token ids with unexpanded vision placeholders, ``PromptBatch.
-    prompt_ids``) plus media, with resizing off (our frames are already on the grid) and the model
+    token_prompts``) plus media, with resizing off (our frames are already on the grid) and the model
     family's processor settings (``mm_kwargs``, e.g. ``cap_pixels_per_frame``)."""
     prompt: dict[str, Any] = {"prompt_token_ids": list(text)} if isinstance(text, list) else {"prompt": text}
     data = {k: v for k, v in media.items() if v}

@@ -47,7 +47,7 @@ def logprobs(
     """
     temperature, mb, banned = update.temperature, update.micro_batch_size, parts.engine.banned
     if parts.vision_cache is not None:
-        parts.vision_cache.start(exp.batch)
+        parts.vision_cache.start(exp.batch, exp.response_media)  # episodes: their tool media too
     speed = dict(
         padding_free=update.padding_free,
         max_tokens=update.max_tokens_per_micro_batch,

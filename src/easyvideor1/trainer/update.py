@@ -10,7 +10,7 @@ import torch
 from ..algorithms.aggregation import GlobalBatchStats, aggregate_loss
 from ..algorithms.kl import kl_loss
 from ..algorithms.policy_losses import compute_policy_loss
-from ..models.inputs import gather_prompts, gather_sequences
+from ..models.inputs import gather_prompts, gather_sequences, media_counts
 from ..models.logprobs import response_logprobs
 from ..models.vision_cache import VisionFeatureCache
 from .distributed import max_over_ranks, sum_over_ranks
@@ -99,6 +99,12 @@ def _logprobs(model, exp: Experience, idx: list[int], banned, dummy, temperature
     seq_inputs, ids, real, mask, width = _micro_inputs(exp, idx)
     prompts = [exp.prompt_of[i] for i in idx]
     counts = ([exp.batch.video_counts[p] for p in prompts], [exp.batch.image_counts[p] for p in prompts])
+    if exp.response_media is not None:  # an episode's media: its prompt's, then its tool turns'
+        tool = [media_counts(exp.response_media[i]) for i in idx]
+        counts = (
+            [c + t[0] for c, t in zip(counts[0], tool, strict=True)],
+            [c + t[1] for c, t in zip(counts[1], tool, strict=True)],
+        )
     logp, entropy = response_logprobs(
         model,
         seq_inputs,
@@ -111,6 +117,7 @@ def _logprobs(model, exp: Experience, idx: list[int], banned, dummy, temperature
         media_counts=counts,
         vision=vision,
         prompt_ids=prompts,
+        sequence_ids=None if exp.response_media is None else idx,
         response_types=None if exp.response_types is None else exp.response_types[idx, :width],
     )
     return logp, entropy, mask, width
