@@ -1,7 +1,10 @@
 from __future__ import annotations
 
 import json
+import os
 import socket
+import subprocess
+import sys
 
 import pytest
 
@@ -68,3 +71,26 @@ def turns_file(demo_assets):
     path = demo_assets["dir"] / "data" / "train_turns.jsonl"  # beside the videos it names
     path.write_text("".join(json.dumps(r) + "\n" for r in rows))
     return path
+
+
+def train_with_vllm(overrides: list[str], ranks: int = 1) -> subprocess.CompletedProcess:
+    """``easyvideor1 train`` in a subprocess (vLLM changes process state), on ``ranks`` torchrun
+    ranks; fails the test with the run's output if it fails."""
+    env = {
+        **os.environ,
+        "HF_HUB_OFFLINE": "1",
+        "VLLM_CPU_KVCACHE_SPACE": "1",
+        "TOKENIZERS_PARALLELISM": "false",
+    }
+    launch = [sys.executable]
+    if ranks > 1:
+        launch += ["-m", "torch.distributed.run", f"--nproc-per-node={ranks}", f"--master-port={free_port()}"]
+    r = subprocess.run(
+        [*launch, "-m", "easyvideor1", "train", *overrides],
+        capture_output=True,
+        text=True,
+        timeout=600,
+        env=env,
+    )
+    assert r.returncode == 0, r.stdout[-3000:] + r.stderr[-5000:]
+    return r

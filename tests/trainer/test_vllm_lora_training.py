@@ -12,13 +12,10 @@ from __future__ import annotations
 
 import importlib.util
 import json
-import os
-import subprocess
-import sys
 
 import pytest
 
-from .conftest import base_overrides
+from .conftest import base_overrides, train_with_vllm
 from .test_vllm_training import _greedy
 
 pytestmark = [
@@ -53,20 +50,7 @@ def test_vllm_rollouts_follow_the_lora_policy(make_cfg, demo_assets, tmp_path, s
         "trainer.lr=2e-2",
         "trainer.val_size=8",
     ]
-    env = {
-        **os.environ,
-        "HF_HUB_OFFLINE": "1",
-        "VLLM_CPU_KVCACHE_SPACE": "1",
-        "TOKENIZERS_PARALLELISM": "false",
-    }
-    r = subprocess.run(
-        [sys.executable, "-m", "easyvideor1", "train", *overrides],
-        capture_output=True,
-        text=True,
-        timeout=600,
-        env=env,
-    )
-    assert r.returncode == 0, r.stdout[-3000:] + r.stderr[-5000:]
+    r = train_with_vllm(overrides)
     assert "Traceback" not in r.stderr
     rows = [json.loads(line) for line in (out / "generations.jsonl").read_text().splitlines()]
     final = [g for g in rows if g["step"] == 2 and "probe" not in g]

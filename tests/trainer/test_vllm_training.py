@@ -10,14 +10,11 @@ from __future__ import annotations
 
 import importlib.util
 import json
-import os
-import subprocess
-import sys
 
 import pytest
 import torch
 
-from .conftest import base_overrides, free_port
+from .conftest import base_overrides, train_with_vllm
 
 pytestmark = [
     pytest.mark.slow,
@@ -56,23 +53,7 @@ def test_vllm_rollouts_follow_the_trainer_weights(make_cfg, demo_assets, tmp_pat
         "trainer.lr=2e-2",
         "trainer.val_size=8",
     ]
-    env = {
-        **os.environ,
-        "HF_HUB_OFFLINE": "1",
-        "VLLM_CPU_KVCACHE_SPACE": "1",
-        "TOKENIZERS_PARALLELISM": "false",
-    }
-    launch = [sys.executable]
-    if ranks > 1:
-        launch += ["-m", "torch.distributed.run", f"--nproc-per-node={ranks}", f"--master-port={free_port()}"]
-    r = subprocess.run(
-        [*launch, "-m", "easyvideor1", "train", *overrides],
-        capture_output=True,
-        text=True,
-        timeout=600,
-        env=env,
-    )
-    assert r.returncode == 0, r.stdout[-3000:] + r.stderr[-5000:]
+    r = train_with_vllm(overrides, ranks)
     assert "Traceback" not in r.stderr  # shutdown included (vLLM tears its groups down first)
     rows = [json.loads(line) for line in (out / "generations.jsonl").read_text().splitlines()]
     final = [g for g in rows if g["step"] == 2]
@@ -110,20 +91,7 @@ def test_vllm_rollouts_run_episodes_the_trainer_recomputes(make_cfg, demo_assets
         "trainer.sft_batch_size=8",
         "trainer.sft_lr=2e-3",
     ]
-    env = {
-        **os.environ,
-        "HF_HUB_OFFLINE": "1",
-        "VLLM_CPU_KVCACHE_SPACE": "1",
-        "TOKENIZERS_PARALLELISM": "false",
-    }
-    r = subprocess.run(
-        [sys.executable, "-m", "easyvideor1", "train", *overrides],
-        capture_output=True,
-        text=True,
-        timeout=600,
-        env=env,
-    )
-    assert r.returncode == 0, r.stdout[-3000:] + r.stderr[-5000:]
+    train_with_vllm(overrides)
     metrics = [json.loads(line) for line in (out / "metrics.jsonl").read_text().splitlines()]
     steps = [m for m in metrics if "actor/pg_loss" in m]
     assert [m["step"] for m in steps] == [1, 2]

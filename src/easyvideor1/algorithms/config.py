@@ -27,6 +27,7 @@ from ._registry import (
     UnknownAlgorithmError,
     load_plugin_files,
 )
+from .rollout_correction import CORRECTION_LEVELS, ROLLOUT_CORRECTIONS
 
 # The names are checked against the torch-free registries (built-ins are declared there by name);
 # the tensor code is imported only where it runs, so building a run config loads no torch.
@@ -184,6 +185,17 @@ class AlgorithmConfig:
             (see `algorithms/aggregation.py`); always weighted over the whole mini-batch.
         loss_norm_length (`int` or `None`, *optional*, defaults to `None`):
             Constant divisor of `seq-mean-token-sum-norm`; `None` means the max response length.
+        rollout_correction (`str`, *optional*, defaults to `"none"`):
+            Importance weights `pi_old / pi_rollout` from the engine's log-probs of the sampled
+            tokens (`algorithms/rollout_correction.py`): `tis` truncates them at the cap, `mis`
+            drops tokens (or sequences) whose ratio leaves `[lower, cap]`; `none` trains as sampled.
+            Corrects the engine's numerics (vLLM kernels, bf16) and, asynchronously, stale weights.
+        rollout_correction_level (`str`, *optional*, defaults to `"token"`):
+            `token` (each token's ratio) or `sequence` (the product over the sequence).
+        rollout_correction_cap (`float`, *optional*, defaults to `2.0`):
+            Upper bound of the weights (`tis`) or of the band (`mis`); must be > 1.
+        rollout_correction_lower (`float` or `None`, *optional*, defaults to `None`):
+            Lower bound of `mis`'s band, in (0, 1); `None` means `1 / rollout_correction_cap`.
         plugin_files (`list[str]`, *optional*, defaults to `[]`):
             Python files imported before the names above are checked, so that their
             `@register_advantage` / `@register_policy_loss` / `@register_kl_estimator` functions can
@@ -207,6 +219,10 @@ class AlgorithmConfig:
     clip_ratio_dual: float | None = 3.0
     loss_agg_mode: str = "token-mean"
     loss_norm_length: int | None = None
+    rollout_correction: str = "none"
+    rollout_correction_level: str = "token"
+    rollout_correction_cap: float = 2.0
+    rollout_correction_lower: float | None = None
     plugin_files: list[str] = field(default_factory=list)
     kl: KLConfig = field(default_factory=KLConfig)
     online_filtering: OnlineFilterConfig = field(default_factory=OnlineFilterConfig)
@@ -234,6 +250,25 @@ class AlgorithmConfig:
         _check(
             self.loss_norm_length is None or self.loss_norm_length > 0,
             f"algorithm.loss_norm_length must be positive, got {self.loss_norm_length}",
+        )
+        _check(
+            self.rollout_correction in ROLLOUT_CORRECTIONS,
+            f"algorithm.rollout_correction must be one of {', '.join(ROLLOUT_CORRECTIONS)}, "
+            f"got {self.rollout_correction!r}",
+        )
+        _check(
+            self.rollout_correction_level in CORRECTION_LEVELS,
+            f"algorithm.rollout_correction_level must be one of {', '.join(CORRECTION_LEVELS)}, "
+            f"got {self.rollout_correction_level!r}",
+        )
+        _check(
+            self.rollout_correction_cap > 1.0,
+            f"algorithm.rollout_correction_cap must be > 1 (a weight cap at or below 1 only shrinks "
+            f"the loss), got {self.rollout_correction_cap}",
+        )
+        _check(
+            self.rollout_correction_lower is None or 0.0 < self.rollout_correction_lower < 1.0,
+            f"algorithm.rollout_correction_lower must be in (0, 1) or None, got {self.rollout_correction_lower}",
         )
         _check(
             ADVANTAGE_ESTIMATORS.canonical(self.adv_estimator) != "gdpo" or len(self.gdpo_reward_keys) > 0,

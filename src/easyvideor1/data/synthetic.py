@@ -196,11 +196,15 @@ def write_synthetic_set(
         rel = f"videos/{vid}{ext}"
         encode_video(os.path.join(out_dir, rel), render_frames(scene, seed + i), Fraction(fps), codec=codec)
         records.extend(scene_records(scene, rel, vid))
-    path = os.path.join(out_dir, "records.jsonl")
+    return write_jsonl(os.path.join(out_dir, "records.jsonl"), records)
+
+
+def write_jsonl(path: str, rows: list[dict]) -> str:
+    """``rows`` as a JSONL file, written whole or not at all (a ``.part`` file renamed at the end:
+    an interrupted run never leaves a short records file that looks complete)."""
     tmp = path + ".part"
     with open(tmp, "w", encoding="utf-8") as f:
-        for r in records:
-            f.write(json.dumps(r) + "\n")
+        f.writelines(json.dumps(r) + "\n" for r in rows)
     os.replace(tmp, path)
     return path
 
@@ -270,10 +274,7 @@ def write_demo_set(
                 )
                 row["videos"] = [rel]
             rows.append(row)
-        path = os.path.join(out_dir, f"{split}.jsonl")
-        with open(path, "w", encoding="utf-8") as f:
-            f.writelines(json.dumps(r) + "\n" for r in rows)
-        paths.append(path)
+        paths.append(write_jsonl(os.path.join(out_dir, f"{split}.jsonl"), rows))
     return paths[0], paths[1]
 
 
@@ -353,10 +354,5 @@ def write_tool_demo_set(
                     ],
                 }
             )
-        path = os.path.join(out_dir, f"{split}.jsonl")
-        tmp = path + ".part"
-        with open(tmp, "w", encoding="utf-8") as fh:
-            fh.writelines(json.dumps(r) + "\n" for r in rows)
-        os.replace(tmp, path)
-        paths.append(path)
+        paths.append(write_jsonl(os.path.join(out_dir, f"{split}.jsonl"), rows))
     return paths[0], paths[1]

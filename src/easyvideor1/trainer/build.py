@@ -169,7 +169,11 @@ def step_settings(cfg) -> StepSettings:
     return StepSettings(
         # vLLM returns sampled-token log-probs for free: logged against the trainer's (mismatch check)
         sampling=SamplingConfig(
-            r.temperature, r.top_p, r.top_k, r.max_new_tokens, return_logprobs=r.engine == "vllm"
+            r.temperature,
+            r.top_p,
+            r.top_k,
+            r.max_new_tokens,
+            return_logprobs=r.engine == "vllm" or cfg.algorithm.rollout_correction != "none",
         ),
         val_sampling=SamplingConfig(r.val_temperature, r.top_p, r.top_k, r.max_new_tokens),
         update=UpdateSettings(

@@ -43,6 +43,8 @@ class Experience:
     # the engine's own log-prob of each sampled token (NaN rows: offline or not returned); compared
     # with old_logp it measures the training/inference mismatch, e.g. stale rollout weights
     rollout_logp: torch.Tensor | None = None  # [N, T]
+    # rollout correction (``algorithm.rollout_correction``): each token's weight in the policy loss
+    is_weights: torch.Tensor | None = None  # [N, T]
     metrics: dict[str, float] = field(default_factory=dict)
     # episodes (tools): the real tokens of each response, tool turns included (None: ``mask``),
     # the tool turns' vision tensors per sequence and the responses' mm_token_type_ids

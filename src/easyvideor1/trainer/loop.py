@@ -123,6 +123,7 @@ class Trainer:
             cfg, parts.engine, settings.sampling, parts.dist, exp, shaped.rewards, batch, samples
         )
         metrics.update(hybrid_metrics(exp))
+        metrics.update(stages.correct_rollouts(cfg.algorithm, exp))
         metrics["actor/entropy_rollout"] = float(masked_mean(entropy, exp.mask.bool()))
         tc = cfg.trainer
         mini = stages.mini_batches(exp.prompt_of, tc.mini_batch_prompts // parts.dist.world, tc.ppo_epochs)

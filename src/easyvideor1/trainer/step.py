@@ -12,6 +12,7 @@ import dataclasses
 import torch
 
 from ..algorithms.kl import kl_penalty
+from ..algorithms.rollout_correction import rollout_correction
 from ..models.lora import reference_forward
 from ..rollout.base import SamplingConfig
 from .advantages import needs_greedy_baseline, step_advantages
@@ -89,6 +90,31 @@ def advantages(
     if needs_greedy_baseline(cfg.algorithm):  # e.g. ReMax: one greedy response per prompt
         greedy = engine.generate(batch, [1] * len(samples), dataclasses.replace(sampling, temperature=0))
     return step_advantages(cfg.algorithm, exp, rewards, samples, greedy, cfg.reward, dist)
+
+
+def correct_rollouts(alg, exp: Experience) -> dict[str, float]:
+    """``algorithm.rollout_correction``: the importance weights of the engine-sampled tokens
+    (``pi_old / pi_rollout``, from the engine's log-probs) into ``exp.is_weights``; ``mis`` also
+    takes the tokens it drops out of ``exp.mask`` (the loss and its denominators). After the
+    advantages: a dropped sequence still counted in its group's baseline."""
+    if alg.rollout_correction == "none":
+        return {}
+    if exp.rollout_logp is None:
+        raise RuntimeError(
+            f"algorithm.rollout_correction={alg.rollout_correction}: the engine returned no log-probs"
+        )
+    corr = rollout_correction(
+        exp.old_logp,
+        exp.rollout_logp,
+        exp.mask,
+        alg.rollout_correction,
+        alg.rollout_correction_level,
+        alg.rollout_correction_cap,
+        alg.rollout_correction_lower,
+    )
+    exp.is_weights = corr.weights
+    exp.mask = exp.mask * corr.keep.to(exp.mask.dtype)
+    return corr.metrics
 
 
 def mini_batches(prompt_of: list[int], per_mini: int, ppo_epochs: int) -> list[list[int]]:

@@ -213,6 +213,8 @@ def policy_update(
                 **(settings.loss_options or {}),
             )
             token_loss = out.loss
+            if exp.is_weights is not None:  # rollout correction: pi_old / pi_rollout per token
+                token_loss = token_loss * exp.is_weights[idx, :width].to(token_loss.device)
             if settings.offline_shaping > 0 and bool(exp.offline[idx].any()):
                 token_loss = _shape_offline(
                     token_loss,
