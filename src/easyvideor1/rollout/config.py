@@ -76,6 +76,9 @@ ALONE_MEMORY_SHARE = 0.9
 ENGINES = ("hf", "vllm")
 
 
+ROLLOUT_MODES = ("sync", "one_step_off")
+
+
 @dataclass
 class RolloutConfig(SamplingConfig):
     """Sampling responses, and hybrid offline/online groups.
@@ -102,6 +105,13 @@ class RolloutConfig(SamplingConfig):
             behaviour (old log-probs from the current policy, plain clipped loss); a value gamma > 0
             trains offline tokens with LUFFY's policy shaping ``-A * p / (p + gamma)`` (e.g. 0.1),
             which strengthens the gradient of tokens the policy finds unlikely.
+        mode: ``sync`` (each step samples with the weights it then updates) or ``one_step_off``
+            (the next step's rollouts are generated during this step's update, with the weights
+            from before it; the engine keeps its own copy of the weights, pushed after the
+            rollouts in flight finish). ``async`` (many batches in flight) is not built yet.
+        max_staleness: With ``one_step_off``: at most how many updates a trained sample's weights
+            may lag the weights it updates: 1 overlaps, 0 waits for fresh weights (``sync``'s
+            result). ``None``: 1 for ``one_step_off``; ``sync`` takes none.
     """
 
     SECTION: ClassVar[str] = "rollout"
@@ -114,6 +124,8 @@ class RolloutConfig(SamplingConfig):
     hybrid_threshold: float = 0.5
     val_temperature: float = 0.0
     offline_shaping: float = 0.0
+    mode: str = "sync"
+    max_staleness: int | None = None
     vllm: VLLMConfig = field(default_factory=VLLMConfig)
 
     def __post_init__(self) -> None:
@@ -134,3 +146,26 @@ class RolloutConfig(SamplingConfig):
         in_range("rollout.hybrid_threshold", self.hybrid_threshold, 0, 1)
         non_negative("rollout.val_temperature", self.val_temperature)
         non_negative("rollout.offline_shaping", self.offline_shaping)
+        require(
+            self.mode != "async",
+            "rollout.mode",
+            "async (several batches in flight) is not built yet; one_step_off overlaps one",
+            self.mode,
+        )
+        one_of("rollout.mode", self.mode, ROLLOUT_MODES)
+        if self.mode == "sync":
+            require(
+                not self.max_staleness,
+                "rollout.max_staleness",
+                "applies to rollout.mode=one_step_off (sync samples with the weights it updates)",
+                self.max_staleness,
+            )
+        elif self.max_staleness is None:
+            self.max_staleness = 1
+        else:
+            in_range("rollout.max_staleness", self.max_staleness, 0, 1)
+
+    @property
+    def overlaps(self) -> bool:
+        """The next step's rollouts run during this step's update (``one_step_off``, staleness 1)."""
+        return self.mode == "one_step_off" and bool(self.max_staleness)

@@ -50,7 +50,24 @@ def start(cfg) -> DistState:
     cfg.data = cfg.data.with_model(cfg.model.path)
     if cfg.tools.enabled:
         check_episodes(cfg)
+    if cfg.rollout.overlaps:
+        check_overlap(cfg, dist)
     return dist
+
+
+def check_overlap(cfg, dist: DistState) -> None:
+    """``rollout.mode=one_step_off``: what cannot generate during the update yet, refused with the
+    key to change."""
+    if dist.enabled:
+        raise ValueError(
+            "rollout.mode=one_step_off runs in one process for now: under torchrun the rollouts and "
+            "the update would issue collectives from two threads (use rollout.mode=sync)"
+        )
+    if cfg.rollout.engine == "vllm" and cfg.rollout.vllm.sleep_between_phases:
+        raise ValueError(
+            "rollout.mode=one_step_off generates during the update: rollout.vllm.sleep_between_phases "
+            "must be false"
+        )
 
 
 def check_episodes(cfg) -> None:

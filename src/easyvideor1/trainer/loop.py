@@ -9,6 +9,7 @@ and ``step.py`` (the rest), saving and resuming ``resume.py``.
 from __future__ import annotations
 
 import time
+from concurrent.futures import Future, ThreadPoolExecutor
 
 import torch
 
@@ -49,6 +50,13 @@ class Trainer:
         self.settings = step_settings(cfg)
         tc = cfg.trainer
         self.state = TrainState(PromptSampler(len(self.data.train_idx), tc.prompts_per_step, seed=tc.seed))
+        # rollout.mode=one_step_off: the next step's rollouts, generated during this step's update
+        # (``_start_ahead``), the sampler state from before they were drawn (a checkpoint then
+        # redraws them), and how many updates the engine's weights have had
+        self._ahead: Future | None = None
+        self._ahead_from: dict | None = None
+        self._ahead_pool: ThreadPoolExecutor | None = None
+        self.engine_version = 0
 
     # ------------------------------------------------------------- what callers read (CLI, demo)
     @property
@@ -95,9 +103,9 @@ class Trainer:
         cfg, parts, settings = self.cfg, self.parts, self.settings
         t0 = time.perf_counter()
         metrics: dict[str, float] = {}
-        exp, samples, batch, data_s = collect_groups(
-            cfg, parts, settings.sampling, self.data.train_set.loader, self._next_samples, metrics
-        )
+        exp, samples, batch, data_s = self._rollouts(metrics)
+        if cfg.rollout.overlaps and self.state.step + 1 < cfg.trainer.max_steps:
+            self._start_ahead()  # the next step's rollouts, on the weights from before this update
         t_data, t_rollout = t0 + data_s, time.perf_counter()
         exp.old_logp, exp.ref_logp, entropy = stages.logprobs(
             parts, exp, settings.update, settings.kl_reference, self.state.reference_from_warmup
@@ -129,12 +137,54 @@ class Trainer:
         mini = stages.mini_batches(exp.prompt_of, tc.mini_batch_prompts // parts.dist.world, tc.ppo_epochs)
         with parts.handoff:  # the engine sleeps during the update and gets the new weights after it
             update = stages.run_update(parts, exp, mini, settings.update)
+            if self._ahead is not None:  # the engine's copy is in use until the rollouts in flight end
+                self._ahead.result()
+        self.engine_version = self.state.step + 1  # pushed (or the engine generates with the model)
         t_end = time.perf_counter()
         times = {"data": t_data - t0, "rollout": t_rollout - t_data, "logprobs": t_logp - t_rollout}
         times.update(update=t_end - t_logp, step=t_end - t0)
         metrics = stages.reduce_metrics(metrics, exp, batch, times, self.skips, cfg, parts.dist)
         metrics.update(update)  # already global
         return metrics
+
+    def _collect(self, metrics: dict[str, float]):
+        """One step's rollouts on the engine's current weights: (experience, samples, batch, data
+        seconds, the weights' version)."""
+        version = self.engine_version
+        out = collect_groups(
+            self.cfg,
+            self.parts,
+            self.settings.sampling,
+            self.data.train_set.loader,
+            self._next_samples,
+            metrics,
+        )
+        return (*out, version)
+
+    def _start_ahead(self) -> None:
+        if self._ahead_pool is None:
+            self._ahead_pool = ThreadPoolExecutor(1, thread_name_prefix="rollouts-ahead")
+        self._ahead_from = self.state.sampler.state_dict()
+        got: dict[str, float] = {}
+        self._ahead = self._ahead_pool.submit(lambda: (*self._collect(got), got))
+
+    def _rollouts(self, metrics: dict[str, float]):
+        """This step's rollouts: the ones generated during the last update (``one_step_off``),
+        else sampled now. Logs their staleness: updates between their weights and the policy's."""
+        if self._ahead is not None:
+            *out, version, got = self._ahead.result()
+            self._ahead = self._ahead_from = None
+            metrics.update(got)
+        else:
+            *out, version = self._collect(metrics)
+        if self.cfg.rollout.mode != "sync":
+            staleness = self.state.step - version
+            if staleness > (self.cfg.rollout.max_staleness or 0):  # one batch in flight: never
+                raise RuntimeError(f"rollouts {staleness} updates old, past rollout.max_staleness")
+            metrics.update(
+                {"rollout/staleness_mean": float(staleness), "rollout/staleness_max": float(staleness)}
+            )
+        return out
 
     def _next_samples(self) -> tuple[list[MediaSample], PromptBatch]:
         """This rank's share of the next global batch (every rank draws it, so samplers stay in
@@ -216,14 +266,25 @@ class Trainer:
         if saved is None:
             return False
         self.state.load_state_dict(saved)
+        self.engine_version = self.state.step  # resume.restore pushed the restored weights
         kl = self.cfg.algorithm.kl
         if kl.enabled and kl.apply_as == "loss":  # the loss takes the restored coefficient
             self.settings.update.kl_loss_coef = self.parts.kl_ctl.value
         return True
 
     def save(self) -> None:
-        """Checkpoint the current step (the counterpart of :meth:`restore`)."""
-        resume.save(self.cfg, self.parts, self.state)
+        """Checkpoint the current step (the counterpart of :meth:`restore`). Rollouts generated
+        ahead and not trained yet are not saved: the sampler is saved from before they were drawn,
+        so a resumed run draws and generates them again (none trained twice, none lost)."""
+        if self._ahead_from is None:
+            resume.save(self.cfg, self.parts, self.state)
+            return
+        now = self.state.sampler.state_dict()
+        self.state.sampler.load_state_dict(self._ahead_from)
+        try:
+            resume.save(self.cfg, self.parts, self.state)
+        finally:
+            self.state.sampler.load_state_dict(now)
 
     def train(self) -> dict[str, float]:
         tc, logger = self.cfg.trainer, self.parts.logger
@@ -277,5 +338,8 @@ class Trainer:
 
     def close(self) -> None:
         """Release the models and leave the process group (see ``shutdown_distributed``)."""
+        if self._ahead_pool is not None:
+            self._ahead_pool.shutdown(wait=True, cancel_futures=True)
+            self._ahead_pool = None
         self.parts.release()
         shutdown_distributed()

@@ -59,7 +59,8 @@ def build_policy(cfg, dist: DistState, kl_reference: bool, warmup: bool) -> Poli
     # it is sharded like the adapter and a resume can load into it).
     ref_model = copy.deepcopy(model).eval().requires_grad_(False) if kl_reference and not lora else None
     rollout_model = None
-    if dist.enabled and cfg.rollout.engine == "hf":
+    # (and one to generate with during the update when rollouts overlap it: rollout.mode)
+    if cfg.rollout.engine == "hf" and (dist.enabled or cfg.rollout.overlaps):
         copied = plain_copy(model) if lora else copy.deepcopy(model)
         rollout_model = copied.eval().requires_grad_(False).to(dist.device)
     if dist.enabled:

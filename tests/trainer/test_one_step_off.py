@@ -1,0 +1,131 @@
+"""``rollout.mode=one_step_off`` on the tiny Qwen3-VL: the next step's rollouts are generated
+during this step's update with the weights from before it (the HF engine on its own copy)."""
+
+from __future__ import annotations
+
+import time
+
+import pytest
+import torch
+
+from easyvideor1.trainer import step as stages
+from easyvideor1.trainer.loop import Trainer
+
+QUIET = ("trainer.val_size=0", "trainer.max_steps=3")
+
+
+def _trained_prompts(trainer: Trainer) -> list[list[str]]:
+    """Records out: the problem ids each step trains on (in the order the steps consume them)."""
+    seen: list[list[str]] = []
+    own = trainer._rollouts
+
+    def rollouts(metrics):
+        out = own(metrics)
+        seen.append([s.record.problem_id for s in out[1]])
+        return out
+
+    trainer._rollouts = rollouts
+    return seen
+
+
+def test_max_staleness_0_gives_the_weights_of_sync(make_cfg):
+    sync = Trainer(make_cfg(*QUIET))
+    sync.train()
+    fresh = Trainer(make_cfg(*QUIET, "rollout.mode=one_step_off", "rollout.max_staleness=0"))
+    m = fresh.train()
+    a, b = sync.parts.model.state_dict(), fresh.parts.model.state_dict()
+    assert max(float((a[k] - b[k]).abs().max()) for k in a) <= 1e-6
+    assert fresh.engine_version == 3 and m is not None
+
+
+def test_staleness_1_trains_each_batch_on_the_weights_one_update_old(make_cfg, monkeypatch):
+    trainer = Trainer(make_cfg(*QUIET, "rollout.mode=one_step_off", "algorithm.rollout_correction=tis"))
+    assert trainer.parts.engine.owns_weights  # a copy to generate with during the update
+    prompts = _trained_prompts(trainer)
+    exps = []
+    real = stages.correct_rollouts
+
+    def capture(alg, exp):
+        exps.append(exp)
+        return real(alg, exp)
+
+    monkeypatch.setattr(stages, "correct_rollouts", capture)
+    # when generation and updates run: the next batch is sampled while the update runs
+    events: list[tuple[str, float, float]] = []
+    own_generate, own_update = trainer.parts.engine.generate, stages.run_update
+
+    def timed(kind, fn):
+        def run(*args, **kwargs):
+            t = time.perf_counter()
+            out = fn(*args, **kwargs)
+            events.append((kind, t, time.perf_counter()))
+            return out
+
+        return run
+
+    trainer.parts.engine.generate = timed("generate", own_generate)
+    monkeypatch.setattr(stages, "run_update", timed("update", own_update))
+    trainer.train()
+    updates = [(a, b) for kind, a, b in events if kind == "update"]
+    generations = [(a, b) for kind, a, b in events if kind == "generate"]
+    assert any(u0 < g1 and g0 < u1 for u0, u1 in updates for g0, g1 in generations), events
+    rows = [h for h in trainer.history if "reward/overall" in h]
+    assert len(rows) == 3
+    metrics = _metrics(trainer)
+    assert [m["rollout/staleness_max"] for m in metrics] == [0.0, 1.0, 1.0]  # the first has none ahead
+    # the sync step's engine log-probs equal the trainer's; a stale batch's do not (one update apart)
+    assert metrics[0]["rollout/logprob_gap_max"] < 1e-4 < metrics[1]["rollout/logprob_gap_max"]
+    # tis weights: pi_old / pi_rollout from the step's logged log-probs, truncated at the cap (2)
+    exp = exps[1]
+    sampled = exp.mask.bool() & ~torch.isnan(exp.rollout_logp)
+    hand = torch.exp(exp.old_logp - exp.rollout_logp).clamp(max=2.0)
+    assert torch.allclose(exp.is_weights[sampled], hand[sampled], rtol=1e-6)
+    assert metrics[1]["rollout/is_weight_mean"] == pytest.approx(float(hand[sampled].mean()), rel=1e-6)
+    # every step trained different prompts: the batch generated ahead is the next draw, used once
+    assert len({p for step in prompts for p in step}) == sum(len(s) for s in prompts)
+
+
+def _metrics(trainer: Trainer) -> list[dict]:
+    import json
+    import os
+
+    path = os.path.join(trainer.cfg.trainer.output_dir, "metrics.jsonl")
+    rows = [json.loads(line) for line in open(path)]
+    return [r for r in rows if "actor/pg_loss" in r]
+
+
+def test_a_resumed_run_trains_no_prompt_twice_and_loses_none(make_cfg, tmp_path):
+    """At the step-2 checkpoint step 3's rollouts are already generated (ahead): they are not saved,
+    the sampler is saved from before their draw, so the run resumed there draws the same prompts
+    again (on the restored weights) and trains exactly the straight run's steps 3 and 4."""
+    ahead = ("rollout.mode=one_step_off", "trainer.val_size=0", "trainer.max_steps=4", "trainer.save_every=2")
+    straight = Trainer(make_cfg(*ahead, f"trainer.output_dir={tmp_path / 'a'}"))
+    whole = _trained_prompts(straight)
+    straight.train()
+    checkpoint = tmp_path / "a" / "checkpoints" / "step_2"
+    resumed = Trainer(
+        make_cfg(*ahead, f"trainer.output_dir={tmp_path / 'b'}", f"trainer.resume={checkpoint}")
+    )
+    after = _trained_prompts(resumed)
+    resumed.train()
+    assert len(whole) == 4 and after == whole[2:]
+
+
+@pytest.mark.parametrize(
+    "settings,message",
+    [
+        (("rollout.max_staleness=1",), "rollout.max_staleness applies to rollout.mode=one_step_off"),
+        (("rollout.mode=async",), "rollout.mode async .* is not built yet"),
+        (
+            ("rollout.mode=one_step_off", "rollout.max_staleness=2"),
+            r"rollout.max_staleness must be in \[0, 1\]",
+        ),
+        (
+            ("rollout.mode=one_step_off", "rollout.engine=vllm", "rollout.vllm.sleep_between_phases=true"),
+            "rollout.vllm.sleep_between_phases must be false",
+        ),
+    ],
+)
+def test_bad_settings_are_refused_naming_the_key(make_cfg, settings, message):
+    with pytest.raises(ValueError, match=message):
+        Trainer(make_cfg(*settings))
