@@ -3,6 +3,7 @@ during this step's update with the weights from before it (the HF engine on its 
 
 from __future__ import annotations
 
+import threading
 import time
 
 import pytest
@@ -39,7 +40,17 @@ def test_max_staleness_0_gives_the_weights_of_sync(make_cfg):
 
 
 def test_staleness_1_trains_each_batch_on_the_weights_one_update_old(make_cfg, monkeypatch):
-    trainer = Trainer(make_cfg(*QUIET, "rollout.mode=one_step_off", "algorithm.rollout_correction=tis"))
+    # responses of a fixed 32 tokens: a generation lasts longer than the log-prob forwards before
+    # the update, so the batch generated ahead is still being generated when the update starts
+    trainer = Trainer(
+        make_cfg(
+            *QUIET,
+            "rollout.mode=one_step_off",
+            "algorithm.rollout_correction=tis",
+            "rollout.max_new_tokens=32",
+            "rollout.min_new_tokens=32",
+        )
+    )
     assert trainer.parts.engine.owns_weights  # a copy to generate with during the update
     prompts = _trained_prompts(trainer)
     exps = []
@@ -58,7 +69,7 @@ def test_staleness_1_trains_each_batch_on_the_weights_one_update_old(make_cfg, m
         def run(*args, **kwargs):
             t = time.perf_counter()
             out = fn(*args, **kwargs)
-            events.append((kind, t, time.perf_counter()))
+            events.append((kind, threading.current_thread().name, t, time.perf_counter()))
             return out
 
         return run
@@ -66,9 +77,13 @@ def test_staleness_1_trains_each_batch_on_the_weights_one_update_old(make_cfg, m
     trainer.parts.engine.generate = timed("generate", own_generate)
     monkeypatch.setattr(stages, "run_update", timed("update", own_update))
     trainer.train()
-    updates = [(a, b) for kind, a, b in events if kind == "update"]
-    generations = [(a, b) for kind, a, b in events if kind == "generate"]
-    assert any(u0 < g1 and g0 < u1 for u0, u1 in updates for g0, g1 in generations), events
+    updates = [(t0, t1) for kind, _, t0, t1 in events if kind == "update"]
+    ahead = [
+        (t0, t1) for kind, name, t0, t1 in events if kind == "generate" and name.startswith("rollouts-ahead")
+    ]
+    assert len(updates) == 3 and len(ahead) == 2  # steps 1 and 2 generate the next step's batch
+    for (u0, u1), (g0, g1) in zip(updates, ahead, strict=False):  # step k's update and its batch ahead
+        assert g0 < u1 and u0 < g1, events
     rows = [h for h in trainer.history if "reward/overall" in h]
     assert len(rows) == 3
     metrics = _metrics(trainer)

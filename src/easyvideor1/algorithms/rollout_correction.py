@@ -22,8 +22,10 @@ engine log-prob and get weight 1.
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
-import torch
+if TYPE_CHECKING:  # the config imports the names below: torch loads only when weights are computed
+    import torch
 
 ROLLOUT_CORRECTIONS = ("none", "tis", "mis")
 CORRECTION_LEVELS = ("token", "sequence")
@@ -51,6 +53,8 @@ def rollout_correction(
 ) -> Correction:
     """Importance weights of the tokens under ``mask`` (see the module doc). ``rollout_logp`` is NaN
     where the engine did not sample the token. ``lower`` (``mis``) defaults to ``1 / cap``."""
+    import torch
+
     if mode not in ROLLOUT_CORRECTIONS or mode == "none":
         raise ValueError(f"rollout correction mode must be 'tis' or 'mis', got {mode!r}")
     if level not in CORRECTION_LEVELS:
