@@ -144,3 +144,27 @@ def test_a_resumed_run_trains_no_prompt_twice_and_loses_none(make_cfg, tmp_path)
 def test_bad_settings_are_refused_naming_the_key(make_cfg, settings, message):
     with pytest.raises(ValueError, match=message):
         Trainer(make_cfg(*settings))
+
+
+def test_episodes_hybrid_groups_and_dynamic_sampling_run_one_step_off(make_cfg, turns_file):
+    """The batch generated ahead is a whole step's collection: episodes with tool calls, offline
+    multi-turn trajectories in the groups, and DAPO's refill rounds, all on the stale weights."""
+    trainer = Trainer(
+        make_cfg(
+            *QUIET,
+            f"data.train_files=[{turns_file}]",
+            "rollout.mode=one_step_off",
+            "rollout.hybrid=always",
+            "rollout.max_new_tokens=160",  # the offline turns: a seek call, then the answer
+            "tools.names=[seek]",
+            "tools.seek_max_pixels=4096",
+            "tools.max_episode_tokens=2048",
+            "algorithm.online_filtering.enable=true",
+            "algorithm.online_filtering.max_tries=3",
+        )
+    )
+    trainer.train()
+    metrics = _metrics(trainer)
+    assert [m["rollout/staleness_max"] for m in metrics] == [0.0, 1.0, 1.0]
+    assert all(m["hybrid/groups_with_offline"] > 0 for m in metrics)
+    assert all(m["actor/skipped_steps"] == 0 for m in metrics)
