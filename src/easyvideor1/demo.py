@@ -295,8 +295,7 @@ def print_tool_table(r: dict) -> None:
         ("RL steps", r["steps"]),
         ("wall time", f"{r['wall_seconds']:.0f} s"),
     ]
-    width = max(len(k) for k, _ in rows)
-    print("\n".join(f"{k:<{width}}  {v}" for k, v in rows))
+    _print_rows(rows)
 
 
 def plot_curves(out: str, suffix: str = "") -> str | None:
@@ -345,7 +344,7 @@ def plot_curves(out: str, suffix: str = "") -> str | None:
                 label="after the supervised warm-up",
             )
     ax.axhline(CHANCE, color="grey", ls="--", lw=1, label="chance")
-    ax.set_xlabel("RL step (0: after the warm-up)")
+    ax.set_xlabel("RL step")
     ax.set_ylabel("accuracy")
     ax.set_ylim(-0.02, 1.02)
     ax.legend(fontsize=7, loc="center right")
@@ -372,5 +371,10 @@ def print_table(r: dict) -> None:
         ("RL steps", r["steps"]),
         ("wall time", f"{r['wall_seconds']:.0f} s"),
     ]
+    _print_rows(rows)
+
+
+def _print_rows(rows: list[tuple[str, object]]) -> None:
+    """The demo's result table: names left-aligned, values after them."""
     width = max(len(k) for k, _ in rows)
     print("\n".join(f"{k:<{width}}  {v}" for k, v in rows))
