@@ -77,3 +77,16 @@ def test_with_an_exact_engine_the_correction_changes_nothing(make_cfg, monkeypat
     # weights agree to a small fraction of that
     a, b = plain.parts.model.state_dict(), corrected.parts.model.state_dict()
     assert max(float((a[k].float() - b[k].float()).abs().max()) for k in a) < 1e-4
+
+
+def test_mis_drops_tokens_from_the_loss_but_not_from_the_forward(make_cfg, monkeypatch):
+    """A token ``mis`` drops leaves the loss mask only: the forward still attends it, so the tokens
+    after it keep their log-probs."""
+    trainer = Trainer(make_cfg("algorithm.rollout_correction=mis", "trainer.val_size=0"))
+    _shift_engine_logprobs(trainer)
+    seen = _capture(monkeypatch)
+    trainer.rl_step()
+    exp = seen["exp"]
+    dropped = exp.real.bool() & ~exp.mask.bool()
+    assert dropped.any() and seen["metrics"]["rollout/is_clipped_frac"] > 0
+    assert bool((exp.is_weights[dropped] == 0).all())

@@ -113,6 +113,8 @@ def correct_rollouts(alg, exp: Experience) -> dict[str, float]:
         alg.rollout_correction_lower,
     )
     exp.is_weights = corr.weights
+    if exp.valid is None:  # dropped tokens leave the loss, not the forward: later tokens still see them
+        exp.valid = exp.mask.clone()
     exp.mask = exp.mask * corr.keep.to(exp.mask.dtype)
     return corr.metrics
 
