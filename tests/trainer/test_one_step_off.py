@@ -29,10 +29,11 @@ def _trained_prompts(trainer: Trainer) -> list[list[str]]:
     return seen
 
 
-def test_max_staleness_0_gives_the_weights_of_sync(make_cfg):
+@pytest.mark.parametrize("mode", ["one_step_off", "async"])
+def test_max_staleness_0_gives_the_weights_of_sync(make_cfg, mode):
     sync = Trainer(make_cfg(*QUIET))
     sync.train()
-    fresh = Trainer(make_cfg(*QUIET, "rollout.mode=one_step_off", "rollout.max_staleness=0"))
+    fresh = Trainer(make_cfg(*QUIET, f"rollout.mode={mode}", "rollout.max_staleness=0"))
     m = fresh.train()
     a, b = sync.parts.model.state_dict(), fresh.parts.model.state_dict()
     assert max(float((a[k] - b[k]).abs().max()) for k in a) <= 1e-6
@@ -130,7 +131,8 @@ def test_a_resumed_run_trains_no_prompt_twice_and_loses_none(make_cfg, tmp_path)
     "settings,message",
     [
         (("rollout.max_staleness=1",), "rollout.max_staleness applies to rollout.mode=one_step_off"),
-        (("rollout.mode=async",), "rollout.mode async .* is not built yet"),
+        (("rollout.mode=async", "rollout.max_staleness=9"), r"rollout.max_staleness must be a whole number in \[0, 8\]"),
+        (("rollout.mode=one_step_off", "rollout.on_stale=drop"), "rollout.on_stale drop applies to rollout.mode=async"),
         (
             ("rollout.mode=one_step_off", "rollout.max_staleness=2"),
             r"rollout.max_staleness must be in \[0, 1\]",
@@ -168,3 +170,66 @@ def test_episodes_hybrid_groups_and_dynamic_sampling_run_one_step_off(make_cfg, 
     assert [m["rollout/staleness_max"] for m in metrics] == [0.0, 1.0, 1.0]
     assert all(m["hybrid/groups_with_offline"] > 0 for m in metrics)
     assert all(m["actor/skipped_steps"] == 0 for m in metrics)
+
+
+def _slow_updates(monkeypatch, seconds: float) -> None:
+    """Updates that outlast the generation of every batch in flight: the timing the tests below
+    describe no longer depends on the machine's load."""
+    own = stages.run_update
+
+    def slow(*args, **kwargs):
+        time.sleep(seconds)
+        return own(*args, **kwargs)
+
+    monkeypatch.setattr(stages, "run_update", slow)
+
+
+def test_async_keeps_k_batches_in_flight_each_within_the_bound(make_cfg, monkeypatch):
+    """``async`` with max_staleness 2: step 0's update starts with steps 1 and 2 in flight, both
+    sampled on the initial weights (staleness 1 and 2); step 3's batch starts on step 0's weights
+    once they are pushed (staleness 2). Validation runs on the current weights."""
+    _slow_updates(monkeypatch, 1.5)
+    trainer = Trainer(
+        make_cfg("trainer.max_steps=4", "rollout.mode=async", "rollout.max_staleness=2", "trainer.val_every=2")
+    )
+    prompts = _trained_prompts(trainer)
+    versions = []
+    own_validate = trainer.validate
+
+    def validate(probes=False):
+        out = own_validate(probes)
+        versions.append((trainer.state.step, trainer.parts.handoff.version))
+        return out
+
+    trainer.validate = validate
+    trainer.train()
+    metrics = _metrics(trainer)
+    assert [m["rollout/staleness_max"] for m in metrics] == [0.0, 1.0, 2.0, 2.0]
+    assert all(m["rollout/dropped_stale"] == 0 for m in metrics)
+    assert versions == [(0, 0), (2, 2), (4, 4)]  # before training, at step 2, the final one
+    assert len({p for step in prompts for p in step}) == sum(len(s) for s in prompts)
+
+
+def test_async_drop_gives_a_too_stale_batch_back_and_counts_it(make_cfg, monkeypatch):
+    """``on_stale=drop``, max_staleness 1: two batches in flight. Both ahead of step 0's update are
+    sampled on the initial weights; at step 2 the second is two updates old: dropped (its
+    prompts counted and given back to the sampler), and step 2, the last, trains a batch sampled
+    afresh on the current weights instead (staleness 0)."""
+    _slow_updates(monkeypatch, 1.5)
+    trainer = Trainer(
+        make_cfg(*QUIET, "rollout.mode=async", "rollout.max_staleness=1", "rollout.on_stale=drop")
+    )
+    dropped: list[list[int]] = []
+    own_requeue = trainer.state.sampler.requeue
+
+    def requeue(indices, front=False):
+        dropped.append(list(indices))
+        return own_requeue(indices, front)
+
+    trainer.state.sampler.requeue = requeue
+    trainer.train()
+    metrics = _metrics(trainer)
+    assert [m["rollout/staleness_max"] for m in metrics] == [0.0, 1.0, 0.0]
+    share = trainer.cfg.trainer.prompts_per_step
+    assert [m["rollout/dropped_stale"] for m in metrics] == [0.0, 0.0, float(share)]
+    assert len(dropped) == 1 and len(dropped[0]) == share

@@ -72,11 +72,13 @@ class PipelineSettings:
 
 # vLLM's share of GPU memory when unset: leave a colocated trainer room; take most of it alone
 COLOCATED_MEMORY_SHARE = 0.5
+# batches an async run may keep in flight: each holds a whole step's rollouts in memory
+MAX_STALENESS = 8
 ALONE_MEMORY_SHARE = 0.9
 ENGINES = ("hf", "vllm")
 
 
-ROLLOUT_MODES = ("sync", "one_step_off")
+ROLLOUT_MODES = ("sync", "one_step_off", "async")
 
 
 @dataclass
@@ -105,13 +107,19 @@ class RolloutConfig(SamplingConfig):
             behaviour (old log-probs from the current policy, plain clipped loss); a value gamma > 0
             trains offline tokens with LUFFY's policy shaping ``-A * p / (p + gamma)`` (e.g. 0.1),
             which strengthens the gradient of tokens the policy finds unlikely.
-        mode: ``sync`` (each step samples with the weights it then updates) or ``one_step_off``
+        mode: ``sync`` (each step samples with the weights it then updates), ``one_step_off``
             (the next step's rollouts are generated during this step's update, with the weights
-            from before it; the engine keeps its own copy of the weights, pushed after the
-            rollouts in flight finish). ``async`` (many batches in flight) is not built yet.
-        max_staleness: With ``one_step_off``: at most how many updates a trained sample's weights
-            may lag the weights it updates: 1 overlaps, 0 waits for fresh weights (``sync``'s
-            result). ``None``: 1 for ``one_step_off``; ``sync`` takes none.
+            from before it) or ``async`` (a rollout thread keeps ``max_staleness`` batches in
+            flight, each sampled on the newest weights pushed when it starts). Either way the
+            engine keeps its own copy of the weights, loaded between batches.
+        max_staleness: At most how many updates a trained sample's weights may lag the weights
+            it updates. ``one_step_off``: 1 overlaps, 0 waits for fresh weights (``sync``'s
+            result). ``async``: k >= 0 batches in flight (0: ``sync``'s result). ``None``: 1;
+            ``sync`` takes none.
+        on_stale: ``async``: ``wait`` (a batch starts only when its weights will be within the
+            bound, so none is ever too stale) or ``drop`` (one more batch in flight, so the
+            engine never waits; a batch staler than ``max_staleness`` is dropped, its prompts
+            drawn again later, and counted in ``rollout/dropped_stale``).
     """
 
     SECTION: ClassVar[str] = "rollout"
@@ -126,6 +134,7 @@ class RolloutConfig(SamplingConfig):
     offline_shaping: float = 0.0
     mode: str = "sync"
     max_staleness: int | None = None
+    on_stale: str = "wait"
     vllm: VLLMConfig = field(default_factory=VLLMConfig)
 
     def __post_init__(self) -> None:
@@ -146,26 +155,39 @@ class RolloutConfig(SamplingConfig):
         in_range("rollout.hybrid_threshold", self.hybrid_threshold, 0, 1)
         non_negative("rollout.val_temperature", self.val_temperature)
         non_negative("rollout.offline_shaping", self.offline_shaping)
-        require(
-            self.mode != "async",
-            "rollout.mode",
-            "async (several batches in flight) is not built yet; one_step_off overlaps one",
-            self.mode,
-        )
         one_of("rollout.mode", self.mode, ROLLOUT_MODES)
+        one_of("rollout.on_stale", self.on_stale, ("wait", "drop"))
         if self.mode == "sync":
             require(
                 not self.max_staleness,
                 "rollout.max_staleness",
-                "applies to rollout.mode=one_step_off (sync samples with the weights it updates)",
+                "applies to rollout.mode=one_step_off or async (sync samples with the weights it updates)",
                 self.max_staleness,
             )
         elif self.max_staleness is None:
             self.max_staleness = 1
-        else:
+        elif self.mode == "one_step_off":
             in_range("rollout.max_staleness", self.max_staleness, 0, 1)
+        else:
+            require(
+                isinstance(self.max_staleness, int) and 0 <= self.max_staleness <= MAX_STALENESS,
+                "rollout.max_staleness",
+                f"must be a whole number in [0, {MAX_STALENESS}] (batches in flight)",
+                self.max_staleness,
+            )
+        require(
+            self.on_stale == "wait" or self.mode == "async",
+            "rollout.on_stale",
+            "drop applies to rollout.mode=async",
+            self.on_stale,
+        )
 
     @property
     def overlaps(self) -> bool:
-        """The next step's rollouts run during this step's update (``one_step_off``, staleness 1)."""
-        return self.mode == "one_step_off" and bool(self.max_staleness)
+        """Rollouts are generated during the update (``one_step_off`` / ``async``, staleness > 0)."""
+        return self.mode != "sync" and bool(self.max_staleness)
+
+    @property
+    def depth(self) -> int:
+        """Batches kept in flight when rollouts overlap: the bound, plus one that ``drop`` may drop."""
+        return (self.max_staleness or 0) + (self.on_stale == "drop")

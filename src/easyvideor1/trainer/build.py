@@ -56,16 +56,17 @@ def start(cfg) -> DistState:
 
 
 def check_overlap(cfg, dist: DistState) -> None:
-    """``rollout.mode=one_step_off``: what cannot generate during the update yet, refused with the
-    key to change."""
+    """``rollout.mode`` one_step_off / async: what cannot generate during the update yet, refused
+    with the key to change."""
+    mode = cfg.rollout.mode
     if dist.enabled:
         raise ValueError(
-            "rollout.mode=one_step_off runs in one process for now: under torchrun the rollouts and "
+            f"rollout.mode={mode} runs in one process for now: under torchrun the rollouts and "
             "the update would issue collectives from two threads (use rollout.mode=sync)"
         )
     if cfg.rollout.engine == "vllm" and cfg.rollout.vllm.sleep_between_phases:
         raise ValueError(
-            "rollout.mode=one_step_off generates during the update: rollout.vllm.sleep_between_phases "
+            f"rollout.mode={mode} generates during the update: rollout.vllm.sleep_between_phases "
             "must be false"
         )
 
@@ -115,7 +116,7 @@ def build_components(cfg, dist: DistState) -> Components:
         ref_dummy=ref_dummy,
         vision_cache=vision_cache,
         engine=engine,
-        handoff=EngineHandoff(engine, model, sleep=sleep),
+        handoff=EngineHandoff(engine, model, sleep=sleep, deferred=cfg.rollout.overlaps),
         optimizer=optimizer,
         scheduler=scheduler,
         kl_ctl=cfg.algorithm.make_kl_controller(),

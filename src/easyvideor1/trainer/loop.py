@@ -9,7 +9,6 @@ and ``step.py`` (the rest), saving and resuming ``resume.py``.
 from __future__ import annotations
 
 import time
-from concurrent.futures import Future, ThreadPoolExecutor
 
 import torch
 
@@ -19,6 +18,7 @@ from ..data.dataset import MediaSample, encode_prompts
 from ..models.inputs import PromptBatch
 from . import resume, warmup
 from . import step as stages
+from .ahead import RolloutsAhead
 from .build import build_components, load_data, start, step_settings
 from .distributed import shutdown_distributed, split_prompts
 from .evaluate import has_video, validate_policy
@@ -50,14 +50,14 @@ class Trainer:
         self.settings = step_settings(cfg)
         tc = cfg.trainer
         self.state = TrainState(PromptSampler(len(self.data.train_idx), tc.prompts_per_step, seed=tc.seed))
-        # rollout.mode=one_step_off: the next step's rollouts, generated during this step's update
-        # (``_start_ahead``), the sampler state from before they were drawn (a checkpoint then
-        # redraws them), and how many updates the engine's weights have had
-        self._ahead: Future | None = None
-        self._ahead_from: dict | None = None
-        self._ahead_pool: ThreadPoolExecutor | None = None
-        self.engine_version = 0
+        # rollout.mode one_step_off / async: the batches generated during the updates (ahead.py)
+        rc = cfg.rollout
+        self._ahead = RolloutsAhead(self._collect, self.parts.handoff, rc.depth) if rc.overlaps else None
 
+    @property
+    def engine_version(self) -> int:
+        """Updates behind the weights the rollout engine holds (or has been pushed)."""
+        return self.parts.handoff.version
     # ------------------------------------------------------------- what callers read (CLI, demo)
     @property
     def step(self) -> int:
@@ -104,8 +104,8 @@ class Trainer:
         t0 = time.perf_counter()
         metrics: dict[str, float] = {}
         exp, samples, batch, data_s = self._rollouts(metrics)
-        if cfg.rollout.overlaps and self.state.step + 1 < cfg.trainer.max_steps:
-            self._start_ahead()  # the next step's rollouts, on the weights from before this update
+        if self._ahead is not None:  # the next steps' rollouts, on the weights from before this update
+            self._ahead.fill(cfg.trainer.max_steps - self.state.step - 1)
         t_data, t_rollout = t0 + data_s, time.perf_counter()
         exp.old_logp, exp.ref_logp, entropy = stages.logprobs(
             parts, exp, settings.update, settings.kl_reference, self.state.reference_from_warmup
@@ -135,11 +135,10 @@ class Trainer:
         metrics["actor/entropy_rollout"] = float(masked_mean(entropy, exp.mask.bool()))
         tc = cfg.trainer
         mini = stages.mini_batches(exp.prompt_of, tc.mini_batch_prompts // parts.dist.world, tc.ppo_epochs)
-        with parts.handoff:  # the engine sleeps during the update and gets the new weights after it
+        # the engine sleeps during the update and gets the new weights after it (generating ahead:
+        # the rollout thread loads them before its next batch)
+        with parts.handoff:
             update = stages.run_update(parts, exp, mini, settings.update)
-            if self._ahead is not None:  # the engine's copy is in use until the rollouts in flight end
-                self._ahead.result()
-        self.engine_version = self.state.step + 1  # pushed (or the engine generates with the model)
         t_end = time.perf_counter()
         times = {"data": t_data - t0, "rollout": t_rollout - t_data, "logprobs": t_logp - t_rollout}
         times.update(update=t_end - t_logp, step=t_end - t0)
@@ -147,51 +146,57 @@ class Trainer:
         metrics.update(update)  # already global
         return metrics
 
-    def _collect(self, metrics: dict[str, float]):
+    def _collect(self, metrics: dict[str, float], draws: list[int] | None = None):
         """One step's rollouts on the engine's current weights: (experience, samples, batch, data
-        seconds, the weights' version)."""
-        version = self.engine_version
-        out = collect_groups(
+        seconds). ``draws`` collects the sampler indices drawn."""
+        return collect_groups(
             self.cfg,
             self.parts,
             self.settings.sampling,
             self.data.train_set.loader,
-            self._next_samples,
+            lambda: self._next_samples(draws),
             metrics,
         )
-        return (*out, version)
-
-    def _start_ahead(self) -> None:
-        if self._ahead_pool is None:
-            self._ahead_pool = ThreadPoolExecutor(1, thread_name_prefix="rollouts-ahead")
-        self._ahead_from = self.state.sampler.state_dict()
-        got: dict[str, float] = {}
-        self._ahead = self._ahead_pool.submit(lambda: (*self._collect(got), got))
 
     def _rollouts(self, metrics: dict[str, float]):
-        """This step's rollouts: the ones generated during the last update (``one_step_off``),
-        else sampled now. Logs their staleness: updates between their weights and the policy's."""
-        if self._ahead is not None:
-            *out, version, got = self._ahead.result()
-            self._ahead = self._ahead_from = None
-            metrics.update(got)
+        """This step's rollouts: the oldest batch generated ahead (``one_step_off`` / ``async``),
+        else sampled now. Logs their staleness (updates between their weights and the policy's);
+        a batch past ``rollout.max_staleness`` (``on_stale=drop``) is dropped, its prompts given
+        back to the sampler."""
+        rc, step = self.cfg.rollout, self.state.step
+        dropped = 0
+        got = self._ahead.take() if self._ahead is not None else None
+        while got is not None and step - got.version > (rc.max_staleness or 0):
+            dropped += len(got.out[1])
+            self.state.sampler.requeue(got.draws)
+            self._ahead.fill(self.cfg.trainer.max_steps - step)
+            got = self._ahead.take()
+        if got is None:
+            version = self.engine_version
+            out = self._collect(metrics)
         else:
-            *out, version = self._collect(metrics)
-        if self.cfg.rollout.mode != "sync":
-            staleness = self.state.step - version
-            if staleness > (self.cfg.rollout.max_staleness or 0):  # one batch in flight: never
-                raise RuntimeError(f"rollouts {staleness} updates old, past rollout.max_staleness")
+            out, version = got.out, got.version
+            metrics.update(got.metrics)
+        if rc.mode != "sync":
+            staleness = float(step - version)
             metrics.update(
-                {"rollout/staleness_mean": float(staleness), "rollout/staleness_max": float(staleness)}
+                {
+                    "rollout/staleness_mean": staleness,
+                    "rollout/staleness_max": staleness,
+                    "rollout/dropped_stale": float(dropped),
+                }
             )
         return out
 
-    def _next_samples(self) -> tuple[list[MediaSample], PromptBatch]:
+    def _next_samples(self, draws: list[int] | None = None) -> tuple[list[MediaSample], PromptBatch]:
         """This rank's share of the next global batch (every rank draws it, so samplers stay in
         step), its unloadable records skipped and, with ``data.preflight=fast``, its overlong
         prompts dropped (both counted in ``self.skips``)."""
         data, dcfg = self.data, self.cfg.data
-        chosen = [data.train_idx[i] for i in self.state.sampler.next_batch()]
+        drawn = self.state.sampler.next_batch()
+        if draws is not None:
+            draws += drawn
+        chosen = [data.train_idx[i] for i in drawn]
         balance = self.cfg.distributed.balance_tokens
         chosen = split_prompts(chosen, self.parts.dist, data.prompt_tokens if balance else None)
         samples = self.loadable(chosen)
@@ -243,8 +248,12 @@ class Trainer:
         return True
 
     def validate(self, probes: bool = False) -> dict[str, float]:
-        """Validation metrics; with ``probes``, the video probes too (``trainer/evaluate.py``)."""
+        """Validation metrics, always on the current weights (an engine generating ahead finishes
+        its batches in flight and loads them first); with ``probes``, the video probes too
+        (``trainer/evaluate.py``)."""
         parts, data = self.parts, self.data
+        if self._ahead is not None:
+            self._ahead.drain()
         return validate_policy(
             parts.engine,
             parts.processor,
@@ -266,7 +275,9 @@ class Trainer:
         if saved is None:
             return False
         self.state.load_state_dict(saved)
-        self.engine_version = self.state.step  # resume.restore pushed the restored weights
+        self.parts.handoff.renumber(self.state.step)  # resume.restore pushed the restored weights
+        if self._ahead is not None:
+            self._ahead.drain()  # the rollout thread loads them now
         kl = self.cfg.algorithm.kl
         if kl.enabled and kl.apply_as == "loss":  # the loss takes the restored coefficient
             self.settings.update.kl_loss_coef = self.parts.kl_ctl.value
@@ -274,17 +285,19 @@ class Trainer:
 
     def save(self) -> None:
         """Checkpoint the current step (the counterpart of :meth:`restore`). Rollouts generated
-        ahead and not trained yet are not saved: the sampler is saved from before they were drawn,
-        so a resumed run draws and generates them again (none trained twice, none lost)."""
-        if self._ahead_from is None:
+        ahead and not trained yet are not saved: their prompts are saved as given back to the
+        sampler, so a resumed run draws and generates them again (none trained twice, none lost)."""
+        if self._ahead is None:
             resume.save(self.cfg, self.parts, self.state)
             return
-        now = self.state.sampler.state_dict()
-        self.state.sampler.load_state_dict(self._ahead_from)
+        in_flight = [i for b in self._ahead.drain() for i in b.draws]
+        sampler = self.state.sampler
+        now = sampler.state_dict()
+        sampler.requeue(in_flight, front=True)
         try:
             resume.save(self.cfg, self.parts, self.state)
         finally:
-            self.state.sampler.load_state_dict(now)
+            sampler.load_state_dict(now)
 
     def train(self) -> dict[str, float]:
         tc, logger = self.cfg.trainer, self.parts.logger
@@ -338,8 +351,8 @@ class Trainer:
 
     def close(self) -> None:
         """Release the models and leave the process group (see ``shutdown_distributed``)."""
-        if self._ahead_pool is not None:
-            self._ahead_pool.shutdown(wait=True, cancel_futures=True)
-            self._ahead_pool = None
+        if self._ahead is not None:
+            self._ahead.close()
+            self._ahead = None
         self.parts.release()
         shutdown_distributed()

@@ -14,6 +14,7 @@ from __future__ import annotations
 import logging
 import shutil
 import tempfile
+import threading
 import weakref
 
 import torch
@@ -75,11 +76,22 @@ class EngineHandoff:
     and pushes the new weights to an engine that holds its own copy (``engine.owns_weights``).
     :meth:`push` alone is the sync after a warm-up or a resume. The push is a collective under
     FSDP (the shards are gathered): every rank enters and leaves the context together.
+
+    ``deferred`` (rollouts generated ahead, ``rollout.mode`` one_step_off / async): the engine may
+    be generating while the trainer pushes, so :meth:`push` only takes a copy of the new weights
+    and :meth:`apply_pending` (called by the rollout thread before each batch) loads it.
+    :attr:`version` counts the updates behind the weights the engine holds, :attr:`pushed` those
+    behind the newest weights pushed (equal unless a deferred push waits).
     """
 
-    def __init__(self, engine: RolloutEngine, model: torch.nn.Module, sleep: bool = False):
-        self.engine, self.model, self.sleep = engine, model, sleep
+    def __init__(
+        self, engine: RolloutEngine, model: torch.nn.Module, sleep: bool = False, deferred: bool = False
+    ):
+        self.engine, self.model, self.sleep, self.deferred = engine, model, sleep, deferred
         self._adapter_dir: str | None = None
+        self.version = self.pushed = 0
+        self._pending: tuple[int, dict[str, torch.Tensor]] | None = None
+        self._lock = threading.Lock()
 
     def __enter__(self) -> EngineHandoff:
         if self.sleep:
@@ -91,24 +103,59 @@ class EngineHandoff:
             return
         if self.sleep:
             self.engine.wake_up()
+        self.pushed += 1
         self.push()
 
     def push(self) -> None:
         """Give the engine the trainer's weights (gathered from FSDP shards, LoRA merged in), or
         only the adapter to an engine running vLLM's LoRA; a no-op for an engine that generates
-        with the training model itself."""
+        with the training model itself. They are the :attr:`pushed` version."""
+        version = self.pushed
         if not self.engine.owns_weights:
+            self.version = version
             return
+        if self.deferred:  # a copy now (the model changes at the next update), loaded between batches
+            adapter = self.engine.adapter_sync and has_lora(self.model)
+            with torch.no_grad():
+                tensors = adapter_state(self.model) if adapter else merged_state_dict(self.model)
+                copy = {k: v.clone() for k, v in dict(tensors).items()}
+            with self._lock:
+                self._pending = (version, adapter, copy)
+            return
+        self.version = version
         with torch.no_grad():
             if self.engine.adapter_sync and has_lora(self.model):
                 self._push_adapter()
             else:
                 self.engine.update_weights(merged_state_dict(self.model))
 
-    def _push_adapter(self) -> None:
+    def renumber(self, version: int) -> None:
+        """The weights pushed and held are ``version`` (a resumed run's step)."""
+        with self._lock:
+            self.version = self.pushed = version
+            if self._pending is not None:
+                self._pending = (version, *self._pending[1:])
+
+    def apply_pending(self) -> int:
+        """Load the newest weights pushed since the last call (rollout thread, between batches);
+        the version the engine holds now."""
+        with self._lock:
+            pending, self._pending = self._pending, None
+        if pending is not None:
+            version, adapter, tensors = pending
+            with torch.no_grad():
+                if adapter:
+                    self._push_adapter(tensors)
+                else:
+                    self.engine.update_weights(tensors.items())
+            self.version = version
+        return self.version
+
+    def _push_adapter(self, tensors: dict[str, torch.Tensor] | None = None) -> None:
         from ..models.lora import save_adapter
 
-        tensors = adapter_state(self.model)  # gathered on every rank: each rank has its own engine
+        if tensors is None:  # gathered on every rank: each rank has its own engine
+            tensors = adapter_state(self.model)
         if self._adapter_dir is None:
             self._adapter_dir = tempfile.mkdtemp(prefix="evr1_adapter_")
             # removed with the handoff (or at exit) even if close() is never called

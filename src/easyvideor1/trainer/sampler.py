@@ -1,10 +1,15 @@
 """A deterministic, resumable order of prompts: one seeded permutation per epoch.
 
 The state is two integers (epoch, position), saved with every checkpoint, so a resumed run sees
-exactly the prompts the uninterrupted run would have (EasyR1#57 replayed data after resume).
+exactly the prompts the uninterrupted run would have (EasyR1#57 replayed data after resume), plus
+the prompts given back (:meth:`PromptSampler.requeue`: drawn, never trained), which are drawn
+again before the permutation goes on. Rollouts generated ahead draw from another thread: a lock
+keeps each call whole.
 """
 
 from __future__ import annotations
+
+import threading
 
 import torch
 
@@ -17,7 +22,9 @@ class PromptSampler:
             raise ValueError(f"batch size must be positive, got {batch_size}")
         self.size, self.batch_size, self.seed, self.shuffle = size, batch_size, seed, shuffle
         self.epoch, self.position = 0, 0
+        self.requeued: list[int] = []
         self._order = self._permutation(0)
+        self._lock = threading.Lock()
 
     def _permutation(self, epoch: int) -> list[int]:
         if not self.shuffle:
@@ -26,8 +33,21 @@ class PromptSampler:
         return torch.randperm(self.size, generator=g).tolist()
 
     def next_batch(self) -> list[int]:
-        """The next ``batch_size`` indices; an epoch boundary continues into the next permutation."""
-        out: list[int] = []
+        """The next ``batch_size`` indices, given-back ones first; an epoch boundary continues into
+        the next permutation."""
+        with self._lock:
+            out = self.requeued[: self.batch_size]
+            del self.requeued[: self.batch_size]
+            return self._draw(out)
+
+    def requeue(self, indices: list[int], front: bool = False) -> None:
+        """Give drawn prompts back (rollouts dropped as too stale, or generated ahead of a
+        checkpoint): they are drawn again, in order, before any new one; ``front`` puts them
+        before those already given back."""
+        with self._lock:
+            self.requeued = list(indices) + self.requeued if front else self.requeued + list(indices)
+
+    def _draw(self, out: list[int]) -> list[int]:
         while len(out) < self.batch_size:
             if self.position >= self.size:
                 self.epoch, self.position = self.epoch + 1, 0
@@ -37,8 +57,12 @@ class PromptSampler:
             self.position += take
         return out
 
-    def state_dict(self) -> dict[str, int]:
-        return {"epoch": self.epoch, "position": self.position, "seed": self.seed, "size": self.size}
+    def state_dict(self) -> dict:
+        with self._lock:
+            state = {"epoch": self.epoch, "position": self.position, "seed": self.seed, "size": self.size}
+            if self.requeued:
+                state["requeued"] = list(self.requeued)
+            return state
 
     def load_state_dict(self, state: dict[str, int]) -> None:
         if state["size"] != self.size or state["seed"] != self.seed:
@@ -47,4 +71,5 @@ class PromptSampler:
                 f"this run has {self.size} with seed {self.seed}"
             )
         self.epoch, self.position = state["epoch"], state["position"]
+        self.requeued = [int(i) for i in state.get("requeued", [])]
         self._order = self._permutation(self.epoch)

@@ -1,0 +1,81 @@
+"""Rollouts generated ahead of the update (``rollout.mode``: ``one_step_off`` / ``async``).
+
+One background thread generates whole batches (a step's collection: rounds of dynamic sampling,
+episodes, hybrid groups) one after another. Before each batch it loads the newest weights the
+trainer has pushed (:meth:`~.rollout_engines.EngineHandoff.apply_pending`), and the batch records
+that version. The trainer keeps ``depth`` batches submitted: a batch submitted when the trainer
+takes step ``s``'s rollouts is trained at step ``s + depth`` and starts on weights at least ``s``
+updates old, so its staleness is at most ``depth``: the bound holds by construction (``wait``).
+With ``drop`` one more batch is kept in flight, so the engine never waits on the trainer; a batch
+staler than the bound is dropped when taken, its prompts given back to the sampler, and counted.
+
+Every batch also records the prompts it drew (sampler indices, filtered-out refills included), so
+a checkpoint can give back what is in flight: a resumed run draws those prompts again and
+regenerates them on the restored weights (none trained twice, none lost).
+"""
+
+from __future__ import annotations
+
+from collections import deque
+from collections.abc import Callable
+from concurrent.futures import Future, ThreadPoolExecutor
+from dataclasses import dataclass, field
+
+from .rollout_engines import EngineHandoff
+
+
+@dataclass
+class AheadBatch:
+    """One batch generated ahead: the collection (experience, samples, batch, data seconds), the
+    weights' version it was sampled with, its rollout metrics and the sampler indices it drew."""
+
+    out: tuple
+    version: int
+    metrics: dict[str, float]
+    draws: list[int] = field(default_factory=list)
+
+
+class RolloutsAhead:
+    """``depth`` batches in flight on one rollout thread.
+
+    ``collect(metrics, draws)`` runs one step's collection on the engine, filling ``metrics`` and
+    appending every sampler index it draws to ``draws``.
+    """
+
+    def __init__(self, collect: Callable[[dict, list], tuple], handoff: EngineHandoff, depth: int):
+        self.collect, self.handoff, self.depth = collect, handoff, depth
+        self.jobs: deque[Future] = deque()
+        self._pool = ThreadPoolExecutor(1, thread_name_prefix="rollouts-ahead")
+
+    def _run(self) -> AheadBatch:
+        version = self.handoff.apply_pending()
+        metrics: dict[str, float] = {}
+        draws: list[int] = []
+        return AheadBatch(self.collect(metrics, draws), version, metrics, draws)
+
+    def fill(self, wanted: int) -> None:
+        """Keep ``min(depth, wanted)`` batches submitted (``wanted``: batches the run still needs)."""
+        while len(self.jobs) < min(self.depth, wanted):
+            self.jobs.append(self._pool.submit(self._run))
+
+    def take(self) -> AheadBatch | None:
+        """The oldest batch in flight (waiting for it), or None when none is."""
+        return self.jobs.popleft().result() if self.jobs else None
+
+    def drain(self) -> list[AheadBatch]:
+        """Wait for every batch in flight and load the newest weights: the engine then holds the
+        trainer's current weights (validation, checkpoints). The batches stay queued, in order."""
+        done = [job.result() for job in self.jobs]
+        self.jobs = deque(_done(b) for b in done)
+        self._pool.submit(self.handoff.apply_pending).result()
+        return done
+
+    def close(self) -> None:
+        self._pool.shutdown(wait=True, cancel_futures=True)
+        self.jobs.clear()
+
+
+def _done(batch: AheadBatch) -> Future:
+    future: Future = Future()
+    future.set_result(batch)
+    return future
