@@ -291,6 +291,9 @@ class Trainer:
             resume.save(self.cfg, self.parts, self.state)
             return
         in_flight = [i for b in self._ahead.drain() for i in b.draws]
+        if not in_flight:
+            resume.save(self.cfg, self.parts, self.state)
+            return
         sampler = self.state.sampler
         now = sampler.state_dict()
         sampler.requeue(in_flight, front=True)
