@@ -141,6 +141,7 @@ def test_a_resumed_run_trains_no_prompt_twice_and_loses_none(make_cfg, tmp_path)
             ("rollout.mode=one_step_off", "rollout.engine=vllm", "rollout.vllm.sleep_between_phases=true"),
             "rollout.vllm.sleep_between_phases must be false",
         ),
+        (("rollout.engine=vllm", "rollout.placement=separate"), "rollout.placement separate runs the HF engine"),
     ],
 )
 def test_bad_settings_are_refused_naming_the_key(make_cfg, settings, message):
@@ -233,3 +234,20 @@ def test_async_drop_gives_a_too_stale_batch_back_and_counts_it(make_cfg, monkeyp
     share = trainer.cfg.trainer.prompts_per_step
     assert [m["rollout/dropped_stale"] for m in metrics] == [0.0, 0.0, float(share)]
     assert len(dropped) == 1 and len(dropped[0]) == share
+
+
+def test_the_engine_in_its_own_process_trains_one_step_off(make_cfg):
+    """``rollout.placement=separate``: a child process generates (no copy in the trainer), gets
+    the weights after each update, and its log-probs equal the trainer's on the same weights."""
+    from easyvideor1.rollout.remote import RemoteHFEngine
+
+    trainer = Trainer(make_cfg(*QUIET, "rollout.placement=separate", "rollout.mode=one_step_off"))
+    try:
+        assert isinstance(trainer.parts.engine, RemoteHFEngine) and trainer.parts.rollout_model is None
+        trainer.train()
+        metrics = _metrics(trainer)
+        assert [m["rollout/staleness_max"] for m in metrics] == [0.0, 1.0, 1.0]
+        assert metrics[0]["rollout/logprob_gap_max"] < 1e-4 < metrics[1]["rollout/logprob_gap_max"]
+        assert trainer.engine_version == 3
+    finally:
+        trainer.close()

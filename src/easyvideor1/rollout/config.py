@@ -116,6 +116,10 @@ class RolloutConfig(SamplingConfig):
             it updates. ``one_step_off``: 1 overlaps, 0 waits for fresh weights (``sync``'s
             result). ``async``: k >= 0 batches in flight (0: ``sync``'s result). ``None``: 1;
             ``sync`` takes none.
+        placement: ``colocated`` (the engine in the trainer's process) or ``separate`` (the HF
+            engine in a process of its own, ``rollout/remote.py``: its own CPU threads, half of the
+            trainer's, or a GPU the trainer's ranks do not use; prompts, responses and the
+            weights after each update travel as safetensors bytes). One process for now.
         on_stale: ``async``: ``wait`` (a batch starts only when its weights will be within the
             bound, so none is ever too stale) or ``drop`` (one more batch in flight, so the
             engine never waits; a batch staler than ``max_staleness`` is dropped, its prompts
@@ -135,6 +139,7 @@ class RolloutConfig(SamplingConfig):
     mode: str = "sync"
     max_staleness: int | None = None
     on_stale: str = "wait"
+    placement: str = "colocated"
     vllm: VLLMConfig = field(default_factory=VLLMConfig)
 
     def __post_init__(self) -> None:
@@ -157,6 +162,14 @@ class RolloutConfig(SamplingConfig):
         non_negative("rollout.offline_shaping", self.offline_shaping)
         one_of("rollout.mode", self.mode, ROLLOUT_MODES)
         one_of("rollout.on_stale", self.on_stale, ("wait", "drop"))
+        one_of("rollout.placement", self.placement, ("colocated", "separate"))
+        require(
+            self.placement == "colocated" or self.engine == "hf",
+            "rollout.placement",
+            "separate runs the HF engine in its own process; vLLM runs its own worker processes "
+            "with rollout.vllm.in_process=false",
+            self.placement,
+        )
         if self.mode == "sync":
             require(
                 not self.max_staleness,

@@ -56,7 +56,10 @@ class HFRolloutEngine(RequestQueue):
     runs_episodes = True
 
     def __init__(self, model, processor, owns_weights: bool = False, max_batch: int = 16):
+        from ..models.families import family_of_model
+
         self.model, self.processor = model, processor
+        self.family = family_of_model(model).model_type
         self.owns_weights, self.max_batch = owns_weights, max_batch
         tok = processor.tokenizer
         self.banned = banned_token_ids(tok)
@@ -112,22 +115,19 @@ class HFRolloutEngine(RequestQueue):
     def run_batch(self, requests: list[Request]) -> list[Responses]:
         """The request path: encode the rendered prompts, one ``generate``, rows split per request."""
         from ..data.dataset import encode_loaded
-        from ..models.families import family_of_model
 
         if requests[0].episode_tools is not None:  # alone in its batch (RequestQueue)
             from .episode import request_episodes
 
-            return [
-                request_episodes(self, self.processor, requests[0], family_of_model(self.model).model_type)
-            ]
+            return [request_episodes(self, self.processor, requests[0], self.family)]
         batch = encode_loaded(
             self.processor,
             [r.prompt.text for r in requests],
             [(r.prompt.videos, r.prompt.images) for r in requests],
-            family_of_model(self.model).model_type,
+            self.family,
         )
         if requests[0].seed is not None:  # alone in its batch (RequestQueue): reproducible per request
-            torch.manual_seed(requests[0].seed)  # seeds every device's generator too
+            self.reseed(requests[0].seed)
         counts = [r.n for r in requests]
         return split_responses(self.generate(batch, counts, requests[0].sampling), counts)
 
@@ -136,11 +136,13 @@ class HFRolloutEngine(RequestQueue):
     ) -> Responses:
         """:meth:`generate` with every response an episode (``episode_tools[p]()``: prompt ``p``'s
         tools, fresh budgets each): the trainer's rollouts with ``tools.names``."""
-        from ..models.families import family_of_model
         from .episode import run_batch_episodes
 
-        family = family_of_model(self.model).model_type
-        return run_batch_episodes(self, self.processor, batch, repeats, sampling, family, episode_tools)
+        return run_batch_episodes(self, self.processor, batch, repeats, sampling, self.family, episode_tools)
+
+    def reseed(self, seed: int) -> None:
+        """Seed the generator the next ``generate`` draws from."""
+        torch.manual_seed(seed)  # seeds every device's generator too
 
     @torch.no_grad()
     def update_weights(self, named_tensors: Iterable[tuple[str, torch.Tensor]]) -> None:

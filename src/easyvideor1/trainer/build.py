@@ -52,6 +52,11 @@ def start(cfg) -> DistState:
         check_episodes(cfg)
     if cfg.rollout.overlaps:
         check_overlap(cfg, dist)
+    if cfg.rollout.placement == "separate" and dist.enabled:
+        raise ValueError(
+            "rollout.placement=separate runs in one process for now (under torchrun each rank would "
+            "need an engine process and a device of its own): use rollout.placement=colocated"
+        )
     return dist
 
 
@@ -185,13 +190,17 @@ def step_settings(cfg) -> StepSettings:
     """Sampling and update settings from the config."""
     r, alg, tc = cfg.rollout, cfg.algorithm, cfg.trainer
     return StepSettings(
-        # vLLM returns sampled-token log-probs for free: logged against the trainer's (mismatch check)
+        # vLLM returns sampled-token log-probs for free: logged against the trainer's (mismatch
+        # check); the HF engine keeps them where they can differ (another copy, stale weights)
         sampling=SamplingConfig(
             r.temperature,
             r.top_p,
             r.top_k,
             r.max_new_tokens,
-            return_logprobs=r.engine == "vllm" or cfg.algorithm.rollout_correction != "none",
+            return_logprobs=r.engine == "vllm"
+            or cfg.algorithm.rollout_correction != "none"
+            or r.mode != "sync"
+            or r.placement == "separate",
         ),
         val_sampling=SamplingConfig(r.val_temperature, r.top_p, r.top_k, r.max_new_tokens),
         update=UpdateSettings(

@@ -60,7 +60,9 @@ def build_policy(cfg, dist: DistState, kl_reference: bool, warmup: bool) -> Poli
     ref_model = copy.deepcopy(model).eval().requires_grad_(False) if kl_reference and not lora else None
     rollout_model = None
     # (and one to generate with during the update when rollouts overlap it: rollout.mode)
-    if cfg.rollout.engine == "hf" and (dist.enabled or cfg.rollout.overlaps):
+    # (none when the engine runs in a process of its own: rollout.placement=separate)
+    separate = cfg.rollout.placement == "separate"
+    if cfg.rollout.engine == "hf" and not separate and (dist.enabled or cfg.rollout.overlaps):
         copied = plain_copy(model) if lora else copy.deepcopy(model)
         rollout_model = copied.eval().requires_grad_(False).to(dist.device)
     if dist.enabled:

@@ -42,7 +42,38 @@ def make_rollout_engine(cfg, processor, model, state: DistState, owns_weights: b
             colocated=True,
             max_lora_rank=cfg.model.lora.rank if adapter else 0,
         )
+    if cfg.rollout.placement == "separate":
+        return _separate_engine(cfg, processor, model, state)
     return HFRolloutEngine(model, processor, owns_weights=owns_weights)
+
+
+def _separate_engine(cfg, processor, model, state: DistState) -> RolloutEngine:
+    """``rollout.placement=separate``: the HF engine in a child process, on a GPU of its own or,
+    on CPUs, with half of this process's threads (the trainer keeps the rest)."""
+    from ..rollout.remote import RemoteHFEngine
+
+    device = "cpu"
+    if state.device.type == "cuda":
+        gpus = torch.cuda.device_count()
+        if gpus <= state.world:
+            raise ValueError(
+                f"rollout.placement=separate needs a GPU for the engine: {gpus} visible, all used by "
+                f"the trainer's {state.world} rank(s) (use rollout.placement=colocated)"
+            )
+        device = f"cuda:{gpus - 1}"
+    threads = torch.get_num_threads()
+    engine_threads = max(1, threads // 2)
+    if device == "cpu":
+        torch.set_num_threads(max(1, threads - engine_threads))
+    return RemoteHFEngine(
+        cfg.model.path,
+        processor,
+        model,
+        dtype=cfg.model.dtype,
+        device=device,
+        threads=engine_threads,
+        seed=cfg.trainer.seed + 1_000_003 * state.rank,
+    )
 
 
 def _check_adapter_sync(model: torch.nn.Module) -> bool:
