@@ -288,7 +288,10 @@ def test_two_ranks_with_reference_model_kl_and_dynamic_sampling(demo_assets, tmp
     """The supervised warm-up, then the sharded reference policy taken from it (its own dummy vision
     passes, saved sharded with the checkpoint), the adaptive KL controller fed
     with token-weighted KL summed over ranks, dynamic-sampling rounds decided jointly, and a
-    batch-wide estimator (REINFORCE++ whitens over the gathered batch) all run under FSDP2."""
+    batch-wide estimator (REINFORCE++ whitens over the gathered batch) all run under FSDP2, with
+    rollouts one step off: step 1's rounds run in the trainer's thread, step 2's in the rollout
+    thread during step 1's update (their joint decisions on a process group of their own), and
+    the checkpoint at step 1 lets step 2's batch in flight finish first."""
     out = tmp_path / "run"
     extra = [
         "rollout.hybrid=always",
@@ -300,12 +303,14 @@ def test_two_ranks_with_reference_model_kl_and_dynamic_sampling(demo_assets, tmp
         "trainer.sft_warmup_steps=2",  # the warm-up under FSDP; the reference then takes its weights
         "trainer.sft_batch_size=4",
         "trainer.save_every=1",
+        "rollout.mode=one_step_off",
     ]
     r = _torchrun(2, *_train_args(demo_assets, out, *extra))
     assert r.returncode == 0, r.stdout[-3000:] + r.stderr[-3000:]
     steps = [json.loads(line) for line in (out / "metrics.jsonl").read_text().splitlines()]
     steps = [m for m in steps if "actor/pg_loss" in m]
     assert [m["step"] for m in steps] == [1, 2]
+    assert [m["rollout/staleness_max"] for m in steps] == [0.0, 1.0]
     for m in steps:
         assert m["actor/grad_norm"] > 0 and m["filter/rounds"] >= 1
         assert "actor/kl_loss" in m and "actor/kl_coef" in m

@@ -21,6 +21,7 @@ from collections.abc import Callable
 from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass, field
 
+from .distributed import collectives_on, new_thread_group
 from .rollout_engines import EngineHandoff
 
 
@@ -39,19 +40,24 @@ class RolloutsAhead:
     """``depth`` batches in flight on one rollout thread.
 
     ``collect(metrics, draws)`` runs one step's collection on the engine, filling ``metrics`` and
-    appending every sampler index it draws to ``draws``.
+    appending every sampler index it draws to ``draws``. Under torchrun its collectives (dynamic
+    sampling's joint decisions, skipped records) run on a process group of their own, created
+    here on every rank.
     """
 
     def __init__(self, collect: Callable[[dict, list], tuple], handoff: EngineHandoff, depth: int):
         self.collect, self.handoff, self.depth = collect, handoff, depth
         self.jobs: deque[Future] = deque()
         self._pool = ThreadPoolExecutor(1, thread_name_prefix="rollouts-ahead")
+        self._group = new_thread_group()
 
     def _run(self) -> AheadBatch:
         version = self.handoff.apply_pending()
         metrics: dict[str, float] = {}
         draws: list[int] = []
-        return AheadBatch(self.collect(metrics, draws), version, metrics, draws)
+        with collectives_on(self._group):
+            out = self.collect(metrics, draws)
+        return AheadBatch(out, version, metrics, draws)
 
     def fill(self, wanted: int) -> None:
         """Keep ``min(depth, wanted)`` batches submitted (``wanted``: batches the run still needs)."""

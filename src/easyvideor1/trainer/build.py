@@ -64,11 +64,6 @@ def check_overlap(cfg, dist: DistState) -> None:
     """``rollout.mode`` one_step_off / async: what cannot generate during the update yet, refused
     with the key to change."""
     mode = cfg.rollout.mode
-    if dist.enabled:
-        raise ValueError(
-            f"rollout.mode={mode} runs in one process for now: under torchrun the rollouts and "
-            "the update would issue collectives from two threads (use rollout.mode=sync)"
-        )
     if cfg.rollout.engine == "vllm" and cfg.rollout.vllm.sleep_between_phases:
         raise ValueError(
             f"rollout.mode={mode} generates during the update: rollout.vllm.sleep_between_phases "

@@ -22,7 +22,9 @@ import datetime
 import gc
 import logging
 import os
+import threading
 from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass
 from typing import Any
 
@@ -135,11 +137,40 @@ def full_weights(model: torch.nn.Module) -> Iterator[tuple[str, torch.Tensor]]:
         yield name, full.detach()
 
 
+# the process group this thread's collectives use (None: the default group). Rollouts generated
+# ahead (``ahead.py``) run theirs on a group of their own: two threads issuing collectives on one
+# group would pair one rank's update with another rank's rollout round
+_thread = threading.local()
+
+
+def new_thread_group():
+    """A process group for another thread's collectives (every rank creates it, in step), or None
+    without torchrun."""
+    if not (dist.is_available() and dist.is_initialized()):
+        return None
+    return dist.new_group(backend=dist.get_backend())
+
+
+@contextmanager
+def collectives_on(group):
+    """Within the block, this thread's collectives (the helpers below) use ``group``."""
+    before = getattr(_thread, "group", None)
+    _thread.group = group
+    try:
+        yield
+    finally:
+        _thread.group = before
+
+
+def _group():
+    return getattr(_thread, "group", None)
+
+
 def max_over_ranks(value: int) -> int:
     if not (dist.is_available() and dist.is_initialized()):
         return value
     t = torch.tensor([value], dtype=torch.int64, device=_comm_device())
-    dist.all_reduce(t, op=dist.ReduceOp.MAX)
+    dist.all_reduce(t, op=dist.ReduceOp.MAX, group=_group())
     return int(t.item())
 
 
@@ -168,7 +199,7 @@ def _totals(values: dict[str, float]) -> dict[str, tuple[float, float]]:
         dtype=torch.float64,
         device=_comm_device(),
     )
-    dist.all_reduce(t)
+    dist.all_reduce(t, group=_group())
     return {k: (float(t[0, i]), float(t[1, i])) for i, k in enumerate(keys)}
 
 
@@ -181,7 +212,7 @@ def all_gather(obj: Any) -> list[Any]:
     if not (dist.is_available() and dist.is_initialized()):
         return [obj]
     out: list[Any] = [None] * dist.get_world_size()
-    dist.all_gather_object(out, obj)
+    dist.all_gather_object(out, obj, group=_group())
     return out
 
 
