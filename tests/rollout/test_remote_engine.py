@@ -59,7 +59,10 @@ def test_the_child_generates_what_this_process_would_and_takes_pushed_weights(se
     assert here.texts == there.texts and here.truncated == there.truncated
     assert torch.allclose(here.logprobs, there.logprobs, atol=1e-5)
     # new weights pushed (in several chunks): the child generates with them
-    changed = {k: v + 0.05 * torch.randn_like(v) if v.is_floating_point() else v for k, v in model.state_dict().items()}
+    changed = {
+        k: v + 0.05 * torch.randn_like(v) if v.is_floating_point() else v
+        for k, v in model.state_dict().items()
+    }
     model.load_state_dict(changed)
     import easyvideor1.rollout.remote as remote_module
 

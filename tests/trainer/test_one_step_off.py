@@ -131,8 +131,14 @@ def test_a_resumed_run_trains_no_prompt_twice_and_loses_none(make_cfg, tmp_path)
     "settings,message",
     [
         (("rollout.max_staleness=1",), "rollout.max_staleness applies to rollout.mode=one_step_off"),
-        (("rollout.mode=async", "rollout.max_staleness=9"), r"rollout.max_staleness must be a whole number in \[0, 8\]"),
-        (("rollout.mode=one_step_off", "rollout.on_stale=drop"), "rollout.on_stale drop applies to rollout.mode=async"),
+        (
+            ("rollout.mode=async", "rollout.max_staleness=9"),
+            r"rollout.max_staleness must be a whole number in \[0, 8\]",
+        ),
+        (
+            ("rollout.mode=one_step_off", "rollout.on_stale=drop"),
+            "rollout.on_stale drop applies to rollout.mode=async",
+        ),
         (
             ("rollout.mode=one_step_off", "rollout.max_staleness=2"),
             r"rollout.max_staleness must be in \[0, 1\]",
@@ -141,7 +147,10 @@ def test_a_resumed_run_trains_no_prompt_twice_and_loses_none(make_cfg, tmp_path)
             ("rollout.mode=one_step_off", "rollout.engine=vllm", "rollout.vllm.sleep_between_phases=true"),
             "rollout.vllm.sleep_between_phases must be false",
         ),
-        (("rollout.engine=vllm", "rollout.placement=separate"), "rollout.placement separate runs the HF engine"),
+        (
+            ("rollout.engine=vllm", "rollout.placement=separate"),
+            "rollout.placement separate runs the HF engine",
+        ),
     ],
 )
 def test_bad_settings_are_refused_naming_the_key(make_cfg, settings, message):
@@ -191,7 +200,9 @@ def test_async_keeps_k_batches_in_flight_each_within_the_bound(make_cfg, monkeyp
     once they are pushed (staleness 2). Validation runs on the current weights."""
     _slow_updates(monkeypatch, 1.5)
     trainer = Trainer(
-        make_cfg("trainer.max_steps=4", "rollout.mode=async", "rollout.max_staleness=2", "trainer.val_every=2")
+        make_cfg(
+            "trainer.max_steps=4", "rollout.mode=async", "rollout.max_staleness=2", "trainer.val_every=2"
+        )
     )
     prompts = _trained_prompts(trainer)
     versions = []

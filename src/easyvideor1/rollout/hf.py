@@ -56,16 +56,23 @@ class HFRolloutEngine(RequestQueue):
     runs_episodes = True
 
     def __init__(self, model, processor, owns_weights: bool = False, max_batch: int = 16):
-        from ..models.families import family_of_model
-
         self.model, self.processor = model, processor
-        self.family = family_of_model(model).model_type
+        self._family: str | None = None
         self.owns_weights, self.max_batch = owns_weights, max_batch
         tok = processor.tokenizer
         self.banned = banned_token_ids(tok)
         eos = model.generation_config.eos_token_id
         self.eos_ids = [eos] if isinstance(eos, int) else list(eos or [tok.eos_token_id])
         self.pad_id = tok.pad_token_id if tok.pad_token_id is not None else self.eos_ids[0]
+
+    @property
+    def family(self) -> str:
+        """The model family's name (its chat format and media handling)."""
+        if self._family is None:
+            from ..models.families import family_of_model
+
+            self._family = family_of_model(self.model).model_type
+        return self._family
 
     @torch.no_grad()
     def generate(self, batch: PromptBatch, repeats: list[int], sampling: SamplingConfig) -> Responses:

@@ -38,7 +38,9 @@ WEIGHT_CHUNK_BYTES = 256 << 20
 _HEADER = struct.Struct("<QQ")  # JSON length, payload length
 
 
-def write_frame(out: BinaryIO, header: dict[str, Any], tensors: dict[str, torch.Tensor] | None = None) -> None:
+def write_frame(
+    out: BinaryIO, header: dict[str, Any], tensors: dict[str, torch.Tensor] | None = None
+) -> None:
     """One frame: a JSON header, then the tensors as safetensors bytes (none: an empty payload)."""
     meta = json.dumps(header).encode()
     payload = save_tensors({k: v.contiguous() for k, v in tensors.items()}) if tensors else b""
@@ -86,7 +88,7 @@ class RemoteHFEngine(HFRolloutEngine):
     def __init__(self, model_path, processor, model, dtype="float32", device="cpu", threads=1, seed=0):
         from ..models.families import family_of_model
 
-        self.processor, self.family, self.max_batch = processor, family_of_model(model).model_type, 16
+        self.processor, self._family, self.max_batch = processor, family_of_model(model).model_type, 16
         self.model = None  # the weights live in the child
         tok = processor.tokenizer
         self.banned = banned_token_ids(tok)

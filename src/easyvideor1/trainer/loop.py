@@ -58,6 +58,7 @@ class Trainer:
     def engine_version(self) -> int:
         """Updates behind the weights the rollout engine holds (or has been pushed)."""
         return self.parts.handoff.version
+
     # ------------------------------------------------------------- what callers read (CLI, demo)
     @property
     def step(self) -> int:
