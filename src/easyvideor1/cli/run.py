@@ -132,6 +132,23 @@ def cmd_make_tiny_model(args: argparse.Namespace, extra: list[str]) -> int:
     return 0
 
 
+def cmd_serve(args: argparse.Namespace, extra: list[str]) -> int:
+    from ..rollout.server import load_server
+
+    if extra:
+        raise ValueError(f"serve takes flags only, got {' '.join(extra)}")
+    server = load_server(args.model, args.name, args.host, args.port, args.dtype)
+    # the line a caller (a test, a script) waits for before sending requests
+    print(f"serving {server.name} on {server.url}", flush=True)
+    try:
+        server.serve_forever()
+    except KeyboardInterrupt:
+        pass
+    finally:
+        server.close()
+    return 0
+
+
 def add_parsers(sub) -> None:
     p = sub.add_parser("synth", help="write synthetic videos and records with ground truth")
     p.add_argument("--out", required=True, help="output directory (becomes the video root)")
@@ -170,6 +187,16 @@ def add_parsers(sub) -> None:
 
     p = sub.add_parser("train", help="RL training: easyvideor1 train config=FILE.yaml key=value ...")
     p.set_defaults(func=cmd_train)
+
+    p = sub.add_parser(
+        "serve", help="an OpenAI-compatible chat-completions server over a model (a judge for CPU runs)"
+    )
+    p.add_argument("--model", required=True, help="Hugging Face model directory")
+    p.add_argument("--name", default="", help="the model name clients send (default: the directory's name)")
+    p.add_argument("--host", default="127.0.0.1")
+    p.add_argument("--port", type=int, default=8000, help="0 picks a free port (printed)")
+    p.add_argument("--dtype", default="float32", choices=["float32", "bfloat16", "float16"])
+    p.set_defaults(func=cmd_serve)
 
     p = sub.add_parser("make-tiny-model", help="a tiny random-weight Qwen-VL model built offline")
     _add_family_flag(p, "one of ")

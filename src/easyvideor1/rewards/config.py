@@ -9,6 +9,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
+from .judge import JudgeConfig
+
 BOX_FORMATS = ("pixel", "normalized", "grid1000")
 
 
@@ -183,6 +185,9 @@ class RewardConfig:
         llm_judge (`str` or `None`, *optional*, defaults to `None`):
             Off by default. `"file.py:function"` called as `fn(prediction, ground_truth, **record)`
             returning a score in [0, 1]; when set it replaces ROUGE as the open-ended accuracy.
+        judge (`JudgeConfig`):
+            A judge or generative reward model behind an OpenAI-compatible endpoint
+            (``reward.judge.*``, ``rewards/judge.py``; off while ``reward.judge.url`` is empty).
         strict (`bool`, *optional*, defaults to `False`):
             Re-raise exceptions raised inside a task instead of recording them (the result then has
             an `error` key and the error counters grow). Useful while developing a task.
@@ -207,6 +212,7 @@ class RewardConfig:
     reward_function_kwargs: dict = field(default_factory=dict)
     task_files: list[str] = field(default_factory=list)
     llm_judge: str | None = None
+    judge: JudgeConfig = field(default_factory=JudgeConfig)
     strict: bool = False
     sandbox: SandboxConfig = field(default_factory=SandboxConfig)
     tools: ToolRewardConfig = field(default_factory=ToolRewardConfig)
@@ -217,6 +223,8 @@ class RewardConfig:
             self.sandbox = SandboxConfig(**self.sandbox)
         if isinstance(self.tools, dict):
             self.tools = ToolRewardConfig(**self.tools)
+        if isinstance(self.judge, dict):
+            self.judge = JudgeConfig(**self.judge)
         self.task_weights = {
             name: weights if isinstance(weights, TaskWeights) else TaskWeights(**dict(weights))
             for name, weights in dict(self.task_weights).items()

@@ -1,0 +1,277 @@
+"""One client for judges and generative reward models behind an OpenAI-compatible endpoint.
+
+``vllm serve``, SGLang, ``easyvideor1 serve`` or a hosted API: anything that answers
+``POST {url}/chat/completions``. Training rewards and evaluation judges share it
+(``reward.judge``, :class:`JudgeConfig`).
+
+* Requests are asynchronous: :meth:`JudgeClient.submit` returns a ``Future`` at once, and at most
+  ``max_concurrency`` requests are open at a time (a thread pool over one pooled HTTP client).
+* 429 and 5xx answers, and connection errors, are retried up to ``retries`` times with
+  exponential backoff (0.5 s, 1 s, 2 s, ... capped at 30 s); a ``Retry-After`` header (seconds or
+  an HTTP date) is honoured instead when the server sends one.
+* Identical requests (same messages, model and sampling settings) are sent once: a request that
+  is already in flight shares its future, and an answered one is stored on disk under
+  ``cache_dir`` by the SHA-256 of its content, so a rerun sends nothing.
+* A request that still fails is a :class:`JudgeReply` with ``error`` set, never a score: callers
+  report it as not scored. :attr:`JudgeClient.stats` counts requests, failures, cache hits and
+  latency (``reward/judge_*`` metrics).
+"""
+
+from __future__ import annotations
+
+import email.utils
+import hashlib
+import json
+import os
+import tempfile
+import threading
+import time
+from concurrent.futures import Future, ThreadPoolExecutor
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from ..validation import at_least, non_negative, require
+
+RETRIED_STATUS = frozenset({429, 500, 502, 503, 504})
+BACKOFF_START_S, BACKOFF_MAX_S = 0.5, 30.0
+
+
+@dataclass
+class JudgeConfig:
+    """A judge or generative reward model behind an OpenAI-compatible endpoint (``reward.judge``).
+
+    Parameters:
+        url: The endpoint's base URL, e.g. ``http://localhost:8000/v1`` (``/chat/completions`` is
+            appended unless the URL already ends with it). Empty: no endpoint judge.
+        model: The ``model`` field of each request (the name the server serves).
+        api_key_env: Name of the environment variable holding the API key (sent as a bearer
+            token); the key itself never goes into a config file.
+        prompt: The judge prompt template (``{question}``, ``{truth}``, ``{prediction}``); empty
+            uses the task's or the benchmark's official prompt.
+        max_concurrency: Requests open at once.
+        timeout_s: Seconds one attempt may take (connect + answer).
+        retries: Further attempts after a 429, a 5xx or a connection error.
+        cache_dir: Where answers are kept by content (empty: no disk cache; a rerun asks again).
+        max_tokens: The judge's answer length limit.
+        temperature: The judge's sampling temperature (0: greedy, reproducible).
+    """
+
+    url: str = ""
+    model: str = "judge"
+    api_key_env: str = ""
+    prompt: str = ""
+    max_concurrency: int = 8
+    timeout_s: float = 60.0
+    retries: int = 3
+    cache_dir: str = ""
+    max_tokens: int = 256
+    temperature: float = 0.0
+
+    def __post_init__(self) -> None:
+        at_least("reward.judge.max_concurrency", self.max_concurrency, 1)
+        require(self.timeout_s > 0, "reward.judge.timeout_s", "must be > 0", self.timeout_s)
+        non_negative("reward.judge.retries", self.retries)
+        at_least("reward.judge.max_tokens", self.max_tokens, 1)
+        non_negative("reward.judge.temperature", self.temperature)
+        if self.url:
+            require(
+                self.url.startswith(("http://", "https://")),
+                "reward.judge.url",
+                "must start with http:// or https://",
+                self.url,
+            )
+
+    @property
+    def enabled(self) -> bool:
+        return bool(self.url)
+
+    @property
+    def endpoint(self) -> str:
+        url = self.url.rstrip("/")
+        return url if url.endswith("/chat/completions") else f"{url}/chat/completions"
+
+
+@dataclass
+class JudgeReply:
+    """The judge's answer text, or why there is none (``error``: then the sample is not scored)."""
+
+    text: str | None
+    error: str | None = None
+    cached: bool = False
+    latency_s: float = 0.0
+    attempts: int = 0
+
+    @property
+    def ok(self) -> bool:
+        return self.error is None
+
+
+@dataclass
+class JudgeStats:
+    """What a client did so far (the ``reward/judge_*`` metrics)."""
+
+    requests: int = 0  # HTTP attempts sent
+    answered: int = 0
+    failures: int = 0
+    cache_hits: int = 0
+    latency_s: list[float] = field(default_factory=list)
+
+    def metrics(self) -> dict[str, float]:
+        lat = self.latency_s
+        return {
+            "reward/judge_failures": float(self.failures),
+            "reward/judge_cache_hits": float(self.cache_hits),
+            "reward/judge_requests": float(self.requests),
+            "reward/judge_latency_s": sum(lat) / len(lat) if lat else 0.0,
+        }
+
+
+class JudgeClient:
+    """Concurrent, retrying, caching chat-completions client (see the module docstring)."""
+
+    def __init__(self, cfg: JudgeConfig):
+        if not cfg.enabled:
+            raise ValueError("reward.judge.url is not set: give an OpenAI-compatible endpoint")
+        import httpx
+
+        self.cfg = cfg
+        headers = {"Content-Type": "application/json"}
+        if cfg.api_key_env:
+            key = os.environ.get(cfg.api_key_env)
+            if not key:
+                raise ValueError(f"reward.judge.api_key_env: the environment variable {cfg.api_key_env} is not set")
+            headers["Authorization"] = f"Bearer {key}"
+        limits = httpx.Limits(max_connections=cfg.max_concurrency, max_keepalive_connections=cfg.max_concurrency)
+        self._http = httpx.Client(headers=headers, timeout=cfg.timeout_s, limits=limits)
+        self._pool = ThreadPoolExecutor(cfg.max_concurrency, thread_name_prefix="judge")
+        self._in_flight: dict[str, Future] = {}
+        self._lock = threading.Lock()
+        self.stats = JudgeStats()
+        self._cache = Path(cfg.cache_dir) if cfg.cache_dir else None
+
+    # ---------------------------------------------------------------------------------- requests
+    def body(self, messages: list[dict[str, Any]]) -> dict[str, Any]:
+        c = self.cfg
+        return {"model": c.model, "messages": messages, "temperature": c.temperature, "max_tokens": c.max_tokens}
+
+    def submit(self, messages: list[dict[str, Any]]) -> Future:
+        """A ``Future`` of the :class:`JudgeReply` to ``messages`` (chat-completions messages)."""
+        body = self.body(messages)
+        key = content_key(body)
+        with self._lock:
+            if key in self._in_flight:  # the same request already on its way: one answer for both
+                return self._in_flight[key]
+            cached = self._read_cache(key)
+            if cached is not None:
+                self.stats.cache_hits += 1
+                done: Future = Future()
+                done.set_result(JudgeReply(cached, cached=True))
+                return done
+            future = self._pool.submit(self._ask, key, body)
+            self._in_flight[key] = future
+        return future
+
+    def ask(self, messages: list[dict[str, Any]]) -> JudgeReply:
+        """:meth:`submit` and wait."""
+        return self.submit(messages).result()
+
+    def _ask(self, key: str, body: dict[str, Any]) -> JudgeReply:
+        try:
+            reply = self._send(body)
+            with self._lock:
+                if reply.ok:
+                    self.stats.answered += 1
+                    self.stats.latency_s.append(reply.latency_s)
+                    self._write_cache(key, body, reply.text)
+                else:
+                    self.stats.failures += 1
+            return reply
+        finally:
+            with self._lock:
+                self._in_flight.pop(key, None)
+
+    def _send(self, body: dict[str, Any]) -> JudgeReply:
+        import httpx
+
+        t0 = time.perf_counter()
+        attempts, last = 0, "no attempt"
+        while True:
+            attempts += 1
+            with self._lock:
+                self.stats.requests += 1
+            wait = None
+            try:
+                r = self._http.post(self.cfg.endpoint, json=body)
+            except httpx.TimeoutException:
+                last = f"timed out after {self.cfg.timeout_s:g} s"
+            except httpx.HTTPError as e:
+                last = f"{type(e).__name__}: {e}"
+            else:
+                if r.status_code == 200:
+                    try:
+                        text = r.json()["choices"][0]["message"]["content"]
+                    except (ValueError, KeyError, IndexError, TypeError):
+                        return self._failed(f"unreadable answer: {r.text[:200]!r}", t0, attempts)
+                    return JudgeReply(str(text or ""), latency_s=time.perf_counter() - t0, attempts=attempts)
+                last = f"HTTP {r.status_code}: {r.text[:200]}"
+                if r.status_code not in RETRIED_STATUS:
+                    return self._failed(last, t0, attempts)
+                wait = retry_after(r.headers.get("retry-after"))
+            if attempts > self.cfg.retries:
+                return self._failed(last, t0, attempts)
+            time.sleep(wait if wait is not None else min(BACKOFF_MAX_S, BACKOFF_START_S * 2 ** (attempts - 1)))
+
+    @staticmethod
+    def _failed(reason: str, t0: float, attempts: int) -> JudgeReply:
+        return JudgeReply(None, error=reason, latency_s=time.perf_counter() - t0, attempts=attempts)
+
+    # ------------------------------------------------------------------------------------- cache
+    def _path(self, key: str) -> Path:
+        return self._cache / key[:2] / f"{key}.json"
+
+    def _read_cache(self, key: str) -> str | None:
+        if self._cache is None:
+            return None
+        path = self._path(key)
+        try:
+            return json.loads(path.read_text())["answer"]
+        except FileNotFoundError:
+            return None
+        except (ValueError, KeyError, OSError):  # a damaged entry is asked again (and rewritten)
+            return None
+
+    def _write_cache(self, key: str, body: dict[str, Any], text: str) -> None:
+        if self._cache is None:
+            return
+        path = self._path(key)
+        path.parent.mkdir(parents=True, exist_ok=True)
+        # written whole then renamed: a reader never sees half an entry
+        fd, tmp = tempfile.mkstemp(dir=path.parent, suffix=".tmp")
+        with os.fdopen(fd, "w") as f:
+            json.dump({"request": body, "answer": text}, f)
+        os.replace(tmp, path)
+
+    def close(self) -> None:
+        self._pool.shutdown(wait=True)
+        self._http.close()
+
+
+def content_key(body: dict[str, Any]) -> str:
+    """SHA-256 of a request's content (messages, model, sampling settings), canonical JSON."""
+    return hashlib.sha256(json.dumps(body, sort_keys=True, ensure_ascii=False).encode()).hexdigest()
+
+
+def retry_after(value: str | None) -> float | None:
+    """Seconds a ``Retry-After`` header asks for (a number of seconds or an HTTP date), or None."""
+    if not value:
+        return None
+    try:
+        return max(0.0, float(value))
+    except ValueError:
+        pass
+    try:
+        when = email.utils.parsedate_to_datetime(value)
+    except (TypeError, ValueError):
+        return None
+    return max(0.0, when.timestamp() - time.time())
