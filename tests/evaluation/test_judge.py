@@ -10,6 +10,7 @@ import pytest
 
 from easyvideor1.evaluation import judge
 from easyvideor1.rewards import RewardConfig, compute_score
+from easyvideor1.rewards.judge_scoring import JudgeFailed
 
 
 @pytest.fixture
@@ -72,5 +73,6 @@ def test_local_judge_runs_a_local_model_and_counts_unparsable_replies(tmp_path, 
     monkeypatch.setenv("EASYVIDEOR1_JUDGE_MODEL", path)
     judge._local.cache_clear()
     before = judge.failures["unparsable"]
-    assert judge.local_judge("a red ball", "a red ball") == 0.0  # a random tiny model gives no verdict
+    with pytest.raises(JudgeFailed, match="no verdict"):  # a random tiny model gives none: not a 0
+        judge.local_judge("a red ball", "a red ball")
     assert judge.failures["unparsable"] == before + 1

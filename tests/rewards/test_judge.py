@@ -140,7 +140,11 @@ def test_helpers_and_bad_settings():
     assert retry_after("2") == 2.0 and retry_after(None) is None and retry_after("soon") is None
     assert retry_after("Wed, 21 Oct 2015 07:28:00 GMT") == 0.0  # a date in the past: now
     a = content_key({"model": "m", "messages": _ask("x")})
-    assert a == content_key({"messages": _ask("x"), "model": "m"}) != content_key({"model": "n", "messages": _ask("x")})
+    assert (
+        a
+        == content_key({"messages": _ask("x"), "model": "m"})
+        != content_key({"model": "n", "messages": _ask("x")})
+    )
     with pytest.raises(ValueError, match="reward.judge.max_concurrency must be >= 1"):
         JudgeConfig(url="http://x", max_concurrency=0)
     with pytest.raises(ValueError, match="reward.judge.url must start with http"):
@@ -175,7 +179,9 @@ def test_easyvideor1_serve_answers_the_client(tmp_path):
         import httpx
 
         bad = httpx.post(f"{url}/chat/completions", json={"messages": "nope"}, timeout=30)
-        assert bad.status_code == 400 and "messages must be a non-empty list" in bad.json()["error"]["message"]
+        assert (
+            bad.status_code == 400 and "messages must be a non-empty list" in bad.json()["error"]["message"]
+        )
         assert httpx.get(f"{url}/models", timeout=30).json()["data"][0]["id"] == "tiny"
     finally:
         proc.terminate()

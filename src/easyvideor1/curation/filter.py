@@ -17,6 +17,7 @@ the model does on the questions it would be trained on.
 
 from __future__ import annotations
 
+import dataclasses
 import os
 import sys
 import time
@@ -149,7 +150,7 @@ def score_row(row: dict, record, reward: RewardConfig) -> dict:
     extracted ``prediction``, ``error`` if the task raised), scored as training scores."""
     n = len(row["responses"])
     results = score_records(row["responses"], [record] * n, row["output_tokens"], reward)
-    keep = ("overall", "accuracy", "format", "task", "prediction", "error")
+    keep = ("overall", "accuracy", "format", "task", "prediction", "error", "unscored", "judge_error")
     scores = [{k: r[k] for k in keep if k in r} for r in results]
     return {**row, "scores": scores, "scoring": reward_digest(reward)}
 
@@ -203,7 +204,8 @@ def run_filter(
                 written[0] += 1
                 _progress(written[0], len(todo))
 
-        run_pipeline(dataset, todo, engine, processor, work, write, settings.pipeline())
+        pipeline = dataclasses.replace(settings.pipeline(), score_workers=reward.judge.score_workers)
+        run_pipeline(dataset, todo, engine, processor, work, write, pipeline)
     return {
         "records": len(items),
         "sampled": len(todo),

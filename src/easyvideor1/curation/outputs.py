@@ -81,9 +81,16 @@ def collect(
             why = "not sampled (the run was interrupted)" if row is None else row.get("error")
             results.append(RecordResult(item, "failed", error=str(why)))
             continue
-        if row.get("scoring") != current:
+        # scored again under other scoring settings, or where the judge gave no verdict last time
+        if row.get("scoring") != current or any(s.get("judge_error") for s in row["scores"]):
             row = score_row(row, item.record, reward)
-        accuracy = [float(s.get("accuracy", 0.0)) for s in row["scores"]]
+        # a response the judge gave no verdict on is not in the pass rate (neither pass nor fail)
+        judged = [s for s in row["scores"] if not s.get("judge_error")]
+        if not judged:
+            why = row["scores"][0]["judge_error"] if row["scores"] else "no responses"
+            results.append(RecordResult(item, "failed", error=f"not scored: {why}"))
+            continue
+        accuracy = [float(s.get("accuracy", 0.0)) for s in judged]
         task = item.task
         passes = sum(settings.rule.passes(task, a) for a in accuracy)
         n = len(accuracy)
@@ -93,7 +100,7 @@ def collect(
                 "scored",
                 n=n,
                 passes=passes,
-                rewards=[float(s.get("overall", 0.0)) for s in row["scores"]],
+                rewards=[float(s.get("overall", 0.0)) for s in judged],
                 accuracy=accuracy,
                 kept=settings.band.keeps(passes, n),
                 threshold=settings.rule.threshold(task),

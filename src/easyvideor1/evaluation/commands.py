@@ -13,10 +13,12 @@ typo is an error in a second, not after a model has loaded.
 from __future__ import annotations
 
 import dataclasses
+import functools
 import json
 import os
 import sys
 from collections.abc import Callable
+from concurrent.futures import Future, ThreadPoolExecutor
 from typing import Any, Protocol
 
 from ..data.config import DataConfig
@@ -260,6 +262,15 @@ def score(cfg: RunSections, predictions: list[str], out: str) -> dict[str, dict]
         return score_responses(inputs, given, out, cfg.reward, skipped)
 
 
+def _run_jobs(jobs: list, workers: int) -> list[dict]:
+    """Each job's row, in order: rows as they are, callables called (in ``workers`` threads)."""
+    if not workers:
+        return [job() if callable(job) else job for job in jobs]
+    with ThreadPoolExecutor(workers, thread_name_prefix="score") as pool:
+        futures = [pool.submit(job) if callable(job) else job for job in jobs]
+        return [f.result() if isinstance(f, Future) else f for f in futures]
+
+
 def score_responses(
     inputs: list[BenchmarkInputs],
     given: dict[str, dict[str, dict]],
@@ -278,30 +289,31 @@ def score_responses(
         rows_in = given.get(item.spec.name, {})
         unknown = set(rows_in) - set(item.ids)
         digest = "score:" + digest_of(sorted(rows_in))
-        rows = []
+        jobs = []  # a row, or how to score one (in threads when a judge scores: its requests overlap)
         for i, (rec, sid, prompt) in enumerate(zip(item.records, item.ids, item.prompts, strict=True)):
             row = rows_in.get(sid)
             if row is None:
-                rows.append(failure_row(sid, i, digest, prompt, "no response in the predictions file"))
+                jobs.append(failure_row(sid, i, digest, prompt, "no response in the predictions file"))
                 continue
             if row.get("error") is not None and row.get("response") is None:  # generation failed there
-                rows.append(failure_row(sid, i, digest, prompt, str(row["error"])))
+                jobs.append(failure_row(sid, i, digest, prompt, str(row["error"])))
                 continue
-            text = row.get("response", row.get("prediction"))
-            rows.append(
-                scored_row(
+            jobs.append(
+                functools.partial(
+                    scored_row,
                     item.spec,
                     rec,
                     sid,
                     i,
                     digest,
                     prompt,
-                    text,
+                    row.get("response", row.get("prediction")),
                     output_tokens=row.get("output_tokens"),
                     truncated=row.get("truncated"),
                     reward=reward,
                 )
             )
+        rows = _run_jobs(jobs, reward.judge.score_workers if reward is not None else 0)
         bench_dir = os.path.join(out, item.spec.name)
         os.makedirs(bench_dir, exist_ok=True)
         # replaced whole: scoring is a pure function of the file, never a mix of two scorings

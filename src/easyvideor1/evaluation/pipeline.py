@@ -130,7 +130,9 @@ def run_benchmark(
             processor,
             work,
             keep_rows,
-            settings.pipeline(),
+            dataclasses.replace(
+                settings.pipeline(), score_workers=reward.judge.score_workers if reward else 0
+            ),
             thumbnail_strip,
             keep_thumbnail,
             ToolSession(tools, data.model_family, loader) if tools is not None else None,

@@ -2,8 +2,11 @@
 
 Rule-based tasks (letters, numbers, yes/no, counts, IoU) are scored by the training reward library
 (:func:`easyvideor1.rewards.score_record`). Open-ended answers have a judge-based official metric:
-with ``reward.llm_judge`` set the judge's verdict is the accuracy; without one the sample is
+with a judge (``reward.judge.url``, an OpenAI-compatible endpoint, or the callable
+``reward.llm_judge``) the judge's verdict is the accuracy; without one the sample is
 ``scored: False`` and its ROUGE is kept under its own names (``rouge_l`` ...), never as accuracy.
+A judge that gives no verdict (its request failed, its reply unreadable) leaves the sample
+``scored: False`` with the reason, never a 0.
 """
 
 from __future__ import annotations
@@ -12,14 +15,15 @@ from typing import Any
 
 from ..data.records import Record
 from ..rewards import RewardConfig, UnknownTaskError, resolve_task, score_record
+from ..rewards.judge_scoring import JudgeFailed, ask_judge, judge_messages
 from ..rewards.registry import load_callable
 
 JUDGE_TASKS = frozenset({"open_ended"})
-NO_JUDGE = "judge required: reward.llm_judge is not set"
+NO_JUDGE = "judge required: neither reward.judge.url nor reward.llm_judge is set"
 
 
 def has_judge(config: RewardConfig | None) -> bool:
-    return bool(config is not None and config.llm_judge)
+    return bool(config is not None and (config.llm_judge or config.judge.enabled))
 
 
 def not_scored(reason: str, extracted: str | None, **proxies: Any) -> dict[str, Any]:
@@ -46,14 +50,28 @@ def judged(verdict: float, extracted: str | None, **extra: Any) -> dict[str, Any
 
 
 def call_judge(config: RewardConfig, prediction: str, truth: str, **meta: Any) -> float:
-    """The configured judge's verdict in [0, 1]: ``fn(prediction, truth, **meta)``.
+    """The configured judge's verdict in [0, 1]; :class:`JudgeFailed` when it gives none.
 
     ``meta`` carries the question and, for benchmarks with an official judge prompt, that prompt
-    (``judge_prompt``) and how its reply reads (``judge_reply``: "correct" or "digit"); the built-in
-    judges in ``judge.py`` honour them, a user's judge may ignore them.
+    (``judge_prompt``) and how its reply reads (``judge_reply``: "correct" or "judgement"). The
+    endpoint (``reward.judge``) sends the official prompt as the only message, else the default
+    or ``reward.judge.prompt``; a callable judge is called ``fn(prediction, truth, **meta)`` (the
+    built-in ones in ``judge.py`` honour the prompt, a user's may ignore it).
     """
+    if config.judge.enabled:
+        messages = judge_messages(
+            prediction,
+            truth,
+            meta.get("question"),
+            prompt=config.judge.prompt,
+            official=meta.get("judge_prompt"),
+        )
+        return ask_judge(config.judge, messages, meta.get("judge_reply") or "judgement")
     fn = load_callable(str(config.llm_judge))
-    return float(fn(prediction, truth, **meta))
+    try:
+        return float(fn(prediction, truth, **meta))
+    except Exception as error:  # a judge that raised gave no verdict: not a 0
+        raise JudgeFailed(f"judge {config.llm_judge} raised {type(error).__name__}: {error}") from error
 
 
 def score_generic(
@@ -74,6 +92,10 @@ def score_generic(
         }
         return not_scored(NO_JUDGE, res.get("prediction"), **proxies)
     res = score_record(response, record, config=config, response_length=response_length)
+    if res.get("judge_error"):  # the endpoint judge gave no verdict: not scored, with the reason
+        return not_scored(str(res["judge_error"]), res.get("prediction"))
+    if task in JUDGE_TASKS and res.get("error"):  # a callable judge that raised: no verdict either
+        return not_scored(f"judge failed: {res['error']}", res.get("prediction"))
     out = {k: v for k, v in res.items() if k not in ("prediction",)}
     out["extracted"] = res.get("prediction")
     out["prediction"] = res.get("prediction")

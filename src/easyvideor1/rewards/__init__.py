@@ -10,7 +10,7 @@ Tasks live in `rewards/tasks/` (one module, one `@register_task` function each);
 its answer instruction; `answer_instruction(problem_type, options)` is what prompts append.
 """
 
-from easyvideor1.rewards.batch import compute_scores, score_records, shutdown_pool
+from easyvideor1.rewards.batch import compute_scores, prefetch_judgements, score_records, shutdown_pool
 from easyvideor1.rewards.config import RewardConfig, SandboxConfig, TaskWeights
 from easyvideor1.rewards.instructions import answer_instruction
 from easyvideor1.rewards.numbers import ParsedNumber, parse_number
@@ -49,6 +49,7 @@ __all__ = [
     "reset_error_counts",
     "score_record",
     "score_records",
+    "prefetch_judgements",
     "resolve_task",
     "shutdown_pool",
     "validate_problem_types",

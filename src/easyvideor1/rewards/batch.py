@@ -1,7 +1,10 @@
-"""Batch scoring: cheap tasks in the calling process, expensive ones (code, math) in a process pool.
+"""Batch scoring: cheap tasks in the calling process, expensive ones (code, math) in a process pool,
+judged ones then asked of the endpoint judge (``judge_scoring.py``).
 
 The pool is created on first use and reused (spawn start method: safe in a multi-threaded trainer;
 its workers import the library once). Cheap rule-based scores are computed while the pool works.
+:func:`submit_scores` returns as soon as the cheap scores are done and the judge requests sent
+(:class:`PendingScores`), so a caller can generate more while the judge answers.
 """
 
 from __future__ import annotations
@@ -12,9 +15,11 @@ import os
 import threading
 from collections.abc import Mapping, Sequence
 from concurrent.futures import Future, ProcessPoolExecutor
+from dataclasses import dataclass
 from typing import Any
 
 from easyvideor1.rewards.config import RewardConfig
+from easyvideor1.rewards.judge_scoring import Slot, fold_judgements, submit_judgements
 from easyvideor1.rewards.registry import load_task_files, resolve_task
 from easyvideor1.rewards.scoring import record_errors, record_item, score_items
 
@@ -69,11 +74,41 @@ def compute_scores(
 
     Errors inside tasks are recorded (see `scoring`), counted once here, and returned in `error`.
     """
+    return submit_scores(items, config, workers).result()
+
+
+@dataclass
+class PendingScores:
+    """A batch being scored: the rule scores so far, the pool's chunks, the judge's requests."""
+
+    items: Sequence[Mapping[str, Any]]
+    config: RewardConfig
+    results: list[dict[str, Any] | None]
+    pool_chunks: list[tuple[list[int], Future]]
+    judged: list[Slot]
+
+    def result(self) -> list[dict[str, Any]]:
+        """Wait for the pool and the judge; the results in the order of the items."""
+        for chunk, future in self.pool_chunks:
+            for index, result in zip(chunk, future.result(), strict=True):
+                self.results[index] = result
+            # an expensive task the judge also scores is asked once its rule score is back
+            self.judged += submit_judgements(self.items, self.results, self.config, chunk)
+        self.pool_chunks = []
+        final = [result for result in self.results if result is not None]
+        fold_judgements(final, self.judged, self.config)
+        self.judged = []
+        record_errors(final)
+        return final
+
+
+def submit_scores(
+    items: Sequence[Mapping[str, Any]], config: RewardConfig | None = None, workers: int | None = None
+) -> PendingScores:
+    """:func:`compute_scores` without waiting for the process pool or the judge."""
     config = config or RewardConfig()
     if config.reward_function:
-        results = score_items(items, config)
-        record_errors(results)
-        return results
+        return PendingScores(items, config, list(score_items(items, config)), [], [])
     load_task_files(config.task_files)
     expensive = [index for index, item in enumerate(items) if resolve_task(item["problem_type"]).expensive]
     workers = default_workers() if workers is None else workers
@@ -91,12 +126,8 @@ def compute_scores(
     local = [index for index in range(len(items)) if index not in remote]
     for index, result in zip(local, score_items([items[i] for i in local], config), strict=True):
         results[index] = result
-    for chunk, future in futures:
-        for index, result in zip(chunk, future.result(), strict=True):
-            results[index] = result
-    final = [result for result in results if result is not None]
-    record_errors(final)
-    return final
+    judged = submit_judgements(items, results, config, local)
+    return PendingScores(items, config, results, futures, judged)
 
 
 def score_records(
@@ -114,3 +145,25 @@ def score_records(
         )
     items = [record_item(r, rec, n) for r, rec, n in zip(responses, records, lengths, strict=True)]
     return compute_scores(items, config, workers)
+
+
+def prefetch_judgements(
+    responses: Sequence[str], records: Sequence[Any], lengths: Sequence[int], config: RewardConfig
+) -> int:
+    """Send the endpoint judge's requests for these responses now and return (how many were sent).
+
+    The trainer calls it on each chunk of a step's rollouts as soon as it is generated, so the
+    judge answers while the later chunks generate. The answers are shared with the scoring of
+    the whole batch afterwards (the client's in-flight and recent requests), not asked twice; the
+    cheap rule scores that read the answers are simply computed again then.
+    """
+    if not config.judge.enabled or config.reward_function:
+        return 0
+    load_task_files(config.task_files)
+    items = [record_item(r, rec, n) for r, rec, n in zip(responses, records, lengths, strict=True)]
+    specs = [resolve_task(item["problem_type"]) for item in items]
+    judged = [i for i, spec in enumerate(specs) if spec.name in config.judge.tasks and not spec.expensive]
+    results: list[dict[str, Any] | None] = [None] * len(items)
+    for index, result in zip(judged, score_items([items[i] for i in judged], config), strict=True):
+        results[index] = result
+    return len(submit_judgements(items, results, config, judged))

@@ -225,6 +225,10 @@ class RewardConfig:
             self.tools = ToolRewardConfig(**self.tools)
         if isinstance(self.judge, dict):
             self.judge = JudgeConfig(**self.judge)
+        if self.llm_judge and self.judge.enabled:
+            raise ValueError(
+                "reward.llm_judge and reward.judge.url are both set: use one judge (the endpoint, or the callable)"
+            )
         self.task_weights = {
             name: weights if isinstance(weights, TaskWeights) else TaskWeights(**dict(weights))
             for name, weights in dict(self.task_weights).items()

@@ -10,8 +10,10 @@
   exponential backoff (0.5 s, 1 s, 2 s, ... capped at 30 s); a ``Retry-After`` header (seconds or
   an HTTP date) is honoured instead when the server sends one.
 * Identical requests (same messages, model and sampling settings) are sent once: a request that
-  is already in flight shares its future, and an answered one is stored on disk under
-  ``cache_dir`` by the SHA-256 of its content, so a rerun sends nothing.
+  is in flight or was answered recently (the last ``MEMO_SIZE`` requests of this process) shares
+  its future, and an answered one is stored on disk under ``cache_dir`` by the SHA-256 of its
+  content, so a rerun sends nothing. A failed request is asked again once ``FAILED_TTL_S`` have
+  passed.
 * A request that still fails is a :class:`JudgeReply` with ``error`` set, never a score: callers
   report it as not scored. :attr:`JudgeClient.stats` counts requests, failures, cache hits and
   latency (``reward/judge_*`` metrics).
@@ -22,10 +24,12 @@ from __future__ import annotations
 import email.utils
 import hashlib
 import json
+import logging
 import os
 import tempfile
 import threading
 import time
+from collections import OrderedDict
 from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -34,7 +38,10 @@ from typing import Any
 from ..validation import at_least, non_negative, require
 
 RETRIED_STATUS = frozenset({429, 500, 502, 503, 504})
+ON_FAILURE = ("skip", "rule")
 BACKOFF_START_S, BACKOFF_MAX_S = 0.5, 30.0
+MEMO_SIZE, FAILED_TTL_S = 4096, 60.0
+logger = logging.getLogger("easyvideor1.judge")
 
 
 @dataclass
@@ -55,6 +62,15 @@ class JudgeConfig:
         cache_dir: Where answers are kept by content (empty: no disk cache; a rerun asks again).
         max_tokens: The judge's answer length limit.
         temperature: The judge's sampling temperature (0: greedy, reproducible).
+        tasks: The reward tasks the endpoint scores (its verdict becomes their accuracy): the
+            open-ended ones by default; add any task to use a generative reward model for it.
+        on_failure: What a training rollout whose judge request failed gets: ``skip`` leaves it
+            out of its group's advantage and of the loss (counted in ``reward/judge_failures``);
+            ``rule`` scores it with the task's own rule (ROUGE for open-ended answers). In
+            evaluation a failed request is always ``not_scored`` with its reason.
+        stream_chunks: Training rollouts are generated in this many chunks of prompts, and each
+            chunk's judge requests are sent the moment it is generated, so the judge answers while
+            the later chunks generate (1: generate the whole batch, then judge).
     """
 
     url: str = ""
@@ -67,8 +83,19 @@ class JudgeConfig:
     cache_dir: str = ""
     max_tokens: int = 256
     temperature: float = 0.0
+    tasks: list[str] = field(default_factory=lambda: ["open_ended"])
+    on_failure: str = "skip"
+    stream_chunks: int = 4
 
     def __post_init__(self) -> None:
+        self.tasks = [str(t) for t in self.tasks]
+        require(
+            self.on_failure in ON_FAILURE,
+            "reward.judge.on_failure",
+            f"must be one of {ON_FAILURE}",
+            self.on_failure,
+        )
+        at_least("reward.judge.stream_chunks", self.stream_chunks, 1)
         at_least("reward.judge.max_concurrency", self.max_concurrency, 1)
         require(self.timeout_s > 0, "reward.judge.timeout_s", "must be > 0", self.timeout_s)
         non_negative("reward.judge.retries", self.retries)
@@ -90,6 +117,23 @@ class JudgeConfig:
     def endpoint(self) -> str:
         url = self.url.rstrip("/")
         return url if url.endswith("/chat/completions") else f"{url}/chat/completions"
+
+    @property
+    def score_workers(self) -> int:
+        """Threads that should score rows concurrently (evaluation, validation, curation): the
+        request limit when the endpoint judges, else 0 (score in line)."""
+        return self.max_concurrency if self.enabled else 0
+
+    def client_key(self) -> tuple:
+        """What makes two configs need different clients (the scoring settings do not)."""
+        return (
+            self.endpoint,
+            self.api_key_env,
+            self.max_concurrency,
+            self.timeout_s,
+            self.retries,
+            self.cache_dir,
+        )
 
 
 @dataclass
@@ -113,6 +157,7 @@ class JudgeStats:
 
     requests: int = 0  # HTTP attempts sent
     answered: int = 0
+    shared: int = 0  # answered by a request in flight or just made (no request of its own)
     failures: int = 0
     cache_hits: int = 0
     latency_s: list[float] = field(default_factory=list)
@@ -128,7 +173,11 @@ class JudgeStats:
 
 
 class JudgeClient:
-    """Concurrent, retrying, caching chat-completions client (see the module docstring)."""
+    """Concurrent, retrying, caching chat-completions client (see the module docstring).
+
+    Requests carry ``cfg.model``, ``max_tokens`` and ``temperature`` of the config passed to
+    :meth:`submit` (default: the client's), so one client serves configs that differ only there.
+    """
 
     def __init__(self, cfg: JudgeConfig):
         if not cfg.enabled:
@@ -140,28 +189,42 @@ class JudgeClient:
         if cfg.api_key_env:
             key = os.environ.get(cfg.api_key_env)
             if not key:
-                raise ValueError(f"reward.judge.api_key_env: the environment variable {cfg.api_key_env} is not set")
+                raise ValueError(
+                    f"reward.judge.api_key_env: the environment variable {cfg.api_key_env} is not set"
+                )
             headers["Authorization"] = f"Bearer {key}"
-        limits = httpx.Limits(max_connections=cfg.max_concurrency, max_keepalive_connections=cfg.max_concurrency)
+        limits = httpx.Limits(
+            max_connections=cfg.max_concurrency, max_keepalive_connections=cfg.max_concurrency
+        )
         self._http = httpx.Client(headers=headers, timeout=cfg.timeout_s, limits=limits)
         self._pool = ThreadPoolExecutor(cfg.max_concurrency, thread_name_prefix="judge")
-        self._in_flight: dict[str, Future] = {}
+        self._recent: OrderedDict[str, tuple[Future, float]] = OrderedDict()
         self._lock = threading.Lock()
         self.stats = JudgeStats()
         self._cache = Path(cfg.cache_dir) if cfg.cache_dir else None
 
     # ---------------------------------------------------------------------------------- requests
-    def body(self, messages: list[dict[str, Any]]) -> dict[str, Any]:
-        c = self.cfg
-        return {"model": c.model, "messages": messages, "temperature": c.temperature, "max_tokens": c.max_tokens}
+    def body(self, messages: list[dict[str, Any]], cfg: JudgeConfig | None = None) -> dict[str, Any]:
+        c = cfg or self.cfg
+        return {
+            "model": c.model,
+            "messages": messages,
+            "temperature": c.temperature,
+            "max_tokens": c.max_tokens,
+        }
 
-    def submit(self, messages: list[dict[str, Any]]) -> Future:
+    def submit(self, messages: list[dict[str, Any]], cfg: JudgeConfig | None = None) -> Future:
         """A ``Future`` of the :class:`JudgeReply` to ``messages`` (chat-completions messages)."""
-        body = self.body(messages)
+        body = self.body(messages, cfg)
         key = content_key(body)
         with self._lock:
-            if key in self._in_flight:  # the same request already on its way: one answer for both
-                return self._in_flight[key]
+            if key in self._recent:  # the same request on its way or just answered: one answer for both
+                future, sent = self._recent[key]
+                failed = future.done() and not future.result().ok
+                if not failed or time.monotonic() - sent < FAILED_TTL_S:
+                    self._recent.move_to_end(key)
+                    self.stats.shared += 1
+                    return future
             cached = self._read_cache(key)
             if cached is not None:
                 self.stats.cache_hits += 1
@@ -169,27 +232,32 @@ class JudgeClient:
                 done.set_result(JudgeReply(cached, cached=True))
                 return done
             future = self._pool.submit(self._ask, key, body)
-            self._in_flight[key] = future
+            self._recent[key] = (future, time.monotonic())
+            while len(self._recent) > MEMO_SIZE:
+                self._recent.popitem(last=False)
         return future
 
-    def ask(self, messages: list[dict[str, Any]]) -> JudgeReply:
+    def ask(self, messages: list[dict[str, Any]], cfg: JudgeConfig | None = None) -> JudgeReply:
         """:meth:`submit` and wait."""
-        return self.submit(messages).result()
+        return self.submit(messages, cfg).result()
 
     def _ask(self, key: str, body: dict[str, Any]) -> JudgeReply:
         try:
             reply = self._send(body)
-            with self._lock:
-                if reply.ok:
-                    self.stats.answered += 1
-                    self.stats.latency_s.append(reply.latency_s)
-                    self._write_cache(key, body, reply.text)
-                else:
-                    self.stats.failures += 1
-            return reply
-        finally:
-            with self._lock:
-                self._in_flight.pop(key, None)
+        except Exception as error:  # a bug, not the endpoint: still an answer with its reason
+            reply = JudgeReply(None, error=f"{type(error).__name__}: {error}")
+        with self._lock:
+            if reply.ok:
+                self.stats.answered += 1
+                self.stats.latency_s.append(reply.latency_s)
+            else:
+                self.stats.failures += 1
+        if reply.ok:
+            try:
+                self._write_cache(key, body, reply.text)
+            except OSError as error:  # the answer stands; only the rerun will ask again
+                logger.warning("judge cache %s: cannot write an entry (%s)", self._cache, error)
+        return reply
 
     def _send(self, body: dict[str, Any]) -> JudgeReply:
         import httpx
@@ -220,7 +288,9 @@ class JudgeClient:
                 wait = retry_after(r.headers.get("retry-after"))
             if attempts > self.cfg.retries:
                 return self._failed(last, t0, attempts)
-            time.sleep(wait if wait is not None else min(BACKOFF_MAX_S, BACKOFF_START_S * 2 ** (attempts - 1)))
+            time.sleep(
+                wait if wait is not None else min(BACKOFF_MAX_S, BACKOFF_START_S * 2 ** (attempts - 1))
+            )
 
     @staticmethod
     def _failed(reason: str, t0: float, attempts: int) -> JudgeReply:
@@ -255,6 +325,21 @@ class JudgeClient:
     def close(self) -> None:
         self._pool.shutdown(wait=True)
         self._http.close()
+
+
+_clients: dict[tuple, JudgeClient] = {}
+_clients_lock = threading.Lock()
+
+
+def shared_client(cfg: JudgeConfig) -> JudgeClient:
+    """This process's client for ``cfg``'s endpoint (made on first use; one pool, one cache, one
+    set of counters for every caller: rewards, evaluation scorers, validation)."""
+    key = cfg.client_key()
+    with _clients_lock:
+        client = _clients.get(key)
+        if client is None:
+            client = _clients[key] = JudgeClient(cfg)
+        return client
 
 
 def content_key(body: dict[str, Any]) -> str:

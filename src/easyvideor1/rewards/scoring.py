@@ -20,6 +20,7 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 from easyvideor1.rewards.config import RewardConfig
+from easyvideor1.rewards.judge_scoring import JudgeFailed, judge_results
 from easyvideor1.rewards.parsing import has_reasoning
 from easyvideor1.rewards.registry import load_callable, load_task_files, resolve_task
 from easyvideor1.rewards.sample import Sample, TaskScore
@@ -99,6 +100,9 @@ def score_item(item: Mapping[str, Any], config: RewardConfig) -> dict[str, Any]:
         if not math.isfinite(accuracy):
             raise ValueError(f"task {spec.name} returned a non-finite accuracy {accuracy}")
         accuracy = min(1.0, max(0.0, accuracy))
+    except JudgeFailed as failure:  # a callable judge gave no verdict: unscored, not a 0
+        result = {"overall": 0.0, "accuracy": 0.0, "format": 0.0, "task": spec.name, "prediction": None}
+        result.update(judge_error=str(failure), unscored=True)
     except Exception as error:
         if config.strict:
             raise
@@ -248,6 +252,8 @@ def record_item(response: str, record: Any, response_length: int | None = None) 
     ``options`` and ``extra``). Record fields reach the task as metadata, except those named like
     ``compute_score``'s own parameters."""
     meta = {k: v for k, v in record.extra.items() if k not in _SCORE_ARGUMENTS}
+    if getattr(record, "problem", None):  # what a judge is told the question was
+        meta.setdefault("question", record.problem)
     if response_length is not None:
         meta["response_length"] = response_length
     item = {
@@ -264,6 +270,9 @@ def score_record(
 ) -> dict[str, Any]:
     """Score a response against a record: evaluation's per-row call (training scores whole batches
     with ``batch.score_records``, which builds the same items)."""
-    result = score_items([record_item(response, record, response_length)], config or _DEFAULT_CONFIG)[0]
-    record_errors([result])
-    return result
+    config = config or _DEFAULT_CONFIG
+    items = [record_item(response, record, response_length)]
+    results = score_items(items, config)
+    judge_results(items, results, config)
+    record_errors(results)
+    return results[0]

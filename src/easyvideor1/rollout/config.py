@@ -63,11 +63,15 @@ class PipelineSettings:
         load_workers: Loader processes; 0 loads in a thread of this process (no fork).
         queue_size: Loaded samples waiting for the engine (bounds memory on long videos).
         max_in_flight: Requests submitted and not yet finished.
+        score_workers: Threads that score finished requests (0: the pipeline's own thread). Set
+            to the endpoint judge's ``max_concurrency`` when a judge scores, so its requests
+            overlap each other and the generation.
     """
 
     load_workers: int = 2
     queue_size: int = 8
     max_in_flight: int = 64
+    score_workers: int = 0
 
 
 # vLLM's share of GPU memory when unset: leave a colocated trainer room; take most of it alone

@@ -5,7 +5,8 @@ Stages: loaders read each sample's media (frame-cache entry or decode) in input 
 the sample's prompt is rendered (:func:`render_prompt`) and submitted to the engine as one
 :class:`~.base.Request` the moment it is ready (at most ``max_in_flight`` at once; batch engines
 batch whatever has gathered) -> as each request finishes, the job scores it and the rows are
-written. A sample whose media cannot be loaded (a
+written (scored in ``score_workers`` threads when a judge scores, so its requests overlap). A
+sample whose media cannot be loaded (a
 :class:`~easyvideor1.media.failures.MediaFailure`, worded as training's ``skipped_records.jsonl``
 words it), or whose request fails, becomes a failure row with its reason and the job goes on; any
 other error while loading is a bug and stops the job.
@@ -28,7 +29,7 @@ import queue
 import threading
 import time
 from collections.abc import Callable
-from concurrent.futures import FIRST_COMPLETED, Future, ProcessPoolExecutor, wait
+from concurrent.futures import FIRST_COMPLETED, Future, ProcessPoolExecutor, ThreadPoolExecutor, wait
 from dataclasses import dataclass, replace
 from functools import partial
 from typing import Any, Protocol
@@ -112,12 +113,15 @@ def run_pipeline(
     )
     loader.start()
     pending: dict[Future, int] = {}
+    # with a judge scoring, rows are scored in threads: its requests overlap one another
+    scorers = ThreadPoolExecutor(settings.score_workers, "score") if settings.score_workers else None
+    scoring: dict[Future, int] = {}
     finished = False
     t0 = None  # the generate stage starts with the first request: waiting for none is no generating
-    while not finished or pending:
+    while not finished or pending or scoring:
         while not finished and len(pending) < settings.max_in_flight:
             try:  # block only when nothing is running
-                item = _next(ready, block=not pending)
+                item = _next(ready, block=not pending and not scoring)
             except queue.Empty:
                 break
             if item is _DONE:
@@ -138,21 +142,30 @@ def run_pipeline(
                 except Exception as e:  # e.g. a template or processor that refuses this sample
                     error = failure_reason(e)
             write([work.failure(i, error)])
-        if not pending:
+        if not pending and not scoring:
             continue
-        done, _ = wait(pending, timeout=0.02, return_when=FIRST_COMPLETED)
+        done, _ = wait([*pending, *scoring], timeout=0.02, return_when=FIRST_COMPLETED)
         rows = []
         for future in done:
+            if future in scoring:  # a row scored in a scoring thread
+                scoring.pop(future)
+                rows.append(future.result())
+                continue
             i = pending.pop(future)
             try:
                 out = future.result()
             except Exception as e:  # e.g. a prompt longer than the engine allows: recorded, the job goes on
                 rows.append(work.failure(i, failure_reason(e)))
                 continue
-            rows.append(work.scored(i, out))
+            if scorers is None:
+                rows.append(work.scored(i, out))
+            else:
+                scoring[scorers.submit(work.scored, i, out)] = i
         if rows:
             write(sorted(rows, key=lambda r: r.get("index", 0)))
     timing.generate = 0.0 if t0 is None else time.perf_counter() - t0
+    if scorers is not None:
+        scorers.shutdown(wait=True)
     loader.join(timeout=5)
     return timing
 

@@ -172,7 +172,9 @@ def _error(message: str, kind: str) -> dict[str, Any]:
     return {"error": {"message": message, "type": kind}}
 
 
-def load_server(model_dir: str, name: str = "", host: str = "127.0.0.1", port: int = 8000, dtype: str = "float32"):
+def load_server(
+    model_dir: str, name: str = "", host: str = "127.0.0.1", port: int = 8000, dtype: str = "float32"
+):
     """A :class:`ChatServer` over the checkpoint at ``model_dir`` (not started)."""
     import os
 

@@ -45,8 +45,26 @@ def step_advantages(
         base = score(greedy.texts, samples, list(range(len(samples))), lengths, reward_cfg).values["overall"]
         opts["baseline_scores"] = base[torch.tensor(exp.prompt_of)]
     if not state.enabled:
-        return compute_advantages(name, values, exp.mask, exp.prompt_of, **opts).advantages.float()
+        return scored_advantages(name, values, exp.mask, exp.prompt_of, opts, exp.unscored)
     return _gathered(name, values, exp, len(samples), opts, state)
+
+
+def scored_advantages(name, values, mask, prompt_of, opts, unscored) -> torch.Tensor:
+    """``compute_advantages`` over the rows that have a reward only: an unscored row (its judge
+    gave no verdict) is not in its group's statistics and gets advantage 0."""
+    if unscored is None or not bool(unscored.any()):
+        return compute_advantages(name, values, mask, prompt_of, **opts).advantages.float()
+    keep = (~unscored).nonzero().flatten()
+    out = torch.zeros(mask.shape, dtype=torch.float32)
+    if keep.numel() == 0:
+        return out
+    pick = {k: v[keep] for k, v in values.items()} if isinstance(values, dict) else values[keep]
+    sub = dict(opts)
+    if "baseline_scores" in sub:
+        sub["baseline_scores"] = sub["baseline_scores"][keep]
+    rows = compute_advantages(name, pick, mask[keep], [prompt_of[i] for i in keep.tolist()], **sub).advantages
+    out[keep, : rows.shape[1]] = rows.float()
+    return out
 
 
 def _rows(values: torch.Tensor, lengths: list[int]) -> list:
@@ -80,6 +98,7 @@ def _gathered(name, values, exp: Experience, n_prompts: int, opts: dict, state: 
         "prompt_of": exp.prompt_of,
         "n_prompts": n_prompts,
         "baseline": opts["baseline_scores"].tolist() if "baseline_scores" in opts else None,
+        "unscored": [] if exp.unscored is None else exp.unscored.nonzero().flatten().tolist(),
     }
     parts = all_gather(mine)
     lengths = [n for p in parts for n in p["lengths"]]
@@ -94,9 +113,15 @@ def _gathered(name, values, exp: Experience, n_prompts: int, opts: dict, state: 
     every = {k: _stack([x for p in parts for x in p["values"][k]], lengths, width) for k in keyed}
     if mine["baseline"] is not None:
         opts["baseline_scores"] = torch.tensor([x for p in parts for x in p["baseline"]])
-    out = compute_advantages(name, every if isinstance(values, dict) else every[""], mask, prompt_of, **opts)
+    unscored, offset = torch.zeros(len(lengths), dtype=torch.bool), 0
+    for p in parts:
+        unscored[[offset + i for i in p["unscored"]]] = True
+        offset += len(p["lengths"])
+    out = scored_advantages(
+        name, every if isinstance(values, dict) else every[""], mask, prompt_of, opts, unscored
+    )
     start = sum(len(p["lengths"]) for p in parts[: state.rank])
-    rows = out.advantages.float()[start : start + len(exp)]
+    rows = out[start : start + len(exp)]
     adv = torch.zeros(exp.mask.shape, dtype=torch.float32)
     width = min(adv.shape[1], rows.shape[1])
     adv[:, :width] = rows[:, :width]

@@ -158,6 +158,33 @@ def save_checkpoint(
     return final
 
 
+def export_model(model, processor, directory: str | os.PathLike, state: DistState | None = None) -> Path:
+    """The current weights as a plain Hugging Face model directory (with LoRA: the adapter merged
+    into the base weights), written to ``directory.tmp`` and renamed, so a reader never sees half
+    of one. A collective under torchrun: every rank calls it, rank 0 writes."""
+    state = state or DistState()
+    final = Path(directory)
+    tmp = final.with_name(final.name + ".tmp")
+    if state.is_main:
+        shutil.rmtree(tmp, ignore_errors=True)
+        tmp.mkdir(parents=True)
+    barrier()
+    if is_lora(model):
+        save_merged(model, tmp, processor, is_main=state.is_main)
+    else:
+        options, get_model, _, _, _ = _state_dict_api()
+        full = get_model(model, options=options(full_state_dict=True, cpu_offload=True))
+        if state.is_main:
+            _quietly(model.save_pretrained, tmp, state_dict=full)
+            if processor is not None:
+                processor.save_pretrained(tmp)
+    if state.is_main:
+        shutil.rmtree(final, ignore_errors=True)
+        os.replace(tmp, final)
+    barrier()
+    return final
+
+
 def _quietly(fn, *args, **kwargs):
     from transformers.utils import logging as hf_logging
 

@@ -10,6 +10,7 @@ from dataclasses import dataclass, field
 from ..data.probe import PROBES
 from ..rollout.config import RolloutConfig, VLLMConfig  # noqa: F401  (re-exported)
 from ..validation import at_least, in_range, non_negative, one_of, positive, require
+from .background_eval import TrainingEvalConfig
 
 LOGGERS = ("console", "jsonl", "tensorboard", "wandb")
 
@@ -133,6 +134,9 @@ class TrainerConfig:
             prompts) and their ``val/<task>/...`` breakdowns; ``shuffle`` logs
             ``val/accuracy_shuffled_video`` and ``val/video_gap_shuffled``. Needs validation
             (``data.val_files``, ``val_size`` > 0).
+        eval: Benchmark evaluation of the policy while it trains, in a background process
+            (``trainer.eval.*``, ``background_eval.py``): ``eval/<benchmark>/<metric>`` logged at
+            the step evaluated, results under ``output_dir/eval/step_<N>/``.
         video_probe: Probes run at those steps (``data/probe.py``): ``blank`` (every frame mid-grey)
             and/or ``shuffle`` (frames in a fixed random order); shapes, token counts and timestamps
             stay the real ones, images and text are not touched.
@@ -165,8 +169,11 @@ class TrainerConfig:
     export_merged: bool = False
     video_probe_every: int = 0
     video_probe: list[str] = field(default_factory=lambda: ["blank"])
+    eval: TrainingEvalConfig = field(default_factory=TrainingEvalConfig)
 
     def __post_init__(self) -> None:
+        if isinstance(self.eval, dict):
+            self.eval = TrainingEvalConfig(**self.eval)
         require(
             isinstance(self.export_merged, bool),
             "trainer.export_merged",

@@ -90,7 +90,12 @@ def evaluate(
     view.probe = probe  # its samples carry the probe; load_media applies it after the cache
     work = _ValidationWork(view, sampling, reward_cfg)
     rows: list[dict] = []
-    settings = PipelineSettings(load_workers=0, queue_size=batch_size, max_in_flight=batch_size)
+    settings = PipelineSettings(
+        load_workers=0,
+        queue_size=batch_size,
+        max_in_flight=batch_size,
+        score_workers=reward_cfg.judge.score_workers if reward_cfg is not None else 0,
+    )
     run_pipeline(view, list(indices), engine, processor, work, rows.extend, settings, tools=tools)
     return sorted(rows, key=lambda g: g["index"])
 
@@ -121,6 +126,12 @@ class _ValidationWork:
             "output_tokens": n_tokens,
             "truncated": bool(out.truncated[0]) if out.truncated else None,
             **{k: float(result[k]) for k in ("overall", "accuracy", "format")},
+            # the judge gave no verdict: kept with its reason, out of the validation means
+            **(
+                {"unscored": True, "not_scored_reason": result["judge_error"]}
+                if result.get("judge_error")
+                else {}
+            ),
             # an episode (tools): its calls and tool turns
             **(
                 {
@@ -179,13 +190,16 @@ def summarize(generations: list[dict]) -> dict[str, float]:
     """``val/<key>`` and ``val/<task>/<key>`` means of the rows :func:`evaluate` returns."""
     sums: dict[str, float] = defaultdict(float)
     counts: dict[str, int] = defaultdict(int)
+    unscored = [g for g in generations if g.get("unscored")]
     for g in generations:
+        if g.get("unscored"):
+            continue
         for key in ("overall", "accuracy", "format"):
             sums[f"val/{key}"] += g[key]
             sums[f"val/{g['task']}/{key}"] += g[key]
         counts["all"] += 1
         counts[g["task"]] += 1
-    metrics = {}
+    metrics = {"val/unscored": float(len(unscored))} if unscored else {}
     for k, v in sums.items():
         parts = k.split("/")
         metrics[k] = v / counts["all" if len(parts) == 2 else parts[1]]

@@ -17,7 +17,7 @@ import torch
 
 from ..data.dataset import MediaSample
 from ..models.inputs import PromptBatch
-from ..rewards import score_records
+from ..rewards import prefetch_judgements, score_records
 from ..rollout.base import Responses, RolloutEngine, SamplingConfig
 from ..tools.video import ToolSession
 
@@ -46,6 +46,9 @@ class Experience:
     # rollout correction (``algorithm.rollout_correction``): each token's weight in the policy loss
     is_weights: torch.Tensor | None = None  # [N, T]
     metrics: dict[str, float] = field(default_factory=dict)
+    # [N] bool: no reward (the endpoint judge gave no verdict, ``reward.judge.on_failure=skip``):
+    # left out of its group's advantage and of the loss
+    unscored: torch.Tensor | None = None
     # episodes (tools): the real tokens of each response, tool turns included (None: ``mask``),
     # the tool turns' vision tensors per sequence and the responses' mm_token_type_ids
     valid: torch.Tensor | None = None  # [N, T]
@@ -84,25 +87,45 @@ def tokenize_offline(tokenizer, text: str, eos_id: int, max_tokens: int) -> tupl
 @dataclass
 class Scores:
     """Rewards of ``N`` responses: ``overall`` / ``accuracy`` / ``format`` tensors ``[N]``, the task of
-    each, and how many scorings raised (recorded with zero scores, see ``rewards.scoring``)."""
+    each, how many scorings raised (recorded with zero scores, see ``rewards.scoring``), which
+    responses have no reward (``unscored``, ``[N]`` bool) and the judge's counters of the batch."""
 
     values: dict[str, torch.Tensor]
     tasks: list[str]
     errors: int
+    unscored: torch.Tensor | None = None
+    judge: dict[str, float] = field(default_factory=dict)
 
     def __iter__(self):  # (values, tasks, errors), as callers unpack it
         return iter((self.values, self.tasks, self.errors))
+
+
+def judge_counters(rows: list[dict]) -> dict[str, float]:
+    """``reward/judge_*`` of one batch's results (empty when no result went to an endpoint judge)."""
+    judged = [r for r in rows if "judge_cached" in r or "judge_error" in r]
+    if not judged:
+        return {}
+    latency = [r["judge_latency_s"] for r in judged if "judge_latency_s" in r]
+    return {
+        "reward/judge_failures": float(sum(1 for r in judged if r.get("judge_error"))),
+        "reward/judge_cache_hits": float(sum(1 for r in judged if r.get("judge_cached"))),
+        "reward/judge_latency_s": sum(latency) / len(latency) if latency else 0.0,
+        "reward/unscored": float(sum(1 for r in rows if r.get("unscored"))),
+    }
 
 
 def score(
     texts: list[str], samples: list[MediaSample], prompt_of: list[int], lengths: list[int], reward_cfg
 ) -> Scores:
     """Rewards of each response from the record it answers, scored as one batch
-    (``rewards.score_records``: expensive tasks in its process pool); validation uses it too."""
+    (``rewards.score_records``: expensive tasks in its process pool, judged ones asked of the
+    endpoint concurrently); validation uses it too."""
     records = [samples[p].record for p in prompt_of]
     rows = score_records(texts, records, lengths, reward_cfg)
     values = {k: torch.tensor([float(r[k]) for r in rows], dtype=torch.float32) for k in SCORE_KEYS}
-    return Scores(values, [r["task"] for r in rows], sum(1 for r in rows if r.get("error")))
+    unscored = torch.tensor([bool(r.get("unscored")) for r in rows], dtype=torch.bool)
+    errors = sum(1 for r in rows if r.get("error"))
+    return Scores(values, [r["task"] for r in rows], errors, unscored, judge_counters(rows))
 
 
 @dataclass
@@ -251,7 +274,7 @@ def collect(
         episode_tools = [partial(tools.episode, s.record, list(s.videos)) for s in samples]
         return engine.generate_episodes(batch, counts, sampling, episode_tools)
 
-    groups = _online(generate(online_n), online_n)
+    groups = _streamed(generate, online_n, samples, reward_cfg)
     use_offline = list(offline)
     if mode == "below_threshold" and any(offline):
         # score the online part first; confident groups are completed online instead
@@ -267,6 +290,33 @@ def collect(
     exp = _experience(batch, samples, groups, engine.pad_id, reward_cfg)
     exp.metrics["hybrid/groups_with_offline"] = float(sum(use_offline))
     return exp
+
+
+def _streamed(generate, counts: list[int], samples: list[MediaSample], reward_cfg) -> list[list[Response]]:
+    """The online groups, generated in ``reward.judge.stream_chunks`` chunks of prompts when an
+    endpoint judge scores them: each chunk's judge requests leave as soon as it is generated,
+    so the judge answers while the next chunks generate (one chunk without a judge)."""
+    judge = getattr(reward_cfg, "judge", None)
+    chunks = judge.stream_chunks if judge is not None and judge.enabled else 1
+    prompts = [p for p, c in enumerate(counts) if c]
+    if chunks <= 1 or len(prompts) <= 1:
+        return _online(generate(counts), counts)
+    groups: list[list[Response]] = [[] for _ in counts]
+    size = -(-len(prompts) // chunks)
+    for start in range(0, len(prompts), size):
+        part = set(prompts[start : start + size])
+        mine = [c if p in part else 0 for p, c in enumerate(counts)]
+        for p, group in enumerate(_online(generate(mine), mine)):
+            if p in part:
+                groups[p] = group
+        flat = [(p, r) for p in sorted(part) for r in groups[p]]
+        prefetch_judgements(
+            [r.text for _, r in flat],
+            [samples[p].record for p, _ in flat],
+            [len(r.ids) for _, r in flat],
+            reward_cfg,
+        )
+    return groups
 
 
 def stacked(batch: PromptBatch, groups: list[list[Response]], pad_id: int) -> Experience:
@@ -313,6 +363,9 @@ def _experience(
     scored = score(exp.texts, samples, exp.prompt_of, exp.mask.sum(1).tolist(), reward_cfg)
     exp.scores, exp.tasks = scored.values, scored.tasks
     exp.metrics["reward/errors"] = float(scored.errors)
+    exp.metrics.update(scored.judge)
+    if scored.unscored is not None and bool(scored.unscored.any()):
+        exp.unscored = scored.unscored
     flat = [r for group in groups for r in group]
     if any(r.episode is not None for r in flat):  # reward.tools: shaping by the episode's tool use
         shaping = torch.tensor(
@@ -390,6 +443,9 @@ def merge_groups(
         scores={k: torch.stack([e.scores[k][i] for e, i in rows]) for k in parts[0][0].scores},
         tasks=[e.tasks[i] for e, i in rows],
         rollout_logp=_merge_rollout_logp(rows, ids.shape),
+        unscored=None
+        if all(e.unscored is None for e, _ in rows)
+        else torch.tensor([bool(e.unscored[i]) if e.unscored is not None else False for e, i in rows]),
         **extra,
     )
     for key in parts[0][0].metrics:

@@ -19,6 +19,7 @@ from ..models.inputs import PromptBatch
 from . import resume, warmup
 from . import step as stages
 from .ahead import RolloutsAhead
+from .background_eval import BackgroundEvals
 from .build import build_components, load_data, start, step_settings
 from .distributed import shutdown_distributed, split_prompts
 from .evaluate import has_video, validate_policy
@@ -53,6 +54,8 @@ class Trainer:
         # rollout.mode one_step_off / async: the batches generated during the updates (ahead.py)
         rc = cfg.rollout
         self._ahead = RolloutsAhead(self._collect, self.parts.handoff, rc.depth) if rc.overlaps else None
+        # trainer.eval: benchmark evaluations of checkpoints in background processes
+        self.evals = BackgroundEvals(cfg, self.parts)
 
     @property
     def engine_version(self) -> int:
@@ -132,6 +135,7 @@ class Trainer:
             cfg, parts.engine, settings.sampling, parts.dist, exp, shaped.rewards, batch, samples
         )
         metrics.update(hybrid_metrics(exp))
+        stages.leave_out_unscored(exp)
         metrics.update(stages.correct_rollouts(cfg.algorithm, exp))
         metrics["actor/entropy_rollout"] = float(masked_mean(entropy, exp.mask.bool()))
         tc = cfg.trainer
@@ -273,6 +277,7 @@ class Trainer:
         """Continue from the checkpoint ``trainer.resume`` names, if any (``resume.py``): the
         components' tensors in place, then :attr:`state`. Whether one was restored."""
         saved = resume.restore(self.cfg, self.parts, len(self.data.train_idx))
+        self.evals.recover(0 if saved is None else saved["step"])
         if saved is None:
             return False
         self.state.load_state_dict(saved)
@@ -346,10 +351,14 @@ class Trainer:
             )
             if tc.save_every and state.step % tc.save_every == 0:
                 self.save()
+            if self.evals.due(state.step):
+                self.evals.start(state.step)
+            self.evals.poll()
         final = self.validate(probes=probing)
         logger.log(state.step, final)
         state.history.append({"step": state.step, **final})
         self.save()  # (re)saves the last step with the final validation in its history
+        self.evals.wait()
         logger.close()
         return final
 
@@ -358,5 +367,6 @@ class Trainer:
         if self._ahead is not None:
             self._ahead.close()
             self._ahead = None
+        self.evals.close()
         self.parts.release()
         shutdown_distributed()

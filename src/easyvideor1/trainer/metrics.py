@@ -41,7 +41,11 @@ class MetricsLogger:
 
             self.bar = tqdm(total=total_steps, desc="train", unit="step", dynamic_ncols=True)
 
-    def log(self, step: int, metrics: dict[str, Any], console_keys: tuple[str, ...] = ()) -> None:
+    def log(
+        self, step: int, metrics: dict[str, Any], console_keys: tuple[str, ...] = (), late: bool = False
+    ) -> None:
+        """One row of metrics at ``step``. ``late``: the step is past (a background evaluation
+        that finished since): wandb, whose steps only go forward, gets it against ``eval/step``."""
         clean = {
             k: float(v) for k, v in metrics.items() if isinstance(v, (int, float)) and math.isfinite(float(v))
         }
@@ -51,9 +55,12 @@ class MetricsLogger:
         if self.tb:
             for k, v in clean.items():
                 self.tb.add_scalar(k, v, step)
-        if self.wandb:
+        if self.wandb and late:
+            self.wandb.define_metric("eval/*", step_metric="eval/step")
+            self.wandb.log({**clean, "eval/step": step})
+        elif self.wandb:
             self.wandb.log(clean, step=step)
-        if self.bar is not None:
+        if self.bar is not None and not late:
             self.bar.n = step
             self.bar.set_postfix(
                 {k.split("/")[-1]: f"{clean[k]:.3g}" for k in console_keys if k in clean}, refresh=True
@@ -116,13 +123,17 @@ def rewrite_jsonl(path: str, keep: Callable[[dict], bool]) -> int:
 
 
 def reward_metrics(exp: Experience) -> dict[str, float]:
-    """Mean reward, accuracy and format overall and per task type; response length and truncation."""
+    """Mean reward, accuracy and format overall and per task type (over the responses that have a
+    reward); response length and truncation."""
     m: dict[str, float] = {}
     by_task: dict[str, list[int]] = defaultdict(list)
+    scored = [True] * len(exp.tasks) if exp.unscored is None else (~exp.unscored).tolist()
     for i, t in enumerate(exp.tasks):
-        by_task[t].append(i)
+        if scored[i]:
+            by_task[t].append(i)
+    rows = [i for i, ok in enumerate(scored) if ok]
     for key, v in exp.scores.items():
-        m[f"reward/{key}"] = float(v.mean())
+        m[f"reward/{key}"] = float(v[rows].mean()) if rows else 0.0
         for t, idx in by_task.items():
             m[f"reward/{t}/{key}"] = float(v[idx].mean())
     m["response/length"] = float(exp.mask.sum(1).float().mean())

@@ -79,6 +79,26 @@ def collect_groups(
     return exp, samples, batch, data_time[0]
 
 
+def filter_scores(exp: Experience) -> dict:
+    """The scores the filter judges a group by: an unscored response (no judge verdict) counts
+    as its group's mean over the scored ones, so it moves neither the group's mean nor its
+    spread (a group with no scored response at all carries no signal: constant 0)."""
+    if exp.unscored is None:
+        return exp.scores
+    out = {}
+    for key, values in exp.scores.items():
+        filled = values.clone()
+        for p in set(exp.prompt_of):
+            rows = [i for i, q in enumerate(exp.prompt_of) if q == p]
+            scored = [i for i in rows if not exp.unscored[i]]
+            fill = float(values[scored].mean()) if scored else 0.0
+            for i in rows:
+                if exp.unscored[i]:
+                    filled[i] = fill
+        out[key] = filled
+    return out
+
+
 def filter_rounds(
     exp: Experience,
     samples: list,
@@ -105,7 +125,7 @@ def filter_rounds(
     rounds = 0
     while True:
         if current is not None:
-            sampler.add_round(current.scores, current.prompt_of, payload=(current, samples))
+            sampler.add_round(filter_scores(current), current.prompt_of, payload=(current, samples))
             last = (current, samples, batch)
         rounds += 1
         if not max_over_ranks(int(not sampler.done)) or (f.max_tries > 0 and rounds >= f.max_tries):

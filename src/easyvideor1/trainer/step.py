@@ -24,6 +24,9 @@ from .update import UpdateSettings, experience_logprobs, policy_update
 # metrics that count things per step (summed over ranks; every other metric is averaged)
 COUNT_METRICS = (
     "reward/errors",
+    "reward/judge_failures",
+    "reward/judge_cache_hits",
+    "reward/unscored",
     "hybrid/groups_with_offline",
     "hybrid/offline_truncated",
     "filter/kept_groups",
@@ -90,6 +93,17 @@ def advantages(
     if needs_greedy_baseline(cfg.algorithm):  # e.g. ReMax: one greedy response per prompt
         greedy = engine.generate(batch, [1] * len(samples), dataclasses.replace(sampling, temperature=0))
     return step_advantages(cfg.algorithm, exp, rewards, samples, greedy, cfg.reward, dist)
+
+
+def leave_out_unscored(exp: Experience) -> None:
+    """Take the responses without a reward (``exp.unscored``: the judge gave no verdict) out of
+    the loss, after the advantages left them out of their groups. They stay in the forward
+    (``exp.valid``), so the micro-batches and every other row are unchanged."""
+    if exp.unscored is None:
+        return
+    if exp.valid is None:
+        exp.valid = exp.mask.clone()
+    exp.mask = exp.mask * (~exp.unscored).to(exp.mask.dtype).unsqueeze(1)
 
 
 def correct_rollouts(alg, exp: Experience) -> dict[str, float]:

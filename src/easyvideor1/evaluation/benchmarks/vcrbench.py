@@ -10,7 +10,7 @@ way), so the prompt is the generic one.
 Here multiple-choice letters are read by the reward library (what the judge checks against the
 letter), spans and boxes are read from the response (the last bracketed list of 2 or 4 numbers,
 preferring the ``<answer>`` tag) and scored by the official IoU thresholds, and the remaining
-open-ended answers need ``reward.llm_judge`` (without one they are not scored; ROUGE is a proxy).
+open-ended answers need a judge (``reward.judge.url`` or ``reward.llm_judge``) (without one they are not scored; ROUGE is a proxy).
 """
 
 from __future__ import annotations
@@ -21,7 +21,7 @@ from typing import Any
 from ...data.records import Record
 from ...rewards import RewardConfig
 from ...rewards.parsing import answer_tag_contents, clean_short_answer, parse_ground_truth, strip_think
-from ..scoring import call_judge, has_judge, judged, score_generic
+from ..scoring import JudgeFailed, call_judge, has_judge, judged, not_scored, score_generic
 
 SOURCE = "generic prompt; scoring per https://github.com/zhishuifeiqian/VCR-Bench eval_code/eval.py"
 SPAN_IOU, BOX_IOU = 0.7, 0.5
@@ -86,5 +86,8 @@ def score(
     if answer is None:
         return judged(0.0, None)
     truth = clean_short_answer(parse_ground_truth(record.answer))  # cleaned like the answer
-    verdict = call_judge(config, answer, truth, question=record.problem, benchmark="vcrbench")
+    try:
+        verdict = call_judge(config, answer, truth, question=record.problem, benchmark="vcrbench")
+    except JudgeFailed as failure:
+        return not_scored(str(failure), answer)
     return judged(verdict, answer)

@@ -25,7 +25,7 @@ from ...data.prompt import check_style
 from ...data.records import Record
 from ...rewards import RewardConfig
 from ...rewards.parsing import answer_tag_contents, normalize_text, parse_ground_truth, strip_think
-from ..scoring import NO_JUDGE, call_judge, has_judge, judged, not_scored
+from ..scoring import NO_JUDGE, JudgeFailed, call_judge, has_judge, judged, not_scored
 
 SOURCE = (
     "https://github.com/llyx97/video_reason_bench (vlmevalkit/vlmeval/dataset/video_reasoning_bench.py: "
@@ -90,13 +90,16 @@ def score(
         return not_scored(NO_JUDGE, answer, **proxies)
     if answer is None:  # officially rated 0 without asking the judge
         return judged(0.0, None, **proxies)
-    verdict = call_judge(
-        config,
-        answer,
-        truth,
-        question=record.problem,
-        benchmark="videoreasonbench",
-        judge_prompt=judge_prompt(record.problem, answer, truth),
-        judge_reply="correct",
-    )
+    try:
+        verdict = call_judge(
+            config,
+            answer,
+            truth,
+            question=record.problem,
+            benchmark="videoreasonbench",
+            judge_prompt=judge_prompt(record.problem, answer, truth),
+            judge_reply="correct",
+        )
+    except JudgeFailed as failure:
+        return not_scored(str(failure), answer, **proxies)
     return judged(verdict, answer, **proxies)

@@ -1,0 +1,159 @@
+"""How an endpoint judge's verdict becomes a reward: the default prompt, the reply parsers, and
+the scoring phase that asks the judge about the results of judged tasks and folds the answers in.
+
+Scoring a batch is two phases when ``reward.judge.url`` is set. First every response is scored by
+its task's rule as usual (which also reads the answer out of the response). Then, for each result
+of a task in ``reward.judge.tasks`` that has an answer, one request is sent
+(:func:`submit_judgements`: concurrent, deduplicated, cached, see ``judge.py``), and
+:func:`fold_judgements` turns each reply into the result's accuracy. A response without an answer
+keeps its rule score (0) without asking, as the official judges do.
+
+A request that failed (after its retries), or a reply no parser can read, is never a score: the
+result keeps its rule score and gains ``judge_error`` (the reason), plus ``unscored: True`` with
+``reward.judge.on_failure=skip`` (training leaves it out of its group). Evaluation reports it as
+``not_scored`` either way.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Mapping, Sequence
+from concurrent.futures import Future
+from typing import Any
+
+from .judge import JudgeConfig, JudgeReply, shared_client
+from .parsing import clean_short_answer, parse_ground_truth
+
+SYSTEM = "You grade answers to questions about videos. Be strict about meaning, lenient about wording."
+TEMPLATE = (
+    "Does the model answer mean the same as the ground truth?\n"
+    "Ground truth: {truth}\nModel answer: {prediction}\n"
+    "Give one short sentence of reasoning, then a last line exactly 'Judgement: 1' (same meaning) or "
+    "'Judgement: 0' (different)."
+)
+# "Judgement: 1", "Judgement: 0", or a generative reward model's "Judgement: 0.75"
+_VERDICT = re.compile(r"judgement\s*:\s*\**\s*(1(?:\.0+)?|0(?:\.\d+)?)(?![\d.])", re.I)
+
+
+class JudgeFailed(RuntimeError):
+    """The judge gave no verdict (the request failed, or the reply could not be read)."""
+
+
+def parse_judgement(text: str | None) -> float | None:
+    """The last ``Judgement: x`` (x in [0, 1]) in the judge's reply, or None."""
+    found = _VERDICT.findall(text or "")
+    return float(found[-1]) if found else None
+
+
+def parse_correct(text: str | None) -> float | None:
+    """1 for a reply that starts "Correct", 0 for "Incorrect", None for anything else
+    (VideoReasonBench's official judge format)."""
+    words = re.findall(r"[a-z]+", (text or "").lower())
+    if words[:1] == ["correct"]:
+        return 1.0
+    if words[:1] == ["incorrect"]:
+        return 0.0
+    return None
+
+
+PARSERS = {"judgement": parse_judgement, "correct": parse_correct}
+
+
+def judge_messages(
+    prediction: str,
+    truth: str,
+    question: str | None = None,
+    *,
+    prompt: str = "",
+    official: str | None = None,
+) -> list[dict[str, str]]:
+    """The chat messages that ask the judge about one answer.
+
+    ``official`` (a benchmark's own judge prompt, already filled in) is sent as the only message,
+    as the benchmark's code does; else ``prompt`` (``reward.judge.prompt``, with ``{question}``,
+    ``{truth}``, ``{prediction}``) or the default template, whose system message sets the grading
+    standard and whose question line, when there is a question, disambiguates short answers.
+    """
+    if official:
+        return [{"role": "user", "content": official}]
+    if prompt:
+        fields = {"question": question or "", "truth": truth, "prediction": prediction}
+        return [{"role": "user", "content": prompt.format(**fields)}]
+    user = TEMPLATE.format(truth=truth, prediction=prediction)
+    if question:
+        user = f"Question: {question}\n{user}"
+    return [{"role": "system", "content": SYSTEM}, {"role": "user", "content": user}]
+
+
+def verdict(reply: JudgeReply, reply_format: str = "judgement") -> float:
+    """The verdict in a reply; raises :class:`JudgeFailed` with the reason when there is none."""
+    if not reply.ok:
+        raise JudgeFailed(f"judge request failed: {reply.error}")
+    value = PARSERS[reply_format](reply.text)
+    if value is None:
+        raise JudgeFailed(f"judge reply has no verdict: {(reply.text or '')[:160]!r}")
+    return value
+
+
+def ask_judge(cfg: JudgeConfig, messages: list[dict[str, str]], reply_format: str = "judgement") -> float:
+    """One verdict from the endpoint (waits); :class:`JudgeFailed` when there is none."""
+    return verdict(shared_client(cfg).ask(messages, cfg), reply_format)
+
+
+# ------------------------------------------------------------------------- the scoring phase
+
+Slot = tuple[int, Future]  # (index of the result, future of its JudgeReply)
+
+
+def judged_task(config, task: str) -> bool:
+    """Whether results of ``task`` are scored by the endpoint judge under the reward ``config``."""
+    return config.judge.enabled and not config.reward_function and task in config.judge.tasks
+
+
+def submit_judgements(
+    items: Sequence[Mapping[str, Any]], results: Sequence[Mapping[str, Any]], config, indices=None
+) -> list[Slot]:
+    """Send the judge requests of ``results`` (rule-scored ``items``; only ``indices`` if given)
+    and return at once; :func:`fold_judgements` collects the replies."""
+    cfg = config.judge
+    slots: list[Slot] = []
+    for i in range(len(results)) if indices is None else indices:
+        res = results[i]
+        if not judged_task(config, str(res.get("task"))) or "error" in res or res.get("prediction") is None:
+            continue
+        item = items[i]
+        truth = clean_short_answer(parse_ground_truth(item.get("ground_truth")))
+        question = item.get("question")
+        messages = judge_messages(
+            str(res["prediction"]), truth, question if question else None, prompt=cfg.prompt
+        )
+        slots.append((i, shared_client(cfg).submit(messages, cfg)))
+    return slots
+
+
+def fold_judgements(results: list[dict[str, Any]], slots: list[Slot], config) -> None:
+    """Wait for each slot's reply and put its verdict into the result (in place): ``accuracy``
+    and ``judge`` become the verdict and ``overall`` is recomputed with the task's weights; a
+    failure sets ``judge_error`` (and ``unscored`` under ``on_failure=skip``) instead."""
+    for i, future in slots:
+        reply: JudgeReply = future.result()
+        res = results[i]
+        res["judge_cached"] = reply.cached
+        if not reply.cached:
+            res["judge_latency_s"] = reply.latency_s
+        try:
+            value = verdict(reply)
+        except JudgeFailed as failure:
+            res["judge_error"] = str(failure)
+            if config.judge.on_failure == "skip":
+                res["unscored"] = True
+            continue
+        weights = config.weights_for(str(res["task"]))
+        res["accuracy"] = res["judge"] = value
+        res["overall"] = weights.accuracy * value + weights.format * float(res.get("format", 0.0))
+
+
+def judge_results(items: Sequence[Mapping[str, Any]], results: list[dict[str, Any]], config) -> None:
+    """Both phases at once (waits): the per-record path of evaluation."""
+    if config.judge.enabled:
+        fold_judgements(results, submit_judgements(items, results, config), config)
