@@ -12,7 +12,9 @@ Modes:
       as update, but each response to a prompt with a video is an episode: a seek call, its real
       result (frames in the tool turn, masked out of the loss), then the answer.
   Flags: --no-dummy (no dummy vision passes), --bf16 (FSDP mixed precision, bfloat16 compute),
-  --checkpointing (gradient checkpointing).
+  --checkpointing (gradient checkpointing), --sp K (sequence parallelism over groups of K ranks;
+  each data-parallel group takes its share of the batch), --packed (padding-free micro-batches),
+  --frames N (frames per video: a longer prompt).
 """
 
 from __future__ import annotations
@@ -142,7 +144,7 @@ def build_experience(processor, dataset, kinds: list[str]) -> Experience:
 
 
 def one_update(
-    model, optimizer, processor, dataset, kinds, dummy, micro: int, session=None
+    model, optimizer, processor, dataset, kinds, dummy, micro: int, session=None, packed: bool = False
 ) -> dict[str, float]:
     exp = (
         build_experience(processor, dataset, kinds)
@@ -150,22 +152,42 @@ def one_update(
         else build_episodes(processor, dataset, kinds, session)
     )
     banned = banned_token_ids(processor.tokenizer)
-    exp.old_logp, _ = experience_logprobs(model, exp, banned, dummy, 1.0, micro)
-    settings = UpdateSettings(micro_batch_size=micro, max_grad_norm=1e9)
+    exp.old_logp, _ = experience_logprobs(model, exp, banned, dummy, 1.0, micro, padding_free=packed)
+    settings = UpdateSettings(micro_batch_size=micro, max_grad_norm=1e9, padding_free=packed)
     return policy_update(model, optimizer, None, exp, [list(range(len(exp)))], settings, banned, dummy)
+
+
+def _flag(name: str, default: str) -> str:
+    return sys.argv[sys.argv.index(name) + 1] if name in sys.argv else default
+
+
+def _launched() -> bool:
+    import os
+
+    return int(os.environ.get("WORLD_SIZE", "1")) > 1
 
 
 def main() -> int:
     mode, model_dir, records, out = sys.argv[1:5]
     no_dummy = "--no-dummy" in sys.argv
-    state = init_distributed(DistributedConfig(timeout_minutes=1.0))
+    sp = int(_flag("--sp", "1"))
+    state = init_distributed(
+        DistributedConfig(timeout_minutes=1.0, sequence_parallel_size=sp if _launched() else 1)
+    )
     torch.manual_seed(0)
     model, processor = load_policy(model_dir, gradient_checkpointing="--checkpointing" in sys.argv)
     model.train()
+    if state.sp_size > 1:
+        from easyvideor1.models.sequence_parallel import enable
+
+        enable(model, state.sp)
     if state.enabled:
         shard_model(model, DistributedConfig(param_dtype="bfloat16" if "--bf16" in sys.argv else None), state)
     dummy = None if no_dummy else DummyVisionPass(model)
-    data_cfg = DataConfig(video_fps=None, video_nframes=4).with_model(model_dir)  # the model names the family
+    frames = int(_flag("--frames", "4"))
+    data_cfg = DataConfig(video_fps=None, video_nframes=frames).with_model(
+        model_dir
+    )  # the model names the family
     dataset = RecordDataset.from_files([records], data_cfg)
     # SGD: the updated weights are linear in the gradient, so they compare at float precision
     optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
@@ -188,9 +210,12 @@ def main() -> int:
             session = ToolSession(ToolsConfig(names=["seek"], seek_max_pixels=4096), data_cfg.model_family)
             dataset.tools = session.schemas()  # the prompts list the tool
         kinds = list(KINDS)
-        if state.enabled:
-            kinds = kinds[:3] if state.rank == 0 else kinds[3:]
-        metrics = one_update(model, optimizer, processor, dataset, kinds, dummy, micro=2, session=session)
+        if state.data_world > 1:
+            kinds = kinds[:3] if state.data_rank == 0 else kinds[3:]
+        packed = "--packed" in sys.argv
+        metrics = one_update(
+            model, optimizer, processor, dataset, kinds, dummy, micro=2, session=session, packed=packed
+        )
         weights = {k: v.clone().contiguous() for k, v in full_weights(model)}
         if state.is_main:
             save_file(weights, out, metadata={"metrics": json.dumps(metrics)})

@@ -120,7 +120,7 @@ def _gathered(name, values, exp: Experience, n_prompts: int, opts: dict, state: 
     out = scored_advantages(
         name, every if isinstance(values, dict) else every[""], mask, prompt_of, opts, unscored
     )
-    start = sum(len(p["lengths"]) for p in parts[: state.rank])
+    start = sum(len(p["lengths"]) for p in parts[: state.data_rank])
     rows = out[start : start + len(exp)]
     adv = torch.zeros(exp.mask.shape, dtype=torch.float32)
     width = min(adv.shape[1], rows.shape[1])

@@ -38,11 +38,14 @@ def start(cfg) -> DistState:
     # each rank of a node chooses its share of the node's CPUs (torchrun: LOCAL_WORLD_SIZE ranks)
     threads.apply(processes=int(os.environ.get("LOCAL_WORLD_SIZE", "1")), explicit=cfg.cpu.threads)
     dist = init_distributed(cfg.distributed)
-    if tc.prompts_per_step % dist.world or tc.mini_batch_prompts % dist.world:
+    if tc.prompts_per_step % dist.data_world or tc.mini_batch_prompts % dist.data_world:
+        what = "data-parallel groups" if dist.sp_size > 1 else "ranks"
         raise ValueError(
             f"trainer.prompts_per_step ({tc.prompts_per_step}) and trainer.mini_batch_prompts "
-            f"({tc.mini_batch_prompts}) must be multiples of the number of ranks ({dist.world})"
+            f"({tc.mini_batch_prompts}) must be multiples of the number of {what} ({dist.data_world})"
         )
+    if dist.sp_size > 1:
+        check_sequence_parallel(cfg, dist)
     if not cfg.model.path:
         raise ValueError("model.path is not set: give a Hugging Face Qwen-VL checkpoint directory")
     if not cfg.data.train_files:
@@ -58,6 +61,17 @@ def start(cfg) -> DistState:
             "need an engine process and a device of its own): use rollout.placement=colocated"
         )
     return dist
+
+
+def check_sequence_parallel(cfg, dist: DistState) -> None:
+    """``distributed.sequence_parallel_size``: what cannot be split yet, refused with the key.
+    (The model's head count and family are checked when it loads, ``models/sequence_parallel.py``.)"""
+    k = cfg.distributed.sequence_parallel_size
+    if cfg.rollout.mode != "sync":
+        raise ValueError(
+            f"distributed.sequence_parallel_size={k} runs with rollout.mode=sync only for now "
+            f"(got rollout.mode={cfg.rollout.mode})"
+        )
 
 
 def check_overlap(cfg, dist: DistState) -> None:
@@ -85,7 +99,8 @@ def build_components(cfg, dist: DistState) -> Components:
     policy = build_policy(cfg, dist, cfg.algorithm.kl.enabled, warmup=bool(tc.sft_warmup_steps))
     model, ref_model = policy.model, policy.ref_model
     if dist.enabled:
-        torch.manual_seed(tc.seed + 1_000_003 * dist.rank)  # independent sampling per rank
+        # independent sampling per share of the batch (a sequence-parallel group samples as one)
+        torch.manual_seed(tc.seed + 1_000_003 * dist.data_rank)
     dummy = DummyVisionPass(model)
     # under FSDP the reference forward is a collective too; alone, it needs no dummy passes
     ref_dummy = DummyVisionPass(ref_model) if ref_model is not None and dist.enabled else None

@@ -297,6 +297,13 @@ class DistributedConfig:
             and shard with FSDP2 (a one-rank mesh) instead of running as a plain process: the only
             way to exercise the NCCL/FSDP2 path on a single GPU (``tools/gpu_check.sh`` uses it).
             Costs a second full model copy for HF rollouts, as any FSDP run does.
+        sequence_parallel_size: Ranks that share each sample's sequence (Ulysses sequence
+            parallelism, ``models/sequence_parallel.py``): every k consecutive ranks hold the same
+            samples, and inside the language model each keeps a k-th of the sequence, attention
+            exchanging sequence shards for head shards. 1 = off. The ranks form world / k
+            data-parallel groups of k; FSDP2 shards over all of them. Needs the world size and the
+            attention head count divisible by k, a family whose decoder can be split (not
+            Qwen3.5's DeltaNet layers yet) and ``rollout.mode=sync``.
     """
 
     backend: str = "auto"
@@ -307,9 +314,11 @@ class DistributedConfig:
     balance_tokens: bool = False
     timeout_minutes: float = 30.0
     group_with_one_rank: bool = False
+    sequence_parallel_size: int = 1
 
     def __post_init__(self) -> None:
         one_of("distributed.backend", self.backend, ("auto", "nccl", "gloo"))
+        at_least("distributed.sequence_parallel_size", self.sequence_parallel_size, 1)
         if self.param_dtype is not None:
             one_of("distributed.param_dtype", self.param_dtype, DISTRIBUTED_DTYPES)
         one_of("distributed.reduce_dtype", self.reduce_dtype, DISTRIBUTED_DTYPES)

@@ -47,10 +47,30 @@ class DistState:
     local_rank: int = 0
     device: torch.device = torch.device("cpu")
     grouped: bool = False  # in a process group although alone (distributed.group_with_one_rank)
+    sp_size: int = 1  # ranks per sequence-parallel group (distributed.sequence_parallel_size)
+    sp_group: Any = None  # this rank's sequence-parallel process group (None: sp_size 1)
 
     @property
     def enabled(self) -> bool:
         return self.world > 1 or self.grouped
+
+    @property
+    def data_rank(self) -> int:
+        """This rank's index among the data-parallel groups (the ranks of a sequence-parallel
+        group hold the same samples): what splits batches."""
+        return self.rank // self.sp_size
+
+    @property
+    def data_world(self) -> int:
+        """How many different shares of each batch there are."""
+        return self.world // self.sp_size
+
+    @property
+    def sp(self):
+        """This rank's :class:`~easyvideor1.models.sequence_parallel.SPGroup`, or None."""
+        from ..models.sequence_parallel import SPGroup
+
+        return SPGroup(self.sp_group, self.sp_size, self.rank % self.sp_size) if self.sp_size > 1 else None
 
     @property
     def is_main(self) -> bool:
@@ -73,7 +93,34 @@ def init_distributed(cfg: DistributedConfig | None = None) -> DistState:
     if not dist.is_initialized():
         backend = cfg.backend if cfg.backend != "auto" else ("nccl" if cuda else "gloo")
         dist.init_process_group(backend, timeout=datetime.timedelta(minutes=cfg.timeout_minutes))
-    return DistState(dist.get_rank(), dist.get_world_size(), local_rank, device, grouped=alone_in_group)
+    state = DistState(dist.get_rank(), dist.get_world_size(), local_rank, device, grouped=alone_in_group)
+    if cfg.sequence_parallel_size > 1:
+        state.sp_size, state.sp_group = (
+            cfg.sequence_parallel_size,
+            _sequence_parallel_groups(state.rank, world, cfg),
+        )
+    return state
+
+
+def _sequence_parallel_groups(rank: int, world: int, cfg: DistributedConfig):
+    """Every k consecutive ranks form a sequence-parallel group; the ranks at the same place in
+    each form a data-parallel group, which the collectives below use from then on (each share of
+    a batch is counted once). Every rank creates every group, in the same order. Returns this
+    rank's sequence-parallel group."""
+    global _data_group
+    k = cfg.sequence_parallel_size
+    if world % k:
+        raise ValueError(f"distributed.sequence_parallel_size={k} must divide the number of ranks ({world})")
+    mine = None
+    for g in range(world // k):
+        group = dist.new_group(list(range(g * k, (g + 1) * k)))
+        if rank // k == g:
+            mine = group
+    for s in range(k):
+        group = dist.new_group(list(range(s, world, k)))
+        if rank % k == s:
+            _data_group = group
+    return mine
 
 
 def shutdown_distributed(*objects_to_free: Any) -> None:
@@ -83,7 +130,9 @@ def shutdown_distributed(*objects_to_free: Any) -> None:
     interpreter's exit, so the caller drops its references, we collect, meet at a barrier, and only
     then destroy the group.
     """
+    global _data_group
     del objects_to_free
+    _data_group = None
     gc.collect()
     if dist.is_available() and dist.is_initialized():
         dist.barrier()
@@ -141,6 +190,8 @@ def full_weights(model: torch.nn.Module) -> Iterator[tuple[str, torch.Tensor]]:
 # ahead (``ahead.py``) run theirs on a group of their own: two threads issuing collectives on one
 # group would pair one rank's update with another rank's rollout round
 _thread = threading.local()
+# with sequence parallelism: the data-parallel group of this rank (else None: every rank)
+_data_group = None
 
 
 def new_thread_group():
@@ -163,7 +214,12 @@ def collectives_on(group):
 
 
 def _group():
-    return getattr(_thread, "group", None)
+    return getattr(_thread, "group", None) or _data_group
+
+
+def data_group():
+    """The process group whose ranks hold different data (None: every rank)."""
+    return _group()
 
 
 def max_over_ranks(value: int) -> int:
@@ -211,7 +267,7 @@ def all_gather(obj: Any) -> list[Any]:
     """Every rank's ``obj`` (JSON-like Python values), in rank order; ``[obj]`` without a group."""
     if not (dist.is_available() and dist.is_initialized()):
         return [obj]
-    out: list[Any] = [None] * dist.get_world_size()
+    out: list[Any] = [None] * dist.get_world_size(_group())
     dist.all_gather_object(out, obj, group=_group())
     return out
 
@@ -239,14 +295,14 @@ def split_prompts(chosen: list[int], state: DistState, tokens: dict[int, int] | 
     """This rank's share of a global batch: equal counts per rank (so every rank runs the same
     number of micro-batches), in contiguous blocks, or, given prompt ``tokens``, balanced by
     assigning the longest prompt first to the lightest rank."""
-    per = len(chosen) // state.world
-    if state.world == 1:
+    per = len(chosen) // state.data_world
+    if state.data_world == 1:
         return chosen
     if tokens is None:
-        return chosen[state.rank * per : (state.rank + 1) * per]
-    load, members = [0] * state.world, [[] for _ in range(state.world)]
+        return chosen[state.data_rank * per : (state.data_rank + 1) * per]
+    load, members = [0] * state.data_world, [[] for _ in range(state.data_world)]
     for i in sorted(chosen, key=lambda i: -tokens.get(i, 0)):
-        r = min((r for r in range(state.world) if len(members[r]) < per), key=lambda r: load[r])
+        r = min((r for r in range(state.data_world) if len(members[r]) < per), key=lambda r: load[r])
         members[r].append(i)
         load[r] += tokens.get(i, 0)
-    return members[state.rank]
+    return members[state.data_rank]

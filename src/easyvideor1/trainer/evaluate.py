@@ -43,7 +43,7 @@ def validate_policy(
     prompt is an episode, as the rollouts are."""
     if not val_idx:
         return {}
-    mine = val_idx[dist.rank :: dist.world]
+    mine = val_idx[dist.data_rank :: dist.data_world]
 
     def run(indices: list[int], probe: str | None = None) -> list[dict]:
         rows = evaluate(engine, processor, val_set, indices, sampling, cfg.reward, probe=probe, tools=tools)

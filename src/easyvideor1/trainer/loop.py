@@ -139,7 +139,9 @@ class Trainer:
         metrics.update(stages.correct_rollouts(cfg.algorithm, exp))
         metrics["actor/entropy_rollout"] = float(masked_mean(entropy, exp.mask.bool()))
         tc = cfg.trainer
-        mini = stages.mini_batches(exp.prompt_of, tc.mini_batch_prompts // parts.dist.world, tc.ppo_epochs)
+        mini = stages.mini_batches(
+            exp.prompt_of, tc.mini_batch_prompts // parts.dist.data_world, tc.ppo_epochs
+        )
         # the engine sleeps during the update and gets the new weights after it (generating ahead:
         # the rollout thread loads them before its next batch)
         with parts.handoff:

@@ -65,6 +65,12 @@ def build_policy(cfg, dist: DistState, kl_reference: bool, warmup: bool) -> Poli
     if cfg.rollout.engine == "hf" and not separate and (dist.enabled or cfg.rollout.overlaps):
         copied = plain_copy(model) if lora else copy.deepcopy(model)
         rollout_model = copied.eval().requires_grad_(False).to(dist.device)
+    if dist.sp_size > 1:  # Ulysses sequence parallelism inside the language models
+        from ..models.sequence_parallel import enable
+
+        for m in (model, ref_model):
+            if m is not None:
+                enable(m, dist.sp)
     if dist.enabled:
         shard_model(model, cfg.distributed, dist)  # moves shards to the rank's GPU
         if ref_model is not None:

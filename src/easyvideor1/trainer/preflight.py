@@ -47,7 +47,7 @@ def preflight(
     keep, lengths, dropped, start = [], {}, 0, 0
     encode = cfg.data.preflight == "full" or split != "train"  # validation sets are small: always
     while start < len(dataset) and (max_count is None or len(keep) < max_count):
-        lo = start + state.rank * BLOCK
+        lo = start + state.data_rank * BLOCK
         mine = list(range(lo, min(lo + BLOCK, len(dataset))))
         found = _check_block(dataset, split, mine, cfg, processor, not state.enabled, encode)
         for r, (k, n, d, s, error) in enumerate(all_gather(found)):
@@ -57,7 +57,7 @@ def preflight(
             lengths.update(zip(k, n, strict=True))
             dropped += d
             skipped += s
-        start += BLOCK * state.world
+        start += BLOCK * state.data_world
     keep = keep[:max_count] if max_count is not None else keep
     limit = cfg.data.max_prompt_length
     write(

@@ -13,7 +13,7 @@ from ..algorithms.policy_losses import compute_policy_loss
 from ..models.inputs import gather_prompts, gather_sequences, media_counts
 from ..models.logprobs import response_logprobs
 from ..models.vision_cache import VisionFeatureCache
-from .distributed import max_over_ranks, sum_over_ranks
+from .distributed import data_group, max_over_ranks, sum_over_ranks
 from .experience import Experience
 
 
@@ -31,6 +31,20 @@ class UpdateSettings:
     offline_shaping: float = 0.0  # LUFFY-style policy shaping gamma for offline responses (0 = off)
     padding_free: bool = False  # pack each micro-batch into one row (models/packing.py)
     max_tokens_per_micro_batch: int = 0  # > 0: micro-batches by token budget instead of a count
+
+
+def global_stats(masks: list[torch.Tensor]) -> GlobalBatchStats:
+    """The optimizer step's loss denominators, summed over the ranks that hold different data;
+    ``dp_size`` is every rank FSDP averages gradients over (with sequence parallelism the ranks of
+    a group hold the same sequences and each contributes its own tokens' share of the gradient)."""
+    import dataclasses
+
+    import torch.distributed as dist
+
+    stats = GlobalBatchStats.from_masks(masks).all_reduce(data_group())
+    if dist.is_available() and dist.is_initialized():
+        stats = dataclasses.replace(stats, dp_size=dist.get_world_size())
+    return stats
 
 
 def micro_batches(indices: list[int], size: int) -> list[list[int]]:
@@ -192,7 +206,7 @@ def policy_update(
     for seqs, real_step in padded(mini_batches):
         micros = split_micro_batches(exp, seqs, settings)
         local = [exp.mask[m] for m in micros] if real_step else []
-        stats = GlobalBatchStats.from_masks(local).all_reduce()
+        stats = global_stats(local)
         optimizer.zero_grad(set_to_none=True)
         for idx, real in padded(micros):
             real = real and real_step

@@ -48,11 +48,11 @@ def sft_warmup(
         return False
     opt = torch.optim.AdamW([p for p in model.parameters() if p.requires_grad], lr=tc.sft_lr)
     g = torch.Generator().manual_seed(tc.seed + 1)  # the same global batches on every rank
-    per = max(tc.sft_batch_size // state.world, 1)
+    per = max(tc.sft_batch_size // state.data_world, 1)
     sampling = SamplingConfig(max_new_tokens=max_new_tokens)  # an offline turn's token limit
     for step in range(tc.sft_warmup_steps):
-        pick = torch.randint(len(with_offline), (per * state.world,), generator=g).tolist()
-        pick = pick[state.rank * per : (state.rank + 1) * per]
+        pick = torch.randint(len(with_offline), (per * state.data_world,), generator=g).tolist()
+        pick = pick[state.data_rank * per : (state.data_rank + 1) * per]
         samples = load([with_offline[i] for i in pick])  # a failing video is skipped
         batch = encode_prompts(parts.processor, samples, cfg.data, train_set.loader)
         groups = [
@@ -65,7 +65,8 @@ def sft_warmup(
         logp, _, mask, _ = _logprobs(
             model, exp, list(range(len(exp))), engine.banned, parts.dummy, 1.0, False, None
         )
-        # FSDP averages gradients over ranks: scale by world so they add up to the global mean's
+        # FSDP averages gradients over all ranks: scale by their number so they add up to the
+        # global mean's (sequence parallelism: each rank's are its tokens' share of its group's)
         # (where, not a product: a vision placeholder of a tool turn has log-prob -inf, and -inf * 0 is NaN)
         local = -torch.where(mask.to(logp.device).bool(), logp, 0.0).sum() / tokens
         opt.zero_grad(set_to_none=True)

@@ -1,0 +1,269 @@
+"""Ulysses sequence parallelism for the language model of a vision-language policy.
+
+``distributed.sequence_parallel_size: k`` puts every k consecutive ranks in a *sequence-parallel
+group* that holds the same samples. The vision tower runs as usual and its features are merged
+into the input embeddings; then, inside the language model, each rank keeps one contiguous k-th
+of the sequence (padded to a multiple of k, the padding masked out of attention). Every layer
+works on its shard, except attention: DeepSpeed-Ulysses style, an all-to-all turns the sequence
+shards of q, k and v into head shards (each rank then sees the whole sequence for H/k heads),
+attention runs, and a second all-to-all turns the result back into sequence shards. M-RoPE
+positions are sliced with the sequence, so rotary embeddings are applied per shard before the
+exchange; Qwen3-VL's DeepStack features are sliced to the visual tokens of the shard. The final
+hidden states are gathered, so the LM head, log-probs, entropy and loss see the whole sequence
+(identically on every rank of the group).
+
+Gradients: the gather's backward keeps each rank's own slice, the all-to-alls' backward is the
+reverse exchange, so each rank's parameter gradients are the contributions of its own tokens (the
+LM head's, computed on the gathered states by every rank, are scaled by 1/k); the group's sum is
+the full gradient. FSDP averages over every rank, so the trainer scales the loss
+by k (``GlobalBatchStats.dp_size``), which makes an SP step equal the single-process step.
+
+The family says whether its language model can be split (``ModelFamily.sequence_parallel``):
+softmax-attention decoders (Qwen2-VL, Qwen2.5-VL, Qwen3-VL and their MoE) can; Qwen3.5's gated
+DeltaNet layers (a recurrence along the sequence) are refused at start-up.
+"""
+
+from __future__ import annotations
+
+import threading
+from dataclasses import dataclass
+
+import torch
+import torch.distributed as dist
+import torch.nn.functional as F
+
+ATTENTION = "ulysses_sdpa"  # the attention implementation name registered with transformers
+_local = threading.local()  # the shard layout of the forward in progress (this thread)
+
+
+@dataclass
+class SPGroup:
+    """A sequence-parallel group: its process group, size and this rank's index in it."""
+
+    group: object
+    size: int
+    rank: int
+
+
+@dataclass
+class _Layout:
+    group: SPGroup
+    key_valid: torch.Tensor  # [B, T] bool, the whole (padded) sequence: which keys are real
+    segments: torch.Tensor | None  # [B, T] packed sequences' ids (attention stays within one)
+
+
+# ------------------------------------------------------------------------- differentiable comms
+class _AllToAll(torch.autograd.Function):
+    """Split ``x`` along ``scatter_dim`` into the group's ranks and concatenate what they send
+    along ``gather_dim``; the backward is the reverse exchange."""
+
+    @staticmethod
+    def forward(ctx, x, sp: SPGroup, scatter_dim: int, gather_dim: int):
+        ctx.sp, ctx.dims = sp, (scatter_dim, gather_dim)
+        return _all_to_all(x, sp, scatter_dim, gather_dim)
+
+    @staticmethod
+    def backward(ctx, grad):
+        scatter_dim, gather_dim = ctx.dims
+        return _all_to_all(grad, ctx.sp, gather_dim, scatter_dim), None, None, None
+
+
+def _all_to_all(x: torch.Tensor, sp: SPGroup, scatter_dim: int, gather_dim: int) -> torch.Tensor:
+    inputs = [t.contiguous() for t in x.chunk(sp.size, dim=scatter_dim)]
+    outputs = [torch.empty_like(inputs[0]) for _ in range(sp.size)]
+    dist.all_to_all(outputs, inputs, group=sp.group)
+    return torch.cat(outputs, dim=gather_dim)
+
+
+class _GatherSequence(torch.autograd.Function):
+    """Every rank's shard concatenated along ``dim``. Each rank computes the same function of the
+    result, so the backward keeps this rank's slice of the gradient (no sum over ranks), times the
+    group size: the LM head's output scaled it by ``1 / size`` (:class:`_ScaleGrad`)."""
+
+    @staticmethod
+    def forward(ctx, x, sp: SPGroup, dim: int):
+        ctx.sp, ctx.dim, ctx.width = sp, dim, x.shape[dim]
+        parts = [torch.empty_like(x) for _ in range(sp.size)]
+        dist.all_gather(parts, x.contiguous(), group=sp.group)
+        return torch.cat(parts, dim=dim)
+
+    @staticmethod
+    def backward(ctx, grad):
+        return grad.narrow(ctx.dim, ctx.sp.rank * ctx.width, ctx.width) * ctx.sp.size, None, None
+
+
+class _ScaleGrad(torch.autograd.Function):
+    """Identity forward; the backward scales the gradient by ``factor``.
+
+    On the LM head's output: every rank of the group computes the same logits from the gathered
+    hidden states, so each would give the head's weight the whole gradient and the group's sum
+    would count it ``size`` times. Scaled by ``1 / size`` the head's weight gets a ``size``-th on
+    each rank (its sum is whole again, tied embeddings included), and the gather undoes the factor
+    on the way back into the shards."""
+
+    @staticmethod
+    def forward(ctx, x, factor: float):
+        ctx.factor = factor
+        return x.clone()  # not a view: FSDP hooks the root output for its backward
+
+    @staticmethod
+    def backward(ctx, grad):
+        return grad * ctx.factor, None
+
+
+# ------------------------------------------------------------------------------------ attention
+def ulysses_attention(module, query, key, value, attention_mask, dropout=0.0, scaling=None, **kwargs):
+    """The registered attention function: Ulysses inside a sharded forward, plain SDPA otherwise
+    (generation with the same model, a forward outside :func:`sharded`)."""
+    from transformers.integrations.sdpa_attention import sdpa_attention_forward
+
+    layout: _Layout | None = getattr(_local, "layout", None)
+    if layout is None:
+        return sdpa_attention_forward(module, query, key, value, attention_mask, dropout, scaling, **kwargs)
+    sp = layout.group
+    heads, kv_heads = query.shape[1], key.shape[1]
+    if kv_heads % sp.size:  # fewer key/value heads than ranks: give every query head its own copy
+        key = key.repeat_interleave(heads // kv_heads, dim=1)
+        value = value.repeat_interleave(heads // kv_heads, dim=1)
+    # [B, H, S/k, D] -> [B, H/k, S, D]: this rank's heads over the whole sequence
+    q, k, v = (_AllToAll.apply(t, sp, 1, 2) for t in (query, key, value))
+    if k.shape[1] != q.shape[1]:  # grouped-query attention: query head h reads key head h // groups
+        k = k.repeat_interleave(q.shape[1] // k.shape[1], dim=1)
+        v = v.repeat_interleave(q.shape[1] // v.shape[1], dim=1)
+    mask = _mask(layout, q.shape[2], q.device)
+    out = F.scaled_dot_product_attention(
+        q, k, v, attn_mask=mask, dropout_p=dropout if module.training else 0.0, scale=scaling
+    )
+    out = _AllToAll.apply(out, sp, 2, 1)  # back to [B, H, S/k, D]
+    return out.transpose(1, 2).contiguous(), None
+
+
+def _mask(layout: _Layout, length: int, device) -> torch.Tensor:
+    """[B, 1, S, S] bool: causal, real keys only, within one packed sequence; a query with no key
+    left (padding) attends to itself, so no row is empty (its output is never read)."""
+    causal = torch.ones(length, length, dtype=torch.bool, device=device).tril()
+    mask = causal[None] & layout.key_valid.to(device)[:, None, :]
+    if layout.segments is not None:
+        seg = layout.segments.to(device)
+        mask = mask & (seg[:, :, None] == seg[:, None, :])
+    mask = mask | torch.eye(length, dtype=torch.bool, device=device)[None]
+    return mask[:, None]
+
+
+def register() -> None:
+    """Make :data:`ATTENTION` a transformers attention implementation (idempotent)."""
+    from transformers import AttentionInterface
+    from transformers.masking_utils import AttentionMaskInterface, sdpa_mask
+
+    AttentionInterface.register(ATTENTION, ulysses_attention)
+    AttentionMaskInterface.register(ATTENTION, sdpa_mask)
+
+
+# ------------------------------------------------------------------------- the sharded forward
+def check(model, size: int) -> None:
+    """Refuse, naming the key, a model whose language model cannot be split ``size`` ways."""
+    from .families import family_of_model
+
+    key = f"distributed.sequence_parallel_size={size}"
+    family = family_of_model(model)
+    if family.hybrid_attention:
+        raise ValueError(
+            f"{key}: {family.model_type}'s linear-attention (gated DeltaNet) layers run a recurrence "
+            "along the sequence and cannot be split by it yet; use 1"
+        )
+    text = _language_model(model).config
+    heads = text.num_attention_heads
+    if heads % size:
+        raise ValueError(f"{key} must divide the model's attention heads ({heads})")
+
+
+def _language_model(model):
+    """The decoder stack inside a (possibly LoRA-wrapped) vision-language model."""
+    for name, module in model.named_modules():
+        if name.endswith("language_model") and hasattr(module, "layers") and hasattr(module, "embed_tokens"):
+            return module
+    raise ValueError(f"{type(model).__name__} has no language model to split by sequence")
+
+
+def _lm_head(model):
+    for name, module in model.named_modules():
+        if name.endswith("lm_head"):
+            return module
+    raise ValueError(f"{type(model).__name__} has no lm_head")
+
+
+def enable(model, sp: SPGroup) -> None:
+    """Shard ``model``'s language model over ``sp`` from now on (in place): its attention becomes
+    :func:`ulysses_attention` and its forward :func:`sharded`'s. Generation (a KV cache) runs the
+    plain forward."""
+    check(model, sp.size)
+    register()
+    language_model = _language_model(model)
+    language_model.config._attn_implementation = ATTENTION
+    original = language_model.forward
+
+    def forward(*args, **kwargs):
+        if kwargs.get("use_cache") or kwargs.get("past_key_values") is not None:
+            return original(*args, **kwargs)
+        return sharded(original, language_model, sp, *args, **kwargs)
+
+    language_model.forward = forward
+    _lm_head(model).register_forward_hook(lambda module, args, out: _ScaleGrad.apply(out, 1.0 / sp.size))
+
+
+def sharded(original, language_model, sp: SPGroup, input_ids=None, attention_mask=None, position_ids=None,
+            past_key_values=None, inputs_embeds=None, use_cache=None, visual_pos_masks=None,
+            deepstack_visual_embeds=None, **kwargs):  # fmt: skip
+    """The language model's forward on this rank's shard of the sequence, its output gathered."""
+    from transformers.modeling_outputs import BaseModelOutputWithPast
+
+    if inputs_embeds is None:
+        inputs_embeds = language_model.embed_tokens(input_ids)
+    batch, length = inputs_embeds.shape[:2]
+    if position_ids is None:
+        position_ids = torch.arange(length, device=inputs_embeds.device).view(1, 1, -1).expand(3, batch, -1)
+    segments = None
+    if position_ids.shape[0] == 4:  # packed rows: each sequence's text positions start again at 0
+        segments = (position_ids[0] == 0).long().cumsum(-1)
+    if attention_mask is not None and attention_mask.dim() == 2:
+        key_valid = attention_mask.bool()
+    else:
+        key_valid = torch.ones(batch, length, dtype=torch.bool, device=inputs_embeds.device)
+    pad = (-length) % sp.size
+    if pad:
+        inputs_embeds = F.pad(inputs_embeds, (0, 0, 0, pad))
+        position_ids = F.pad(position_ids, (0, pad))
+        key_valid = F.pad(key_valid, (0, pad), value=False)
+        if segments is not None:
+            segments = F.pad(segments, (0, pad), value=-1)
+        if visual_pos_masks is not None:
+            visual_pos_masks = F.pad(visual_pos_masks, (0, pad), value=False)
+    chunk = (length + pad) // sp.size
+    start, stop = sp.rank * chunk, (sp.rank + 1) * chunk
+    local = {}
+    if visual_pos_masks is not None:
+        mine = torch.zeros_like(visual_pos_masks)
+        mine[:, start:stop] = visual_pos_masks[:, start:stop]
+        # the deepstack rows are the visual tokens in (row, position) order; keep this shard's
+        rows = mine[visual_pos_masks]
+        local["visual_pos_masks"] = visual_pos_masks[:, start:stop]
+        local["deepstack_visual_embeds"] = (
+            None
+            if deepstack_visual_embeds is None
+            else [e[rows.to(e.device)] for e in deepstack_visual_embeds]
+        )
+    _local.layout = _Layout(sp, key_valid, segments)
+    try:
+        out = original(
+            input_ids=None,
+            attention_mask=None,
+            position_ids=position_ids[..., start:stop],
+            inputs_embeds=inputs_embeds[:, start:stop],
+            use_cache=False,
+            **local,
+            **kwargs,
+        )
+    finally:
+        _local.layout = None
+    hidden = _GatherSequence.apply(out.last_hidden_state, sp, 1)[:, :length]
+    return BaseModelOutputWithPast(last_hidden_state=hidden)

@@ -1,0 +1,133 @@
+"""Ulysses sequence parallelism (``distributed.sequence_parallel_size``): one update with the
+sequence split over 2 ranks (and 2 x 2 with 4 ranks) equals the single-process update, for
+Qwen2.5-VL and Qwen3-VL (DeepStack) on 16-frame video prompts, padded and packed; a training run
+under it; what cannot be split is refused with the key named."""
+
+from __future__ import annotations
+
+import json
+import sys
+
+import pytest
+
+from easyvideor1.models.sequence_parallel import check
+from easyvideor1.models.tiny import make_tiny_model
+from easyvideor1.trainer.config import DistributedConfig
+from easyvideor1.trainer.distributed import _sequence_parallel_groups
+from tests.conftest import write_modality_records
+
+from .test_distributed import HERE, _load, _run, _torchrun, assert_same_update
+
+pytestmark = pytest.mark.slow
+FRAMES = ("--frames", "16")
+
+
+@pytest.fixture(scope="module")
+def assets(tmp_path_factory):
+    d = tmp_path_factory.mktemp("sp")
+    models = {f: make_tiny_model(str(d / f), f) for f in ("qwen2_5_vl", "qwen3_vl")}
+    (d / "rec").mkdir()
+    records = write_modality_records(d / "rec", 16, 0, ("A. red", "B. blue"))
+    return {"records": records, "models": models, "dir": d, "runs": {}}
+
+
+def _update(assets, family: str, ranks: int, *flags: str):
+    """``dist_worker.py update`` on one process or ``ranks`` torchrun ranks: (weights, metrics),
+    each run once per module (the single-process references are shared)."""
+    key = (family, ranks, flags)
+    if key in assets["runs"]:
+        return assets["runs"][key]
+    out = assets["dir"] / f"{family}_{ranks}_{'_'.join(f.strip('-') for f in flags)}.safetensors"
+    args = [
+        str(HERE / "dist_worker.py"),
+        "update",
+        assets["models"][family],
+        assets["records"],
+        str(out),
+        *FRAMES,
+    ]
+    r = _run([sys.executable, *args, *flags]) if ranks == 1 else _torchrun(ranks, *args, *flags)
+    assert r.returncode == 0, r.stdout[-3000:] + r.stderr[-3000:]
+    assets["runs"][key] = _load(out)
+    return assets["runs"][key]
+
+
+@pytest.mark.parametrize("family", ["qwen2_5_vl", "qwen3_vl"])
+def test_sp2_update_equals_the_single_process_update(assets, family):
+    assert_same_update(_update(assets, family, 1), _update(assets, family, 2, "--sp", "2"))
+
+
+def test_sp2_packed_update_equals_the_single_process_packed_update(assets):
+    assert_same_update(
+        _update(assets, "qwen3_vl", 1, "--packed"), _update(assets, "qwen3_vl", 2, "--sp", "2", "--packed")
+    )
+
+
+def test_sp2_times_dp2_update_equals_the_single_process_update(assets):
+    """4 ranks: two data-parallel groups (3 + 1 prompts) of two sequence-parallel ranks."""
+    assert_same_update(_update(assets, "qwen3_vl", 1), _update(assets, "qwen3_vl", 4, "--sp", "2"))
+
+
+def test_a_training_run_under_sequence_parallelism(demo_assets, tmp_path):
+    """Warm-up, hybrid groups, validation and a checkpoint with the sequence split over 2 ranks."""
+    out = tmp_path / "run"
+    args = [
+        "-m",
+        "easyvideor1",
+        "train",
+        f"data.train_files=[{demo_assets['train']}]",
+        f"data.val_files=[{demo_assets['val']}]",
+        f"model.path={demo_assets['model']}",
+        f"trainer.output_dir={out}",
+        "data.video_nframes=4",
+        "data.video_fps=null",
+        "rollout.n=4",
+        "rollout.max_new_tokens=6",
+        "rollout.hybrid=always",
+        "trainer.prompts_per_step=4",
+        "trainer.mini_batch_prompts=4",
+        "trainer.max_steps=2",
+        "trainer.sft_warmup_steps=2",
+        "trainer.sft_batch_size=4",
+        "trainer.val_size=4",
+        "trainer.loggers=[jsonl]",
+        "distributed.sequence_parallel_size=2",
+    ]
+    r = _torchrun(2, *args)
+    assert r.returncode == 0, r.stdout[-3000:] + r.stderr[-3000:]
+    rows = [json.loads(line) for line in (out / "metrics.jsonl").read_text().splitlines()]
+    steps = [m for m in rows if "actor/pg_loss" in m]
+    assert [m["step"] for m in steps] == [1, 2] and all(m["actor/grad_norm"] > 0 for m in steps)
+    # each prompt counted once: 4 prompts x 4 responses, not twice that
+    assert all(m["hybrid/groups_with_offline"] == 4 for m in steps)
+    assert (out / "checkpoints" / "step_2" / "model.safetensors").exists()
+
+
+def test_what_cannot_be_split_is_refused_with_the_key(tmp_path):
+    qwen3_5 = make_tiny_model(str(tmp_path / "q35"), "qwen3_5")
+    from transformers import AutoModelForImageTextToText
+
+    with pytest.raises(ValueError, match=r"distributed.sequence_parallel_size=2: qwen3_5.*DeltaNet"):
+        check(AutoModelForImageTextToText.from_pretrained(qwen3_5), 2)
+    qwen3 = AutoModelForImageTextToText.from_pretrained(make_tiny_model(str(tmp_path / "q3"), "qwen3_vl"))
+    with pytest.raises(
+        ValueError,
+        match=r"distributed.sequence_parallel_size=3 must divide the model's attention heads \(4\)",
+    ):
+        check(qwen3, 3)
+    with pytest.raises(
+        ValueError, match=r"distributed.sequence_parallel_size=2 must divide the number of ranks \(3\)"
+    ):
+        _sequence_parallel_groups(0, 3, DistributedConfig(sequence_parallel_size=2))
+    with pytest.raises(ValueError, match="distributed.sequence_parallel_size"):
+        DistributedConfig(sequence_parallel_size=0)
+
+
+def test_overlapping_rollouts_are_refused_under_sequence_parallelism(make_cfg):
+    from easyvideor1.trainer.build import check_sequence_parallel
+
+    cfg = make_cfg("distributed.sequence_parallel_size=2", "rollout.mode=one_step_off")
+    with pytest.raises(
+        ValueError, match="distributed.sequence_parallel_size=2 runs with rollout.mode=sync only"
+    ):
+        check_sequence_parallel(cfg, None)
