@@ -131,3 +131,28 @@ def test_overlapping_rollouts_are_refused_under_sequence_parallelism(make_cfg):
         ValueError, match="distributed.sequence_parallel_size=2 runs with rollout.mode=sync only"
     ):
         check_sequence_parallel(cfg, None)
+
+
+def test_frame_split_gives_each_rank_contiguous_frames_balanced_by_patches():
+    import torch
+
+    from easyvideor1.models.sequence_parallel import frame_split
+
+    # one video of 8 temporal patches: 4 each
+    assert frame_split(torch.tensor([[8, 4, 4]]), 2) == [[(0, 0, 4, 16)], [(0, 4, 4, 16)]]
+    # an image and a 3-patch video: the image (16 patches) balances the video (12)
+    assert frame_split(torch.tensor([[1, 4, 4], [3, 2, 2]]), 2) == [[(0, 0, 1, 16)], [(1, 0, 3, 4)]]
+    # every rank keeps at least one frame; fewer frames than ranks: no split
+    assert [len(r) for r in frame_split(torch.tensor([[2, 8, 8], [1, 2, 2], [1, 2, 2]]), 4)] == [1, 1, 1, 1]
+    assert frame_split(torch.tensor([[1, 4, 4]]), 2) == []
+
+
+def test_the_256_frame_gpu_recipe_loads_with_sequence_parallelism():
+    from pathlib import Path
+
+    from easyvideor1.config import RunConfig, load_config
+
+    path = Path(__file__).resolve().parents[2] / "configs" / "qwen3vl_8b_256f_sp.yaml"
+    cfg = load_config(RunConfig, str(path), [])
+    assert cfg.distributed.sequence_parallel_size == 2 and cfg.data.video_max_frames == 256
+    assert cfg.trainer.prompts_per_step % (8 // 2) == 0  # 4 data-parallel groups on 8 GPUs

@@ -18,6 +18,10 @@ LM head's, computed on the gathered states by every rank, are scaled by 1/k); th
 the full gradient. FSDP averages over every rank, so the trainer scales the loss
 by k (``GlobalBatchStats.dp_size``), which makes an SP step equal the single-process step.
 
+The vision tower's work is split too: each rank encodes a contiguous share of the frames (the
+tower attends within a frame, so the features are the same) and the features are gathered before
+they are merged, so no rank encodes the whole video (:func:`frame_split`).
+
 The family says whether its language model can be split (``ModelFamily.sequence_parallel``):
 softmax-attention decoders (Qwen2-VL, Qwen2.5-VL, Qwen3-VL and their MoE) can; Qwen3.5's gated
 DeltaNet layers (a recurrence along the sequence) are refused at start-up.
@@ -50,6 +54,7 @@ class _Layout:
     group: SPGroup
     key_valid: torch.Tensor  # [B, T] bool, the whole (padded) sequence: which keys are real
     segments: torch.Tensor | None  # [B, T] packed sequences' ids (attention stays within one)
+    plain: bool = False  # every key real and one sequence per row: plain causal attention
 
 
 # ------------------------------------------------------------------------- differentiable comms
@@ -111,6 +116,28 @@ class _ScaleGrad(torch.autograd.Function):
         return grad * ctx.factor, None
 
 
+class _GatherShared(torch.autograd.Function):
+    """Every rank's rows (``sizes[r]`` of them, in rank order) concatenated. Each rank then uses
+    the result differently (its own sequence shard), so the backward sums the gradient over the
+    group and keeps this rank's rows."""
+
+    @staticmethod
+    def forward(ctx, x, sp: SPGroup, sizes: list[int]):
+        ctx.sp, ctx.sizes = sp, sizes
+        width = max(sizes)
+        padded = F.pad(x, (0, 0, 0, width - x.shape[0])).contiguous()
+        parts = [torch.empty_like(padded) for _ in range(sp.size)]
+        dist.all_gather(parts, padded, group=sp.group)
+        return torch.cat([part[:n] for part, n in zip(parts, sizes, strict=True)])
+
+    @staticmethod
+    def backward(ctx, grad):
+        grad = grad.contiguous()
+        dist.all_reduce(grad, group=ctx.sp.group)
+        start = sum(ctx.sizes[: ctx.sp.rank])
+        return grad[start : start + ctx.sizes[ctx.sp.rank]], None, None
+
+
 # ------------------------------------------------------------------------------------ attention
 def ulysses_attention(module, query, key, value, attention_mask, dropout=0.0, scaling=None, **kwargs):
     """The registered attention function: Ulysses inside a sharded forward, plain SDPA otherwise
@@ -130,10 +157,13 @@ def ulysses_attention(module, query, key, value, attention_mask, dropout=0.0, sc
     if k.shape[1] != q.shape[1]:  # grouped-query attention: query head h reads key head h // groups
         k = k.repeat_interleave(q.shape[1] // k.shape[1], dim=1)
         v = v.repeat_interleave(q.shape[1] // v.shape[1], dim=1)
-    mask = _mask(layout, q.shape[2], q.device)
-    out = F.scaled_dot_product_attention(
-        q, k, v, attn_mask=mask, dropout_p=dropout if module.training else 0.0, scale=scaling
-    )
+    p = dropout if module.training else 0.0
+    if layout.plain:  # no padding, one sequence per row: the causal kernel, no mask in memory
+        out = F.scaled_dot_product_attention(q, k, v, dropout_p=p, scale=scaling, is_causal=True)
+    else:
+        out = F.scaled_dot_product_attention(
+            q, k, v, attn_mask=_mask(layout, q.shape[2], q.device), dropout_p=p, scale=scaling
+        )
     out = _AllToAll.apply(out, sp, 2, 1)  # back to [B, H, S/k, D]
     return out.transpose(1, 2).contiguous(), None
 
@@ -192,6 +222,78 @@ def _lm_head(model):
     raise ValueError(f"{type(model).__name__} has no lm_head")
 
 
+def _vision_tower(model):
+    for name, module in model.named_modules():
+        if name.endswith("visual") and hasattr(module, "blocks"):
+            return module
+    raise ValueError(f"{type(model).__name__} has no vision tower to split by frames")
+
+
+def frame_split(grid_thw: torch.Tensor, size: int) -> list[list[tuple[int, int, int, int]]]:
+    """Each rank's share of a tower call's frames: ``(item, first frame, frames, patches per
+    frame)`` runs, contiguous in patch order and balanced by patch count. The tower attends within
+    one (temporal patch of a) frame, so encoding the shares apart gives the same features. An
+    empty list when there are fewer frames than ranks (every rank then encodes everything)."""
+    units = [(i, t, int(h * w)) for i, (n, h, w) in enumerate(grid_thw.tolist()) for t in range(int(n))]
+    if len(units) < size:
+        return []
+    total = sum(u[2] for u in units)
+    shares: list[list[tuple[int, int, int]]] = [[] for _ in range(size)]
+    done, rank = 0, 0
+    for k, unit in enumerate(units):
+        left = len(units) - k  # every later rank keeps at least one frame
+        if (
+            rank < size - 1
+            and shares[rank]
+            and (done >= total * (rank + 1) / size or left <= size - 1 - rank)
+        ):
+            rank += 1
+        shares[rank].append(unit)
+        done += unit[2]
+    runs = []
+    for share in shares:
+        mine: list[tuple[int, int, int, int]] = []
+        for item, t, patches in share:
+            if mine and mine[-1][0] == item and mine[-1][1] + mine[-1][2] == t:
+                mine[-1] = (item, mine[-1][1], mine[-1][2] + 1, patches)
+            else:
+                mine.append((item, t, 1, patches))
+        runs.append(mine)
+    return runs
+
+
+def _split_tower(tower, sp: SPGroup) -> None:
+    """Each rank of the group encodes its share of the frames (:func:`frame_split`); the merged
+    features (and Qwen3-VL's DeepStack features) are gathered, in frame order."""
+    original = tower.forward
+    merge = tower.spatial_merge_size**2
+
+    def forward(hidden_states, grid_thw, **kwargs):
+        runs = frame_split(grid_thw, sp.size)
+        if not runs:
+            return original(hidden_states, grid_thw, **kwargs)
+        starts = [0]  # first patch of each item
+        for n, h, w in grid_thw.tolist():
+            starts.append(starts[-1] + int(n * h * w))
+        mine = runs[sp.rank]
+        spans = [(starts[i] + t * p, k * p) for i, t, k, p in mine]
+        if len(spans) == 1 or all(a + n == b for (a, n), (b, _) in zip(spans, spans[1:], strict=False)):
+            # one stretch of patches: a view, not a copy of this rank's pixels
+            pixels = hidden_states.narrow(0, spans[0][0], sum(n for _, n in spans))
+        else:
+            pixels = torch.cat([hidden_states.narrow(0, a, n) for a, n in spans])
+        grid = torch.tensor([[k, *grid_thw[i, 1:].tolist()] for i, _, k, _ in mine], dtype=grid_thw.dtype)
+        out = original(pixels, grid.to(grid_thw.device), **kwargs)
+        sizes = [sum(k * p for _, _, k, p in run) // merge for run in runs]
+        out.pooler_output = _GatherShared.apply(out.pooler_output, sp, sizes)
+        if getattr(out, "deepstack_features", None) is not None:
+            out.deepstack_features = [_GatherShared.apply(f, sp, sizes) for f in out.deepstack_features]
+        out.last_hidden_state = None  # this rank's frames only: nothing downstream reads it
+        return out
+
+    tower.forward = forward
+
+
 def enable(model, sp: SPGroup) -> None:
     """Shard ``model``'s language model over ``sp`` from now on (in place): its attention becomes
     :func:`ulysses_attention` and its forward :func:`sharded`'s. Generation (a KV cache) runs the
@@ -209,6 +311,7 @@ def enable(model, sp: SPGroup) -> None:
 
     language_model.forward = forward
     _lm_head(model).register_forward_hook(lambda module, args, out: _ScaleGrad.apply(out, 1.0 / sp.size))
+    _split_tower(_vision_tower(model), sp)
 
 
 def sharded(original, language_model, sp: SPGroup, input_ids=None, attention_mask=None, position_ids=None,
@@ -229,6 +332,9 @@ def sharded(original, language_model, sp: SPGroup, input_ids=None, attention_mas
         key_valid = attention_mask.bool()
     else:
         key_valid = torch.ones(batch, length, dtype=torch.bool, device=inputs_embeds.device)
+    # every key real: plain causal attention (the padding added below comes last, so no real
+    # query ever reaches it)
+    plain = segments is None and bool(key_valid.all())
     pad = (-length) % sp.size
     if pad:
         inputs_embeds = F.pad(inputs_embeds, (0, 0, 0, pad))
@@ -252,7 +358,7 @@ def sharded(original, language_model, sp: SPGroup, input_ids=None, attention_mas
             if deepstack_visual_embeds is None
             else [e[rows.to(e.device)] for e in deepstack_visual_embeds]
         )
-    _local.layout = _Layout(sp, key_valid, segments)
+    _local.layout = _Layout(sp, key_valid, segments, plain)
     try:
         out = original(
             input_ids=None,
