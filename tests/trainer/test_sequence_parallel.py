@@ -1,7 +1,8 @@
 """Ulysses sequence parallelism (``distributed.sequence_parallel_size``): one update with the
 sequence split over 2 ranks (and 2 x 2 with 4 ranks) equals the single-process update, for
-Qwen2.5-VL and Qwen3-VL (DeepStack) on 16-frame video prompts, padded and packed; a training run
-under it; what cannot be split is refused with the key named."""
+Qwen2.5-VL, Qwen3-VL (DeepStack) and Qwen3.5 (gated DeltaNet, head-parallel) on 16-frame video
+prompts, padded and packed; a training run under it; what cannot be split is refused with the
+key named."""
 
 from __future__ import annotations
 
@@ -26,6 +27,9 @@ FRAMES = ("--frames", "16")
 def assets(tmp_path_factory):
     d = tmp_path_factory.mktemp("sp")
     models = {f: make_tiny_model(str(d / f), f) for f in ("qwen2_5_vl", "qwen3_vl")}
+    # DeltaNet heads to split: 2 key and 4 value heads (two value heads per key head, as released)
+    heads = {"linear_num_key_heads": 2, "linear_num_value_heads": 4, "linear_key_head_dim": 32, "linear_value_head_dim": 32}
+    models["qwen3_5"] = make_tiny_model(str(d / "qwen3_5"), "qwen3_5", text_fields=heads)
     (d / "rec").mkdir()
     records = write_modality_records(d / "rec", 16, 0, ("A. red", "B. blue"))
     return {"records": records, "models": models, "dir": d, "runs": {}}
@@ -52,7 +56,7 @@ def _update(assets, family: str, ranks: int, *flags: str):
     return assets["runs"][key]
 
 
-@pytest.mark.parametrize("family", ["qwen2_5_vl", "qwen3_vl"])
+@pytest.mark.parametrize("family", ["qwen2_5_vl", "qwen3_vl", "qwen3_5"])
 def test_sp2_update_equals_the_single_process_update(assets, family):
     assert_same_update(_update(assets, family, 1), _update(assets, family, 2, "--sp", "2"))
 
@@ -68,8 +72,15 @@ def test_sp2_times_dp2_update_equals_the_single_process_update(assets):
     assert_same_update(_update(assets, "qwen3_vl", 1), _update(assets, "qwen3_vl", 4, "--sp", "2"))
 
 
+def test_sp2_update_with_gradient_checkpointing_equals_the_single_process_update(assets):
+    one = _update(assets, "qwen3_vl", 1, "--checkpointing")
+    assert_same_update(one, _update(assets, "qwen3_vl", 2, "--sp", "2", "--checkpointing"))
+
+
 def test_a_training_run_under_sequence_parallelism(demo_assets, tmp_path):
-    """Warm-up, hybrid groups, validation and a checkpoint with the sequence split over 2 ranks."""
+    """Warm-up, hybrid groups, validation and a checkpoint with the sequence split over 2 ranks,
+    composed with LoRA, gradient checkpointing, token-budget micro-batches and the frozen tower's
+    reused features."""
     out = tmp_path / "run"
     args = [
         "-m",
@@ -92,6 +103,10 @@ def test_a_training_run_under_sequence_parallelism(demo_assets, tmp_path):
         "trainer.val_size=4",
         "trainer.loggers=[jsonl]",
         "distributed.sequence_parallel_size=2",
+        "model.lora.rank=4",
+        "model.gradient_checkpointing=true",
+        "model.freeze_vision_tower=true",
+        "trainer.max_tokens_per_micro_batch=400",
     ]
     r = _torchrun(2, *args)
     assert r.returncode == 0, r.stdout[-3000:] + r.stderr[-3000:]
@@ -100,15 +115,16 @@ def test_a_training_run_under_sequence_parallelism(demo_assets, tmp_path):
     assert [m["step"] for m in steps] == [1, 2] and all(m["actor/grad_norm"] > 0 for m in steps)
     # each prompt counted once: 4 prompts x 4 responses, not twice that
     assert all(m["hybrid/groups_with_offline"] == 4 for m in steps)
-    assert (out / "checkpoints" / "step_2" / "model.safetensors").exists()
+    assert (out / "checkpoints" / "step_2" / "adapter").is_dir()
 
 
 def test_what_cannot_be_split_is_refused_with_the_key(tmp_path):
-    qwen3_5 = make_tiny_model(str(tmp_path / "q35"), "qwen3_5")
     from transformers import AutoModelForImageTextToText
 
-    with pytest.raises(ValueError, match=r"distributed.sequence_parallel_size=2: qwen3_5.*DeltaNet"):
-        check(AutoModelForImageTextToText.from_pretrained(qwen3_5), 2)
+    qwen3_5 = AutoModelForImageTextToText.from_pretrained(make_tiny_model(str(tmp_path / "q35"), "qwen3_5"))
+    heads = qwen3_5.config.text_config.linear_num_value_heads
+    with pytest.raises(ValueError, match=rf"sequence_parallel_size={heads + 1} must divide the model's"):
+        check(qwen3_5, heads + 1)
     qwen3 = AutoModelForImageTextToText.from_pretrained(make_tiny_model(str(tmp_path / "q3"), "qwen3_vl"))
     with pytest.raises(
         ValueError,

@@ -22,14 +22,15 @@ The vision tower's work is split too: each rank encodes a contiguous share of th
 tower attends within a frame, so the features are the same) and the features are gathered before
 they are merged, so no rank encodes the whole video (:func:`frame_split`).
 
-The family says whether its language model can be split (``ModelFamily.sequence_parallel``):
-softmax-attention decoders (Qwen2-VL, Qwen2.5-VL, Qwen3-VL and their MoE) can; Qwen3.5's gated
-DeltaNet layers (a recurrence along the sequence) are refused at start-up.
+Qwen3.5's gated-DeltaNet layers are a recurrence along the sequence, so they cannot run on a
+shard of it; they run head-parallel instead (:func:`_sharded_deltanet`): each rank projects its
+shard, an all-to-all gives it the whole sequence of its k-th of the heads (their channels of the
+causal convolution, their gates), the convolution and the recurrence run on those heads, and a
+second all-to-all returns the output to sequence shards before the output projection.
 """
 
 from __future__ import annotations
 
-import threading
 from dataclasses import dataclass
 
 import torch
@@ -37,7 +38,6 @@ import torch.distributed as dist
 import torch.nn.functional as F
 
 ATTENTION = "ulysses_sdpa"  # the attention implementation name registered with transformers
-_local = threading.local()  # the shard layout of the forward in progress (this thread)
 
 
 @dataclass
@@ -49,12 +49,22 @@ class SPGroup:
     rank: int
 
 
+class _Holder:
+    """The layout of the model's latest sharded forward, read by its attention and DeltaNet
+    layers. It stays until the next forward (not cleared when the forward returns): gradient
+    checkpointing recomputes the layers in the backward, with the same layout."""
+
+    layout: _Layout | None = None
+
+
 @dataclass
 class _Layout:
     group: SPGroup
     key_valid: torch.Tensor  # [B, T] bool, the whole (padded) sequence: which keys are real
     segments: torch.Tensor | None  # [B, T] packed sequences' ids (attention stays within one)
     plain: bool = False  # every key real and one sequence per row: plain causal attention
+    start: int = 0  # this rank's shard of the (padded) sequence
+    stop: int = 0
 
 
 # ------------------------------------------------------------------------- differentiable comms
@@ -144,7 +154,8 @@ def ulysses_attention(module, query, key, value, attention_mask, dropout=0.0, sc
     (generation with the same model, a forward outside :func:`sharded`)."""
     from transformers.integrations.sdpa_attention import sdpa_attention_forward
 
-    layout: _Layout | None = getattr(_local, "layout", None)
+    holder = getattr(module, "_sp_holder", None)
+    layout = holder.layout if holder is not None else None
     if layout is None:
         return sdpa_attention_forward(module, query, key, value, attention_mask, dropout, scaling, **kwargs)
     sp = layout.group
@@ -195,16 +206,15 @@ def check(model, size: int) -> None:
     from .families import family_of_model
 
     key = f"distributed.sequence_parallel_size={size}"
-    family = family_of_model(model)
-    if family.hybrid_attention:
-        raise ValueError(
-            f"{key}: {family.model_type}'s linear-attention (gated DeltaNet) layers run a recurrence "
-            "along the sequence and cannot be split by it yet; use 1"
-        )
+    family_of_model(model)  # a model of a family we know
     text = _language_model(model).config
-    heads = text.num_attention_heads
-    if heads % size:
-        raise ValueError(f"{key} must divide the model's attention heads ({heads})")
+    heads = {"attention heads": text.num_attention_heads}
+    if any(_is_deltanet(m) for m in _language_model(model).modules()):
+        heads["linear-attention key heads"] = text.linear_num_key_heads
+        heads["linear-attention value heads"] = text.linear_num_value_heads
+    for what, n in heads.items():
+        if n % size:
+            raise ValueError(f"{key} must divide the model's {what} ({n})")
 
 
 def _language_model(model):
@@ -304,17 +314,26 @@ def enable(model, sp: SPGroup) -> None:
     language_model.config._attn_implementation = ATTENTION
     original = language_model.forward
 
+    holder = _Holder()
+    for module in language_model.modules():  # the layers that read the layout
+        if hasattr(module, "q_proj") or _is_deltanet(module):
+            module._sp_holder = holder
+
     def forward(*args, **kwargs):
         if kwargs.get("use_cache") or kwargs.get("past_key_values") is not None:
+            holder.layout = None  # a plain forward (generation with a cache)
             return original(*args, **kwargs)
-        return sharded(original, language_model, sp, *args, **kwargs)
+        return sharded(original, language_model, sp, holder, *args, **kwargs)
 
     language_model.forward = forward
     _lm_head(model).register_forward_hook(lambda module, args, out: _ScaleGrad.apply(out, 1.0 / sp.size))
     _split_tower(_vision_tower(model), sp)
+    for module in language_model.modules():
+        if _is_deltanet(module):
+            module.forward = _sharded_deltanet(module, module.forward)
 
 
-def sharded(original, language_model, sp: SPGroup, input_ids=None, attention_mask=None, position_ids=None,
+def sharded(original, language_model, sp: SPGroup, holder: _Holder, input_ids=None, attention_mask=None, position_ids=None,
             past_key_values=None, inputs_embeds=None, use_cache=None, visual_pos_masks=None,
             deepstack_visual_embeds=None, **kwargs):  # fmt: skip
     """The language model's forward on this rank's shard of the sequence, its output gathered."""
@@ -358,18 +377,90 @@ def sharded(original, language_model, sp: SPGroup, input_ids=None, attention_mas
             if deepstack_visual_embeds is None
             else [e[rows.to(e.device)] for e in deepstack_visual_embeds]
         )
-    _local.layout = _Layout(sp, key_valid, segments, plain)
-    try:
-        out = original(
-            input_ids=None,
-            attention_mask=None,
-            position_ids=position_ids[..., start:stop],
-            inputs_embeds=inputs_embeds[:, start:stop],
-            use_cache=False,
-            **local,
-            **kwargs,
-        )
-    finally:
-        _local.layout = None
+    holder.layout = _Layout(sp, key_valid, segments, plain, start, stop)
+    out = original(
+        input_ids=None,
+        attention_mask=None,
+        position_ids=position_ids[..., start:stop],
+        inputs_embeds=inputs_embeds[:, start:stop],
+        use_cache=False,
+        **local,
+        **kwargs,
+    )
     hidden = _GatherSequence.apply(out.last_hidden_state, sp, 1)[:, :length]
     return BaseModelOutputWithPast(last_hidden_state=hidden)
+
+
+# --------------------------------------------------------------- gated DeltaNet, head-parallel
+def _is_deltanet(module) -> bool:
+    return all(
+        hasattr(module, a) for a in ("in_proj_qkv", "in_proj_z", "in_proj_b", "in_proj_a", "conv1d", "A_log")
+    )
+
+
+def _sharded_deltanet(module, original):
+    """``module``'s forward on a sequence shard: its heads split over the group instead (the
+    layer's own forward outside a sharded forward, e.g. generation with a cache)."""
+    import sys
+
+    kernels = sys.modules[type(module).__module__]  # the modeling file's conv and recurrence
+
+    def forward(hidden_states, cache_params=None, attention_mask=None, **kwargs):
+        layout: _Layout | None = module._sp_holder.layout
+        if layout is None or cache_params is not None:
+            return original(hidden_states, cache_params=cache_params, attention_mask=attention_mask, **kwargs)
+        if layout.segments is not None:
+            raise ValueError("packed rows cannot run through gated-DeltaNet layers (trainer.padding_free)")
+        sp, m = layout.group, module
+        k, hk, hv, dk, dv = sp.size, m.num_k_heads, m.num_v_heads, m.head_k_dim, m.head_v_dim
+        real = layout.key_valid[:, layout.start : layout.stop].to(hidden_states.device)
+        h = hidden_states * real[:, :, None].to(hidden_states.dtype)  # padding gives the state nothing
+        batch, local = h.shape[:2]
+        q, key, v = m.in_proj_qkv(h).split([hk * dk, hk * dk, hv * dv], dim=-1)
+        parts = (q, key, v, m.in_proj_z(h), m.in_proj_b(h), m.in_proj_a(h))
+        widths = [hk // k * dk, hk // k * dk, hv // k * dv, hv // k * dv, hv // k, hv // k]
+        # [B, S/k, k, share]: each rank's heads side by side; then the whole sequence of mine
+        shares = torch.cat(
+            [p.reshape(batch, local, k, w) for p, w in zip(parts, widths, strict=True)], dim=-1
+        )
+        mine = _AllToAll.apply(shares, sp, 2, 1)[:, :, 0]
+        q, key, v, z, b, a = mine.split(widths, dim=-1)
+        length = mine.shape[1]
+        r = sp.rank
+        channels = torch.cat(
+            [
+                torch.arange(r * widths[0], (r + 1) * widths[0]),
+                hk * dk + torch.arange(r * widths[1], (r + 1) * widths[1]),
+                2 * hk * dk + torch.arange(r * widths[2], (r + 1) * widths[2]),
+            ]
+        ).to(h.device)
+        weight = m.conv1d.weight.squeeze(1)[channels]
+        bias = None if m.conv1d.bias is None else m.conv1d.bias[channels]
+        mixed = kernels.causal_conv1d_fn(
+            torch.cat([q, key, v], dim=-1).transpose(1, 2), weight, bias, activation=m.activation
+        )
+        q, key, v = mixed.transpose(1, 2).split(widths[:3], dim=-1)
+        q = q.reshape(batch, length, hk // k, dk)
+        key = key.reshape(batch, length, hk // k, dk)
+        v = v.reshape(batch, length, hv // k, dv)
+        heads = slice(r * (hv // k), (r + 1) * (hv // k))
+        beta = b.sigmoid()
+        g = -m.A_log[heads].float().exp() * F.softplus(a.float() + m.dt_bias[heads])
+        if hv // hk > 1:
+            q = q.repeat_interleave(hv // hk, dim=2)
+            key = key.repeat_interleave(hv // hk, dim=2)
+        core, _ = kernels.torch_chunk_gated_delta_rule(
+            q,
+            key,
+            v,
+            g=g,
+            beta=beta,
+            initial_state=None,
+            output_final_state=False,
+            use_qk_l2norm_in_kernel=True,
+        )
+        core = m.norm(core.reshape(-1, dv), z.reshape(-1, dv)).reshape(batch, length, 1, -1)
+        out = _AllToAll.apply(core, sp, 1, 2).reshape(batch, local, -1)  # back to my shard, all heads
+        return m.out_proj(out)
+
+    return forward

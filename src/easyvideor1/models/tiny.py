@@ -82,9 +82,16 @@ def tiny_config(
 
 
 def make_tiny_model(
-    out_dir: str, model_family: str = "qwen3_vl", seed: int = 0, hidden: int = 128, layers: int = 2
+    out_dir: str,
+    model_family: str = "qwen3_vl",
+    seed: int = 0,
+    hidden: int = 128,
+    layers: int = 2,
+    text_fields: dict | None = None,
 ):
-    """Write a tiny random-weight model + tokenizer + processor to ``out_dir`` (loads with from_pretrained)."""
+    """Write a tiny random-weight model + tokenizer + processor to ``out_dir`` (loads with
+    from_pretrained). ``text_fields`` override fields of the text config (e.g. Qwen3.5's
+    linear-attention head counts)."""
     import torch
     from transformers import AutoModelForImageTextToText, GenerationConfig
 
@@ -92,6 +99,8 @@ def make_tiny_model(
     tok = processor.tokenizer
     ids = {t: tok.convert_tokens_to_ids(t) for t in QWEN_SPECIAL_TOKENS}
     config = tiny_config(model_family, len(tok), ids, hidden=hidden, layers=layers)
+    for name, value in (text_fields or {}).items():
+        setattr(config.text_config, name, value)
     torch.manual_seed(seed)
     model = AutoModelForImageTextToText.from_config(config)
     model.generation_config = GenerationConfig(

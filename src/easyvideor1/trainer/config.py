@@ -301,9 +301,10 @@ class DistributedConfig:
             parallelism, ``models/sequence_parallel.py``): every k consecutive ranks hold the same
             samples, and inside the language model each keeps a k-th of the sequence, attention
             exchanging sequence shards for head shards. 1 = off. The ranks form world / k
-            data-parallel groups of k; FSDP2 shards over all of them. Needs the world size and the
-            attention head count divisible by k, a family whose decoder can be split (not
-            Qwen3.5's DeltaNet layers yet) and ``rollout.mode=sync``.
+            data-parallel groups of k; FSDP2 shards over all of them; the vision tower's frames
+            are split over the group too. Qwen3.5's gated-DeltaNet layers run head-parallel.
+            Needs the world size and the head counts (attention; DeltaNet key and value heads)
+            divisible by k, and ``rollout.mode=sync``.
     """
 
     backend: str = "auto"
