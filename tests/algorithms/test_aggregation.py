@@ -29,7 +29,7 @@ def test_modes_by_hand(mode: str, expected: float) -> None:
 def test_mode_names_and_errors() -> None:
     assert aggregate_loss(LOSS, MASK, "seq_mean_token_mean").item() == pytest.approx(3.0)
     with pytest.raises(ValueError, match=r"did you mean 'token-mean'.*; known: .*token-mean"):
-        aggregate_loss(LOSS, MASK, "token-sum")
+        aggregate_loss(LOSS, MASK, "token-median")
     with pytest.raises(ValueError, match="norm_length"):
         aggregate_loss(LOSS, MASK, "seq-mean-token-sum-norm")
     with pytest.raises(ValueError, match="shape"):

@@ -38,7 +38,7 @@ def test_defaults_are_grpo_with_dapo_clip_higher() -> None:
     [
         ({"adv_estimator": "grop"}, UnknownAlgorithmError, "did you mean 'grpo'"),
         ({"policy_loss": "ppo2"}, UnknownAlgorithmError, "known: cispo"),
-        ({"loss_agg_mode": "token-sum"}, ValueError, "unknown loss_agg_mode"),
+        ({"loss_agg_mode": "token-median"}, ValueError, "unknown loss_agg_mode"),
         ({"clip_ratio_low": 1.0}, ValueError, "clip_ratio_low"),
         ({"clip_ratio_high": -0.1}, ValueError, "clip_ratio_high"),
         ({"clip_ratio_dual": 1.0}, ValueError, "clip_ratio_dual"),

@@ -28,7 +28,12 @@ def assets(tmp_path_factory):
     d = tmp_path_factory.mktemp("sp")
     models = {f: make_tiny_model(str(d / f), f) for f in ("qwen2_5_vl", "qwen3_vl")}
     # DeltaNet heads to split: 2 key and 4 value heads (two value heads per key head, as released)
-    heads = {"linear_num_key_heads": 2, "linear_num_value_heads": 4, "linear_key_head_dim": 32, "linear_value_head_dim": 32}
+    heads = {
+        "linear_num_key_heads": 2,
+        "linear_num_value_heads": 4,
+        "linear_key_head_dim": 32,
+        "linear_value_head_dim": 32,
+    }
     models["qwen3_5"] = make_tiny_model(str(d / "qwen3_5"), "qwen3_5", text_fields=heads)
     (d / "rec").mkdir()
     records = write_modality_records(d / "rec", 16, 0, ("A. red", "B. blue"))
@@ -64,7 +69,9 @@ def test_sp2_update_equals_the_single_process_update(assets, family):
 @pytest.mark.parametrize("family", ["qwen2_5_vl", "qwen3_vl"])  # Qwen3.5 cannot pack (models/packing.py)
 def test_sp2_packed_update_equals_the_single_process_packed_update(assets, family):
     """Packed rows: each sequence's boundaries kept across the shards (1,200-token video prompts)."""
-    assert_same_update(_update(assets, family, 1, "--packed"), _update(assets, family, 2, "--sp", "2", "--packed"))
+    assert_same_update(
+        _update(assets, family, 1, "--packed"), _update(assets, family, 2, "--sp", "2", "--packed")
+    )
 
 
 def test_sp2_times_dp2_update_equals_the_single_process_update(assets):

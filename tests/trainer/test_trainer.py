@@ -188,6 +188,10 @@ def test_resume_reproduces_the_uninterrupted_run(make_cfg, tmp_path, extra):
         ("reinforce_plus_plus", "gspo_token"),
         ("remax", "ppo"),
         ("gdpo", "ppo"),
+        ("reinforce_plus_plus_baseline", "ppo"),
+        ("grpo_passk", "gspo"),
+        ("opo", "ppo"),
+        ("gpg", "cispo"),
     ],
 )
 def test_every_estimator_and_loss_runs_a_step(make_cfg, estimator, loss):

@@ -151,6 +151,16 @@ ADVANTAGE_ESTIMATORS.declare(
 )
 ADVANTAGE_ESTIMATORS.declare("remax", f"{_ADV}:remax", inputs=frozenset({GREEDY_BASELINE}))
 ADVANTAGE_ESTIMATORS.declare("gdpo", f"{_ADV}:gdpo", group=True, inputs=frozenset({RAW_REWARD_KEYS}))
+ADVANTAGE_ESTIMATORS.declare(
+    "reinforce_plus_plus_baseline",
+    f"{_ADV}:reinforce_plus_plus_baseline",
+    aliases=("reinforce++_baseline",),
+    group=True,
+    inputs=frozenset(),
+)
+ADVANTAGE_ESTIMATORS.declare("grpo_passk", f"{_ADV}:grpo_passk", group=True, inputs=frozenset())
+ADVANTAGE_ESTIMATORS.declare("opo", f"{_ADV}:opo", group=True, inputs=frozenset())
+ADVANTAGE_ESTIMATORS.declare("gpg", f"{_ADV}:gpg", group=True, inputs=frozenset())
 
 _LOSS = "easyvideor1.algorithms.policy_losses"
 POLICY_LOSSES.declare("ppo", f"{_LOSS}:ppo", aliases=("vanilla", "default"))
@@ -167,6 +177,7 @@ KL_ESTIMATORS.declare("k3", f"{_KL}:_k3", aliases=("low_var_kl",))
 
 _AGG = "easyvideor1.algorithms.aggregation"
 LOSS_AGGREGATIONS.declare("token-mean", f"{_AGG}:_token_mean")
+LOSS_AGGREGATIONS.declare("token-sum", f"{_AGG}:_token_sum")
 LOSS_AGGREGATIONS.declare("seq-mean-token-mean", f"{_AGG}:_seq_mean_token_mean")
 LOSS_AGGREGATIONS.declare("seq-mean-token-sum", f"{_AGG}:_seq_mean_token_sum")
 LOSS_AGGREGATIONS.declare("seq-mean-token-sum-norm", f"{_AGG}:_seq_mean_token_sum_norm")

@@ -188,16 +188,28 @@ def grpo(
     norm_by_std: bool = True,
     std_unbiased: bool = False,
     eps: float = 1e-6,
+    std_scope: str = "group",
 ) -> AdvantageOutput:
-    """GRPO: `A_i = (s_i - mean_g) / (std_g + eps)` broadcast over the response tokens.
+    """GRPO (Shao et al., 2024, arXiv:2402.03300): `A_i = (s_i - mean_g) / (std_g + eps)` broadcast
+    over the response tokens.
 
     `norm_by_std=False` gives Dr.GRPO's `s_i - mean_g`. See `group_normalize` for the std choice;
     pass `std_unbiased=True` to reproduce the reference (torch.std, Bessel) exactly.
+    `std_scope="batch"` divides by the std of every score in the batch instead of the group's (TRL's
+    `scale_rewards="batch"`, after "Tricks or Traps? A Deep Dive into RL for LLM Reasoning",
+    arXiv:2508.08221): a group whose scores barely differ is not blown up to unit scale.
     """
     s, mask = _prepare(scores, response_mask, "grpo")
     seq = sequence_scores(s, mask)
     groups = _groups(group_ids, mask.shape[0], mask.device)
-    adv = group_normalize(seq, groups, norm_by_std=norm_by_std, std_unbiased=std_unbiased, eps=eps)
+    if std_scope == "batch" and norm_by_std:
+        centered = group_normalize(seq, groups, norm_by_std=False)
+        std = seq.std(correction=1 if std_unbiased else 0) if seq.numel() > 1 else seq.new_zeros(())
+        adv = centered / (std + eps)
+    elif std_scope in ("group", "batch"):
+        adv = group_normalize(seq, groups, norm_by_std=norm_by_std, std_unbiased=std_unbiased, eps=eps)
+    else:
+        raise ValueError(f"grpo: std_scope must be 'group' or 'batch', got {std_scope!r}")
     dtype = _out_dtype(scores)
     return AdvantageOutput(_broadcast(adv, mask, dtype), _broadcast(seq, mask, dtype))
 
@@ -310,3 +322,84 @@ def gdpo(
     adv = masked_whiten(_broadcast(total, mask, torch.float64), mask, whiten_eps, center=center)
     dtype = _out_dtype(scores[keys[0]])
     return AdvantageOutput(adv.to(dtype), _broadcast(raw_total, mask, dtype))
+
+
+def _group_means(seq: torch.Tensor, groups: GroupIndex, weights: torch.Tensor | None = None) -> torch.Tensor:
+    """Each row's group mean of ``seq`` (weighted by ``weights``), 0 for a group of one (a lone
+    response has no baseline: its advantage is its score, as in veRL)."""
+    w = torch.ones_like(seq) if weights is None else weights.to(seq.dtype)
+    mean = groups.sum(seq * w) / groups.sum(w).clamp(min=torch.finfo(seq.dtype).tiny)
+    return torch.where(groups.count() > 1, mean, torch.zeros_like(mean))[groups.inverse]
+
+
+def reinforce_plus_plus_baseline(
+    scores: torch.Tensor, response_mask: torch.Tensor, group_ids: GroupIds, *, whiten_eps: float = 1e-8
+) -> AdvantageOutput:
+    """REINFORCE++-baseline (Hu et al., 2025, arXiv:2501.03262): the group mean is subtracted from
+    each score, then the result is whitened over every valid token of the batch (as REINFORCE++,
+    with the population variance of ``masked_whiten``)."""
+    s, mask = _prepare(scores, response_mask, "reinforce_plus_plus_baseline")
+    seq = sequence_scores(s, mask)
+    groups = _groups(group_ids, mask.shape[0], mask.device)
+    centered = _broadcast(seq - _group_means(seq, groups), mask, torch.float64)
+    dtype = _out_dtype(scores)
+    return AdvantageOutput(masked_whiten(centered, mask, whiten_eps).to(dtype), _broadcast(seq, mask, dtype))
+
+
+def grpo_passk(
+    scores: torch.Tensor,
+    response_mask: torch.Tensor,
+    group_ids: GroupIds,
+    *,
+    norm_by_std: bool = True,
+    std_unbiased: bool = False,
+    eps: float = 1e-6,
+) -> AdvantageOutput:
+    """Pass@k training (Chen et al., 2025, "Pass@k Training for Adaptively Balancing Exploration and
+    Exploitation", arXiv:2508.10751, as veRL's ``grpo_passk``): in each group only the best
+    response learns, with `A = s_max - s_second` (divided by the group std + eps with
+    `norm_by_std`); every other response gets 0. A group needs at least two responses."""
+    s, mask = _prepare(scores, response_mask, "grpo_passk")
+    seq = sequence_scores(s, mask)
+    groups = _groups(group_ids, mask.shape[0], mask.device)
+    adv = torch.zeros_like(seq)
+    for g in range(int(groups.inverse.max()) + 1 if seq.numel() else 0):
+        rows = (groups.inverse == g).nonzero().flatten()
+        if rows.numel() < 2:
+            raise ValueError(f"grpo_passk needs at least 2 responses per group, group {g} has {rows.numel()}")
+        top = torch.topk(seq[rows], 2)
+        gap = top.values[0] - top.values[1]
+        if norm_by_std:
+            gap = gap / (seq[rows].std(correction=1 if std_unbiased else 0) + eps)
+        adv[rows[top.indices[0]]] = gap
+    dtype = _out_dtype(scores)
+    return AdvantageOutput(_broadcast(adv, mask, dtype), _broadcast(seq, mask, dtype))
+
+
+def opo(scores: torch.Tensor, response_mask: torch.Tensor, group_ids: GroupIds) -> AdvantageOutput:
+    """OPO, on-policy RL with the optimal baseline (Hao et al., 2025, arXiv:2505.23585):
+    `A_i = s_i - b_g` with the length-weighted baseline `b_g = sum_j |y_j| s_j / sum_j |y_j|` over
+    the group (the variance-minimising baseline when the gradient norm grows with length)."""
+    s, mask = _prepare(scores, response_mask, "opo")
+    seq = sequence_scores(s, mask)
+    groups = _groups(group_ids, mask.shape[0], mask.device)
+    lengths = mask.sum(-1).to(seq.dtype)
+    dtype = _out_dtype(scores)
+    adv = seq - _group_means(seq, groups, lengths)
+    return AdvantageOutput(_broadcast(adv, mask, dtype), _broadcast(seq, mask, dtype))
+
+
+def gpg(
+    scores: torch.Tensor, response_mask: torch.Tensor, group_ids: GroupIds, *, f_norm: float = 1.0
+) -> AdvantageOutput:
+    """GPG, group policy gradient (Chu et al., 2025, arXiv:2504.02546): `A_i = alpha (s_i - mean_g)
+    / f_norm`, with `alpha = B / M`, `M` the number of responses in the batch with a non-zero
+    score: the gradient of a batch where few responses score is scaled back up. Pair it with the
+    plain policy-gradient loss the paper uses, or PPO's."""
+    s, mask = _prepare(scores, response_mask, "gpg")
+    seq = sequence_scores(s, mask)
+    groups = _groups(group_ids, mask.shape[0], mask.device)
+    alpha = seq.numel() / max(int(torch.count_nonzero(seq)), 1)
+    adv = alpha * (seq - _group_means(seq, groups)) / f_norm
+    dtype = _out_dtype(scores)
+    return AdvantageOutput(_broadcast(adv, mask, dtype), _broadcast(seq, mask, dtype))

@@ -34,7 +34,13 @@ from ._registry import LOSS_AGGREGATIONS
 from .masked import as_bool_mask, masked_sum, sequence_lengths
 
 # the built-in modes (each registered by name in `_registry.py`, its reducer defined below)
-LOSS_AGG_MODES = ("token-mean", "seq-mean-token-mean", "seq-mean-token-sum", "seq-mean-token-sum-norm")
+LOSS_AGG_MODES = (
+    "token-mean",
+    "token-sum",
+    "seq-mean-token-mean",
+    "seq-mean-token-sum",
+    "seq-mean-token-sum-norm",
+)
 
 
 def normalize_loss_agg_mode(mode: str) -> str:
@@ -131,6 +137,12 @@ def aggregate_loss(
 
 def _token_mean(loss, mask, stats: GlobalBatchStats, norm_length: int | None) -> torch.Tensor:
     return masked_sum(loss, mask) * (float(stats.dp_size) / max(stats.num_tokens, 1))
+
+
+def _token_sum(loss, mask, stats: GlobalBatchStats, norm_length: int | None) -> torch.Tensor:
+    """The sum over every valid token of the global batch (no length or count normalisation: the
+    loss, and the gradient, grow with the batch's tokens; scale the learning rate accordingly)."""
+    return masked_sum(loss, mask) * float(stats.dp_size)
 
 
 def _seq_mean_token_mean(loss, mask, stats: GlobalBatchStats, norm_length: int | None) -> torch.Tensor:

@@ -154,14 +154,18 @@ class AlgorithmConfig:
 
     Parameters:
         adv_estimator (`str`, *optional*, defaults to `"grpo"`):
-            Registered estimator: `grpo`, `dr_grpo`, `rloo`, `reinforce_plus_plus`, `remax`, `gdpo` or
-            your own (`@register_advantage`).
+            Registered estimator: `grpo`, `dr_grpo`, `rloo`, `reinforce_plus_plus`,
+            `reinforce_plus_plus_baseline`, `remax`, `gdpo`, `grpo_passk`, `opo`, `gpg` or your own
+            (`@register_advantage`); each one's docstring in `algorithms/advantages.py` names its paper.
         norm_adv_by_std (`bool`, *optional*, defaults to `True`):
             GRPO divides by the group std; `False` is Dr.GRPO's unnormalised `s - mean`.
         adv_std_unbiased (`bool`, *optional*, defaults to `False`):
             Group std with Bessel's correction (the reference, torch.std) or, by default, the
             population std, which gives every group unit-RMS advantages for any `n` (a [0, 1] pair
             gets +-1, not +-0.71). GDPO uses the same choice.
+        adv_std_scope (`str`, *optional*, defaults to `"group"`):
+            Whose std GRPO divides by: the group's, or `batch`, every score of the step's batch
+            (TRL's `scale_rewards="batch"`).
         adv_eps (`float`, *optional*, defaults to `1e-6`):
             Added to the group std. It does not stop near-equal continuous rewards (0.500 vs 0.501)
             from being blown up to +-1: prefer Dr.GRPO for such rewards. All-equal groups are 0 exactly.
@@ -179,10 +183,15 @@ class AlgorithmConfig:
             Upper clip; `clip_ratio_high > clip_ratio_low` is DAPO's clip-higher. With one
             update per rollout batch the ratio is 1 and clipping never binds (as in the reference's run).
         clip_ratio_dual (`float` or `None`, *optional*, defaults to `3.0`):
-            Dual-clip bound `c > 1` for negative advantages; `None` disables it.
+            Dual-clip bound `c > 1` for negative advantages of the token-level losses (`ppo`);
+            `None` disables it.
+        gspo_clip_ratio_dual (`float` or `None`, *optional*, defaults to `None`):
+            Dual-clip bound of `gspo` / `gspo_token`: off unless set (neither the GSPO paper nor
+            veRL dual-clips the sequence ratio).
         loss_agg_mode (`str`, *optional*, defaults to `"token-mean"`):
-            `token-mean`, `seq-mean-token-mean`, `seq-mean-token-sum`, `seq-mean-token-sum-norm`
-            (see `algorithms/aggregation.py`); always weighted over the whole mini-batch.
+            `token-mean`, `token-sum`, `seq-mean-token-mean`, `seq-mean-token-sum`,
+            `seq-mean-token-sum-norm` (see `algorithms/aggregation.py`); always weighted over the
+            whole mini-batch.
         loss_norm_length (`int` or `None`, *optional*, defaults to `None`):
             Constant divisor of `seq-mean-token-sum-norm`; `None` means the max response length.
         rollout_correction (`str`, *optional*, defaults to `"none"`):
@@ -209,6 +218,7 @@ class AlgorithmConfig:
     adv_estimator: str = "grpo"
     norm_adv_by_std: bool = True
     adv_std_unbiased: bool = False
+    adv_std_scope: str = "group"
     adv_eps: float = 1e-6
     gamma: float = 1.0
     whiten_eps: float = 1e-8
@@ -217,6 +227,7 @@ class AlgorithmConfig:
     clip_ratio_low: float = 0.2
     clip_ratio_high: float = 0.28
     clip_ratio_dual: float | None = 3.0
+    gspo_clip_ratio_dual: float | None = None
     loss_agg_mode: str = "token-mean"
     loss_norm_length: int | None = None
     rollout_correction: str = "none"
@@ -236,6 +247,10 @@ class AlgorithmConfig:
             "algorithm.loss_agg_mode", LOSS_AGGREGATIONS.canonical, self.loss_agg_mode
         )
         positive("algorithm.adv_eps", self.adv_eps)
+        _check(
+            self.adv_std_scope in ("group", "batch"),
+            f"algorithm.adv_std_scope must be group or batch, got {self.adv_std_scope!r}",
+        )
         positive("algorithm.whiten_eps", self.whiten_eps)
         in_range("algorithm.gamma", self.gamma, 0.0, 1.0)
         _check(
@@ -246,6 +261,10 @@ class AlgorithmConfig:
         _check(
             self.clip_ratio_dual is None or self.clip_ratio_dual > 1.0,
             f"algorithm.clip_ratio_dual must be > 1 or None, got {self.clip_ratio_dual}",
+        )
+        _check(
+            self.gspo_clip_ratio_dual is None or self.gspo_clip_ratio_dual > 1.0,
+            f"algorithm.gspo_clip_ratio_dual must be > 1 or None, got {self.gspo_clip_ratio_dual}",
         )
         _check(
             self.loss_norm_length is None or self.loss_norm_length > 0,
@@ -281,6 +300,7 @@ class AlgorithmConfig:
             "norm_by_std": self.norm_adv_by_std,
             "std_unbiased": self.adv_std_unbiased,
             "eps": self.adv_eps,
+            "std_scope": self.adv_std_scope,
             "gamma": self.gamma,
             "whiten_eps": self.whiten_eps,
             "reward_keys": list(self.gdpo_reward_keys),
@@ -291,7 +311,9 @@ class AlgorithmConfig:
         return {
             "clip_ratio_low": self.clip_ratio_low,
             "clip_ratio_high": self.clip_ratio_high,
-            "clip_ratio_dual": self.clip_ratio_dual,
+            "clip_ratio_dual": self.gspo_clip_ratio_dual
+            if POLICY_LOSSES.canonical(self.policy_loss) in ("gspo", "gspo_token")
+            else self.clip_ratio_dual,
         }
 
     def make_kl_controller(self) -> FixedKLController | AdaptiveKLController:

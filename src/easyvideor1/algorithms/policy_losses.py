@@ -31,6 +31,8 @@ from ._registry import POLICY_LOSSES, call_with_supported, register_policy_loss 
 from .masked import as_bool_mask, masked_mean, masked_sum, sequence_lengths
 
 LOG_RATIO_CLAMP = 20.0  # exp(20) ~ 5e8: large enough to never bind in practice, small enough to stay finite
+# GSPO's sequence log-ratio is clamped from above at 10, as veRL's GSPO loss does
+GSPO_LOG_RATIO_MAX = 10.0
 
 
 class PolicyLossOutput(NamedTuple):
@@ -102,6 +104,7 @@ def _clipped_surrogate(
     clip_ratio_low: float,
     clip_ratio_high: float,
     clip_ratio_dual: float | None,
+    log_ratio_max: float = LOG_RATIO_CLAMP,
 ) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
     """PPO's clipped objective with asymmetric bounds and optional dual clip, per token.
 
@@ -111,7 +114,7 @@ def _clipped_surrogate(
     _check_clip(clip_ratio_low, clip_ratio_high)
     if clip_ratio_dual is not None and clip_ratio_dual <= 1.0:
         raise ValueError(f"clip_ratio_dual must be > 1 (or None to disable), got {clip_ratio_dual}")
-    log_ratio = log_ratio.clamp(-LOG_RATIO_CLAMP, LOG_RATIO_CLAMP)
+    log_ratio = log_ratio.clamp(-LOG_RATIO_CLAMP, log_ratio_max)
     ratio = torch.exp(log_ratio)
     # Clamping in log space is the same as clamping the ratio, and stays finite for huge deltas.
     clipped = torch.exp(log_ratio.clamp(math.log(1.0 - clip_ratio_low), math.log1p(clip_ratio_high)))
@@ -177,15 +180,19 @@ def gspo(
     *,
     clip_ratio_low: float = 0.2,
     clip_ratio_high: float = 0.28,
-    clip_ratio_dual: float | None = 3.0,
+    clip_ratio_dual: float | None = None,
 ) -> PolicyLossOutput:
-    """GSPO: one sequence-level ratio `exp(mean_t delta)` for every token of the sequence, clipped
-    like PPO (GSPO's paper uses much tighter bounds, e.g. 3e-4 / 4e-4; set them in the config)."""
+    """GSPO (Zheng et al., 2025, arXiv:2507.18071): one sequence-level ratio `exp(mean_t delta)`
+    for every token of the sequence, clipped like PPO (GSPO's paper uses much tighter bounds, e.g.
+    3e-4 / 4e-4; set them in the config). As in the paper and veRL, no dual clip unless one is set
+    (`algorithm.gspo_clip_ratio_dual`), and the log-ratio is clamped at 10 from above."""
     mask = as_bool_mask(response_mask)
     advantages = _checked_advantages(log_prob, old_log_prob, advantages, mask)
     delta = _valid_delta(log_prob, old_log_prob, mask)
     seq = sequence_log_ratio(delta, mask).unsqueeze(-1).expand_as(delta)
-    loss, clip = _clipped_surrogate(seq, advantages, mask, clip_ratio_low, clip_ratio_high, clip_ratio_dual)
+    loss, clip = _clipped_surrogate(
+        seq, advantages, mask, clip_ratio_low, clip_ratio_high, clip_ratio_dual, GSPO_LOG_RATIO_MAX
+    )
     return PolicyLossOutput(loss, _metrics(delta, mask, clip))
 
 
@@ -197,9 +204,10 @@ def gspo_token(
     *,
     clip_ratio_low: float = 0.2,
     clip_ratio_high: float = 0.28,
-    clip_ratio_dual: float | None = 3.0,
+    clip_ratio_dual: float | None = None,
 ) -> PolicyLossOutput:
-    """GSPO-token: log-ratio `sg(mean_t delta) + log_prob - sg(log_prob)`.
+    """GSPO-token (arXiv:2507.18071): log-ratio `sg(mean_t delta) + log_prob - sg(log_prob)`; no
+    dual clip unless set, log-ratio clamped at 10 from above (as ``gspo``).
 
     Its value is the sequence log-ratio at every token, but each token's gradient flows through its
     own log-prob only, which lets per-token advantages be used. With advantages constant per
@@ -212,7 +220,7 @@ def gspo_token(
     zero = torch.zeros((), dtype=log_prob.dtype, device=log_prob.device)
     own = torch.where(mask, log_prob - log_prob.detach(), zero)  # value 0, gradient d log_prob
     loss, clip = _clipped_surrogate(
-        seq + own, advantages, mask, clip_ratio_low, clip_ratio_high, clip_ratio_dual
+        seq + own, advantages, mask, clip_ratio_low, clip_ratio_high, clip_ratio_dual, GSPO_LOG_RATIO_MAX
     )
     return PolicyLossOutput(loss, _metrics(delta, mask, clip))
 

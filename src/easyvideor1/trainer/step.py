@@ -70,7 +70,13 @@ def logprobs(
 
 def feed_kl_controller(alg, kl_ctl, exp: Experience) -> dict[str, float]:
     """Feed this step's KL (totalled over ranks) to the KL controller ``kl_ctl``; returns the
-    ``actor/kl_coef`` metric. The caller passes the new ``kl_ctl.value`` on to the loss."""
+    ``actor/kl_coef`` metric. The caller passes the new ``kl_ctl.value`` on to the loss.
+
+    The controller is fed the token mean of the per-token KL over the whole batch (every response
+    token weighs the same, a long response more than a short one). veRL feeds the mean over
+    sequences of each sequence's token-mean KL (every sequence weighs the same). The two are equal
+    when all responses have the same length; with mixed lengths an adaptive ``kl.target`` carried
+    over from a veRL run reacts to the long responses' KL more here."""
     kl = kl_penalty(exp.old_logp, exp.ref_logp, alg.kl.type, exp.mask)
     local = {"kl": float((kl * exp.mask).sum()), "tokens": float(exp.mask.sum()), "n": float(len(exp))}
     totals = sum_over_ranks(local)
