@@ -147,3 +147,85 @@ def test_gspo_has_no_dual_clip_unless_set_and_clamps_its_log_ratio_at_10():
     assert AlgorithmConfig(policy_loss="ppo").policy_loss_options()["clip_ratio_dual"] == 3.0
     with pytest.raises(ValueError, match="algorithm.gspo_clip_ratio_dual"):
         AlgorithmConfig(gspo_clip_ratio_dual=0.5)
+
+
+# ------------------------------------------------------------------------------- policy losses
+def _loss(name, logp, old, adv, mask=None, **options):
+    from easyvideor1.algorithms.policy_losses import compute_policy_loss
+
+    mask = torch.ones_like(logp) if mask is None else mask
+    return compute_policy_loss(name, logp, old, adv, mask, **options)
+
+
+def test_sapo_gates_each_token_smoothly_with_the_temperature_of_its_advantage_sign():
+    logp = torch.tensor([[0.3, -0.2, 0.0]], requires_grad=True)
+    old = torch.tensor([[0.0, 0.0, 0.0]])
+    adv = torch.tensor([[1.0, -2.0, 0.5]])
+    out = _loss("sapo", logp, old, adv, sapo_tau_pos=1.0, sapo_tau_neg=1.05)
+    expected = []
+    for d, a in zip([0.3, -0.2, 0.0], [1.0, -2.0, 0.5], strict=True):
+        tau = 1.0 if a > 0 else 1.05
+        gate = 1 / (1 + math.exp(-tau * (math.exp(d) - 1))) * 4 / tau
+        expected.append(-gate * a)
+    assert out.loss[0].tolist() == pytest.approx(expected, rel=1e-6)
+    out.loss.sum().backward()
+    # on-policy (ratio 1) the gate's slope is 1: the plain policy gradient -A
+    assert logp.grad[0, 2].item() == pytest.approx(-0.5, rel=1e-6)
+    with pytest.raises(ValueError, match="algorithm.policy_loss=sapo averages per sequence"):
+        AlgorithmConfig(policy_loss="sapo")
+
+
+def test_geo_mean_uses_the_geometric_mean_of_pessimistically_clipped_token_ratios():
+    logp = torch.tensor([[0.5, -0.1, 0.0], [0.0, -0.5, 0.0]])
+    old = torch.zeros(2, 3)
+    adv = torch.tensor([[1.0, 1.0, 1.0], [-1.0, -1.0, -1.0]])
+    mask = torch.tensor([[1.0, 1.0, 0.0], [1.0, 1.0, 1.0]])
+    out = _loss("geo_mean", logp, old, adv, mask, clip_ratio_low=0.2, clip_ratio_high=0.28)
+    # row 0 (A > 0): 0.5 is clipped to 0.28 (the pessimistic side), -0.1 kept; 2 tokens
+    r0 = math.exp((0.28 - 0.1) / 2)
+    # row 1 (A < 0): -0.5 clipped to -0.2; 0 and 0 kept; 3 tokens
+    r1 = math.exp((0.0 - 0.2 + 0.0) / 3)
+    assert out.loss[0, :2].tolist() == pytest.approx([-r0, -r0], rel=1e-6) and out.loss[0, 2] == 0
+    assert out.loss[1].tolist() == pytest.approx([r1] * 3, rel=1e-6)
+    assert AlgorithmConfig(policy_loss="gmpo", loss_agg_mode="seq-mean-token-mean").policy_loss == "gmpo"
+
+
+def test_kl_cov_penalises_the_tokens_with_the_largest_covariance():
+    logp = torch.tensor([[-0.1, -2.0, -0.5, -1.0]])
+    old = torch.tensor([[-0.3, -2.0, -0.4, -1.2]])
+    adv = torch.tensor([[2.0, -1.0, 0.5, 1.0]])
+    out = _loss("kl_cov", logp, old, adv, kl_cov_ratio=0.5, kl_cov_coef=0.1)  # 2 of 4 tokens
+    a_mean, lp_mean = 0.625, -0.9
+    cov = [(a - a_mean) * (lp - lp_mean) for a, lp in zip(adv[0].tolist(), logp[0].tolist(), strict=True)]
+    top = sorted(range(4), key=lambda i: -cov[i])[:2]
+    delta = (logp - old)[0].tolist()
+    expected = [
+        -a * math.exp(d) + (0.1 * abs(d) if i in top else 0.0)
+        for i, (a, d) in enumerate(zip(adv[0].tolist(), delta, strict=True))
+    ]
+    assert out.loss[0].tolist() == pytest.approx(expected, rel=1e-6)
+
+
+def test_clip_cov_drops_the_gradient_of_unclipped_tokens_in_the_covariance_band():
+    logp = torch.tensor([[-0.1, -2.5, -0.5, -2.0]], requires_grad=True)
+    old = torch.tensor([[-0.1, -2.5, -0.5, -2.0]])  # on-policy: PPO clips nothing
+    adv = torch.tensor([[3.0, -3.0, 0.0, 1.0]])
+    a_mean, lp_mean = 0.25, -1.275
+    cov = [(a - a_mean) * (lp - lp_mean) for a, lp in zip(adv[0].tolist(), logp[0].tolist(), strict=True)]
+    band = [i for i, c in enumerate(cov) if 1.0 < c < 5.0]  # tokens 0 and 1
+    assert band == [0, 1]
+    out = _loss("clip_cov", logp, old, adv, clip_cov_ratio=0.5, clip_cov_lb=1.0, clip_cov_ub=5.0)  # 2 tokens
+    out.loss.sum().backward()
+    assert logp.grad[0].tolist() == pytest.approx([0.0, 0.0, 0.0, -1.0], abs=1e-6)  # band: no gradient
+    assert out.metrics["pg_clipfrac_cov"].item() == pytest.approx(0.5)
+    # with one token allowed, exactly one of the two in the band loses its gradient
+    logp.grad = None
+    _loss("clip_cov", logp, old, adv, clip_cov_ratio=0.25).loss.sum().backward()
+    assert sorted(logp.grad[0, :2].abs().tolist()) == pytest.approx([0.0, 3.0])
+
+
+@pytest.mark.parametrize("name", ["sapo", "geo_mean", "clip_cov", "kl_cov"])
+def test_each_new_loss_is_registered_with_its_paper(name):
+    from easyvideor1.algorithms.policy_losses import get_policy_loss
+
+    assert "arXiv:" in (get_policy_loss(name).__doc__ or "")

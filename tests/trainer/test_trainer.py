@@ -190,13 +190,17 @@ def test_resume_reproduces_the_uninterrupted_run(make_cfg, tmp_path, extra):
         ("gdpo", "ppo"),
         ("reinforce_plus_plus_baseline", "ppo"),
         ("grpo_passk", "gspo"),
-        ("opo", "ppo"),
-        ("gpg", "cispo"),
+        ("opo", "sapo"),
+        ("gpg", "geo_mean"),
+        ("grpo", "clip_cov"),
+        ("rloo", "kl_cov"),
     ],
 )
 def test_every_estimator_and_loss_runs_a_step(make_cfg, estimator, loss):
     raw_keys = estimator in ("remax", "gdpo")  # they work on raw reward keys / a greedy baseline
     extra = [] if raw_keys else ["algorithm.overlong.enable=true", "algorithm.overlong.buffer=2"]
+    if loss in ("sapo", "geo_mean"):  # per-sequence losses
+        extra.append("algorithm.loss_agg_mode=seq-mean-token-mean")
     t = Trainer(
         make_cfg(
             f"algorithm.adv_estimator={estimator.upper()}",

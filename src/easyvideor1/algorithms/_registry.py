@@ -167,6 +167,10 @@ POLICY_LOSSES.declare("ppo", f"{_LOSS}:ppo", aliases=("vanilla", "default"))
 POLICY_LOSSES.declare("gspo", f"{_LOSS}:gspo")
 POLICY_LOSSES.declare("gspo_token", f"{_LOSS}:gspo_token")
 POLICY_LOSSES.declare("cispo", f"{_LOSS}:cispo")
+POLICY_LOSSES.declare("sapo", f"{_LOSS}:sapo")
+POLICY_LOSSES.declare("geo_mean", f"{_LOSS}:geo_mean", aliases=("gmpo",))
+POLICY_LOSSES.declare("clip_cov", f"{_LOSS}:clip_cov")
+POLICY_LOSSES.declare("kl_cov", f"{_LOSS}:kl_cov")
 
 _KL = "easyvideor1.algorithms.kl"
 KL_ESTIMATORS.declare("none", f"{_KL}:_none")

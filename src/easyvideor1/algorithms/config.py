@@ -176,7 +176,10 @@ class AlgorithmConfig:
         gdpo_reward_keys (`list[str]`, *optional*, defaults to `["accuracy", "format"]`):
             Reward keys GDPO normalises separately; missing keys are errors.
         policy_loss (`str`, *optional*, defaults to `"ppo"`):
-            Registered loss: `ppo` (alias `vanilla`), `gspo`, `gspo_token`, `cispo` or your own.
+            Registered loss: `ppo` (alias `vanilla`), `gspo`, `gspo_token`, `cispo`, `sapo`,
+            `geo_mean` (GMPO), `clip_cov`, `kl_cov` or your own; each one's docstring in
+            `algorithms/policy_losses.py` names its paper. `sapo` and `geo_mean` average per
+            sequence, so they need `loss_agg_mode=seq-mean-token-mean`.
         clip_ratio_low (`float`, *optional*, defaults to `0.2`):
             Lower clip: the ratio is clipped to `[1 - clip_ratio_low, 1 + clip_ratio_high]`.
         clip_ratio_high (`float`, *optional*, defaults to `0.28`):
@@ -185,6 +188,20 @@ class AlgorithmConfig:
         clip_ratio_dual (`float` or `None`, *optional*, defaults to `3.0`):
             Dual-clip bound `c > 1` for negative advantages of the token-level losses (`ppo`);
             `None` disables it.
+        sapo_tau_pos (`float`, *optional*, defaults to `1.0`):
+            SAPO's gate temperature for tokens with a positive advantage.
+        sapo_tau_neg (`float`, *optional*, defaults to `1.05`):
+            SAPO's gate temperature for the other tokens (larger: their gradient fades sooner).
+        clip_cov_ratio (`float`, *optional*, defaults to `0.0002`):
+            Clip-Cov: share of a micro-batch's tokens whose gradient is dropped.
+        clip_cov_lb (`float`, *optional*, defaults to `1.0`):
+            Clip-Cov: those tokens are drawn among the ones whose covariance term exceeds this...
+        clip_cov_ub (`float`, *optional*, defaults to `5.0`):
+            ...and stays below this.
+        kl_cov_ratio (`float`, *optional*, defaults to `0.0002`):
+            KL-Cov: share of a micro-batch's tokens (the largest covariance terms) penalised.
+        kl_cov_coef (`float`, *optional*, defaults to `0.1`):
+            KL-Cov: weight of the `|log ratio|` penalty on them.
         gspo_clip_ratio_dual (`float` or `None`, *optional*, defaults to `None`):
             Dual-clip bound of `gspo` / `gspo_token`: off unless set (neither the GSPO paper nor
             veRL dual-clips the sequence ratio).
@@ -228,6 +245,13 @@ class AlgorithmConfig:
     clip_ratio_high: float = 0.28
     clip_ratio_dual: float | None = 3.0
     gspo_clip_ratio_dual: float | None = None
+    sapo_tau_pos: float = 1.0
+    sapo_tau_neg: float = 1.05
+    clip_cov_ratio: float = 0.0002
+    clip_cov_lb: float = 1.0
+    clip_cov_ub: float = 5.0
+    kl_cov_ratio: float = 0.0002
+    kl_cov_coef: float = 0.1
     loss_agg_mode: str = "token-mean"
     loss_norm_length: int | None = None
     rollout_correction: str = "none"
@@ -261,6 +285,19 @@ class AlgorithmConfig:
         _check(
             self.clip_ratio_dual is None or self.clip_ratio_dual > 1.0,
             f"algorithm.clip_ratio_dual must be > 1 or None, got {self.clip_ratio_dual}",
+        )
+        for key in ("sapo_tau_pos", "sapo_tau_neg", "clip_cov_ratio", "kl_cov_ratio"):
+            positive(f"algorithm.{key}", getattr(self, key))
+        non_negative("algorithm.kl_cov_coef", self.kl_cov_coef)
+        _check(
+            self.clip_cov_lb < self.clip_cov_ub,
+            f"algorithm.clip_cov_lb ({self.clip_cov_lb}) must be below algorithm.clip_cov_ub ({self.clip_cov_ub})",
+        )
+        per_sequence = POLICY_LOSSES.canonical(self.policy_loss) in ("sapo", "geo_mean")
+        _check(
+            not per_sequence or self.loss_agg_mode == "seq-mean-token-mean",
+            f"algorithm.policy_loss={self.policy_loss} averages per sequence: set "
+            f"algorithm.loss_agg_mode=seq-mean-token-mean (got {self.loss_agg_mode})",
         )
         _check(
             self.gspo_clip_ratio_dual is None or self.gspo_clip_ratio_dual > 1.0,
@@ -314,6 +351,13 @@ class AlgorithmConfig:
             "clip_ratio_dual": self.gspo_clip_ratio_dual
             if POLICY_LOSSES.canonical(self.policy_loss) in ("gspo", "gspo_token")
             else self.clip_ratio_dual,
+            "sapo_tau_pos": self.sapo_tau_pos,
+            "sapo_tau_neg": self.sapo_tau_neg,
+            "clip_cov_ratio": self.clip_cov_ratio,
+            "clip_cov_lb": self.clip_cov_lb,
+            "clip_cov_ub": self.clip_cov_ub,
+            "kl_cov_ratio": self.kl_cov_ratio,
+            "kl_cov_coef": self.kl_cov_coef,
         }
 
     def make_kl_controller(self) -> FixedKLController | AdaptiveKLController:

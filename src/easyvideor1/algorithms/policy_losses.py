@@ -254,3 +254,148 @@ def cispo(
     safe_log_prob = torch.where(mask, log_prob, zero)  # -inf padding: keep 0 * -inf out of backward
     loss = torch.where(mask, -advantages * weight * safe_log_prob, zero)
     return PolicyLossOutput(loss, _metrics(delta, mask, clip))
+
+
+def sapo(
+    log_prob: torch.Tensor,
+    old_log_prob: torch.Tensor,
+    advantages: torch.Tensor,
+    response_mask: torch.Tensor,
+    *,
+    sapo_tau_pos: float = 1.0,
+    sapo_tau_neg: float = 1.05,
+) -> PolicyLossOutput:
+    """SAPO, soft adaptive policy optimization (Gao et al., 2025, arXiv:2511.20347): no hard clip;
+    each token's ratio passes a smooth gate `f(r) = sigmoid(tau (r - 1)) * 4 / tau`, with
+    `tau_pos` for positive and `tau_neg` (larger: a faster fall-off) for other advantages, and
+    `L = -f(r) A`. At `r = 1` the gate's slope is 1, so on-policy it is the plain policy gradient;
+    far from 1 the gradient fades instead of stopping. The paper (and veRL) average per sequence:
+    use it with `loss_agg_mode=seq-mean-token-mean` (the config insists)."""
+    mask = as_bool_mask(response_mask)
+    advantages = _checked_advantages(log_prob, old_log_prob, advantages, mask)
+    if sapo_tau_pos <= 0 or sapo_tau_neg <= 0:
+        raise ValueError(f"sapo temperatures must be > 0, got {sapo_tau_pos} / {sapo_tau_neg}")
+    delta = _valid_delta(log_prob, old_log_prob, mask)
+    ratio = torch.exp(delta.clamp(-LOG_RATIO_CLAMP, LOG_RATIO_CLAMP))
+    tau = torch.where(advantages > 0, sapo_tau_pos, sapo_tau_neg).to(ratio.dtype)
+    gate = torch.sigmoid(tau * (ratio - 1.0)) * (4.0 / tau)
+    loss = torch.where(mask, -gate * advantages, torch.zeros((), dtype=ratio.dtype, device=ratio.device))
+    return PolicyLossOutput(loss, _metrics(delta, mask, {}))
+
+
+def geo_mean(
+    log_prob: torch.Tensor,
+    old_log_prob: torch.Tensor,
+    advantages: torch.Tensor,
+    response_mask: torch.Tensor,
+    *,
+    clip_ratio_low: float = 0.2,
+    clip_ratio_high: float = 0.28,
+) -> PolicyLossOutput:
+    """GMPO, geometric-mean policy optimization (Zhao et al., 2025, arXiv:2507.20673): one ratio per
+    sequence, the geometric mean of its token ratios after each token's log-ratio is clipped to
+    `[-clip_ratio_low, clip_ratio_high]` (in log space, on the side its advantage's sign makes
+    pessimistic), times the sequence's mean advantage: `L_i = -A_i exp(mean_t clip(delta_t))`.
+    The geometric mean is far less moved by one outlier token than PPO's arithmetic token mean.
+    Each valid token carries its sequence's `L_i`, so `loss_agg_mode=seq-mean-token-mean` (which
+    the config insists on) gives the paper's (and veRL's) mean over sequences."""
+    mask = as_bool_mask(response_mask)
+    advantages = _checked_advantages(log_prob, old_log_prob, advantages, mask)
+    _check_clip(clip_ratio_low, clip_ratio_high)
+    delta = _valid_delta(log_prob, old_log_prob, mask)
+    sign = torch.sign(advantages)
+    clamped = delta.clamp(-clip_ratio_low, clip_ratio_high)
+    pessimistic = sign * torch.minimum(sign * delta, sign * clamped)
+    lengths = sequence_lengths(mask).to(delta.dtype)
+    zero = torch.zeros((), dtype=delta.dtype, device=delta.device)
+    log_ratio = torch.where(mask, pessimistic, zero).sum(-1) / (lengths + 1e-8)
+    seq_adv = torch.where(mask, advantages, zero).sum(-1) / (lengths + 1e-8)
+    per_sequence = -seq_adv * torch.exp(log_ratio.clamp(-LOG_RATIO_CLAMP, LOG_RATIO_CLAMP))
+    loss = torch.where(mask, per_sequence.unsqueeze(-1).expand_as(delta), zero)
+    with torch.no_grad():
+        clipped = delta != clamped
+        clip = {
+            "pg_clipfrac_higher": masked_mean((clipped & (advantages > 0)).float(), mask),
+            "pg_clipfrac_lower": masked_mean((clipped & (advantages < 0)).float(), mask),
+        }
+    return PolicyLossOutput(loss, _metrics(delta, mask, clip))
+
+
+def _covariance(advantages: torch.Tensor, log_prob: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
+    """Each valid token's `(A - mean A)(log p - mean log p)` over the valid tokens of the call (the
+    covariance terms whose large values drive entropy collapse), no gradient; -inf elsewhere."""
+    with torch.no_grad():
+        lp = torch.where(mask, log_prob.detach(), torch.zeros_like(log_prob))
+        cov = (advantages - masked_mean(advantages, mask)) * (lp - masked_mean(lp, mask))
+        return torch.where(mask, cov, torch.full_like(cov, float("-inf")))
+
+
+def clip_cov(
+    log_prob: torch.Tensor,
+    old_log_prob: torch.Tensor,
+    advantages: torch.Tensor,
+    response_mask: torch.Tensor,
+    *,
+    clip_ratio_low: float = 0.2,
+    clip_ratio_high: float = 0.28,
+    clip_cov_ratio: float = 0.0002,
+    clip_cov_lb: float = 1.0,
+    clip_cov_ub: float = 5.0,
+) -> PolicyLossOutput:
+    """Clip-Cov (Cui et al., 2025, "The Entropy Mechanism of RL for Reasoning LMs",
+    arXiv:2505.22617): PPO's clipped loss, plus a random `clip_cov_ratio` share of the tokens
+    (at least one) whose covariance term lies in `(clip_cov_lb, clip_cov_ub)` and that PPO's clip
+    left alone get no gradient at all, which slows the entropy collapse those tokens drive."""
+    mask = as_bool_mask(response_mask)
+    advantages = _checked_advantages(log_prob, old_log_prob, advantages, mask)
+    _check_clip(clip_ratio_low, clip_ratio_high)
+    if clip_cov_ratio <= 0:
+        raise ValueError(f"clip_cov_ratio must be > 0, got {clip_cov_ratio}")
+    delta = _valid_delta(log_prob, old_log_prob, mask)
+    ratio = torch.exp(delta.clamp(-LOG_RATIO_CLAMP, LOG_RATIO_CLAMP))
+    unclipped = -advantages * ratio
+    clipped = -advantages * ratio.clamp(1.0 - clip_ratio_low, 1.0 + clip_ratio_high)
+    cov = _covariance(advantages, log_prob, mask)
+    cov = torch.where(clipped > unclipped, torch.full_like(cov, float("-inf")), cov)  # PPO clips these
+    candidates = ((cov > clip_cov_lb) & (cov < clip_cov_ub) & mask).nonzero()
+    count = max(int(clip_cov_ratio * int(mask.sum())), 1)
+    chosen = candidates[torch.randperm(len(candidates), device=candidates.device)[:count]]
+    keep = torch.ones_like(ratio)
+    keep[chosen[:, 0], chosen[:, 1]] = 0.0
+    zero = torch.zeros((), dtype=ratio.dtype, device=ratio.device)
+    loss = torch.where(mask, torch.maximum(unclipped, clipped) * keep, zero)
+    with torch.no_grad():
+        clip = {"pg_clipfrac_cov": masked_mean((keep == 0).float(), mask)}
+    return PolicyLossOutput(loss, _metrics(delta, mask, clip))
+
+
+def kl_cov(
+    log_prob: torch.Tensor,
+    old_log_prob: torch.Tensor,
+    advantages: torch.Tensor,
+    response_mask: torch.Tensor,
+    *,
+    kl_cov_ratio: float = 0.0002,
+    kl_cov_coef: float = 0.1,
+) -> PolicyLossOutput:
+    """KL-Cov (arXiv:2505.22617, as Clip-Cov): the unclipped policy-gradient loss `-A r`, plus a
+    `kl_cov_coef * |log r|` penalty on the `kl_cov_ratio` share of tokens (at least one) with the
+    largest covariance terms, which keeps exactly those tokens near the old policy."""
+    mask = as_bool_mask(response_mask)
+    advantages = _checked_advantages(log_prob, old_log_prob, advantages, mask)
+    if kl_cov_ratio <= 0:
+        raise ValueError(f"kl_cov_ratio must be > 0, got {kl_cov_ratio}")
+    delta = _valid_delta(log_prob, old_log_prob, mask)
+    ratio = torch.exp(delta.clamp(-LOG_RATIO_CLAMP, LOG_RATIO_CLAMP))
+    loss = -advantages * ratio
+    valid = int(mask.sum())
+    if valid:
+        cov = _covariance(advantages, log_prob, mask).flatten()
+        top = torch.topk(cov, max(1, int(valid * kl_cov_ratio))).indices
+        penalised = torch.zeros(mask.numel(), dtype=torch.bool, device=mask.device)
+        penalised[top] = True
+        loss = torch.where(penalised.view_as(mask), loss + kl_cov_coef * delta.abs(), loss)
+    loss = torch.where(mask, loss, torch.zeros((), dtype=loss.dtype, device=loss.device))
+    return PolicyLossOutput(
+        loss, _metrics(delta, mask, {"ppo_kl_abs": masked_mean(delta.detach().abs(), mask)})
+    )
