@@ -75,7 +75,7 @@ def test_unknown_names_list_the_known_ones() -> None:
         get_advantage_estimator("grop")
     assert "rloo" in str(e.value) and "reinforce_plus_plus" in str(e.value)
     with pytest.raises(UnknownAlgorithmError, match="known: .*cispo.*gspo"):
-        get_policy_loss("sapo")
+        get_policy_loss("trpo")
     assert isinstance(UnknownAlgorithmError("x"), ValueError)
 
 
