@@ -224,8 +224,42 @@ def test_clip_cov_drops_the_gradient_of_unclipped_tokens_in_the_covariance_band(
     assert sorted(logp.grad[0, :2].abs().tolist()) == pytest.approx([0.0, 3.0])
 
 
-@pytest.mark.parametrize("name", ["sapo", "geo_mean", "clip_cov", "kl_cov"])
+@pytest.mark.parametrize("name", ["sapo", "geo_mean", "clip_cov", "kl_cov", "dppo"])
 def test_each_new_loss_is_registered_with_its_paper(name):
     from easyvideor1.algorithms.policy_losses import get_policy_loss
 
     assert "arXiv:" in (get_policy_loss(name).__doc__ or "")
+
+
+def test_dppo_masks_tokens_that_leave_the_divergence_region_in_the_harmful_direction():
+    # probabilities old -> new: 0.30 -> 0.60 (rises 0.30), 0.40 -> 0.20 (falls 0.20), 0.50 -> 0.55
+    q = torch.tensor([[0.30, 0.40, 0.50, 0.30, 0.40]])
+    p = torch.tensor([[0.60, 0.20, 0.55, 0.60, 0.20]])
+    adv = torch.tensor([[1.0, 1.0, 1.0, -1.0, -1.0]])
+    logp = p.log().requires_grad_()
+    out = _loss("dppo", logp, q.log(), adv, dppo_delta_low=0.15, dppo_delta_high=0.15, dppo_ratio_cap=20.0)
+    # token 0: A > 0 and p rose by 0.30 > 0.15: out. token 1: A > 0, p fell: in (only a rise counts).
+    # token 2: rose 0.05: in. token 3: A < 0, p rose: in. token 4: A < 0, fell 0.20 > 0.15: out.
+    inside = [False, True, True, True, False]
+    ratio = (p / q)[0].tolist()
+    expected = [
+        (-a * r * math.log(x) if keep else 0.0)
+        for a, r, x, keep in zip(adv[0].tolist(), ratio, p[0].tolist(), inside, strict=True)
+    ]
+    assert out.loss[0].tolist() == pytest.approx(expected, rel=1e-5)
+    out.loss.sum().backward()  # the ratio is a detached weight: d/dlogp = -A * r on the kept tokens
+    assert logp.grad[0].tolist() == pytest.approx(
+        [(-a * r if k else 0.0) for a, r, k in zip(adv[0].tolist(), ratio, inside, strict=True)], rel=1e-5
+    )
+    # binary KL: token 2's Bernoulli KL (0.5 vs 0.55) is tiny; token 0's (0.3 vs 0.6) is not
+    kl = _loss(
+        "dppo", p.log(), q.log(), adv, dppo_divergence="binary_kl", dppo_delta_low=0.05, dppo_delta_high=0.05
+    )
+
+    def bern_kl(a, b):
+        return a * math.log(a / b) + (1 - a) * math.log((1 - a) / (1 - b))
+
+    assert bern_kl(0.3, 0.6) > 0.05 > bern_kl(0.5, 0.55)
+    assert kl.loss[0, 0].item() == 0.0 and kl.loss[0, 2].item() != 0.0
+    with pytest.raises(ValueError, match="algorithm.dppo_divergence"):
+        AlgorithmConfig(dppo_divergence="topk_tv")

@@ -194,6 +194,7 @@ def test_resume_reproduces_the_uninterrupted_run(make_cfg, tmp_path, extra):
         ("gpg", "geo_mean"),
         ("grpo", "clip_cov"),
         ("rloo", "kl_cov"),
+        ("grpo", "dppo"),
     ],
 )
 def test_every_estimator_and_loss_runs_a_step(make_cfg, estimator, loss):

@@ -171,6 +171,7 @@ POLICY_LOSSES.declare("sapo", f"{_LOSS}:sapo")
 POLICY_LOSSES.declare("geo_mean", f"{_LOSS}:geo_mean", aliases=("gmpo",))
 POLICY_LOSSES.declare("clip_cov", f"{_LOSS}:clip_cov")
 POLICY_LOSSES.declare("kl_cov", f"{_LOSS}:kl_cov")
+POLICY_LOSSES.declare("dppo", f"{_LOSS}:dppo")
 
 _KL = "easyvideor1.algorithms.kl"
 KL_ESTIMATORS.declare("none", f"{_KL}:_none")

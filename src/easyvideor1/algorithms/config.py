@@ -177,7 +177,7 @@ class AlgorithmConfig:
             Reward keys GDPO normalises separately; missing keys are errors.
         policy_loss (`str`, *optional*, defaults to `"ppo"`):
             Registered loss: `ppo` (alias `vanilla`), `gspo`, `gspo_token`, `cispo`, `sapo`,
-            `geo_mean` (GMPO), `clip_cov`, `kl_cov` or your own; each one's docstring in
+            `geo_mean` (GMPO), `clip_cov`, `kl_cov`, `dppo` or your own; each one's docstring in
             `algorithms/policy_losses.py` names its paper. `sapo` and `geo_mean` average per
             sequence, so they need `loss_agg_mode=seq-mean-token-mean`.
         clip_ratio_low (`float`, *optional*, defaults to `0.2`):
@@ -202,6 +202,15 @@ class AlgorithmConfig:
             KL-Cov: share of a micro-batch's tokens (the largest covariance terms) penalised.
         kl_cov_coef (`float`, *optional*, defaults to `0.1`):
             KL-Cov: weight of the `|log ratio|` penalty on them.
+        dppo_divergence (`str`, *optional*, defaults to `"binary_tv"`):
+            DPPO's trust-region divergence at the sampled token: `binary_tv` or `binary_kl`.
+        dppo_delta_low (`float`, *optional*, defaults to `0.15`):
+            DPPO: the divergence past which a token whose probability falls leaves the region
+            (the paper: 0.15 for TV, 0.05 for KL).
+        dppo_delta_high (`float`, *optional*, defaults to `0.15`):
+            DPPO: likewise for a token whose probability rises with a positive advantage.
+        dppo_ratio_cap (`float`, *optional*, defaults to `20.0`):
+            DPPO: the detached importance ratio is capped at this.
         gspo_clip_ratio_dual (`float` or `None`, *optional*, defaults to `None`):
             Dual-clip bound of `gspo` / `gspo_token`: off unless set (neither the GSPO paper nor
             veRL dual-clips the sequence ratio).
@@ -252,6 +261,10 @@ class AlgorithmConfig:
     clip_cov_ub: float = 5.0
     kl_cov_ratio: float = 0.0002
     kl_cov_coef: float = 0.1
+    dppo_divergence: str = "binary_tv"
+    dppo_delta_low: float = 0.15
+    dppo_delta_high: float = 0.15
+    dppo_ratio_cap: float = 20.0
     loss_agg_mode: str = "token-mean"
     loss_norm_length: int | None = None
     rollout_correction: str = "none"
@@ -286,7 +299,14 @@ class AlgorithmConfig:
             self.clip_ratio_dual is None or self.clip_ratio_dual > 1.0,
             f"algorithm.clip_ratio_dual must be > 1 or None, got {self.clip_ratio_dual}",
         )
-        for key in ("sapo_tau_pos", "sapo_tau_neg", "clip_cov_ratio", "kl_cov_ratio"):
+        _check(
+            self.dppo_divergence in ("binary_tv", "binary_kl"),
+            f"algorithm.dppo_divergence must be binary_tv or binary_kl, got {self.dppo_divergence!r}",
+        )
+        for key in (
+            "sapo_tau_pos", "sapo_tau_neg", "clip_cov_ratio", "kl_cov_ratio",
+            "dppo_delta_low", "dppo_delta_high", "dppo_ratio_cap",
+        ):  # fmt: skip
             positive(f"algorithm.{key}", getattr(self, key))
         non_negative("algorithm.kl_cov_coef", self.kl_cov_coef)
         _check(
@@ -358,6 +378,10 @@ class AlgorithmConfig:
             "clip_cov_ub": self.clip_cov_ub,
             "kl_cov_ratio": self.kl_cov_ratio,
             "kl_cov_coef": self.kl_cov_coef,
+            "dppo_divergence": self.dppo_divergence,
+            "dppo_delta_low": self.dppo_delta_low,
+            "dppo_delta_high": self.dppo_delta_high,
+            "dppo_ratio_cap": self.dppo_ratio_cap,
         }
 
     def make_kl_controller(self) -> FixedKLController | AdaptiveKLController:

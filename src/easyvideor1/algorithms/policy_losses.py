@@ -399,3 +399,56 @@ def kl_cov(
     return PolicyLossOutput(
         loss, _metrics(delta, mask, {"ppo_kl_abs": masked_mean(delta.detach().abs(), mask)})
     )
+
+
+DPPO_DIVERGENCES = ("binary_tv", "binary_kl")
+
+
+def dppo(
+    log_prob: torch.Tensor,
+    old_log_prob: torch.Tensor,
+    advantages: torch.Tensor,
+    response_mask: torch.Tensor,
+    *,
+    dppo_divergence: str = "binary_tv",
+    dppo_delta_low: float = 0.15,
+    dppo_delta_high: float = 0.15,
+    dppo_ratio_cap: float = 20.0,
+) -> PolicyLossOutput:
+    """DPPO, divergence proximal policy optimization ("Rethinking the Trust Region in LLM
+    Reinforcement Learning", Qi et al., 2026, arXiv:2602.04879; TRL's ``DPPOTrainer``): PPO's
+    ratio clip is replaced by a trust region on a divergence between the old and the current
+    policy at the sampled token, `p = pi(a)` vs `q = pi_old(a)`: `binary_tv` is `|p - q|`,
+    `binary_kl` the KL between the Bernoulli distributions `(q, 1 - q)` and `(p, 1 - p)`. A token
+    leaves the region (no gradient) when its divergence exceeds `delta_high` while `p` rises with a
+    positive advantage, or `delta_low` while `p` falls otherwise. The loss is
+    `-A * sg(min(r, cap)) * log p` on the tokens in the region (the top-K variants, which need the
+    engine's top-K distributions, are not offered)."""
+    mask = as_bool_mask(response_mask)
+    advantages = _checked_advantages(log_prob, old_log_prob, advantages, mask)
+    if dppo_divergence not in DPPO_DIVERGENCES:
+        raise ValueError(
+            f"dppo_divergence must be one of {', '.join(DPPO_DIVERGENCES)}, got {dppo_divergence!r}"
+        )
+    delta = _valid_delta(log_prob, old_log_prob, mask)
+    zero = torch.zeros((), dtype=log_prob.dtype, device=log_prob.device)
+    with torch.no_grad():
+        p = torch.where(mask, log_prob.detach(), zero).exp()
+        q = torch.where(mask, old_log_prob, zero).exp()
+        if dppo_divergence == "binary_tv":
+            divergence = (p - q).abs()
+        else:
+            pc, qc = p.clamp(1e-7, 1 - 1e-7), q.clamp(1e-7, 1 - 1e-7)
+            divergence = qc * (qc / pc).log() + (1 - qc) * ((1 - qc) / (1 - pc)).log()
+        rising = (divergence > dppo_delta_high) & (p > q)
+        falling = (divergence > dppo_delta_low) & (p < q)
+        inside = torch.where(advantages > 0, ~rising, ~falling) & mask
+        weight = torch.exp(delta.clamp(-LOG_RATIO_CLAMP, LOG_RATIO_CLAMP)).clamp(max=dppo_ratio_cap)
+        outside = mask & ~inside
+        clip = {
+            "pg_clipfrac_higher": masked_mean((outside & (advantages > 0)).float(), mask),
+            "pg_clipfrac_lower": masked_mean((outside & (advantages < 0)).float(), mask),
+        }
+    safe_log_prob = torch.where(mask, log_prob, zero)  # -inf padding: keep 0 * -inf out of backward
+    loss = torch.where(inside, -advantages * weight * safe_log_prob, zero)
+    return PolicyLossOutput(loss, _metrics(delta, mask, clip))
