@@ -99,3 +99,15 @@ def test_prompt_template_and_fractional_verdicts():
 def test_both_judges_at_once_is_refused(server):
     with pytest.raises(ValueError, match="reward.llm_judge and reward.judge.url"):
         RewardConfig(llm_judge="x.py:f", judge={"url": server.url})
+
+
+def test_judge_tasks_accept_any_spelling_and_refuse_unknown_names(server):
+    from easyvideor1.rewards import UnknownTaskError, validate_problem_types
+
+    cfg = _cfg(server, tasks=["open-ended", "Numerical"])  # spellings the registry accepts
+    rows = score_records(["<answer>3.5</answer>"], [_record("3.5", "numerical")], [3], cfg)
+    assert rows[0]["judge"] == 1.0 and len(server.arrivals) == 1
+    with pytest.raises(
+        UnknownTaskError, match=r"reward.judge.tasks: unknown problem_type 'opne_ended' \(did you mean"
+    ):
+        validate_problem_types(["open-ended"], _cfg(server, tasks=["opne_ended"]))

@@ -106,8 +106,14 @@ Slot = tuple[int, Future]  # (index of the result, future of its JudgeReply)
 
 
 def judged_task(config, task: str) -> bool:
-    """Whether results of ``task`` are scored by the endpoint judge under the reward ``config``."""
-    return config.judge.enabled and not config.reward_function and task in config.judge.tasks
+    """Whether results of ``task`` (a canonical task name) are scored by the endpoint judge under
+    the reward ``config``; ``reward.judge.tasks`` may spell names any way the registry accepts
+    (``open-ended``), an unknown one raises ``UnknownTaskError`` naming it."""
+    if not config.judge.enabled or config.reward_function:
+        return False
+    from .registry import judge_task_names
+
+    return task in judge_task_names(config.judge.tasks)
 
 
 def submit_judgements(

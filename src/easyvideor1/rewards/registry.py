@@ -114,6 +114,14 @@ def registered_tasks() -> dict[str, TaskSpec]:
     return {entry.name: TASKS.get(entry.name) for entry in TASKS.entries()}
 
 
+def judge_task_names(names: Iterable[str]) -> set[str]:
+    """The canonical names of ``reward.judge.tasks``; an unknown one raises naming the key."""
+    try:
+        return {resolve_task(name).name for name in names}
+    except UnknownTaskError as e:
+        raise UnknownTaskError(f"reward.judge.tasks: {e}") from None
+
+
 def validate_problem_types(
     problem_types: Iterable[str], config: RewardConfig | None = None
 ) -> dict[str, str]:
@@ -127,6 +135,7 @@ def validate_problem_types(
         load_task_files(config.task_files)
         for name in config.task_weights:
             resolve_task(name)
+        judge_task_names(config.judge.tasks)  # a misspelt task would never be judged
         if config.reward_function:
             load_callable(config.reward_function)
             return {str(t): str(t) for t in dict.fromkeys(problem_types)}
