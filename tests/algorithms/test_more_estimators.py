@@ -53,6 +53,10 @@ def test_reinforce_plus_plus_baseline_subtracts_the_group_mean_then_whitens_over
         mean = sum(SCORES[j] for j in group) / len(group) if len(group) > 1 else 0.0
         expected.append((s - mean - mu) / math.sqrt(var + 1e-8))
     assert _rows("reinforce_plus_plus_baseline") == pytest.approx(expected, abs=1e-6)
+    # Bessel-corrected, as veRL's masked_whiten (algorithm.adv_std_unbiased=true)
+    bessel = math.sqrt((len(centered) - 1) / len(centered))
+    unbiased = _rows("reinforce_plus_plus_baseline", std_unbiased=True)
+    assert unbiased == pytest.approx([e * bessel for e in expected], abs=1e-6)
 
 
 def test_grpo_passk_rewards_only_the_best_response_by_its_margin():

@@ -239,8 +239,11 @@ def reinforce_plus_plus(
     *,
     gamma: float = 1.0,
     whiten_eps: float = 1e-8,
+    std_unbiased: bool = False,
 ) -> AdvantageOutput:
-    """REINFORCE++: discounted token-level return `G_t`, whitened over all valid tokens of the batch.
+    """REINFORCE++ (Hu et al., 2025, arXiv:2501.03262): discounted token-level return `G_t`,
+    whitened over all valid tokens of the batch (population variance, or Bessel-corrected with
+    `std_unbiased` as veRL).
 
     Groups are not used (the baseline is the batch mean). `[B]` scores are placed on the last
     token first, so with `gamma < 1` early tokens receive a discounted share.
@@ -248,7 +251,9 @@ def reinforce_plus_plus(
     s, mask = _prepare(scores, response_mask, "reinforce_plus_plus")
     returns = discounted_returns(scores_to_token_rewards(s, mask), mask, gamma)
     dtype = _out_dtype(scores)
-    return AdvantageOutput(masked_whiten(returns, mask, whiten_eps).to(dtype), returns.to(dtype))
+    return AdvantageOutput(
+        masked_whiten(returns, mask, whiten_eps, unbiased=std_unbiased).to(dtype), returns.to(dtype)
+    )
 
 
 def remax(
@@ -333,17 +338,23 @@ def _group_means(seq: torch.Tensor, groups: GroupIndex, weights: torch.Tensor | 
 
 
 def reinforce_plus_plus_baseline(
-    scores: torch.Tensor, response_mask: torch.Tensor, group_ids: GroupIds, *, whiten_eps: float = 1e-8
+    scores: torch.Tensor,
+    response_mask: torch.Tensor,
+    group_ids: GroupIds,
+    *,
+    whiten_eps: float = 1e-8,
+    std_unbiased: bool = False,
 ) -> AdvantageOutput:
     """REINFORCE++-baseline (Hu et al., 2025, arXiv:2501.03262): the group mean is subtracted from
-    each score, then the result is whitened over every valid token of the batch (as REINFORCE++,
-    with the population variance of ``masked_whiten``)."""
+    each score, then the result is whitened over every valid token of the batch (as REINFORCE++:
+    population variance, or Bessel-corrected with `std_unbiased` as veRL)."""
     s, mask = _prepare(scores, response_mask, "reinforce_plus_plus_baseline")
     seq = sequence_scores(s, mask)
     groups = _groups(group_ids, mask.shape[0], mask.device)
     centered = _broadcast(seq - _group_means(seq, groups), mask, torch.float64)
     dtype = _out_dtype(scores)
-    return AdvantageOutput(masked_whiten(centered, mask, whiten_eps).to(dtype), _broadcast(seq, mask, dtype))
+    whitened = masked_whiten(centered, mask, whiten_eps, unbiased=std_unbiased)
+    return AdvantageOutput(whitened.to(dtype), _broadcast(seq, mask, dtype))
 
 
 def grpo_passk(

@@ -162,7 +162,8 @@ class AlgorithmConfig:
         adv_std_unbiased (`bool`, *optional*, defaults to `False`):
             Group std with Bessel's correction (the reference, torch.std) or, by default, the
             population std, which gives every group unit-RMS advantages for any `n` (a [0, 1] pair
-            gets +-1, not +-0.71). GDPO uses the same choice.
+            gets +-1, not +-0.71). GDPO, GRPO pass@k and the REINFORCE++ whitening (batch variance)
+            use the same choice (`true` there matches veRL's `masked_whiten`).
         adv_std_scope (`str`, *optional*, defaults to `"group"`):
             Whose std GRPO divides by: the group's, or `batch`, every score of the step's batch
             (TRL's `scale_rewards="batch"`).

@@ -43,18 +43,19 @@ def masked_var(values: torch.Tensor, mask: torch.Tensor, unbiased: bool = False)
 
 
 def masked_whiten(
-    values: torch.Tensor, mask: torch.Tensor, eps: float = 1e-8, center: bool = True
+    values: torch.Tensor, mask: torch.Tensor, eps: float = 1e-8, center: bool = True, unbiased: bool = False
 ) -> torch.Tensor:
     """`(values - mean) / sqrt(var + eps)` over the masked positions; zero elsewhere.
 
-    Uses the population variance, so the result has mean 0 and (population) variance
-    `var / (var + eps)` ~ 1 over the valid positions. A constant input maps to exactly 0.
-    `center=False` only rescales (keeps the sign of every value).
+    Uses the population variance by default, so the result has mean 0 and (population) variance
+    `var / (var + eps)` ~ 1 over the valid positions; `unbiased=True` uses Bessel's correction (as
+    veRL's `masked_whiten`). A constant input maps to exactly 0. `center=False` only rescales
+    (keeps the sign of every value).
     """
     bool_mask = as_bool_mask(mask)
     zero = torch.zeros((), dtype=values.dtype, device=values.device)
     mean = masked_mean(values, mask)
-    var = masked_var(values, mask)
+    var = masked_var(values, mask, unbiased=unbiased)
     shifted = values - mean if center else values
     out = shifted * torch.rsqrt(var + eps)
     if center:
