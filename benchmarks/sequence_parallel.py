@@ -1,8 +1,9 @@
 """Per-rank peak memory of one long-video sample's forward + backward, sequence parallelism 1 vs 2.
 
-One small Qwen3-VL (the tiny vision tower, a 512-wide 4-layer language model) and one video prompt of several thousand tokens (random frames, 256x256, the
-frame count sets the length); the forward and backward of a loss over every position, in fp32 on
-the CPU, with the sequence split over 1 process or 2 torchrun ranks (gloo). Each process measures
+One small Qwen3-VL (the tiny vision tower, a 512-wide 4-layer language model) and one video
+prompt of several thousand tokens (random frames, 256x256, the frame count sets the length) with a
+response of 8 sentences: the trainer's forward (``response_logprobs``: the response tokens' log-probs
+and entropy) and the backward of a loss on them, in fp32 on the CPU, with the sequence split over 1 process or 2 torchrun ranks (gloo). Each process measures
 its peak resident memory above the level before the forward (Linux ``VmHWM``, reset through
 ``/proc/self/clear_refs``) and the time its vision tower took. Printed: ``sp2_vs_sp1_peak_ratio``
 (SP 1's peak / SP 2's largest per-rank peak) at the longest length, the peaks at every length,
@@ -62,6 +63,7 @@ def worker(model_dir: str, frames: int, out: str) -> None:
     from transformers import AutoModelForImageTextToText, AutoProcessor
 
     from easyvideor1.models import sequence_parallel as sp_module
+    from easyvideor1.models.logprobs import response_logprobs
 
     torch.set_num_threads(1)
     world = int(os.environ.get("WORLD_SIZE", "1"))
@@ -86,7 +88,7 @@ def worker(model_dir: str, frames: int, out: str) -> None:
         sp_module.enable(model, sp_module.SPGroup(dist.group.WORLD, world, rank))
     video = np.random.default_rng(0).integers(0, 255, size=(frames, 256, 256, 3), dtype=np.uint8)
     chat = [{"role": "user", "content": [{"type": "video"}, {"type": "text", "text": "What happens?"}]}]
-    text = processor.apply_chat_template(chat, add_generation_prompt=True, tokenize=False) + "It moves."
+    text = processor.apply_chat_template(chat, add_generation_prompt=True, tokenize=False)
     inputs = processor(
         text=[text],
         videos=[video],
@@ -98,13 +100,19 @@ def worker(model_dir: str, frames: int, out: str) -> None:
             ],
         },
     )
-    tokens = int(inputs["input_ids"].shape[1])
+    response = processor.tokenizer(
+        "It moves to the left, then stops. " * 8, add_special_tokens=False, return_tensors="pt"
+    )
+    response_ids = response["input_ids"]
+    response_mask = torch.ones_like(response_ids)
+    tokens = int(inputs["input_ids"].shape[1]) + int(response_ids.shape[1])
     model.train()
     with open("/proc/self/clear_refs", "w") as f:  # the peak starts again from here
         f.write("5")
     before = _rss_mib()
-    logits = model(**inputs, use_cache=False).logits
-    loss = logits.float().log_softmax(-1).amax(-1).mean()
+    # the trainer's path: log-probs and entropy of the response tokens (on shards under SP)
+    logp, entropy = response_logprobs(model, dict(inputs), response_ids, response_mask)
+    loss = -(logp * response_mask).sum() / response_mask.sum() - 0.01 * entropy.mean()
     loss.backward()
     peak = _hwm_mib() - before
     if rank == 0:

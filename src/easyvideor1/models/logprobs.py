@@ -5,9 +5,11 @@ from __future__ import annotations
 from contextlib import nullcontext
 
 import torch
+import torch.nn.functional as F
 
 from .inputs import append_responses
 from .packing import pack
+from .sequence_parallel import gather_tokens, group_of, shard_bounds
 from .vision import DummyVisionPass
 from .vision_cache import VisionFeatureCache
 
@@ -97,8 +99,26 @@ def response_logprobs(
             # logits over a 4k-token video prompt would be ~1.2 GB (bf16, 151k vocab) per sequence
             out = model(**full, use_cache=False, logits_to_keep=T + 1)
         assert full["input_ids"].shape[1] == prompt_len + T
+        sp = group_of(model)
+        if sp is not None:  # sequence parallelism: this rank's share of the T + 1 kept positions
+            return _gathered_logprobs(
+                out.logits / temperature, response_ids, response_mask, banned, sp, T + 1, T
+            )
         logits = out.logits[:, :T] / temperature
         return token_logprobs(logits, response_ids, banned, response_mask)
+
+
+def _gathered_logprobs(logits, ids, mask, banned, sp, kept: int, width: int):
+    """Log-probs and entropy of this rank's share of the ``kept`` positions (its LM head computed
+    only those logits), gathered over the sequence-parallel group: ``[B, width]`` on every rank."""
+    start, stop = shard_bounds(kept, sp)
+    pad = stop - ids.shape[1]
+    if pad > 0:
+        ids, mask = F.pad(ids, (0, pad)), (None if mask is None else F.pad(mask, (0, pad)))
+    lp, ent = token_logprobs(
+        logits, ids[:, start:stop], banned, None if mask is None else mask[:, start:stop]
+    )
+    return gather_tokens(lp, sp, kept)[:, :width], gather_tokens(ent, sp, kept)[:, :width]
 
 
 def _packed_logprobs(
@@ -112,7 +132,12 @@ def _packed_logprobs(
         # a tensor logits_to_keep selects exactly the positions that predict response tokens
         out = model(**inputs, use_cache=False, logits_to_keep=packed.keep.to(device))
     ids = response_ids.to(device)[packed.rows.to(device), packed.cols.to(device)]
-    lp, ent = token_logprobs(out.logits / temperature, ids[None], banned)
+    sp = group_of(model)
+    if sp is not None:  # sequence parallelism: this rank's share of the kept positions
+        kept = ids.shape[0]
+        lp, ent = _gathered_logprobs(out.logits / temperature, ids[None], None, banned, sp, kept, kept)
+    else:
+        lp, ent = token_logprobs(out.logits / temperature, ids[None], banned)
     index = (packed.rows.to(device), packed.cols.to(device))
     logp = lp.new_zeros(response_ids.shape).index_put(index, lp[0])
     entropy = ent.new_zeros(response_ids.shape).index_put(index, ent[0])

@@ -12,10 +12,15 @@ exchange; Qwen3-VL's DeepStack features are sliced to the visual tokens of the s
 hidden states are gathered, so the LM head, log-probs, entropy and loss see the whole sequence
 (identically on every rank of the group).
 
-Gradients: the gather's backward keeps each rank's own slice, the all-to-alls' backward is the
-reverse exchange, so each rank's parameter gradients are the contributions of its own tokens (the
-LM head's, computed on the gathered states by every rank, are scaled by 1/k); the group's sum is
-the full gradient. FSDP averages over every rank, so the trainer scales the loss
+The LM head, the log-probs, the entropy and the loss run on shards too: each rank's head reads
+its own contiguous share of the positions whose logits are kept (the response tokens), computes
+their log-probs and entropy (``models/logprobs.py``), and those per-token values (not the logits)
+are gathered, so every rank of the group computes the same loss.
+
+Gradients: the log-prob gather's backward keeps each rank's own slice, the hidden-state gather's
+sums over the group first (each rank's head read other ranks' positions), the all-to-alls'
+backward is the reverse exchange; so each rank's parameter gradients are the contributions of its
+own tokens and the group's sum is the full gradient. FSDP averages over every rank, so the trainer scales the loss
 by k (``GlobalBatchStats.dp_size``), which makes an SP step equal the single-process step.
 
 The vision tower's work is split too: each rank encodes a contiguous share of the frames (the
@@ -90,40 +95,45 @@ def _all_to_all(x: torch.Tensor, sp: SPGroup, scatter_dim: int, gather_dim: int)
     return torch.cat(outputs, dim=gather_dim)
 
 
-class _GatherSequence(torch.autograd.Function):
-    """Every rank's shard concatenated along ``dim``. Each rank computes the same function of the
-    result, so the backward keeps this rank's slice of the gradient (no sum over ranks), times the
-    group size: the LM head's output scaled it by ``1 / size`` (:class:`_ScaleGrad`)."""
+class _Gather(torch.autograd.Function):
+    """Every rank's equal-width shard concatenated along ``dim``.
+
+    ``summed``: the ranks then use the result differently (the hidden states: each rank's LM head
+    reads its own share of the positions), so the backward sums the gradient over the group before
+    keeping this rank's slice. Otherwise every rank computes the same function of the result (the
+    log-probs: one loss), and the backward keeps this rank's slice as it is."""
 
     @staticmethod
-    def forward(ctx, x, sp: SPGroup, dim: int):
-        ctx.sp, ctx.dim, ctx.width = sp, dim, x.shape[dim]
+    def forward(ctx, x, sp: SPGroup, dim: int, summed: bool):
+        ctx.sp, ctx.dim, ctx.width, ctx.summed = sp, dim, x.shape[dim], summed
         parts = [torch.empty_like(x) for _ in range(sp.size)]
         dist.all_gather(parts, x.contiguous(), group=sp.group)
         return torch.cat(parts, dim=dim)
 
     @staticmethod
     def backward(ctx, grad):
-        return grad.narrow(ctx.dim, ctx.sp.rank * ctx.width, ctx.width) * ctx.sp.size, None, None
+        if ctx.summed:
+            grad = grad.contiguous()
+            dist.all_reduce(grad, group=ctx.sp.group)
+        return grad.narrow(ctx.dim, ctx.sp.rank * ctx.width, ctx.width), None, None, None
 
 
-class _ScaleGrad(torch.autograd.Function):
-    """Identity forward; the backward scales the gradient by ``factor``.
+def shard_bounds(length: int, sp: SPGroup) -> tuple[int, int]:
+    """This rank's contiguous share ``[start, stop)`` of ``length`` positions padded to a
+    multiple of the group size (``stop`` may pass ``length``: padding)."""
+    chunk = -(-length // sp.size)
+    return sp.rank * chunk, (sp.rank + 1) * chunk
 
-    On the LM head's output: every rank of the group computes the same logits from the gathered
-    hidden states, so each would give the head's weight the whole gradient and the group's sum
-    would count it ``size`` times. Scaled by ``1 / size`` the head's weight gets a ``size``-th on
-    each rank (its sum is whole again, tied embeddings included), and the gather undoes the factor
-    on the way back into the shards."""
 
-    @staticmethod
-    def forward(ctx, x, factor: float):
-        ctx.factor = factor
-        return x.clone()  # not a view: FSDP hooks the root output for its backward
+def group_of(model) -> SPGroup | None:
+    """The sequence-parallel group ``model`` was split over (:func:`enable`), or None."""
+    return getattr(model, "_sp_group", None)
 
-    @staticmethod
-    def backward(ctx, grad):
-        return grad * ctx.factor, None
+
+def gather_tokens(values: torch.Tensor, sp: SPGroup, length: int) -> torch.Tensor:
+    """Per-token values ``[B, chunk]`` of this rank's share of ``length`` positions
+    (:func:`shard_bounds`) -> ``[B, length]`` on every rank, differentiable (one loss on all)."""
+    return _Gather.apply(values, sp, 1, False)[:, :length]
 
 
 class _GatherShared(torch.autograd.Function):
@@ -294,7 +304,7 @@ def _split_tower(tower, sp: SPGroup) -> None:
             pixels = torch.cat([hidden_states.narrow(0, a, n) for a, n in spans])
         grid = torch.tensor([[k, *grid_thw[i, 1:].tolist()] for i, _, k, _ in mine], dtype=grid_thw.dtype)
         out = original(pixels, grid.to(grid_thw.device), **kwargs)
-        sizes = [sum(k * p for _, _, k, p in run) // merge for run in runs]
+        sizes = [sum(k * p for _, _, k, p in run) // merge for run in runs]  # features per rank
         out.pooler_output = _GatherShared.apply(out.pooler_output, sp, sizes)
         if getattr(out, "deepstack_features", None) is not None:
             out.deepstack_features = [_GatherShared.apply(f, sp, sizes) for f in out.deepstack_features]
@@ -326,7 +336,21 @@ def enable(model, sp: SPGroup) -> None:
         return sharded(original, language_model, sp, holder, *args, **kwargs)
 
     language_model.forward = forward
-    _lm_head(model).register_forward_hook(lambda module, args, out: _ScaleGrad.apply(out, 1.0 / sp.size))
+    head = _lm_head(model)
+    head_forward = head.forward
+
+    def head_on_my_share(hidden):
+        if holder.layout is None:  # a plain forward (generation): every kept position
+            return head_forward(hidden)
+        start, stop = shard_bounds(hidden.shape[1], sp)
+        width = stop - start
+        mine = hidden[:, start:stop]
+        if mine.shape[1] < width:  # the last share may run past the positions: padding
+            mine = F.pad(mine, (0, 0, 0, width - mine.shape[1]))
+        return head_forward(mine)
+
+    head.forward = head_on_my_share
+    model._sp_group = sp
     _split_tower(_vision_tower(model), sp)
     for module in language_model.modules():
         if _is_deltanet(module):
@@ -387,7 +411,7 @@ def sharded(original, language_model, sp: SPGroup, holder: _Holder, input_ids=No
         **local,
         **kwargs,
     )
-    hidden = _GatherSequence.apply(out.last_hidden_state, sp, 1)[:, :length]
+    hidden = _Gather.apply(out.last_hidden_state, sp, 1, True)[:, :length]
     return BaseModelOutputWithPast(last_hidden_state=hidden)
 
 
