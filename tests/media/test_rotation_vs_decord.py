@@ -1,7 +1,7 @@
 """Issue 11 item 12: display rotation, our decoder against decord 0.6.0 (qwen-vl-utils' reader).
 
-The README once said decord ignores rotation; decord 0.6.0 applies it (90, 180 and 270 degrees,
-pixel-identical to ours here), so the README now says that."""
+The manual once said decord ignores rotation; decord 0.6.0 applies it (90, 180 and 270 degrees,
+pixel-identical to ours here), so the manual now says that."""
 
 from __future__ import annotations
 
@@ -14,7 +14,7 @@ import pytest
 from easyvideor1.media.decode import probe_video, read_frames
 from easyvideor1.media.encode import encode_video
 
-README = Path(__file__).resolve().parents[2] / "README.md"
+DATA_PAGE = Path(__file__).resolve().parents[2] / "docs" / "concepts" / "data.md"
 
 
 @pytest.mark.parametrize("rotation", [90, 180, 270])
@@ -30,7 +30,7 @@ def test_decord_applies_display_rotation_like_our_decoder(tmp_path, rotation):
     assert ours[:8, :8].mean() < 50, "the block moved: the rotation was applied, not ignored"
 
 
-def test_readme_describes_decords_rotation_as_measured():
-    text = " ".join(README.read_text(encoding="utf-8").split())
+def test_the_manual_describes_decords_rotation_as_measured():
+    text = " ".join(DATA_PAGE.read_text(encoding="utf-8").split())
     assert "decord ignores" not in text
     assert "Display rotation is applied, as decord 0.6.0" in text

@@ -97,8 +97,10 @@ class OnlineFilterConfig:
             reference's form).
         key (`str`, *optional*, defaults to `"overall"`):
             Reward key filtered on (`"overall"`, `"accuracy"`, `"format"`, ...).
-        low (`float`, *optional*, defaults to `0.01`) / high (`float`, *optional*, defaults to `0.99`):
-            Open interval of the `"mean"` criterion.
+        low (`float`, *optional*, defaults to `0.01`):
+            Lower end of the open interval of the `"mean"` criterion.
+        high (`float`, *optional*, defaults to `0.99`):
+            Upper end of the open interval of the `"mean"` criterion.
         max_tries (`int`, *optional*, defaults to `20`):
             Generation rounds per training batch; `<= 0` means unlimited.
     """

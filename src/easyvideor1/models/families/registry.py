@@ -26,7 +26,7 @@ FAMILIES: Registry[ModelFamily] = Registry(
     "model family",
     builtins=("easyvideor1.models.families",),
     error=UnknownFamilyError,
-    how_to_add="See README, 'Adding a model family'",
+    how_to_add="See docs/concepts/model-families.md ('Adding a model family')",
 )
 
 
@@ -66,7 +66,7 @@ def family_of_checkpoint(path: str) -> ModelFamily:
     if not isinstance(model_type, str) or model_type not in FAMILIES:
         raise ValueError(
             f"{config}: model_type {model_type!r} is not a supported family "
-            f"({', '.join(family_names())}); see README, 'Adding a model family'"
+            f"({', '.join(family_names())}); see docs/concepts/model-families.md ('Adding a model family')"
         )
     return get_family(model_type)
 
