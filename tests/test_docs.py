@@ -45,6 +45,8 @@ def test_the_site_builds_strict(tmp_path):
     )  # fmt: skip
     assert r.returncode == 0, r.stdout[-3000:] + r.stderr[-3000:]
     assert (tmp_path / "site" / "reference" / "configuration" / "index.html").exists()
+    api = (tmp_path / "site" / "reference" / "api" / "index.html").read_text()
+    assert "register_task" in api and "compute_advantages" in api  # rendered from the docstrings
 
 
 def test_the_readme_is_short_and_links_into_the_docs():
