@@ -35,6 +35,8 @@ def test_the_generated_references_are_current():
         "algorithm.adv_std_scope",
     ):
         assert f"| `{key}` |" in page
+    errors = (ROOT / "docs" / "reference" / "errors.md").read_text()
+    assert "distributed.sequence_parallel_size=… must divide the number of ranks" in errors
 
 
 def test_the_site_builds_strict(tmp_path):
