@@ -8,14 +8,14 @@ answers of a tiny model get varied rewards. It records each request's arrival ti
 from __future__ import annotations
 
 import hashlib
-import json
 import re
 import threading
 import time
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+
+from tests.json_server import JSONServer, chat_reply
 
 
-class GradingServer:
+class GradingServer(JSONServer):
     def __init__(
         self,
         fail_marker: str | None = None,
@@ -27,37 +27,15 @@ class GradingServer:
         self.pass_share = pass_share
         self.lock = threading.Lock()
         self.arrivals: list[tuple[float, str]] = []
-        outer = self
+        super().__init__(self._handle)
 
-        class Handler(BaseHTTPRequestHandler):
-            protocol_version = "HTTP/1.1"
-
-            def log_message(self, *args):
-                return
-
-            def do_POST(self):
-                body = json.loads(self.rfile.read(int(self.headers["Content-Length"])))
-                text = body["messages"][-1]["content"]
-                with outer.lock:
-                    outer.arrivals.append((time.monotonic(), text))
-                status, reply = outer.grade(text)
-                time.sleep(outer.think_s)
-                payload = (
-                    {"choices": [{"message": {"role": "assistant", "content": reply}}]}
-                    if status == 200
-                    else {"error": {"message": reply}}
-                )
-                data = json.dumps(payload).encode()
-                self.send_response(status)
-                self.send_header("Content-Type", "application/json")
-                self.send_header("Content-Length", str(len(data)))
-                self.end_headers()
-                self.wfile.write(data)
-
-        self.httpd = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
-        self.httpd.daemon_threads = True
-        threading.Thread(target=self.httpd.serve_forever, daemon=True).start()
-        self.url = f"http://127.0.0.1:{self.httpd.server_address[1]}/v1"
+    def _handle(self, body: dict) -> tuple[int, dict, dict]:
+        text = body["messages"][-1]["content"]
+        with self.lock:
+            self.arrivals.append((time.monotonic(), text))
+        status, reply = self.grade(text)
+        time.sleep(self.think_s)
+        return status, chat_reply(reply) if status == 200 else {"error": {"message": reply}}, {}
 
     def grade(self, text: str) -> tuple[int, str]:
         official = re.search(r"Model Response:\n(.*?)\n\nGround-Truth Answer:\n(.*?)\n\nNOTE", text, re.S)
@@ -79,10 +57,6 @@ class GradingServer:
         if self.fail_marker and self.fail_marker in answer:
             return True
         return _share(answer) < self.fail_share
-
-    def close(self) -> None:
-        self.httpd.shutdown()
-        self.httpd.server_close()
 
 
 def _share(answer: str) -> float:

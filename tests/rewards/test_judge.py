@@ -3,19 +3,18 @@ behaviour chosen per request: fail, throttle, stall) and ``easyvideor1 serve`` o
 
 from __future__ import annotations
 
-import json
 import subprocess
 import sys
 import threading
 import time
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 import pytest
 
 from easyvideor1.rewards.judge import JudgeClient, JudgeConfig, content_key, retry_after
+from tests.json_server import JSONServer, chat_reply
 
 
-class Scripted:
+class Scripted(JSONServer):
     """A chat-completions server whose answer to a request depends on its user text: ``500xN``
     fails N times first, ``429`` throttles once with Retry-After: 1, ``stall`` takes 3 s; every
     answer is "Judgement: 1" after a 0.3 s think. It records arrivals and the most requests it
@@ -26,53 +25,30 @@ class Scripted:
         self.open = self.most_open = 0
         self.arrivals: list[tuple[str, float]] = []
         self.failed: dict[str, int] = {}
-        outer = self
+        super().__init__(self._handle)
 
-        class Handler(BaseHTTPRequestHandler):
-            protocol_version = "HTTP/1.1"
-
-            def log_message(self, *args):
-                return
-
-            def do_POST(self):
-                body = json.loads(self.rfile.read(int(self.headers["Content-Length"])))
-                text = body["messages"][-1]["content"]
-                with outer.lock:
-                    outer.arrivals.append((text, time.monotonic()))
-                    outer.open += 1
-                    outer.most_open = max(outer.most_open, outer.open)
-                    done = outer.failed.get(text, 0)
-                try:
-                    status, headers = 200, {}
-                    if text.startswith("500x") and done < int(text.split("x")[1].split()[0]):
-                        status = 500
-                    elif text.startswith("429") and done < 1:
-                        status, headers = 429, {"Retry-After": "1"}
-                    if status != 200:
-                        with outer.lock:
-                            outer.failed[text] = done + 1
-                        return self._send(status, {"error": {"message": "scripted"}}, headers)
-                    time.sleep(3.0 if text.startswith("stall") else 0.3)
-                    answer = {"choices": [{"message": {"role": "assistant", "content": "Judgement: 1"}}]}
-                    self._send(200, answer)
-                finally:
-                    with outer.lock:
-                        outer.open -= 1
-
-            def _send(self, status, payload, headers=None):
-                data = json.dumps(payload).encode()
-                self.send_response(status)
-                for k, v in (headers or {}).items():
-                    self.send_header(k, v)
-                self.send_header("Content-Type", "application/json")
-                self.send_header("Content-Length", str(len(data)))
-                self.end_headers()
-                self.wfile.write(data)
-
-        self.httpd = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
-        self.httpd.daemon_threads = True
-        threading.Thread(target=self.httpd.serve_forever, daemon=True).start()
-        self.url = f"http://127.0.0.1:{self.httpd.server_address[1]}/v1"
+    def _handle(self, body: dict) -> tuple[int, dict, dict]:
+        text = body["messages"][-1]["content"]
+        with self.lock:
+            self.arrivals.append((text, time.monotonic()))
+            self.open += 1
+            self.most_open = max(self.most_open, self.open)
+            done = self.failed.get(text, 0)
+        try:
+            status, headers = 200, {}
+            if text.startswith("500x") and done < int(text.split("x")[1].split()[0]):
+                status = 500
+            elif text.startswith("429") and done < 1:
+                status, headers = 429, {"Retry-After": "1"}
+            if status != 200:
+                with self.lock:
+                    self.failed[text] = done + 1
+                return status, {"error": {"message": "scripted"}}, headers
+            time.sleep(3.0 if text.startswith("stall") else 0.3)
+            return 200, chat_reply("Judgement: 1"), {}
+        finally:
+            with self.lock:
+                self.open -= 1
 
     def requests_for(self, text: str) -> list[float]:
         return [t for x, t in self.arrivals if x == text]
@@ -82,8 +58,7 @@ class Scripted:
 def server():
     s = Scripted()
     yield s
-    s.httpd.shutdown()
-    s.httpd.server_close()
+    s.close()
 
 
 def _ask(text: str) -> list[dict]:
