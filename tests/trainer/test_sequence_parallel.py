@@ -179,3 +179,28 @@ def test_the_256_frame_gpu_recipe_loads_with_sequence_parallelism():
     cfg = load_config(RunConfig, str(path), [])
     assert cfg.distributed.sequence_parallel_size == 2 and cfg.data.video_max_frames == 256
     assert cfg.trainer.prompts_per_step % (8 // 2) == 0  # 4 data-parallel groups on 8 GPUs
+
+
+def test_ranks_of_a_group_that_sampled_differently_stop_the_run(tmp_path):
+    """Two gloo ranks in one sequence-parallel group whose rollouts differ: the check stops the run."""
+    script = tmp_path / "check.py"
+    script.write_text(
+        "import os, torch\n"
+        "from types import SimpleNamespace\n"
+        "from easyvideor1.trainer.config import DistributedConfig\n"
+        "from easyvideor1.trainer.distributed import init_distributed, same_rollouts_in_group, shutdown_distributed\n"
+        "state = init_distributed(DistributedConfig(sequence_parallel_size=2, timeout_minutes=1.0))\n"
+        "ids = torch.tensor([[1, 2, 3]])\n"
+        "same_rollouts_in_group(SimpleNamespace(ids=ids, mask=torch.ones_like(ids)), state)\n"
+        "print('same: ok', flush=True)\n"
+        "other = ids + state.rank\n"
+        "try:\n"
+        "    same_rollouts_in_group(SimpleNamespace(ids=other, mask=torch.ones_like(ids)), state)\n"
+        "except RuntimeError as e:\n"
+        "    print(f'refused on rank {state.rank}:', 'sampled different' in str(e), flush=True)\n"
+        "shutdown_distributed()\n"
+    )
+    r = _torchrun(2, str(script))
+    assert r.returncode == 0, r.stdout[-2000:] + r.stderr[-2000:]
+    assert r.stdout.count("same: ok") == 2
+    assert "refused on rank 0: True" in r.stdout and "refused on rank 1: True" in r.stdout

@@ -291,6 +291,23 @@ def _comm_device() -> torch.device:
     return torch.device("cpu")
 
 
+def same_rollouts_in_group(exp, state: DistState) -> None:
+    """Sequence parallelism splits one sequence over the ranks of a group, so every rank of it must
+    have sampled the very same responses (each generates them with the same seed). A difference
+    (e.g. a nondeterministic GPU kernel in the engine) would mix shards of different sequences
+    silently: it stops the run instead."""
+    import hashlib
+
+    digest = hashlib.sha256(exp.ids.cpu().numpy().tobytes() + exp.mask.cpu().numpy().tobytes()).hexdigest()
+    seen: list[Any] = [None] * state.sp_size
+    dist.all_gather_object(seen, digest, group=state.sp_group)
+    if len(set(seen)) > 1:
+        raise RuntimeError(
+            "distributed.sequence_parallel_size: the ranks of a sequence-parallel group sampled different "
+            "responses for the same prompts (a nondeterministic rollout engine?); they must be identical"
+        )
+
+
 def split_prompts(chosen: list[int], state: DistState, tokens: dict[int, int] | None = None) -> list[int]:
     """This rank's share of a global batch: equal counts per rank (so every rank runs the same
     number of micro-batches), in contiguous blocks, or, given prompt ``tokens``, balanced by
