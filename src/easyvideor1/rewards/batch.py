@@ -19,7 +19,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from easyvideor1.rewards.config import RewardConfig
-from easyvideor1.rewards.judge_scoring import Slot, fold_judgements, submit_judgements
+from easyvideor1.rewards.judge_scoring import Slot, fold_judgements, judged_tasks, submit_judgements
 from easyvideor1.rewards.registry import load_task_files, resolve_task
 from easyvideor1.rewards.scoring import record_errors, record_item, score_items
 
@@ -157,12 +157,13 @@ def prefetch_judgements(
     the whole batch afterwards (the client's in-flight and recent requests), not asked twice; the
     cheap rule scores that read the answers are simply computed again then.
     """
-    if not config.judge.enabled or config.reward_function:
-        return 0
     load_task_files(config.task_files)
+    tasks = judged_tasks(config)
+    if not tasks:
+        return 0
     items = [record_item(r, rec, n) for r, rec, n in zip(responses, records, lengths, strict=True)]
     specs = [resolve_task(item["problem_type"]) for item in items]
-    judged = [i for i, spec in enumerate(specs) if spec.name in config.judge.tasks and not spec.expensive]
+    judged = [i for i, spec in enumerate(specs) if spec.name in tasks and not spec.expensive]
     results: list[dict[str, Any] | None] = [None] * len(items)
     for index, result in zip(judged, score_items([items[i] for i in judged], config), strict=True):
         results[index] = result

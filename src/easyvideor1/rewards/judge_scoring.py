@@ -105,15 +105,15 @@ def ask_judge(cfg: JudgeConfig, messages: list[dict[str, str]], reply_format: st
 Slot = tuple[int, Future]  # (index of the result, future of its JudgeReply)
 
 
-def judged_task(config, task: str) -> bool:
-    """Whether results of ``task`` (a canonical task name) are scored by the endpoint judge under
-    the reward ``config``; ``reward.judge.tasks`` may spell names any way the registry accepts
+def judged_tasks(config) -> set[str]:
+    """The canonical names of the tasks the endpoint judge scores under the reward ``config``
+    (empty without a judge); ``reward.judge.tasks`` may spell names any way the registry accepts
     (``open-ended``), an unknown one raises ``UnknownTaskError`` naming it."""
     if not config.judge.enabled or config.reward_function:
-        return False
+        return set()
     from .registry import judge_task_names
 
-    return task in judge_task_names(config.judge.tasks)
+    return judge_task_names(config.judge.tasks)
 
 
 def submit_judgements(
@@ -121,11 +121,11 @@ def submit_judgements(
 ) -> list[Slot]:
     """Send the judge requests of ``results`` (rule-scored ``items``; only ``indices`` if given)
     and return at once; :func:`fold_judgements` collects the replies."""
-    cfg = config.judge
+    cfg, tasks = config.judge, judged_tasks(config)
     slots: list[Slot] = []
     for i in range(len(results)) if indices is None else indices:
         res = results[i]
-        if not judged_task(config, str(res.get("task"))) or "error" in res or res.get("prediction") is None:
+        if str(res.get("task")) not in tasks or "error" in res or res.get("prediction") is None:
             continue
         item = items[i]
         truth = clean_short_answer(parse_ground_truth(item.get("ground_truth")))
