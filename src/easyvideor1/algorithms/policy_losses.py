@@ -97,6 +97,16 @@ def _valid_delta(log_prob: torch.Tensor, old_log_prob: torch.Tensor, mask: torch
     return torch.where(mask, log_prob - old_log_prob, zero)
 
 
+def _ratio(delta: torch.Tensor) -> torch.Tensor:
+    """`exp(delta)` with the log-ratio clamped to +-LOG_RATIO_CLAMP (finite for any delta)."""
+    return _ratio(delta)
+
+
+def _safe_log_prob(log_prob: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
+    """`log_prob` with padding set to 0 (it may hold -inf: keeps 0 * -inf out of the backward)."""
+    return torch.where(mask, log_prob, torch.zeros((), dtype=log_prob.dtype, device=log_prob.device))
+
+
 def _clipped_surrogate(
     log_ratio: torch.Tensor,
     advantages: torch.Tensor,
@@ -244,14 +254,14 @@ def cispo(
     _check_clip(clip_ratio_low, clip_ratio_high)
     delta = _valid_delta(log_prob, old_log_prob, mask)
     with torch.no_grad():
-        ratio = torch.exp(delta.clamp(-LOG_RATIO_CLAMP, LOG_RATIO_CLAMP))
+        ratio = _ratio(delta)
         weight = ratio.clamp(1.0 - clip_ratio_low, 1.0 + clip_ratio_high)
         clip = {
             "pg_clipfrac_higher": masked_mean((ratio > 1.0 + clip_ratio_high).float(), mask),
             "pg_clipfrac_lower": masked_mean((ratio < 1.0 - clip_ratio_low).float(), mask),
         }
     zero = torch.zeros((), dtype=log_prob.dtype, device=log_prob.device)
-    safe_log_prob = torch.where(mask, log_prob, zero)  # -inf padding: keep 0 * -inf out of backward
+    safe_log_prob = _safe_log_prob(log_prob, mask)
     loss = torch.where(mask, -advantages * weight * safe_log_prob, zero)
     return PolicyLossOutput(loss, _metrics(delta, mask, clip))
 
@@ -276,7 +286,7 @@ def sapo(
     if sapo_tau_pos <= 0 or sapo_tau_neg <= 0:
         raise ValueError(f"sapo temperatures must be > 0, got {sapo_tau_pos} / {sapo_tau_neg}")
     delta = _valid_delta(log_prob, old_log_prob, mask)
-    ratio = torch.exp(delta.clamp(-LOG_RATIO_CLAMP, LOG_RATIO_CLAMP))
+    ratio = _ratio(delta)
     tau = torch.where(advantages > 0, sapo_tau_pos, sapo_tau_neg).to(ratio.dtype)
     gate = torch.sigmoid(tau * (ratio - 1.0)) * (4.0 / tau)
     loss = torch.where(mask, -gate * advantages, torch.zeros((), dtype=ratio.dtype, device=ratio.device))
@@ -352,7 +362,7 @@ def clip_cov(
     if clip_cov_ratio <= 0:
         raise ValueError(f"clip_cov_ratio must be > 0, got {clip_cov_ratio}")
     delta = _valid_delta(log_prob, old_log_prob, mask)
-    ratio = torch.exp(delta.clamp(-LOG_RATIO_CLAMP, LOG_RATIO_CLAMP))
+    ratio = _ratio(delta)
     unclipped = -advantages * ratio
     clipped = -advantages * ratio.clamp(1.0 - clip_ratio_low, 1.0 + clip_ratio_high)
     cov = _covariance(advantages, log_prob, mask)
@@ -386,7 +396,7 @@ def kl_cov(
     if kl_cov_ratio <= 0:
         raise ValueError(f"kl_cov_ratio must be > 0, got {kl_cov_ratio}")
     delta = _valid_delta(log_prob, old_log_prob, mask)
-    ratio = torch.exp(delta.clamp(-LOG_RATIO_CLAMP, LOG_RATIO_CLAMP))
+    ratio = _ratio(delta)
     loss = -advantages * ratio
     valid = int(mask.sum())
     if valid:
@@ -443,12 +453,12 @@ def dppo(
         rising = (divergence > dppo_delta_high) & (p > q)
         falling = (divergence > dppo_delta_low) & (p < q)
         inside = torch.where(advantages > 0, ~rising, ~falling) & mask
-        weight = torch.exp(delta.clamp(-LOG_RATIO_CLAMP, LOG_RATIO_CLAMP)).clamp(max=dppo_ratio_cap)
+        weight = _ratio(delta).clamp(max=dppo_ratio_cap)
         outside = mask & ~inside
         clip = {
             "pg_clipfrac_higher": masked_mean((outside & (advantages > 0)).float(), mask),
             "pg_clipfrac_lower": masked_mean((outside & (advantages < 0)).float(), mask),
         }
-    safe_log_prob = torch.where(mask, log_prob, zero)  # -inf padding: keep 0 * -inf out of backward
+    safe_log_prob = _safe_log_prob(log_prob, mask)
     loss = torch.where(inside, -advantages * weight * safe_log_prob, zero)
     return PolicyLossOutput(loss, _metrics(delta, mask, clip))

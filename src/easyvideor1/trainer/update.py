@@ -2,10 +2,12 @@
 
 from __future__ import annotations
 
+import dataclasses
 import math
 from dataclasses import dataclass
 
 import torch
+import torch.distributed as dist
 
 from ..algorithms.aggregation import GlobalBatchStats, aggregate_loss
 from ..algorithms.kl import kl_loss
@@ -37,10 +39,6 @@ def global_stats(masks: list[torch.Tensor]) -> GlobalBatchStats:
     """The optimizer step's loss denominators, summed over the ranks that hold different data;
     ``dp_size`` is every rank FSDP averages gradients over (with sequence parallelism the ranks of
     a group hold the same sequences and each contributes its own tokens' share of the gradient)."""
-    import dataclasses
-
-    import torch.distributed as dist
-
     stats = GlobalBatchStats.from_masks(masks).all_reduce(data_group())
     if dist.is_available() and dist.is_initialized():
         stats = dataclasses.replace(stats, dp_size=dist.get_world_size())
