@@ -99,7 +99,7 @@ def _valid_delta(log_prob: torch.Tensor, old_log_prob: torch.Tensor, mask: torch
 
 def _ratio(delta: torch.Tensor) -> torch.Tensor:
     """`exp(delta)` with the log-ratio clamped to +-LOG_RATIO_CLAMP (finite for any delta)."""
-    return _ratio(delta)
+    return torch.exp(delta.clamp(-LOG_RATIO_CLAMP, LOG_RATIO_CLAMP))
 
 
 def _safe_log_prob(log_prob: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
