@@ -217,9 +217,10 @@ def check(model, size: int) -> None:
 
     key = f"distributed.sequence_parallel_size={size}"
     family_of_model(model)  # a model of a family we know
-    text = _language_model(model).config
+    language_model = _language_model(model)
+    text = language_model.config
     heads = {"attention heads": text.num_attention_heads}
-    if any(_is_deltanet(m) for m in _language_model(model).modules()):
+    if any(_is_deltanet(m) for m in language_model.modules()):
         heads["linear-attention key heads"] = text.linear_num_key_heads
         heads["linear-attention value heads"] = text.linear_num_value_heads
     for what, n in heads.items():
