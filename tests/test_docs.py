@@ -69,6 +69,8 @@ def test_the_getting_started_commands_run(tmp_path):
         if line.strip().startswith("easyvideor1 ")
     ]
     assert len(commands) == 5
+    readme = (ROOT / "README.md").read_text()
+    assert all(command in readme for command in commands)  # the README's quickstart is these lines
     env = {**os.environ, "OMP_NUM_THREADS": "1", "TOKENIZERS_PARALLELISM": "false"}
     for command in commands:
         args = [sys.executable, "-m", "easyvideor1", *shlex.split(command)[1:]]
