@@ -182,25 +182,27 @@ def test_the_256_frame_gpu_recipe_loads_with_sequence_parallelism():
 
 
 def test_ranks_of_a_group_that_sampled_differently_stop_the_run(tmp_path):
-    """Two gloo ranks in one sequence-parallel group whose rollouts differ: the check stops the run."""
+    """Two gloo ranks in one sequence-parallel group whose rollouts differ: the check stops the run.
+    Each rank writes what it saw to a file of its own (their stdout lines would interleave)."""
     script = tmp_path / "check.py"
     script.write_text(
-        "import os, torch\n"
+        "import sys, torch\n"
         "from types import SimpleNamespace\n"
         "from easyvideor1.trainer.config import DistributedConfig\n"
         "from easyvideor1.trainer.distributed import init_distributed, same_rollouts_in_group, shutdown_distributed\n"
         "state = init_distributed(DistributedConfig(sequence_parallel_size=2, timeout_minutes=1.0))\n"
+        "seen = []\n"
         "ids = torch.tensor([[1, 2, 3]])\n"
         "same_rollouts_in_group(SimpleNamespace(ids=ids, mask=torch.ones_like(ids)), state)\n"
-        "print('same: ok', flush=True)\n"
-        "other = ids + state.rank\n"
+        "seen.append('same: ok')\n"
         "try:\n"
-        "    same_rollouts_in_group(SimpleNamespace(ids=other, mask=torch.ones_like(ids)), state)\n"
+        "    same_rollouts_in_group(SimpleNamespace(ids=ids + state.rank, mask=torch.ones_like(ids)), state)\n"
         "except RuntimeError as e:\n"
-        "    print(f'refused on rank {state.rank}:', 'sampled different' in str(e), flush=True)\n"
+        "    seen.append(f'refused: {\"sampled different\" in str(e)}')\n"
+        "open(f'{sys.argv[1]}/rank_{state.rank}.txt', 'w').write('\\n'.join(seen))\n"
         "shutdown_distributed()\n"
     )
-    r = _torchrun(2, str(script))
+    r = _torchrun(2, str(script), str(tmp_path))
     assert r.returncode == 0, r.stdout[-2000:] + r.stderr[-2000:]
-    assert r.stdout.count("same: ok") == 2
-    assert "refused on rank 0: True" in r.stdout and "refused on rank 1: True" in r.stdout
+    for rank in (0, 1):
+        assert (tmp_path / f"rank_{rank}.txt").read_text().splitlines() == ["same: ok", "refused: True"]
