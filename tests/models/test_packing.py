@@ -58,6 +58,7 @@ SLOW = pytest.mark.slow  # the same code path as the fast families, another arch
     [
         "qwen3_vl",
         "qwen2_5_vl",
+        "glm4v",  # 3-D RoPE from its own get_rope_index (per-frame grids, timestamps between frames)
         pytest.param("qwen2_vl", marks=SLOW),
         pytest.param("qwen3_vl_moe", marks=SLOW),
     ],

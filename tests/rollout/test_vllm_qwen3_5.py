@@ -20,7 +20,7 @@ pytestmark = [
     pytest.mark.slow,
     pytest.mark.skipif(importlib.util.find_spec("vllm") is None, reason="vLLM is not installed"),
 ]
-WORKER = Path(__file__).with_name("vllm_qwen3_5_worker.py")
+WORKER = Path(__file__).with_name("vllm_family_worker.py")
 BF16_TOL = 0.05  # bfloat16 log-probs, vLLM kernels vs transformers reference ones (measured 0.004-0.022)
 
 
@@ -32,7 +32,7 @@ def report(tmp_path_factory) -> dict:
     model, data = make_tiny_model(str(d / "model"), "qwen3_5"), write_mixed_set(d)
     out = d / "report.json"
     r = subprocess.run(
-        [sys.executable, str(WORKER), model, data, str(out)],
+        [sys.executable, str(WORKER), model, data, str(out), "bfloat16"],
         capture_output=True,
         text=True,
         timeout=600,

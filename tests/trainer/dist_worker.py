@@ -116,7 +116,9 @@ def build_experience(processor, dataset, kinds: list[str]) -> Experience:
     samples = [dataset[by_id[k]] for k in kinds]
     batch = encode_prompts(processor, samples, dataset.cfg, dataset.loader)
     tok = processor.tokenizer
-    eos = tok.convert_tokens_to_ids("<|im_end|>")
+    from easyvideor1.models.families import get_family
+
+    eos = tok.convert_tokens_to_ids(get_family(dataset.cfg.model_family).eos_tokens[0])
     rows, prompt_of = [], []
     for p in range(len(samples)):
         for text in RESPONSES:

@@ -216,4 +216,13 @@ class DataConfig:
             video_start=start,
             video_end=end,
             allow_truncated=self.allow_truncated,
+            rule=self._frame_rule(),
         )
+
+    def _frame_rule(self) -> str:
+        """The family's frame rule (qwen-vl-utils' until the model names the family)."""
+        if self.model_family is None:
+            return "qwen"
+        from ..models.families import get_family
+
+        return get_family(self.model_family).frame_rule

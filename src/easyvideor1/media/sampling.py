@@ -42,6 +42,18 @@ def family_factors() -> tuple[int, ...]:
     return tuple(sorted({get_family(name).factor for name in family_names()}))
 
 
+def rule_family(rule: str):
+    """The model family whose adapter implements frame rule ``rule`` (not ``"qwen"``)."""
+    from ..models.families import family_names, get_family
+
+    for name in family_names():
+        family = get_family(name)
+        if family.frame_rule == rule:
+            return family
+    rules = sorted({"qwen", *(get_family(n).frame_rule for n in family_names())})
+    raise ValueError(f"unknown frame rule {rule!r} (known: {', '.join(rules)})")
+
+
 def round_by_factor(number: float, factor: int) -> int:
     return round(number / factor) * factor
 
@@ -90,6 +102,10 @@ class SamplingParams:
     declares is sampled from its readable part (True) or refused (False, the default); it is part
     of the parameters so a cache entry built from the readable part is never served to a run that
     refuses truncated files.
+
+    ``rule`` names how frames are picked and sized: ``"qwen"`` (the functions here) or a family's
+    own rule (``glm4v``: GLM-4.1V's video processor), implemented by that family's adapter. Other
+    rules read the same fields with their processor's meaning (the rule's docstring says which).
     """
 
     factor: int = 32
@@ -103,10 +119,13 @@ class SamplingParams:
     video_start: float | None = None
     video_end: float | None = None
     allow_truncated: bool = False
+    rule: str = "qwen"
 
     def __post_init__(self) -> None:
         if self.fps is not None and self.nframes is not None:
             raise ValueError("give either fps or nframes, not both")
+        if self.rule != "qwen":
+            rule_family(self.rule)  # an unknown rule is refused by name
         if not isinstance(self.allow_truncated, bool):
             raise ValueError(f"allow_truncated must be true or false, got {self.allow_truncated!r}")
         if self.factor not in family_factors():
@@ -127,6 +146,8 @@ class SamplingParams:
             if value is not None and not value > 0:
                 raise ValueError(f"{name} must be positive, got {value}")
         min_pixels = self.min_pixels if self.min_pixels is not None else VIDEO_MIN_TOKEN_NUM * self.factor**2
+        if self.rule != "qwen":  # min_pixels may be per video there: the rule checks its own bounds
+            return
         if self.max_pixels is not None and self.max_pixels < min_pixels:
             default = "" if self.min_pixels is not None else f", the default 128 x {self.factor}^2"
             raise ValueError(f"max_pixels ({self.max_pixels}) is below min_pixels ({min_pixels}{default})")
@@ -135,14 +156,23 @@ class SamplingParams:
 
     @classmethod
     def for_family(cls, model_family: str, **kwargs: Any) -> SamplingParams:
-        return cls(factor=factor_for_family(model_family), **kwargs)
+        from ..models.families import get_family
+
+        family = get_family(model_family)
+        return cls(factor=family.factor, rule=family.frame_rule, **kwargs)
 
     def replace(self, **changes: Any) -> SamplingParams:
         return replace(self, **changes)
 
     def to_dict(self) -> dict[str, Any]:
-        """Every parameter, with the defaults that do not depend on the video filled in."""
+        """Every parameter, with the defaults that do not depend on the video filled in.
+
+        The qwen rule's dict has no ``rule`` key (cache entries built before rules existed keep
+        their keys); another rule's dict is its family's, ``rule`` included."""
+        if self.rule != "qwen":
+            return rule_family(self.rule).sampling_defaults(self)
         d = asdict(self)
+        del d["rule"]
         if d["nframes"] is None:
             d["fps"] = float(d["fps"] if d["fps"] is not None else DEFAULT_FPS)
             d["min_frames"] = d["min_frames"] if d["min_frames"] is not None else FPS_MIN_FRAMES
@@ -202,7 +232,16 @@ def smart_nframes(params: SamplingParams, total_frames: int, video_fps: float) -
 
 
 def frame_indices(params: SamplingParams, total_frames: int, video_fps: float) -> tuple[list[int], float]:
-    """Source frame indices to decode, and the resulting sample fps."""
+    """Source frame indices to decode, and the resulting sample fps (the params' rule decides)."""
+    if params.rule != "qwen":
+        return rule_family(params.rule).frame_indices(params, total_frames, video_fps)
+    return uniform_frame_indices(params, total_frames, video_fps)
+
+
+def uniform_frame_indices(
+    params: SamplingParams, total_frames: int, video_fps: float
+) -> tuple[list[int], float]:
+    """qwen-vl-utils' indices: ``smart_nframes`` frames evenly over the clip window."""
     first, last, window = frame_range(params, total_frames, video_fps)
     n = smart_nframes(params, window, video_fps)
     import torch  # here, not at the top: run configs import this module and must load no torch
@@ -222,6 +261,8 @@ def video_max_pixels(params: SamplingParams, nframes: int) -> float:
 
 def video_frame_size(params: SamplingParams, height: int, width: int, nframes: int) -> tuple[int, int]:
     """Output (height, width) of every frame of a video sampled to ``nframes`` frames."""
+    if params.rule != "qwen":
+        return rule_family(params.rule).frame_size(params, height, width, nframes)
     min_pixels = params.to_dict()["min_pixels"]
     return smart_resize(height, width, params.factor, min_pixels, video_max_pixels(params, nframes))
 

@@ -41,6 +41,7 @@ def load_policy(
     family = family_of_checkpoint(path)  # a clear error for unsupported checkpoints, before loading
     model = AutoModelForImageTextToText.from_pretrained(path, dtype=_DTYPES[dtype])
     processor = AutoProcessor.from_pretrained(path)
+    family.prepare_model(model)
     if gradient_checkpointing:
         model.gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": False})
     if freeze_vision_tower:

@@ -1,15 +1,16 @@
-"""A tiny Qwen-VL tokenizer and processor built offline (no hub access), for tests and the demo.
+"""A tiny tokenizer and processor of a model family built offline (no hub access), for tests and
+the demo.
 
-The tokenizer is a byte-level BPE trained on a few KB of text, plus the Qwen special tokens and a
-Qwen-style chat template; the image and video processors are the real transformers classes with
-the model family's patch size. ``AutoProcessor.from_pretrained(dir)`` loads the result offline.
+The tokenizer is a byte-level BPE trained on a few KB of text, plus the family's special tokens and
+a chat template in the family's format; the image and video processors are the real transformers
+classes with the model family's patch size. ``AutoProcessor.from_pretrained(dir)`` loads the result offline.
 """
 
 from __future__ import annotations
 
 import os
 
-from .families import QWEN_SPECIAL_TOKENS, get_family
+from .families import get_family
 
 
 def chat_template(model_family: str = "qwen3_vl") -> str:
@@ -36,21 +37,23 @@ def build_tokenizer(vocab_size: int = 512, model_family: str = "qwen3_vl"):
     from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
     from transformers import PreTrainedTokenizerFast
 
+    family = get_family(model_family)
+    special = list(family.special_tokens)
     tok = Tokenizer(models.BPE())
     tok.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
     tok.decoder = decoders.ByteLevel()
     trainer = trainers.BpeTrainer(
         vocab_size=vocab_size,
-        special_tokens=list(QWEN_SPECIAL_TOKENS),
+        special_tokens=special,
         initial_alphabet=pre_tokenizers.ByteLevel.alphabet(),
         show_progress=False,
     )
     tok.train_from_iterator([_CORPUS] * 20, trainer=trainer)
     fast = PreTrainedTokenizerFast(
         tokenizer_object=tok,
-        eos_token="<|im_end|>",
-        pad_token="<|endoftext|>",
-        additional_special_tokens=list(QWEN_SPECIAL_TOKENS[1:]),
+        eos_token=family.eos_tokens[0],
+        pad_token=special[0],
+        additional_special_tokens=special[1:],
     )
     fast.chat_template = chat_template(model_family)
     return fast
@@ -95,17 +98,18 @@ def make_tiny_model(
     import torch
     from transformers import AutoModelForImageTextToText, GenerationConfig
 
+    family = get_family(model_family)
     processor = build_processor(model_family)
     tok = processor.tokenizer
-    ids = {t: tok.convert_tokens_to_ids(t) for t in QWEN_SPECIAL_TOKENS}
+    ids = {t: tok.convert_tokens_to_ids(t) for t in family.special_tokens}
     config = tiny_config(model_family, len(tok), ids, hidden=hidden, layers=layers)
     for name, value in (text_fields or {}).items():
         setattr(config.text_config, name, value)
     torch.manual_seed(seed)
     model = AutoModelForImageTextToText.from_config(config)
     model.generation_config = GenerationConfig(
-        eos_token_id=[ids["<|im_end|>"], ids["<|endoftext|>"]],
-        pad_token_id=ids["<|endoftext|>"],
+        eos_token_id=[ids[t] for t in family.eos_tokens],
+        pad_token_id=ids[family.special_tokens[0]],
         do_sample=True,
         temperature=1.0,
         top_k=0,

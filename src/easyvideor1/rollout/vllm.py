@@ -162,7 +162,12 @@ class VLLMRolloutEngine(RequestQueue, VLLMResponses):
             logprobs_mode="processed_logprobs",
         )
         if limit_mm_per_prompt:
-            kwargs["limit_mm_per_prompt"] = limit_mm_per_prompt
+            kwargs["limit_mm_per_prompt"] = dict(limit_mm_per_prompt)
+            if self.family.vllm_max_videos is not None and "video" in limit_mm_per_prompt:
+                # more than the model's implementation takes fails vLLM's start-up: ask for its most
+                kwargs["limit_mm_per_prompt"]["video"] = min(
+                    limit_mm_per_prompt["video"], self.family.vllm_max_videos
+                )
         self.adapter_sync = max_lora_rank > 0  # RolloutEngine.adapter_sync
         self._adapter = None  # the LoRARequest every request carries, once an adapter was sent
         if self.adapter_sync:
@@ -221,7 +226,7 @@ class VLLMRolloutEngine(RequestQueue, VLLMResponses):
 
         if requests[0].episode_tools is not None:  # alone in its batch (RequestQueue)
             return [request_episodes(self, self.processor, requests[0], self.family.model_type)]
-        prompts = [vllm_prompt(r.prompt.text, request_media(r.prompt), self.mm_kwargs) for r in requests]
+        prompts = [self.prompt(r.prompt.text, request_media(r.prompt)) for r in requests]
         counts = [r.n for r in requests]
         out = self._sample(prompts, counts, [r.sampling for r in requests], [r.seed for r in requests])
         return split_responses(out, counts)

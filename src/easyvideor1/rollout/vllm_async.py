@@ -23,7 +23,7 @@ from typing import Any
 from ..models.inputs import PromptBatch
 from .base import Request, Responses, SamplingConfig
 from .config import VLLMConfig
-from .vllm_shared import VLLMResponses, engine_args, vllm_prompt
+from .vllm_shared import VLLMResponses, engine_args
 
 
 class AsyncVLLMEngine(VLLMResponses):
@@ -97,7 +97,7 @@ class AsyncVLLMEngine(VLLMResponses):
             return self._episodes.submit(
                 request_episodes, self, self.processor, request, self.family.model_type
             )
-        prompt = vllm_prompt(request.prompt.text, request_media(request.prompt), self.mm_kwargs)
+        prompt = self.prompt(request.prompt.text, request_media(request.prompt))
         return self._submit(request.key, prompt, request.sampling, request.n, request.seed)
 
     def _submit(self, key: str, prompt: dict[str, Any], sampling: SamplingConfig, n: int, seed) -> Future:

@@ -81,7 +81,18 @@ class VLLMResponses:
         if batch.media is None or (batch.texts is None and batch.token_prompts is None):
             raise ValueError("vLLM needs prompt texts and media: build the batch with encode_prompts")
         prompts = batch.token_prompts if batch.token_prompts is not None else batch.texts
-        return [vllm_prompt(p, m, self.mm_kwargs) for p, m in zip(prompts, batch.media, strict=True)]
+        return [self.prompt(p, m) for p, m in zip(prompts, batch.media, strict=True)]
+
+    def prompt(self, text: str | list[int], media: dict[str, list]) -> dict[str, Any]:
+        """One vLLM prompt (:func:`vllm_prompt`), refused here, with the reason, when it holds more
+        videos than vLLM's implementation of the family takes."""
+        limit, videos = self.family.vllm_max_videos, len(media.get("video") or [])
+        if limit is not None and videos > limit:
+            raise ValueError(
+                f"a prompt with {videos} videos: vLLM serves {self.family.model_type} with at most {limit} "
+                "per prompt; use the HF engine (rollout.engine=hf) for such records"
+            )
+        return vllm_prompt(text, media, self.mm_kwargs)
 
     def decode(self, ids: torch.Tensor) -> str:
         """Response text without the end-of-turn token (tags like <answer> are kept: rewards read them)."""

@@ -204,6 +204,14 @@ class ToolSession:
 
     def __post_init__(self) -> None:
         self.specs = self.settings.specs()  # an unknown tool name fails here, before any episode
+        from ..models.families import get_family
+
+        family = get_family(self.model_family)
+        if self.specs and not family.tool_calls:
+            raise ValueError(
+                f"tools.names: the {family.model_type} family has no tool-call format in its chat "
+                "template, so its policy cannot call tools; use a Qwen-VL or Qwen3.5 model or drop tools.names"
+            )
 
     def schemas(self) -> list[dict[str, Any]]:
         """The ``tools=`` list of the chat template."""

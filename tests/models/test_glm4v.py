@@ -1,0 +1,169 @@
+"""GLM-4.1V's frame rule and prompt against transformers' own GLM-4.1V processor.
+
+The reference is transformers run as a user would: its PyAV reader picks frames with
+``Glm4vVideoProcessor.sample_frames`` and the processor resizes and renders them. Ours samples and
+resizes with the ``glm4v`` frame rule (``models/families/glm4v.py``) and hands the processor
+finished frames (``do_sample_frames=False, do_resize=False``), as training and evaluation do.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from fractions import Fraction
+
+import pytest
+import torch
+
+from easyvideor1.data.config import DataConfig
+from easyvideor1.data.dataset import RecordDataset, encode_sample
+from easyvideor1.data.records import load_records
+from easyvideor1.media.sampling import SamplingParams
+from easyvideor1.media.video import sample_video
+from easyvideor1.models.families import get_family
+from easyvideor1.models.loading import load_policy
+from easyvideor1.models.tiny import build_processor, make_tiny_model
+from tests.conftest import make_video
+
+# (name, fps, duration s, (width, height), codec): codecs whose containers declare a frame count
+# (transformers' PyAV reader trusts it)
+VIDEOS = [
+    ("ntsc_film", Fraction(24000, 1001), 4.0, (64, 48), "h264"),
+    ("sixty", 60, 3.0, (64, 36), "h264"),
+    ("pal", 25, 6.0, (80, 44), "mpeg4"),
+    ("half_second", 30, 0.5, (64, 48), "h264"),
+    ("odd_size", 24, 2.0, (51, 37), "h264"),
+    ("portrait", 30, 2.0, (36, 64), "h264"),
+    ("tiny", 10, 2.0, (32, 24), "mjpeg"),
+    ("fps_7", 7, 9.0, (56, 40), "h264"),
+    ("hd", 24, 0.5, (640, 360), "h264"),
+    # longer than GLM's 300 s: the processor switches to evenly spread frames
+    ("six_minutes", 1, 330.0, (32, 24), "h264"),
+]
+# (name, our SamplingParams fields, the processor's call kwargs)
+SETTINGS = [
+    ("defaults", {}, {}),
+    ("fps1", {"fps": 1.0}, {"fps": 1}),
+    ("fps4_budget", {"fps": 4.0, "total_pixels": 8 * 28 * 28 * 4}, {"fps": 4, "size": 8 * 28 * 28 * 4}),
+    ("min_budget", {"fps": 0.5, "min_pixels": 64 * 28 * 28}, {"fps": 0.5, "min": 64 * 28 * 28}),
+]
+
+
+@pytest.fixture(scope="module")
+def videos(tmp_path_factory):
+    d = tmp_path_factory.mktemp("glm_videos")
+    return {
+        name: make_video(d, name, fps=fps, duration=dur, size=size, codec=codec)
+        for name, fps, dur, size, codec in VIDEOS
+    }
+
+
+def _reference(path: str, call: dict):
+    """transformers' GLM-4.1V video processor on the file: the frames its ``sample_frames`` picks
+    (from every frame its PyAV reader decodes: the reader itself would drop the repeated last
+    frame of an odd count), resized and patched by the processor."""
+    import numpy as np
+    from transformers import Glm4vVideoProcessor
+    from transformers.video_utils import load_video
+
+    size = {
+        "shortest_edge": call.get("min", 112 * 112),
+        "longest_edge": call.get("size", 28 * 28 * 2 * 30000),
+    }
+    vp = Glm4vVideoProcessor(size=size)
+    every, meta = load_video(
+        path, backend="pyav", sample_indices_fn=lambda metadata, **_: np.arange(metadata.total_num_frames)
+    )
+    indices = vp.sample_frames(meta, fps=call.get("fps"))
+    meta.frames_indices = indices
+    out = vp(videos=[every[indices]], video_metadata=[meta], do_sample_frames=False, return_tensors="pt")
+    return out, meta
+
+
+@pytest.mark.parametrize("setting", [s[0] for s in SETTINGS])
+def test_frames_and_pixels_equal_the_glm_processor(videos, setting):
+    ours_fields, call = next((o, c) for n, o, c in SETTINGS if n == setting)
+    vp = build_processor("glm4v").video_processor
+    compared = 0
+    for name, path in videos.items():
+        ref, meta = _reference(path, call)
+        params = SamplingParams.for_family("glm4v", **ours_fields)
+        ours = sample_video(path, params)
+        assert ours.meta["frame_indices"] == list(meta.frames_indices), name
+        mine = vp(
+            videos=[ours.frames],
+            do_sample_frames=False,
+            do_resize=False,
+            return_tensors="pt",
+        )
+        assert mine["video_grid_thw"].tolist() == ref["video_grid_thw"].tolist(), name
+        # same frames, same resize filter: the normalised pixels agree to the uint8 rounding step
+        gap = (mine["pixel_values_videos"] - ref["pixel_values_videos"]).abs().max().item()
+        assert gap <= 2 / 255 / 0.26, (name, gap)
+        compared += 1
+    assert compared == len(VIDEOS)
+
+
+def test_rule_details_by_hand():
+    glm = get_family("glm4v")
+    p = SamplingParams.for_family("glm4v")
+    assert p.rule == "glm4v" and p.to_dict()["fps"] == 2.0 and p.to_dict()["rule"] == "glm4v"
+    # 3 s at 10 fps, 2 frames a second: ceil(i * 10 / 2) for i < 6
+    assert glm.frame_indices(p, 30, 10.0)[0] == [0, 5, 10, 15, 20, 25]
+    # 1.5 s: 3 frames, the odd count repeats the last
+    assert glm.frame_indices(p, 15, 10.0)[0] == [0, 5, 10, 10]
+    # a clip window shifts the picks to its start
+    win = SamplingParams.for_family("glm4v", video_start=1.0, video_end=2.0)
+    assert glm.frame_indices(win, 30, 10.0)[0] == [10, 15]
+    # max_frames caps the count: that many evenly over the clip
+    capped = SamplingParams.for_family("glm4v", max_frames=4)
+    assert glm.frame_indices(capped, 100, 10.0)[0] == [0, 34, 67, 99]
+    # nframes: evenly, as qwen-vl-utils (GLM's processor has no frame count)
+    assert glm.frame_indices(SamplingParams.for_family("glm4v", nframes=4), 40, 10.0)[0] == [0, 13, 26, 39]
+    # the budget is the whole video's: more frames, smaller frames
+    assert glm.frame_size(p, 720, 1280, 4) == (728, 1288)
+    small = SamplingParams.for_family("glm4v", total_pixels=64 * 28 * 28)
+    # beta = sqrt(4 x 720 x 1280 / 50176) = 8.57: floor(720 / 8.57 / 28) = 3 rows of 28, floor(1280 / 8.57 / 28) = 5
+    assert glm.frame_size(small, 720, 1280, 4) == (84, 140) and glm.frame_size(small, 720, 1280, 16) == (
+        28,
+        56,
+    )
+    # a per-frame cap on top of it
+    assert glm.frame_size(SamplingParams.for_family("glm4v", max_pixels=28 * 28 * 4), 720, 1280, 8)[0] <= 56
+    with pytest.raises(ValueError, match="video_min_frames is a qwen-vl-utils setting"):
+        SamplingParams.for_family("glm4v", min_frames=4).to_dict()
+    with pytest.raises(ValueError, match="unknown frame rule 'glm5'"):
+        SamplingParams(factor=28, rule="glm5")
+
+
+@pytest.fixture(scope="module")
+def tiny(tmp_path_factory):
+    return make_tiny_model(str(tmp_path_factory.mktemp("glm4v")), "glm4v")
+
+
+def test_prompt_timestamps_and_mixed_batches(tiny, videos, tmp_path):
+    """The processor writes one timestamp per temporal patch from our metadata; a prompt with an
+    image and a video runs a forward (transformers alone cannot: its masks mix the two)."""
+    from PIL import Image
+
+    Image.new("RGB", (60, 40), "red").save(tmp_path / "i.png")
+    rows = [
+        {"problem_id": "m", "problem": "<video><image>Which?", "answer": "A", "videos": [videos["fps_7"]],
+         "images": ["i.png"]},
+    ]  # fmt: skip
+    (tmp_path / "d.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
+    cfg = DataConfig(video_fps=1.0).with_model(tiny)
+    ds = RecordDataset(load_records(str(tmp_path / "d.jsonl")), cfg, str(tmp_path / "d.jsonl"))
+    model, processor = load_policy(tiny)
+    inputs = encode_sample(processor, ds[0], cfg, ds.loader)
+    text = processor.tokenizer.decode(inputs["input_ids"][0])
+    # 9 s at 1 fps: frames 0, 7, ..., 56 (9 frames, the last repeated: 10), 5 patches at 0, 2, 4, 6, 8 s
+    stamps = re.findall(r"<\|end_of_image\|>(\d+)", text)
+    assert stamps == ["0", "2", "4", "6", "8"], text
+    assert text.startswith("[gMASK]<sop><|user|>\n<|begin_of_video|>") and text.endswith("<|assistant|>\n")
+    types = inputs["mm_token_type_ids"][0]
+    assert (types == 2).sum() == inputs["video_grid_thw"].prod() // 4
+    assert (types == 1).sum() == inputs["image_grid_thw"].prod() // 4
+    with torch.no_grad():
+        out = model(**inputs)
+    assert torch.isfinite(out.logits).all()
