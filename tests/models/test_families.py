@@ -184,6 +184,7 @@ def test_aliases_and_factors():
     assert get_family("GLM-4.1V") is get_family("glm4v")
     assert {n: get_family(n).factor for n in FAMILIES} == {
         "glm4v": 28,
+        "glm4v_moe": 28,
         "qwen2_vl": 28,
         "qwen2_5_vl": 28,
         "qwen3_vl": 32,

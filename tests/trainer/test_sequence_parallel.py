@@ -26,7 +26,7 @@ FRAMES = ("--frames", "16")
 @pytest.fixture(scope="module")
 def assets(tmp_path_factory):
     d = tmp_path_factory.mktemp("sp")
-    models = {f: make_tiny_model(str(d / f), f) for f in ("qwen2_5_vl", "qwen3_vl")}
+    models = {f: make_tiny_model(str(d / f), f) for f in ("qwen2_5_vl", "qwen3_vl", "glm4v")}
     # DeltaNet heads to split: 2 key and 4 value heads (two value heads per key head, as released)
     heads = {
         "linear_num_key_heads": 2,
@@ -61,7 +61,7 @@ def _update(assets, family: str, ranks: int, *flags: str):
     return assets["runs"][key]
 
 
-@pytest.mark.parametrize("family", ["qwen2_5_vl", "qwen3_vl", "qwen3_5"])
+@pytest.mark.parametrize("family", ["qwen2_5_vl", "qwen3_vl", "qwen3_5", "glm4v"])
 def test_sp2_update_equals_the_single_process_update(assets, family):
     assert_same_update(_update(assets, family, 1), _update(assets, family, 2, "--sp", "2"))
 

@@ -266,6 +266,10 @@ class VLLMRolloutEngine(RequestQueue, VLLMResponses):
         (peak host memory: one copy of the weights). Send every weight of a layer in the same call:
         vLLM fuses some (q/k/v, gate/up) and processes a layer once all its parts arrived.
         """
+        if self.family.vllm_weight_push:
+            raise RuntimeError(
+                f"cannot push weights to vLLM's {self.family.model_type}: {self.family.vllm_weight_push}"
+            )
         if self.in_process and self.weight_transport == "auto":
             payload: Any = named_tensors
         else:

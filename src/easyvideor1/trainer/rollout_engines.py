@@ -29,8 +29,15 @@ def make_rollout_engine(cfg, processor, model, state: DistState, owns_weights: b
     """``rollout.engine``: ``hf`` over ``model`` (a separate copy when ``owns_weights``), or one vLLM
     engine for this rank."""
     if cfg.rollout.engine == "vllm":
+        from ..models.families import family_of_model
         from ..rollout.vllm import VLLMRolloutEngine
 
+        family = family_of_model(model)
+        if family.vllm_weight_push:  # the engine would keep sampling from the first weights
+            raise ValueError(
+                f"rollout.engine=vllm cannot train {family.model_type}: {family.vllm_weight_push}; "
+                "use rollout.engine=hf (vLLM still serves it for evaluation)"
+            )
         v = cfg.rollout.vllm
         adapter = v.lora_sync == "adapter" and _check_adapter_sync(model)
         return VLLMRolloutEngine.from_config(

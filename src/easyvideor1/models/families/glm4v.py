@@ -99,6 +99,59 @@ def glm_smart_resize(
     return h_bar, w_bar
 
 
+def glm_text_config(vocab_size: int, token_ids: dict[str, int], hidden: int, layers: int) -> dict[str, Any]:
+    """Tiny GLM-4 decoder fields (GLM-4.1V's; GLM-4.5V adds its experts)."""
+    return dict(
+        vocab_size=vocab_size,
+        hidden_size=hidden,
+        intermediate_size=hidden * 2,
+        num_hidden_layers=layers,
+        num_attention_heads=4,
+        num_key_value_heads=2,
+        head_dim=hidden // 4,
+        max_position_embeddings=4096,
+        # as the released config: transformers always gives q/k/v a bias, vLLM only when told
+        # (without it vLLM drops the biases: measured, log-probs 0.003-0.01 off once they move)
+        attention_bias=True,
+        # half of head dim 32 rotates (as GLM-4.1V's 64 of 128): 8 frequencies split t/h/w
+        rope_parameters={
+            "rope_type": "default",
+            "rope_theta": 10000.0,
+            "partial_rotary_factor": 0.5,
+            "mrope_section": [2, 3, 3],
+        },
+        pad_token_id=token_ids["<|endoftext|>"],
+    )
+
+
+def glm_vision_config(hidden: int) -> dict[str, Any]:
+    """A 2-block GLM vision tower (patch 14, 2x2 merge, frame pairs) feeding a ``hidden``-wide decoder."""
+    return dict(
+        depth=2,
+        hidden_size=64,
+        intermediate_size=128,
+        num_heads=2,
+        patch_size=14,
+        spatial_merge_size=2,
+        temporal_patch_size=2,
+        out_hidden_size=hidden,
+        image_size=112,
+    )
+
+
+def glm_token_fields(token_ids: dict[str, int]) -> dict[str, Any]:
+    """Top-level placeholder-token ids of a GLM-4.1V/4.5V config."""
+    return dict(
+        image_token_id=token_ids["<|image|>"],
+        video_token_id=token_ids["<|video|>"],
+        image_start_token_id=token_ids["<|begin_of_image|>"],
+        image_end_token_id=token_ids["<|end_of_image|>"],
+        video_start_token_id=token_ids["<|begin_of_video|>"],
+        video_end_token_id=token_ids["<|end_of_video|>"],
+        tie_word_embeddings=False,
+    )
+
+
 class Glm4vFamily(ModelFamily):
     # --- frames: Glm4vVideoProcessor's rule --------------------------------------------------
     def sampling_defaults(self, params) -> dict[str, Any]:
@@ -198,47 +251,10 @@ class Glm4vFamily(ModelFamily):
     def tiny_config(self, vocab_size, token_ids, hidden=128, layers=2):
         from transformers import Glm4vConfig
 
-        text = dict(
-            vocab_size=vocab_size,
-            hidden_size=hidden,
-            intermediate_size=hidden * 2,
-            num_hidden_layers=layers,
-            num_attention_heads=4,
-            num_key_value_heads=2,
-            max_position_embeddings=4096,
-            # as the released config: transformers always gives q/k/v a bias, vLLM only when told
-            # (without it vLLM drops the biases: measured, log-probs 0.003-0.01 off once they move)
-            attention_bias=True,
-            # half of head dim 32 rotates (as GLM-4.1V's 64 of 128): 8 frequencies split t/h/w
-            rope_parameters={
-                "rope_type": "default",
-                "rope_theta": 10000.0,
-                "partial_rotary_factor": 0.5,
-                "mrope_section": [2, 3, 3],
-            },
-            pad_token_id=token_ids["<|endoftext|>"],
-        )
-        vision = dict(
-            depth=2,
-            hidden_size=64,
-            intermediate_size=128,
-            num_heads=2,
-            patch_size=14,
-            spatial_merge_size=2,
-            temporal_patch_size=2,
-            out_hidden_size=hidden,
-            image_size=112,
-        )
         return Glm4vConfig(
-            text_config=text,
-            vision_config=vision,
-            image_token_id=token_ids["<|image|>"],
-            video_token_id=token_ids["<|video|>"],
-            image_start_token_id=token_ids["<|begin_of_image|>"],
-            image_end_token_id=token_ids["<|end_of_image|>"],
-            video_start_token_id=token_ids["<|begin_of_video|>"],
-            video_end_token_id=token_ids["<|end_of_video|>"],
-            tie_word_embeddings=False,
+            text_config=glm_text_config(vocab_size, token_ids, hidden, layers),
+            vision_config=glm_vision_config(hidden),
+            **glm_token_fields(token_ids),
         )
 
     def tiny_processor_parts(self) -> dict[str, Any]:
@@ -251,21 +267,26 @@ class Glm4vFamily(ModelFamily):
         }
 
 
+# what GLM-4.1V and GLM-4.5V share (keyword arguments of ModelFamily)
+GLM4V_FACTS = dict(
+    patch_size=14,
+    processor_class="Glm4vProcessor",
+    video_processor_class="Glm4vVideoProcessor",
+    image_processor_class="Glm4vImageProcessor",
+    special_tokens=GLM_SPECIAL_TOKENS,
+    placeholder_tokens=GLM_VISION_TOKENS,
+    eos_tokens=("<|endoftext|>", "<|user|>", "<|observation|>"),
+    frame_rule="glm4v",
+    # GLM-4.1V's released template has no tool list or call format (GLM-4.5V's XML one is not read yet)
+    tool_calls=False,
+    vllm_max_videos=1,  # vLLM 0.32's GLM-4.1V/4.5V: "At most 1 video(s) may be provided in one prompt"
+)
+
 FAMILY = register(
     Glm4vFamily(
         model_type="glm4v",
         aliases=("glm4.1v", "glm41v", "glm-4.1v"),
-        patch_size=14,
-        processor_class="Glm4vProcessor",
-        video_processor_class="Glm4vVideoProcessor",
-        image_processor_class="Glm4vImageProcessor",
         vllm_architecture="Glm4vForConditionalGeneration",
-        special_tokens=GLM_SPECIAL_TOKENS,
-        placeholder_tokens=GLM_VISION_TOKENS,
-        eos_tokens=("<|endoftext|>", "<|user|>", "<|observation|>"),
-        frame_rule="glm4v",
-        # GLM-4.1V's released template has no tool list or call format (GLM-4.5V's has)
-        tool_calls=False,
-        vllm_max_videos=1,  # vLLM 0.32's Glm4vForConditionalGeneration: "At most 1 video(s)"
+        **GLM4V_FACTS,
     )
 )
