@@ -167,3 +167,62 @@ def test_prompt_timestamps_and_mixed_batches(tiny, videos, tmp_path):
     with torch.no_grad():
         out = model(**inputs)
     assert torch.isfinite(out.logits).all()
+
+
+def test_what_glm_cannot_do_is_refused_with_the_reason(tmp_path):
+    from types import SimpleNamespace
+
+    from transformers import AutoModelForImageTextToText
+
+    from easyvideor1.tools.config import ToolsConfig
+    from easyvideor1.tools.video import ToolSession
+    from easyvideor1.trainer.rollout_engines import make_rollout_engine
+
+    # GLM-4.1V's template has no tool-call format: an episode's tools would never be called
+    with pytest.raises(ValueError, match="tools.names: the glm4v family has no tool-call format"):
+        ToolSession(ToolsConfig(names=["seek"]), "glm4v")
+    # vLLM 0.32 does not take GLM-4.5V's pushed weights: training with it is refused up front
+    model = AutoModelForImageTextToText.from_pretrained(make_tiny_model(str(tmp_path / "m"), "glm4v_moe"))
+    cfg = SimpleNamespace(rollout=SimpleNamespace(engine="vllm"))
+    with pytest.raises(
+        ValueError, match="rollout.engine=vllm cannot train glm4v_moe: vLLM 0.32 does not take"
+    ):
+        make_rollout_engine(cfg, None, model, None)
+
+
+def test_cli_takes_any_family_spelling(tmp_path):
+    import subprocess
+    import sys
+
+    ok = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "easyvideor1",
+            "make-tiny-model",
+            "--family",
+            "GLM-4.1V",
+            "--out",
+            str(tmp_path / "m"),
+        ],
+        capture_output=True,
+        text=True,
+    )
+    assert ok.returncode == 0 and get_family(
+        json.loads((tmp_path / "m" / "config.json").read_text())["model_type"]
+    ) is get_family("glm4v")
+    bad = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "easyvideor1",
+            "make-tiny-model",
+            "--family",
+            "llama",
+            "--out",
+            str(tmp_path / "x"),
+        ],
+        capture_output=True,
+        text=True,
+    )
+    assert bad.returncode == 2 and "unknown model family 'llama'; known: glm4v, glm4v_moe" in bad.stderr

@@ -18,19 +18,32 @@ def shard(text: str) -> tuple[int, int]:
     return i, n
 
 
-def family_choices(canonical: bool = False) -> list[str]:
-    from ..models.families import all_names, family_names
+def family_choices() -> list[str]:
+    """The registered families' ``model_type`` names (what ``--help`` lists)."""
+    from ..models.families import family_names
 
-    return list(family_names() if canonical else all_names())
+    return list(family_names())
+
+
+def family_arg(text: str) -> str:
+    """A ``--family`` / ``--model-family`` value: any spelling the family registry accepts
+    (``qwen3.5``, ``GLM-4.1V``), kept as written; an unknown one is refused with the known names."""
+    from ..models.families import UnknownFamilyError, get_family
+
+    try:
+        get_family(text)
+    except UnknownFamilyError as e:
+        raise argparse.ArgumentTypeError(str(e)) from None
+    return text
 
 
 def add_sampling_flags(p: argparse.ArgumentParser, video_root: bool = True) -> None:
     g = p.add_argument_group("frame sampling (data.* config keys)")
     g.add_argument(
         "--model-family",
-        choices=family_choices(),
+        type=family_arg,
         metavar="FAMILY",
-        help=f"data.model_family: {', '.join(family_choices(canonical=True))} (a model's config.json "
+        help=f"data.model_family: {', '.join(family_choices())} (a model's config.json "
         "names its family; this checks it, or names it where no model is given)",
     )
     g.add_argument("--fps", type=float, help="data.video_fps")

@@ -9,7 +9,15 @@ from contextlib import nullcontext
 
 from ..config import ConfigError, RunConfig, load_config, split_overrides
 from ..outdir import check_writable, hold
-from .common import add_sampling_flags, family_choices, frame_size, number_above_zero, run_config, shard
+from .common import (
+    add_sampling_flags,
+    family_arg,
+    family_choices,
+    frame_size,
+    number_above_zero,
+    run_config,
+    shard,
+)
 
 
 def cmd_synth(args: argparse.Namespace, extra: list[str]) -> int:
@@ -198,7 +206,7 @@ def add_parsers(sub) -> None:
     p.add_argument("--dtype", default="float32", choices=["float32", "bfloat16", "float16"])
     p.set_defaults(func=cmd_serve)
 
-    p = sub.add_parser("make-tiny-model", help="a tiny random-weight Qwen-VL model built offline")
+    p = sub.add_parser("make-tiny-model", help="a tiny random-weight model of a registered family, built offline")
     _add_family_flag(p, "one of ")
     p.add_argument("--out", required=True)
     p.add_argument("--seed", type=int, default=0)
@@ -209,8 +217,8 @@ def _add_family_flag(p, lead: str) -> None:
     """``--family`` of the tiny model (``demo``, ``make-tiny-model``): any registered family name."""
     p.add_argument(
         "--family",
-        choices=family_choices(),
+        type=family_arg,
         default="qwen3vl",
         metavar="FAMILY",
-        help=f"{lead}{', '.join(family_choices(canonical=True))} (default qwen3vl)",
+        help=f"{lead}{', '.join(family_choices())} (default qwen3vl)",
     )
