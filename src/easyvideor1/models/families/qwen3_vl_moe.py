@@ -21,6 +21,9 @@ class Qwen3VLMoeFamily(ModelFamily):
             num_experts_per_tok=2,
             moe_intermediate_size=hidden,
             decoder_sparse_step=1,
+            # as the released config; transformers always renormalises the top-k weights, vLLM
+            # reads this key (and fails to start without it)
+            norm_topk_prob=True,
         )
 
 
