@@ -226,3 +226,11 @@ def test_cli_takes_any_family_spelling(tmp_path):
         text=True,
     )
     assert bad.returncode == 2 and "unknown model family 'llama'; known: glm4v, glm4v_moe" in bad.stderr
+
+
+def test_glm_rule_settings_checked_when_the_model_names_the_family(tiny):
+    with pytest.raises(ValueError, match="data.video_min_frames is a qwen-vl-utils setting"):
+        DataConfig(video_min_frames=8).with_model(tiny)
+    with pytest.raises(ValueError, match=r"data.video_total_pixels \(1000\) is below min_pixels \(12544\)"):
+        DataConfig(video_total_pixels=1000).with_model(tiny)
+    assert DataConfig(video_fps=1.0).with_model(tiny).sampling_params().to_dict()["rule"] == "glm4v"

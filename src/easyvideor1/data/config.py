@@ -126,7 +126,7 @@ class DataConfig:
 
     def _check_budgets(self, factor: int) -> None:
         try:
-            self._sampling_params(factor)
+            self._sampling_params(factor).to_dict()  # to_dict: a family's frame rule checks its keys
         except ValueError as e:  # name the setting: "fps must be positive" -> data.video_fps
             raise ValueError(f"data.video_{e}" if str(e).split()[0].isidentifier() else str(e)) from None
         image_min = self.image_min_pixels if self.image_min_pixels is not None else 4 * factor**2
