@@ -62,7 +62,8 @@ def model_config(size: str, tokenizer):
     """The model config: ``2b`` (Qwen3-VL-2B's architecture) or ``tiny`` (the tests' sub-1M model)."""
     from transformers import Qwen3VLConfig
 
-    from easyvideor1.models.tiny import QWEN_SPECIAL_TOKENS, tiny_config
+    from easyvideor1.models.families import QWEN_SPECIAL_TOKENS
+    from easyvideor1.models.tiny import tiny_config
 
     ids = {t: tokenizer.convert_tokens_to_ids(t) for t in QWEN_SPECIAL_TOKENS}
     if size == "tiny":
