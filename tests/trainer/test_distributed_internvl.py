@@ -41,3 +41,10 @@ def test_two_rank_update_equals_single_process_update(internvl, records, tmp_pat
     base = _load_base(internvl)
     tower = [k for k in one[0] if "vision_tower" in k or "multi_modal_projector" in k]
     assert tower and max(float((one[0][k] - base[k]).abs().max()) for k in tower if k in base) > 1e-6
+
+
+def test_packed_two_rank_update_equals_single_process(internvl, records, tmp_path):  # noqa: F811
+    """Padding-free micro-batches (1-D positions restarting per sequence, pixel rows passed
+    through) under FSDP: the 2-rank update equals the 1-process one."""
+    one, two = single_and_two_ranks("update", internvl, records, tmp_path, "--packed")
+    assert_same_update(one, two)
