@@ -33,7 +33,7 @@ from .registry import register
 if TYPE_CHECKING:
     import torch
 
-# The release's tile (image and frame) size and its frames per video when none is given
+# The release's tile (image and frame) size: the frame size when no checkpoint says otherwise
 RELEASE_SIDE = 448
 # the InternVL tokens, by the names the transformers InternVLProcessor reads off the tokenizer
 NAMED_TOKENS = {
@@ -76,7 +76,8 @@ class InternVLFamily(ModelFamily):
     def frame_side(self, params) -> int:
         """The square frame side of the ``internvl`` rule: the largest multiple of the factor (patch
         x pixel-shuffle 2) whose square fits ``max_pixels`` (default the release's 448 x 448). It
-        must equal the checkpoint's tile size (``preprocessor_config.json`` ``size``)."""
+        must equal the checkpoint's tile size (``vision_config.image_size``, the processor's
+        ``size``): :meth:`fit_data_config` fills it in from there or refuses another."""
         budget = params.max_pixels if params.max_pixels is not None else RELEASE_SIDE**2
         side = (math.isqrt(int(budget)) // self.factor) * self.factor
         if side < self.factor:
