@@ -78,6 +78,9 @@ def test_the_checkpoint_decides_the_frame_size(tiny, media):
     assert ds[0].video_params.rule == "internvl"
     with pytest.raises(ValueError, match=r"data.video_max_pixels=1024 gives 28x28 .* 56x56"):
         _dataset(media, tiny, model_family="internvl", video_max_pixels=1024)
+    # fps sampling is refused as the settings are read, once the family is known
+    with pytest.raises(ValueError, match=r"fixed number of frames .* set data.video_nframes"):
+        DataConfig(video_fps=2.0).with_model(tiny)
 
 
 def test_pre_sampled_inputs_equal_the_processor_sampling_and_tiling_itself(tiny, media):

@@ -71,6 +71,14 @@ def checkpoint_side(model_path: str) -> int:
     return int(h)
 
 
+def _fixed_count(params) -> None:
+    if params.nframes is None:
+        raise ValueError(
+            "InternVL samples a fixed number of frames per video (its processor stacks every "
+            "video of a batch): set data.video_nframes (and data.video_fps=null)"
+        )
+
+
 class InternVLFamily(ModelFamily):
     # --- frames: the InternVL video processor's rule ---------------------------------------------
     def frame_side(self, params) -> int:
@@ -95,11 +103,7 @@ class InternVLFamily(ModelFamily):
 
         from ...media.sampling import frame_range
 
-        if params.nframes is None:
-            raise ValueError(
-                "InternVL samples a fixed number of frames per video (its processor stacks every "
-                "video of a batch): set data.video_nframes (and data.video_fps=null)"
-            )
+        _fixed_count(params)
         first, _, window = frame_range(params, total_frames, video_fps)
         n = int(params.nframes)
         if n > window:
@@ -116,6 +120,7 @@ class InternVLFamily(ModelFamily):
         return side, side
 
     def sampling_defaults(self, params) -> dict[str, Any]:
+        _fixed_count(params)  # refused when the settings are read, not at the first video
         d = asdict(params)
         d["max_pixels"] = self.frame_side(params) ** 2  # what the frames are (cache keys)
         return d
