@@ -163,3 +163,17 @@ def test_reused_vision_features_equal_re_encoded_with_one_tower_call(tiny, tmp_p
     worst = max(float((fresh[m] - r[m]).abs().max()) for r in (reused, reused_again))
     assert worst < 1e-5, worst
     assert len(calls) == cache.encodes == 1 and cache.served >= 3
+
+
+def test_lora_defaults_leave_the_tower_and_projector_alone(tiny):
+    """LoRA's default targets are the language model's linear layers: InternVL's projector sits
+    beside its tower (Qwen-VL's merger is inside), and is excluded with it."""
+    from easyvideor1.models import lora as L
+    from easyvideor1.trainer.config import LoraConfig
+
+    model, _ = load_policy(tiny, lora=LoraConfig(rank=4))
+    adapted = {n.rsplit(".lora_", 1)[0] for n in L.adapter_parameters(model)}
+    assert adapted and all(".language_model." in n for n in adapted)
+    with_vision, _ = load_policy(tiny, lora=LoraConfig(rank=4, vision=True))
+    names = set(L.adapter_parameters(with_vision))
+    assert any(".vision_tower." in n for n in names) and any(".multi_modal_projector." in n for n in names)
