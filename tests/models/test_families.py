@@ -64,15 +64,20 @@ def test_tiny_model_loads_and_its_adapter_knows_it(tiny):
     model, processor = load_policy(path, freeze_vision_tower=True)
     assert family_of_model(model) is family
     assert sum(p.numel() for p in model.parameters()) < 1_100_000
-    # the vision tower is where the adapter says, and freezing it froze exactly it
+    # the vision tower is where the adapter says, and freezing it froze exactly it (and InternVL's
+    # projector, which Qwen-VL towers hold as their merger)
     tower = family.vision_tower(model)
-    assert tower is model.model.visual and not any(p.requires_grad for p in tower.parameters())
-    assert all(p.requires_grad for n, p in model.named_parameters() if not n.startswith("model.visual"))
+    expected_tower = model.model.vision_tower if name == "internvl" else model.model.visual
+    assert tower is expected_tower
+    frozen = {id(p) for m in family.vision_modules(model) for p in m.parameters()}
+    assert frozen >= {id(p) for p in tower.parameters()}
+    assert all(p.requires_grad != (id(p) in frozen) for p in model.parameters())
     # FSDP2 units from _no_split_modules: every decoder layer (linear- and full-attention alike) and
     # every vision block, each once
     units = decoder_layers(model)
     text_layers = list(model.model.language_model.layers)
-    blocks = list(model.model.visual.blocks)
+    blocks = [m for m in tower.modules() if type(m).__name__ in model._no_split_modules]
+    assert len(blocks) == 2
     assert [id(u) for u in units] == [id(m) for m in (*text_layers, *blocks)] or sorted(
         map(id, units)
     ) == sorted(map(id, (*text_layers, *blocks)))
@@ -82,7 +87,11 @@ def test_tiny_model_loads_and_its_adapter_knows_it(tiny):
     # the per-frame cap is explicit in the saved processor (no "cap_pixels_per_frame" warning)
     assert getattr(processor.video_processor, "cap_pixels_per_frame", None) == family.cap_pixels_per_frame
     assert type(processor).__name__ == family.processor_class
-    assert family.factor == processor.video_processor.patch_size * processor.video_processor.merge_size
+    if hasattr(processor.video_processor, "merge_size"):  # Qwen-VL-style processors (and GLM's)
+        assert family.factor == processor.video_processor.patch_size * processor.video_processor.merge_size
+    else:  # InternVL: patch 14, pixel shuffle 0.5 (2x2 patches per token)
+        vision = model.config.vision_config
+        assert family.factor == vision.patch_size[0] * round(1 / model.config.downsample_ratio)
 
 
 def _dataset(media, cfg):
@@ -111,12 +120,18 @@ def test_cached_and_decoded_inputs_identical_and_a_step_reaches_every_parameter(
     a = encode_sample(processor, cached[0], cached.cfg, cached.loader)
     b = encode_sample(processor, decoded[0], decoded.cfg, decoded.loader)
     assert "cap_pixels_per_frame" not in caplog.text
-    assert a.keys() == b.keys() and "pixel_values_videos" in a and "pixel_values" in a
+    family = get_family(name)
+    # every tower call's pixels are there (Qwen-VL: videos and images apart; InternVL: together)
+    assert a.keys() == b.keys() and all(key in a for key in family.tower_calls.values())
     for k in a:
         assert torch.equal(torch.as_tensor(a[k]), torch.as_tensor(b[k])), k
-    # frames on the family's grid: patches per frame pair = (h / patch) * (w / patch)
-    t, gh, gw = a["video_grid_thw"][0].tolist()
-    assert t == 2 and (gh * get_family(name).patch_size) % get_family(name).factor == 0
+    if "video_grid_thw" in a:
+        # frames on the family's grid: patches per frame pair = (h / patch) * (w / patch)
+        t, gh, gw = a["video_grid_thw"][0].tolist()
+        assert t == 2 and (gh * family.patch_size) % family.factor == 0
+    else:  # grid-less: the 4 frames and the image's one tile, each a 56x56 tile of the tiny model
+        assert family.pixel_rows(processor, a) == {"pixel_values": [5]}
+        assert a["pixel_values"].shape[1:] == (3, 56, 56)
 
     # a text-only forward still calls the vision tower (dummy pass): every parameter gets a gradient
     dummy = DummyVisionPass(model)
@@ -124,7 +139,7 @@ def test_cached_and_decoded_inputs_identical_and_a_step_reaches_every_parameter(
     with dummy.expect(text):
         loss = model(**text, labels=text["input_ids"]).loss
     loss.backward()
-    assert torch.isfinite(loss) and dummy.calls == 2
+    assert torch.isfinite(loss) and dummy.calls == len(family.tower_calls)
     missing = [n for n, p in model.named_parameters() if p.requires_grad and p.grad is None]
     assert not missing, missing[:5]
 
@@ -191,4 +206,5 @@ def test_aliases_and_factors():
         "qwen3_vl_moe": 32,
         "qwen3_5": 32,
         "qwen3_5_moe": 32,
+        "internvl": 28,
     }

@@ -59,6 +59,7 @@ SLOW = pytest.mark.slow  # the same code path as the fast families, another arch
         "qwen3_vl",
         "qwen2_5_vl",
         "glm4v",  # 3-D RoPE from its own get_rope_index (per-frame grids, timestamps between frames)
+        "internvl",  # 1-D RoPE: positions restart per sequence, no get_rope_index
         pytest.param("qwen2_vl", marks=SLOW),
         pytest.param("qwen3_vl_moe", marks=SLOW),
     ],
@@ -103,3 +104,19 @@ def test_hybrid_family_is_refused_naming_the_key():
     fake = SimpleNamespace(config=SimpleNamespace(model_type="qwen3_5"))
     with pytest.raises(ValueError, match="trainer.padding_free.*qwen3_5"):
         check_packable(fake)
+
+
+def test_one_dimensional_positions_restart_per_sequence(tmp_path, records):
+    model, _, exp = _setup(tmp_path, "internvl", records)
+    idx = list(range(len(exp)))
+    seq = gather_prompts(exp.batch, [exp.prompt_of[i] for i in idx])
+    counts = (
+        [exp.batch.video_counts[exp.prompt_of[i]] for i in idx],
+        [exp.batch.image_counts[exp.prompt_of[i]] for i in idx],
+    )
+    p = pack(model, seq, exp.ids, exp.mask, *counts)
+    pos = p.inputs["position_ids"]
+    assert pos.shape == p.inputs["input_ids"].shape  # [1, L]: no M-RoPE rows
+    starts = [0, *torch.tensor(p.lengths).cumsum(0)[:-1].tolist()]
+    assert (pos[0] == 0).nonzero().flatten().tolist() == starts
+    assert torch.equal(p.inputs["pixel_values"], seq["pixel_values"])

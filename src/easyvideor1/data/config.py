@@ -193,7 +193,8 @@ class DataConfig:
 
         family = resolve_family(model_path, self.model_family)  # the checkpoint decides; a mismatch raises
         # a configured spelling stays as the user wrote it; without one the checkpoint names it
-        return self if self.model_family is not None else replace(self, model_family=family.model_type)
+        cfg = self if self.model_family is not None else replace(self, model_family=family.model_type)
+        return family.fit_data_config(cfg, model_path)  # what the checkpoint decides (InternVL: frame size)
 
     def sampling_params(self, record=None) -> SamplingParams:
         """The sampling parameters for one record's videos (record overrides applied)."""

@@ -114,7 +114,8 @@ class RecordDataset(Dataset):
 
 
 def load_image(path: str, cfg: DataConfig):
-    """An RGB image resized to the factor grid within the *image* pixel budget.
+    """An RGB image resized to the factor grid within the *image* pixel budget (as it is, for a
+    family whose processor sizes images itself: InternVL's tiles).
 
     Raises :class:`~easyvideor1.media.failures.MediaFailure` for an image that cannot be used.
     """
@@ -127,6 +128,8 @@ def load_image(path: str, cfg: DataConfig):
                 im = src.convert("RGB")  # decodes the whole image
         except (ValueError, SyntaxError) as e:  # what some PIL plugins raise for a malformed file
             raise MediaFailure(path, f"cannot decode: {e}") from e
+        if cfg.model_family is not None and not _family(cfg.model_family).resize_images:
+            return im
         try:
             h, w = image_size(im.height, im.width, cfg.factor, cfg.image_min_pixels, cfg.image_max_pixels)
         except ValueError as e:  # e.g. an aspect ratio no model grid takes: this image's problem
@@ -258,6 +261,12 @@ def _process(
     )
 
 
+def _family(name: str):
+    from ..models.families import get_family
+
+    return get_family(name)
+
+
 def _unknown_family() -> str:
     raise ValueError("data.model_family is not known: give a model (model.path) or data.model_family")
 
@@ -291,13 +300,15 @@ def encode_loaded(processor, texts: list[str], loaded: list[tuple[list, list]], 
     their loaded ``(videos, images)`` (what the engines' request path encodes)."""
     from ..models.inputs import PromptBatch
 
-    inputs = _process(processor, texts, loaded, "left", model_family)
+    inputs = dict(_process(processor, texts, loaded, "left", model_family))
     return PromptBatch(
-        dict(inputs),
+        inputs,
         [len(v) for v, _ in loaded],
         [len(im) for _, im in loaded],
         texts=texts,
         media=[raw_media(v, im) for v, im in loaded],
+        # grid-less families (InternVL): each prompt's rows of the vision tensors
+        pixel_rows=None if model_family is None else _family(model_family).pixel_rows(processor, inputs),
     )
 
 

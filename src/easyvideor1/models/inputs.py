@@ -1,9 +1,11 @@
 """Batched model inputs: expand prompts into sequences, append responses.
 
 A prompt batch (one row per prompt, left-padded) becomes a sequence batch (one row per response)
-by repeating each prompt's rows, including its vision tensors: ``pixel_values*`` hold one row per
-patch, ``t*h*w`` of them per video or image, so they are split per item by their grids and
-repeated with their prompt.
+by repeating each prompt's rows, including its vision tensors. Qwen-VL processors give
+``pixel_values*`` with one row per patch, ``t*h*w`` of them per video or image, so they are split
+per item by their grids; a family whose processor gives no grids (InternVL: one ``pixel_values``
+of tiles and frames) says how many rows each prompt owns (``PromptBatch.pixel_rows``, from its
+adapter's ``pixel_rows``). Either way each prompt's rows are repeated with it.
 """
 
 from __future__ import annotations
@@ -32,7 +34,8 @@ class PromptBatch:
     ``texts`` for those engines: each prompt as token ids with every medium one unexpanded
     placeholder (the engine's processor expands them as it would the text's), for a context that
     holds tokens the policy sampled, which must go back in as ids, never as re-tokenised text
-    (a multi-turn episode, ``rollout/episode.py``).
+    (a multi-turn episode, ``rollout/episode.py``). ``pixel_rows``, for families whose processor
+    gives no grids (InternVL), holds each prompt's rows of every vision tensor.
     """
 
     inputs: dict[str, Any]
@@ -41,6 +44,9 @@ class PromptBatch:
     texts: list[str] | None = None
     media: list[dict[str, list]] | None = None
     token_prompts: list[list[int]] | None = None
+    # families without grid tensors: vision key -> rows of that tensor each prompt owns (in prompt
+    # order); None: split by the Qwen-VL grids
+    pixel_rows: dict[str, list[int]] | None = None
 
     def __len__(self) -> int:
         return len(self.video_counts)
@@ -79,12 +85,37 @@ def _split_items(inputs: dict[str, Any], kind: str, counts: list[int]) -> list[d
     return out
 
 
+def _split_rows(inputs: dict[str, Any], rows: dict[str, list[int]]) -> list[dict[str, Any]]:
+    """Per-prompt slices of grid-less vision tensors, ``rows[key][i]`` rows of ``key`` for prompt ``i``."""
+    n = len(next(iter(rows.values()))) if rows else 0
+    out: list[dict[str, Any]] = [{} for _ in range(n)]
+    for key, counts in rows.items():
+        if inputs.get(key) is None:
+            continue
+        start = 0
+        for i, c in enumerate(counts):
+            if c:  # a prompt without rows must not mention the key at all
+                out[i][key] = inputs[key][start : start + c]
+            start += c
+    return out
+
+
+def _pieces(batch: PromptBatch) -> list[tuple[list[str], list[dict[str, Any]]]]:
+    """Each prompt's vision tensors as (keys, per-prompt pieces) groups: one group per modality
+    for Qwen-VL grids, one for a grid-less family's tensors."""
+    if batch.pixel_rows is not None:
+        return [(list(batch.pixel_rows), _split_rows(batch.inputs, batch.pixel_rows))]
+    return [
+        ([k for k in _VISION[kind] if k], _split_items(batch.inputs, kind, counts))
+        for kind, counts in (("video", batch.video_counts), ("image", batch.image_counts))
+    ]
+
+
 def gather_prompts(batch: PromptBatch, prompt_ids: list[int]) -> dict[str, Any]:
     """Inputs with one row per entry of ``prompt_ids`` (a prompt may repeat), vision tensors included."""
     idx = torch.tensor(prompt_ids, dtype=torch.long)
     out: dict[str, Any] = {k: batch.inputs[k][idx] for k in _PER_ROW if batch.inputs.get(k) is not None}
-    for kind, counts in (("video", batch.video_counts), ("image", batch.image_counts)):
-        pieces = _split_items(batch.inputs, kind, counts)
+    for _, pieces in _pieces(batch):
         for key in {k for p in pieces for k in p}:
             parts = [pieces[i][key] for i in prompt_ids if key in pieces[i]]
             if parts:
@@ -101,9 +132,8 @@ def gather_sequences(
     if not any(extra):
         return gather_prompts(batch, prompt_ids)
     out = gather_prompts(batch, prompt_ids)
-    for kind, counts in (("video", batch.video_counts), ("image", batch.image_counts)):
-        pieces = _split_items(batch.inputs, kind, counts)
-        for key in [k for k in _VISION[kind] if k]:
+    for keys, pieces in _pieces(batch):
+        for key in keys:
             parts = []
             for row, p in enumerate(prompt_ids):
                 if key in pieces[p]:

@@ -45,8 +45,9 @@ def load_policy(
     if gradient_checkpointing:
         model.gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": False})
     if freeze_vision_tower:
-        for p in family.vision_tower(model).parameters():
-            p.requires_grad_(False)
+        for module in family.vision_modules(model):
+            for p in module.parameters():
+                p.requires_grad_(False)
     if lora is not None and lora.rank > 0:
         from .lora import attach_lora
 

@@ -34,18 +34,18 @@ def _linear_names(model: torch.nn.Module) -> list[str]:
     return [n for n, m in model.named_modules() if isinstance(m, torch.nn.Linear)]
 
 
-def _vision_prefix(model: torch.nn.Module) -> str | None:
-    """The module-name prefix of the vision tower (``model.visual.``), or None without one."""
+def _vision_prefix(model: torch.nn.Module) -> tuple[str, ...] | None:
+    """The module-name prefixes of the vision side (``model.visual.``; InternVL's tower and its
+    projector), or None without one: what ``freeze_vision_tower`` freezes, as the adapter says."""
     from .families import family_of_model
 
     try:
-        tower = family_of_model(model).vision_tower(model)
-    except (TypeError, KeyError, ValueError):
+        modules = family_of_model(model).vision_modules(model)
+    except (TypeError, KeyError, ValueError, AttributeError):
         return None
-    for name, module in model.named_modules():
-        if module is tower:
-            return name + "."
-    return None
+    ids = {id(m) for m in modules}
+    prefixes = tuple(name + "." for name, module in model.named_modules() if id(module) in ids)
+    return prefixes or None
 
 
 def default_targets(model: torch.nn.Module, vision: bool = False) -> list[str]:

@@ -11,6 +11,10 @@ tokens. Each sequence keeps what it would see alone:
   as the packed-sequence layout (a block-diagonal causal mask for sdpa/eager, ``cu_seqlens`` for
   flash attention) when no ``attention_mask`` is given.
 
+Families with 1-D RoPE (InternVL's Qwen3 text model) need neither: a sequence's positions are its
+text positions, ``position_ids`` ``[1, L]`` restart at 0 at every sequence, and transformers reads
+the same restarts as the packed layout.
+
 Hybrid families (Qwen3.5's gated-DeltaNet layers) are refused: their linear-attention layers take
 sequence boundaries only through the ``fla`` kernels' ``cu_seqlens``; transformers' torch fallback
 ignores them, so the recurrent state would run on from one sequence into the next, silently wrong.
@@ -34,7 +38,8 @@ class Packed:
     """One packed row and where its predictions go.
 
     Attributes:
-        inputs: model inputs (``input_ids`` ``[1, L]``, ``position_ids`` ``[4, 1, L]``, the
+        inputs: model inputs (``input_ids`` ``[1, L]``, ``position_ids`` ``[4, 1, L]`` (M-RoPE) or
+            ``[1, L]`` (1-D RoPE), the
             sequences' vision tensors, ``mm_token_type_ids`` where the processor gave them).
         keep: ``[K]`` positions whose logits predict a response token (``logits_to_keep``).
         rows, cols: ``[K]`` the sequence and response position each kept prediction belongs to.
@@ -91,6 +96,7 @@ def pack(
     responses' ``mm_token_type_ids`` where they hold vision tokens (an episode's tool turns).
     """
     check_packable(model)
+    mrope = family_of_model(model).mrope
     inner = getattr(model, "model", model)
     n_seq = response_ids.shape[0]
     if len(video_counts) != n_seq or len(image_counts) != n_seq:
@@ -114,20 +120,22 @@ def pack(
         if response_types is not None:
             types[len(prompt) :] = response_types[s, :n_resp].to(types.dtype)
         media: dict[str, Any] = {}
-        for kind, (_, grid_key, extra_key) in VISION_INPUTS.items():
+        for kind, (_, grid_key, extra_key) in VISION_INPUTS.items() if mrope else ():
             sl = slices[kind][s]
             if sl.stop > sl.start:
                 media[grid_key] = grids[kind][sl]
                 if extra_key and kind == "video" and seconds is not None:
                     media[extra_key] = torch.as_tensor(seconds)[sl]
-        if media:  # the model's own 3-D positions for this sequence alone
+        if not mrope:  # 1-D RoPE: the text positions are all there is
+            pos = None
+        elif media:  # the model's own 3-D positions for this sequence alone
             pos, _ = inner.get_rope_index(ids[None], mm_token_type_ids=types[None], **media)
             pos = pos[:, 0].to(torch.long)
         else:  # text only: get_rope_index's positions are 0..L-1 on all three axes
             pos = torch.arange(len(ids)).expand(3, -1)
         length = len(ids)
-        text = torch.arange(length, device=pos.device)
-        pos_parts.append(torch.cat([text[None], pos.to(text.device)], dim=0))
+        text = torch.arange(length, device=ids.device if pos is None else pos.device)
+        pos_parts.append(text[None] if pos is None else torch.cat([text[None], pos.to(text.device)], dim=0))
         ids_parts.append(ids)
         type_parts.append(types)
         # the prediction of response token j comes from the position before it
@@ -137,9 +145,10 @@ def pack(
         cols.append(torch.arange(n_resp))
         lengths.append(length)
         offset += length
+    positions = torch.cat(pos_parts, dim=1)
     inputs: dict[str, Any] = {
         "input_ids": torch.cat(ids_parts)[None],
-        "position_ids": torch.cat(pos_parts, dim=1)[:, None, :],
+        "position_ids": positions[:, None, :] if mrope else positions,
     }
     if types_in is not None:
         inputs["mm_token_type_ids"] = torch.cat(type_parts)[None]

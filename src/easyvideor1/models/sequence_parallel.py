@@ -216,7 +216,13 @@ def check(model, size: int) -> None:
     from .families import family_of_model
 
     key = f"distributed.sequence_parallel_size={size}"
-    family_of_model(model)  # a model of a family we know
+    family = family_of_model(model)  # a model of a family we know
+    if not family.mrope:
+        # the split follows Qwen-VL's layout: M-RoPE positions and a tower split by frame grids
+        raise ValueError(
+            f"{key} is not supported for {family.model_type}: sequence parallelism splits Qwen-VL "
+            "M-RoPE positions and grid-split vision towers; use distributed.sequence_parallel_size=1"
+        )
     language_model = _language_model(model)
     text = language_model.config
     heads = {"attention heads": text.num_attention_heads}

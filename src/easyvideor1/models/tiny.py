@@ -54,6 +54,7 @@ def build_tokenizer(vocab_size: int = 512, model_family: str = "qwen3_vl"):
         eos_token=family.eos_tokens[0],
         pad_token=special[0],
         additional_special_tokens=special[1:],
+        **family.tokenizer_fields(),
     )
     fast.chat_template = chat_template(model_family)
     return fast

@@ -6,6 +6,8 @@ and the ranks' all-gathers would no longer line up (transformers#37186 and its m
 when a modality is missing we run the tower on a tiny zero input and add its output, times 0, to
 the token embeddings *before* the language model: the call order, and the backward order, match
 a real vision pass, every vision parameter receives a (zero) gradient, and the loss is unchanged.
+The family's adapter says which tower calls a forward makes (``tower_calls``: Qwen-VL one per
+modality, InternVL one for tiles and frames together) and how to make the smallest one.
 
 Use it as a context manager around training forwards only (generation needs none of this)::
 
@@ -19,8 +21,6 @@ from contextlib import contextmanager
 from typing import Any
 
 import torch
-
-from .families import VISION_INPUTS
 
 
 def vision_tower(model) -> torch.nn.Module:
@@ -44,7 +44,10 @@ class DummyVisionPass:
     """Adds zero-weighted dummy vision-tower passes for the modalities a forward lacks."""
 
     def __init__(self, model) -> None:
+        from .families import family_of_model
+
         self.model = model
+        self.family = family_of_model(model)
         self.tower = vision_tower(model)
         self.missing: tuple[str, ...] = ()
         self.calls = 0  # dummy tower calls made (for tests and metrics)
@@ -56,9 +59,7 @@ class DummyVisionPass:
         missing, self.missing = self.missing, ()  # once per forward (generation reuses the embedder)
         zero = output.new_zeros(())
         for _ in missing:
-            x, grid = smallest_vision_input(self.tower)
-            out = self.tower(x, grid_thw=grid)
-            zero = zero + _sum_outputs(out)
+            zero = zero + self.family.dummy_vision_output(self.model)
             self.calls += 1
         return output + 0.0 * zero.to(output.dtype)
 
@@ -66,11 +67,19 @@ class DummyVisionPass:
     def expect(self, inputs: dict[str, Any], enabled: bool = True):
         """Within the block, the next forward gets dummy passes for the modalities ``inputs`` lacks."""
         if enabled:
-            self.missing = tuple(m for m, (key, _, _) in VISION_INPUTS.items() if inputs.get(key) is None)
+            calls = self.family.tower_calls
+            self.missing = tuple(m for m, key in calls.items() if inputs.get(key) is None)
         try:
             yield self
         finally:
             self.missing = ()
+
+
+def qwen_dummy_output(model) -> torch.Tensor:
+    """The sum of a Qwen-VL tower's outputs on its smallest zero input (one merged token)."""
+    tower = vision_tower(model)
+    x, grid = smallest_vision_input(tower)
+    return _sum_outputs(tower(x, grid_thw=grid))
 
 
 def _sum_outputs(out) -> torch.Tensor:

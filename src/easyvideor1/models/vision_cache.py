@@ -18,6 +18,10 @@ Under FSDP every rank makes the same tower calls: exactly one per modality per s
 dummy input when a rank has no item of that modality), and none in later forwards; the frozen
 tower needs no dummy pass for gradients, so ``DummyVisionPass`` is off while the cache serves.
 Forwards outside ``serving`` (generation, validation, SFT warm-up) are untouched.
+
+A family whose processor gives one grid-less pixel tensor (InternVL: tiles and frames together,
+``PromptBatch.pixel_rows``) has one feature method, ``get_image_features``, whose items are rows
+(one tile or frame each, encoded independently too): a prompt's features are its rows'.
 """
 
 from __future__ import annotations
@@ -56,6 +60,8 @@ class VisionFeatureCache:
         self._encoded = False  # this step's items are encoded
         self._originals: dict[int, dict[str, Any]] = {}
         self._towers: dict[int, torch.nn.Module] = {}
+        self._families: dict[int, Any] = {}
+        self._rows_key: str | None = None  # the grid-less pixel key of this step's batch (InternVL)
         for model in models:
             if model is not None:
                 self._attach(model)
@@ -66,6 +72,10 @@ class VisionFeatureCache:
         media, ``own_media[s]`` sequence ``s``'s own (an episode's tool turns; ``None``: none)."""
         self.batch, self.features, self.prompts, self.sequences = batch, {}, None, None
         self.inputs, self.prompt_items, self.own_items, self._encoded = {}, {}, {}, False
+        self._rows_key = None
+        if batch.pixel_rows is not None:
+            self._start_rows(batch, own_media)
+            return
         for kind, counts in (("video", batch.video_counts), ("image", batch.image_counts)):
             pix_key, grid_key, _ = VISION_INPUTS[kind]
             pixels, grids = [batch.inputs.get(pix_key)], [batch.inputs.get(grid_key)]
@@ -86,6 +96,26 @@ class VisionFeatureCache:
             kept = [(p, g) for p, g in zip(pixels, grids, strict=True) if g is not None]
             if kept:
                 self.inputs[kind] = (torch.cat([p for p, _ in kept]), torch.cat([g for _, g in kept]))
+
+    def _start_rows(self, batch: PromptBatch, own_media) -> None:
+        """:meth:`start` for a grid-less layout: every row (tile or frame) is an item."""
+        ((key, rows),) = batch.pixel_rows.items()  # one pixel tensor: tiles and frames together
+        self._rows_key = key
+        pixels, items, own, total = [batch.inputs.get(key)], [], [], 0
+        for c in rows:
+            items.append(list(range(total, total + c)))
+            total += c
+        for media in own_media or []:
+            add = (media or {}).get(key)
+            n = 0 if add is None else int(add.shape[0])
+            own.append(list(range(total, total + n)))
+            if n:
+                pixels.append(torch.as_tensor(add))
+            total += n
+        self.prompt_items["image"], self.own_items["image"] = items, own
+        kept = [p for p in pixels if p is not None]
+        if kept:
+            self.inputs["image"] = (torch.cat(kept), None)
 
     def stop(self) -> None:
         """End of the step: drop the features (the next step's weights or media differ)."""
@@ -111,11 +141,17 @@ class VisionFeatureCache:
 
     # ------------------------------------------------------------------------------ the model
     def _attach(self, model) -> None:
+        from .families import family_of_model
+
         inner = getattr(model, "model", model)
-        originals = {kind: getattr(inner, name) for kind, name in _METHODS.items()}
+        family = family_of_model(model)
+        # the feature methods the family's forward calls: one per tower call
+        methods = {kind: _METHODS[kind] for kind in family.tower_calls}
+        originals = {kind: getattr(inner, name) for kind, name in methods.items()}
         self._originals[id(inner)] = originals
         self._towers[id(inner)] = vision_tower(model)
-        for kind, name in _METHODS.items():
+        self._families[id(inner)] = (family, model)
+        for kind, name in methods.items():
             setattr(inner, name, self._server(kind, originals[kind]))
         model.get_input_embeddings().register_forward_hook(
             lambda module, args, output, inner=inner: self._encode_step(inner, output)
@@ -130,7 +166,9 @@ class VisionFeatureCache:
         self._encoding = True
         try:
             with torch.no_grad():
-                for kind in ("video", "image"):
+                if self._rows_key is not None:
+                    self._encode_rows(inner, originals["image"], embeds.device)
+                for kind in ("video", "image") if self._rows_key is None else ():
                     pixels, grid = self.inputs.get(kind, (None, None))
                     if grid is None or pixels is None:
                         pixels, grid = smallest_vision_input(tower)
@@ -143,6 +181,16 @@ class VisionFeatureCache:
             self._encoding = False
         self._encoded = True
 
+    def _encode_rows(self, inner, original, device) -> None:
+        """The step's one tower call for a grid-less layout (a zero tile when there are no rows)."""
+        pixels, _ = self.inputs.get("image", (None, None))
+        if pixels is None:
+            family, model = self._families[id(inner)]
+            family.dummy_vision_output(model)  # the same call every rank makes
+            return
+        self.features["image"] = original(pixel_values=pixels.to(device), return_dict=True)
+        self.encodes += 1
+
     def _server(self, kind: str, original):
         pix_key, grid_key, _ = VISION_INPUTS[kind]
 
@@ -151,6 +199,9 @@ class VisionFeatureCache:
         def get_features(*args, **kwargs):
             if self._encoding or self.prompts is None or kind not in self.features:
                 return original(*args, **kwargs)
+            if self._rows_key is not None:
+                pixels = args[0] if args else kwargs.get("pixel_values")
+                return self._serve_rows(pixels, kwargs.get("return_dict", True))
             grid = args[1] if len(args) > 1 else kwargs.get(grid_key)
             return self._serve(kind, grid, kwargs.get("return_dict", True))
 
@@ -179,3 +230,29 @@ class VisionFeatureCache:
             served.deepstack_features = [tuple(layer[i] for i in items) for layer in deepstack]
         self.served += 1
         return served if return_dict else served.to_tuple()
+
+    def _serve_rows(self, pixels, return_dict: bool):
+        """A grid-less forward's features: its prompts' rows (and its sequences' own), in order.
+        The forward's pixel tensor must have exactly that many rows of the step's shape (a shape
+        check, as the grids check on Qwen-VL: comparing pixels would copy them every forward)."""
+        out = self.features["image"]
+        items = self._items("image")
+        expected = (len(items), *self.inputs["image"][0].shape[1:])
+        if pixels is None or tuple(pixels.shape) != expected:
+            raise RuntimeError(
+                f"vision cache: the forward's {self._rows_key} differ from its prompts' "
+                f"{self.prompts} in the step's batch (inputs not built from this step's batch?)"
+            )
+        served = type(out)()
+        served.pooler_output = out.pooler_output[items]
+        self.served += 1
+        return served if return_dict else served.to_tuple()
+
+    def _items(self, kind: str) -> list[int]:
+        prompts = self.prompts or []
+        own = self.sequences if self.sequences is not None else [None] * len(prompts)
+        return [
+            i
+            for p, s in zip(prompts, own, strict=True)
+            for i in self.prompt_items[kind][p] + (self.own_items[kind][s] if s is not None else [])
+        ]

@@ -137,6 +137,7 @@ class RemoteHFEngine(HFRolloutEngine):
             "repeats": list(repeats),
             "sampling": dataclasses.asdict(sampling),
             "video_counts": list(batch.video_counts),
+            "pixel_rows": batch.pixel_rows,
             "image_counts": list(batch.image_counts),
             "plain": plain,  # processor outputs that are not tensors (JSON: numbers and lists)
         }
@@ -208,7 +209,10 @@ def serve(src: BinaryIO, out: BinaryIO) -> None:
                 write_frame(out, {"ok": True})
             elif op == "generate":
                 batch = PromptBatch(
-                    {**tensors, **header["plain"]}, header["video_counts"], header["image_counts"]
+                    {**tensors, **header["plain"]},
+                    header["video_counts"],
+                    header["image_counts"],
+                    pixel_rows=header.get("pixel_rows"),
                 )
                 got = engine.generate(batch, header["repeats"], SamplingConfig(**header["sampling"]))
                 result = {"ids": got.ids, "mask": got.mask}

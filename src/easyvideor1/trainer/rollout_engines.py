@@ -93,8 +93,8 @@ def _check_adapter_sync(model: torch.nn.Module) -> bool:
 
     from ..models.families import family_of_model
 
-    tower = family_of_model(model).vision_tower(model)
-    inside = [m for m in tower.modules() if isinstance(m, LoraLayer)]
+    vision = family_of_model(model).vision_modules(model)  # the tower (InternVL: and its projector)
+    inside = [m for v in vision for m in v.modules() if isinstance(m, LoraLayer)]
     if inside:
         raise ValueError(
             "rollout.vllm.lora_sync=adapter: the adapter reaches the vision tower, which vLLM's LoRA "

@@ -9,7 +9,17 @@ in the family test matrix (``tests/models/test_families.py``).
 
 from __future__ import annotations
 
-from . import glm4v, glm4v_moe, qwen2_5_vl, qwen2_vl, qwen3_5, qwen3_5_moe, qwen3_vl, qwen3_vl_moe  # noqa: F401  (register)
+from . import (  # noqa: F401  (register)
+    glm4v,
+    glm4v_moe,
+    internvl,
+    qwen2_5_vl,
+    qwen2_vl,
+    qwen3_5,
+    qwen3_5_moe,
+    qwen3_vl,
+    qwen3_vl_moe,
+)
 from .base import QWEN_SPECIAL_TOKENS, QWEN_VISION_TOKENS, VISION_INPUTS, ModelFamily
 from .registry import (
     FAMILIES,

@@ -130,6 +130,12 @@ class ModelFamily:
             first is the one appended after an offline response.
         tool_calls: The chat template writes tool schemas, calls and results in a format
             :meth:`split_tool_calls` reads (multi-turn episodes with ``tools.names`` need it).
+        mrope: The text model's RoPE is Qwen-VL's 3-D M-RoPE (positions from ``get_rope_index``);
+            False: plain 1-D positions (InternVL's Qwen3 text model).
+        resize_images: Our loader resizes images to the factor grid within the image pixel budget
+            (Qwen-VL); False: the family's processor sizes images itself (InternVL tiles them).
+        demo_overrides: Settings ``easyvideor1 demo --family`` adds for the family (before the
+            user's), where ``configs/demo.yaml``'s Qwen-VL values do not apply.
         frame_rule: How frames are picked and sized (``SamplingParams.rule``): ``"qwen"`` is
             qwen-vl-utils 0.0.14 (``media/sampling.py``); a family whose processor samples
             otherwise names its own rule and overrides :meth:`frame_indices` / :meth:`frame_size`.
@@ -155,6 +161,9 @@ class ModelFamily:
     placeholder_tokens: tuple[str, ...] = QWEN_VISION_TOKENS
     special_tokens: tuple[str, ...] = QWEN_SPECIAL_TOKENS
     eos_tokens: tuple[str, ...] = ("<|im_end|>", "<|endoftext|>")
+    mrope: bool = True
+    resize_images: bool = True
+    demo_overrides: tuple[str, ...] = ()
     tool_calls: bool = True
     frame_rule: str = "qwen"
 
@@ -186,6 +195,11 @@ class ModelFamily:
         """Fix, on a loaded model, what the family's transformers code gets wrong for our use
         (called once by ``load_policy``). Qwen families need nothing."""
 
+    def fit_data_config(self, cfg, model_path: str):
+        """``cfg`` (a ``DataConfig``) with what the checkpoint at ``model_path`` decides filled in,
+        or an error naming a setting that contradicts it. Qwen-VL checkpoints decide nothing."""
+        return cfg
+
     def vision_tower(self, model: torch.nn.Module) -> torch.nn.Module:
         """The vision encoder (+ merger) module of a loaded model."""
         inner = getattr(model, "model", model)
@@ -195,6 +209,28 @@ class ModelFamily:
                 f"{type(model).__name__} ({self.model_type}) has no vision tower at .model.visual"
             )
         return tower
+
+    def vision_modules(self, model: torch.nn.Module) -> list[torch.nn.Module]:
+        """What ``model.freeze_vision_tower`` freezes: the tower (Qwen-VL's holds its merger)."""
+        return [self.vision_tower(model)]
+
+    # --- the processor's vision layout -----------------------------------------------------------
+    @property
+    def tower_calls(self) -> dict[str, str]:
+        """The vision-tower calls one forward makes, each named by the input key that carries its
+        pixels: Qwen-VL encodes videos and images in separate calls (``VISION_INPUTS``)."""
+        return {kind: keys[0] for kind, keys in VISION_INPUTS.items()}
+
+    def pixel_rows(self, processor, inputs: dict[str, Any]) -> dict[str, list[int]] | None:
+        """For a processor without grid tensors: each prompt row's rows of every vision tensor
+        (``PromptBatch.pixel_rows``). ``None``: Qwen-VL grids say it."""
+        return None
+
+    def dummy_vision_output(self, model: torch.nn.Module) -> torch.Tensor:
+        """The summed output of one smallest real tower call (``DummyVisionPass``)."""
+        from ..vision import qwen_dummy_output
+
+        return qwen_dummy_output(model)
 
     def shard_modules(self, model: torch.nn.Module) -> list[torch.nn.Module]:
         """The blocks FSDP2 shards one by one: every module whose class is in the model's
@@ -234,6 +270,11 @@ class ModelFamily:
         return (text if first < 0 else text[:first]).rstrip(), bodies
 
     # --- the tiny offline model -----------------------------------------------------------------
+    def tokenizer_fields(self) -> dict[str, Any]:
+        """Extra ``PreTrainedTokenizerFast`` arguments of the tiny tokenizer (named tokens a
+        family's processor reads off its tokenizer)."""
+        return {}
+
     def tiny_chat_template(self) -> str:
         """A Qwen-style template for the tiny tokenizer: media items render as vision
         placeholders in message order; the assistant turn opens the family's way."""
