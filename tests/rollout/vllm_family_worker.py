@@ -1,6 +1,6 @@
 """vLLM-CPU vs transformers on a tiny model of a family other than Qwen3-VL (whose fuller check is
 ``vllm_worker.py``), in the given dtype: prompt ids, sampled log-probs against the training
-forward, greedy rows, and a weight push. Writes a JSON report (test_vllm_qwen3_5.py, test_vllm_glm4v.py).
+forward, greedy rows, and a weight push. Writes a JSON report for test_vllm_families.py.
 
     python vllm_family_worker.py MODEL DATA OUT DTYPE
 """
@@ -78,9 +78,16 @@ def main(model_dir: str, data_file: str, out_path: str, dtype: str) -> None:
         use_tqdm=False,
     )
     ids, attn = batch.inputs["input_ids"], batch.inputs["attention_mask"]
-    report["prompt_ids_equal"] = [
-        ids[i][attn[i].bool()].tolist() == list(o.prompt_token_ids) for i, o in enumerate(outs)
-    ]
+    hf_ids = [ids[i][attn[i].bool()].tolist() for i in range(len(outs))]
+    v_ids = [list(o.prompt_token_ids) for o in outs]
+    report["prompt_ids_equal"] = [a == b for a, b in zip(hf_ids, v_ids, strict=True)]
+    if cfg.model_family == "internvl":
+        # vLLM fills a frame's placeholder run with <video> ids where transformers has <IMG_CONTEXT>
+        tok = processor.tokenizer
+        video, context = tok.convert_tokens_to_ids("<video>"), tok.convert_tokens_to_ids("<IMG_CONTEXT>")
+        report["prompt_ids_equal_but_frame_placeholders"] = [
+            a == [context if x == video else x for x in b] for a, b in zip(hf_ids, v_ids, strict=True)
+        ]
 
     def parity(out, repeats) -> float:
         with torch.no_grad():
