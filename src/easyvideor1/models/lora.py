@@ -204,5 +204,8 @@ def save_merged(
         return
     base = peft_of(model).get_base_model() if is_lora(model) else model
     base.save_pretrained(str(directory), state_dict=merged)
+    from .loading import write_released_layout
+
+    write_released_layout(directory)
     if processor is not None:
         processor.save_pretrained(str(directory))

@@ -270,6 +270,7 @@ class VLLMRolloutEngine(RequestQueue, VLLMResponses):
             raise RuntimeError(
                 f"cannot push weights to vLLM's {self.family.model_type}: {self.family.vllm_weight_push}"
             )
+        named_tensors = self.family.checkpoint_tensors(named_tensors)  # vLLM reads the released layout
         if self.in_process and self.weight_transport == "auto":
             payload: Any = named_tensors
         else:

@@ -34,6 +34,7 @@ from typing import Any
 import torch
 from safetensors.torch import load_file, save_file
 
+from ..models.loading import write_released_layout
 from ..models.lora import is_lora, save_adapter, save_merged
 from .checkpoint_check import find_resumable, read_state, record_files
 from .distributed import DistState, barrier
@@ -131,6 +132,7 @@ def save_checkpoint(
             _quietly(save_adapter, model, tmp / "adapter", full)
         else:
             _quietly(model.save_pretrained, tmp, state_dict=full)  # no progress bar per checkpoint
+            write_released_layout(tmp)
         if processor is not None:
             processor.save_pretrained(tmp)
         py_state = random.getstate()
@@ -176,6 +178,7 @@ def export_model(model, processor, directory: str | os.PathLike, state: DistStat
         full = get_model(model, options=options(full_state_dict=True, cpu_offload=True))
         if state.is_main:
             _quietly(model.save_pretrained, tmp, state_dict=full)
+            write_released_layout(tmp)
             if processor is not None:
                 processor.save_pretrained(tmp)
     if state.is_main:

