@@ -123,6 +123,19 @@ def pytest_collection_modifyitems(config, items):
     items.sort(key=lambda item: item.path not in slow_files)
 
 
+def run_cli(*args: str, cwd: Path | str | None = None, threads: int = 1, timeout: int = 600):
+    """``python -m easyvideor1 ARGS`` in a subprocess (``threads`` intra-op threads), its output kept."""
+    env = dict(os.environ, OMP_NUM_THREADS=str(threads), TOKENIZERS_PARALLELISM="false")
+    return subprocess.run(
+        [sys.executable, "-m", "easyvideor1", *args],
+        capture_output=True,
+        text=True,
+        cwd=cwd,
+        env=env,
+        timeout=timeout,
+    )
+
+
 def one_line_error(r, *fragments, code=2):
     """The CLI's user-error form: exit ``code``, one line on stderr holding ``fragments``, no traceback."""
     lines = r.stderr.strip().splitlines()

@@ -6,34 +6,20 @@ full demo's figures are in docs/demo.md."""
 from __future__ import annotations
 
 import json
-import os
-import subprocess
-import sys
-from pathlib import Path
 
 import pytest
+
+from tests.conftest import run_cli
 
 pytestmark = pytest.mark.slow
 
 
-def _cli(*args: str, cwd: Path) -> subprocess.CompletedProcess:
-    env = dict(os.environ, OMP_NUM_THREADS="1", TOKENIZERS_PARALLELISM="false")
-    return subprocess.run(
-        [sys.executable, "-m", "easyvideor1", *args],
-        capture_output=True,
-        text=True,
-        cwd=cwd,
-        env=env,
-        timeout=600,
-    )
-
-
 def test_make_tiny_model_and_a_short_demo(tmp_path):
-    r = _cli("make-tiny-model", "--family", "internvl", "--out", "M", cwd=tmp_path)
+    r = run_cli("make-tiny-model", "--family", "internvl", "--out", "M", cwd=tmp_path)
     assert r.returncode == 0, r.stderr[-2000:]
     config = json.loads((tmp_path / "M" / "config.json").read_text())
     assert config["model_type"] == "internvl" and config["vision_config"]["image_size"] == [56, 56]
-    r = _cli(
+    r = run_cli(
         "demo",
         "--family",
         "internvl",

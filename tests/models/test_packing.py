@@ -76,15 +76,19 @@ def test_packed_logprobs_equal_padded(tmp_path, records, family):
     assert (packed[~m] == 0).all()
 
 
+def _pack_all(model, exp):
+    """Every sequence of ``exp`` as padded inputs and packed into one row."""
+    seq = gather_prompts(exp.batch, exp.prompt_of)
+    counts = (
+        [exp.batch.video_counts[p] for p in exp.prompt_of],
+        [exp.batch.image_counts[p] for p in exp.prompt_of],
+    )
+    return seq, pack(model, seq, exp.ids, exp.mask, *counts)
+
+
 def test_packing_removes_padding_and_restarts_positions(tmp_path, records):
     model, _, exp = _setup(tmp_path, "qwen3_vl", records)
-    idx = list(range(len(exp)))
-    seq = gather_prompts(exp.batch, [exp.prompt_of[i] for i in idx])
-    counts = (
-        [exp.batch.video_counts[exp.prompt_of[i]] for i in idx],
-        [exp.batch.image_counts[exp.prompt_of[i]] for i in idx],
-    )
-    p = pack(model, seq, exp.ids, exp.mask, *counts)
+    seq, p = _pack_all(model, exp)
     assert (
         p.inputs["input_ids"].shape[1] == sum(p.lengths) == int(seq["attention_mask"].sum() + exp.mask.sum())
     )
@@ -108,13 +112,7 @@ def test_hybrid_family_is_refused_naming_the_key():
 
 def test_one_dimensional_positions_restart_per_sequence(tmp_path, records):
     model, _, exp = _setup(tmp_path, "internvl", records)
-    idx = list(range(len(exp)))
-    seq = gather_prompts(exp.batch, [exp.prompt_of[i] for i in idx])
-    counts = (
-        [exp.batch.video_counts[exp.prompt_of[i]] for i in idx],
-        [exp.batch.image_counts[exp.prompt_of[i]] for i in idx],
-    )
-    p = pack(model, seq, exp.ids, exp.mask, *counts)
+    seq, p = _pack_all(model, exp)
     pos = p.inputs["position_ids"]
     assert pos.shape == p.inputs["input_ids"].shape  # [1, L]: no M-RoPE rows
     starts = [0, *torch.tensor(p.lengths).cumsum(0)[:-1].tolist()]

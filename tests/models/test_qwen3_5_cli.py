@@ -5,28 +5,15 @@ config for 2 steps; the output holds a checkpoint that loads with ``from_pretrai
 from __future__ import annotations
 
 import json
-import os
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
 import torch
 
+from tests.conftest import run_cli
+
 pytestmark = pytest.mark.slow
 ROOT = Path(__file__).resolve().parents[2]
-
-
-def _cli(*args: str, cwd: Path) -> subprocess.CompletedProcess:
-    env = dict(os.environ, OMP_NUM_THREADS="2", TOKENIZERS_PARALLELISM="false")
-    return subprocess.run(
-        [sys.executable, "-m", "easyvideor1", *args],
-        capture_output=True,
-        text=True,
-        cwd=cwd,
-        env=env,
-        timeout=600,
-    )
 
 
 def test_make_tiny_qwen3_5_then_train_the_demo_config_and_load_the_checkpoint(tmp_path):
@@ -34,9 +21,9 @@ def test_make_tiny_qwen3_5_then_train_the_demo_config_and_load_the_checkpoint(tm
 
     demo = (ROOT / "configs" / "demo.yaml").read_text()
     assert "model_family" not in demo
-    r = _cli("make-tiny-model", "--family", "qwen3_5", "--out", "M", cwd=tmp_path)
+    r = run_cli("make-tiny-model", "--family", "qwen3_5", "--out", "M", cwd=tmp_path, threads=2)
     assert r.returncode == 0, r.stderr[-2000:]
-    r = _cli(
+    r = run_cli(
         "train",
         f"config={ROOT / 'configs' / 'demo.yaml'}",
         "model.path=M",
@@ -56,6 +43,7 @@ def test_make_tiny_qwen3_5_then_train_the_demo_config_and_load_the_checkpoint(tm
         "rollout.n=2",
         "trainer.loggers=[jsonl]",
         cwd=tmp_path,
+        threads=2,
     )
     assert r.returncode == 0, r.stdout[-2000:] + r.stderr[-3000:]
     ckpt = tmp_path / "O" / "checkpoints" / "step_2"
@@ -105,7 +93,7 @@ def test_eval_qwen3_5_with_its_official_preset(tmp_path):
 
     write_synthetic_set(str(tmp_path / "syn"), 1, size=(64, 48), duration=1.0)
     model = make_tiny_model(str(tmp_path / "model"), "qwen3_5")
-    r = _cli(
+    r = run_cli(
         "eval",
         "--model",
         model,
@@ -128,6 +116,7 @@ def test_eval_qwen3_5_with_its_official_preset(tmp_path):
         "--max-samples",
         "3",
         cwd=tmp_path,
+        threads=2,
     )
     assert r.returncode == 0, r.stdout[-2000:] + r.stderr[-3000:]
     res = json.loads((tmp_path / "out" / "results.json").read_text())["synthetic"]

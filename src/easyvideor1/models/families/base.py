@@ -337,8 +337,9 @@ VLLM_MOE_RELOAD = (
 TINY_MROPE = {"rope_type": "default", "rope_theta": 10000.0, "mrope_section": [6, 5, 5]}
 
 
-def qwen_text_config(vocab_size: int, token_ids: dict[str, int], hidden: int, layers: int) -> dict[str, Any]:
-    """Text-model fields shared by the tiny Qwen configs."""
+def tiny_decoder_fields(vocab_size: int, hidden: int, layers: int) -> dict[str, Any]:
+    """The decoder sizes every tiny config shares: 4 attention heads of 32 (2 for keys and values)
+    and an MLP twice as wide as the model."""
     return dict(
         vocab_size=vocab_size,
         hidden_size=hidden,
@@ -348,6 +349,13 @@ def qwen_text_config(vocab_size: int, token_ids: dict[str, int], hidden: int, la
         num_key_value_heads=2,
         head_dim=32,
         max_position_embeddings=4096,
+    )
+
+
+def qwen_text_config(vocab_size: int, token_ids: dict[str, int], hidden: int, layers: int) -> dict[str, Any]:
+    """Text-model fields shared by the tiny Qwen configs."""
+    return dict(
+        **tiny_decoder_fields(vocab_size, hidden, layers),
         bos_token_id=token_ids["<|endoftext|>"],
         eos_token_id=token_ids["<|im_end|>"],
         pad_token_id=token_ids["<|endoftext|>"],

@@ -21,7 +21,7 @@ import math
 from dataclasses import asdict
 from typing import Any
 
-from .base import ModelFamily
+from .base import ModelFamily, tiny_decoder_fields
 from .registry import register
 
 # Glm4vVideoProcessor's defaults (transformers 5.19, and the released video_preprocessor_config)
@@ -101,15 +101,12 @@ def glm_smart_resize(
 
 def glm_text_config(vocab_size: int, token_ids: dict[str, int], hidden: int, layers: int) -> dict[str, Any]:
     """Tiny GLM-4 decoder fields (GLM-4.1V's; GLM-4.5V adds its experts)."""
+    fields = tiny_decoder_fields(vocab_size, hidden, layers)
+    fields["head_dim"] = (
+        hidden // fields["num_attention_heads"]
+    )  # GLM's attention derives it so; vLLM reads it
     return dict(
-        vocab_size=vocab_size,
-        hidden_size=hidden,
-        intermediate_size=hidden * 2,
-        num_hidden_layers=layers,
-        num_attention_heads=4,
-        num_key_value_heads=2,
-        head_dim=hidden // 4,
-        max_position_embeddings=4096,
+        **fields,
         # as the released config: transformers always gives q/k/v a bias, vLLM only when told
         # (without it vLLM drops the biases: measured, log-probs 0.003-0.01 off once they move)
         attention_bias=True,
