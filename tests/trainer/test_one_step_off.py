@@ -10,6 +10,7 @@ import pytest
 import torch
 
 from easyvideor1.trainer import step as stages
+from easyvideor1.trainer.ahead import RolloutsAhead
 from easyvideor1.trainer.loop import Trainer
 
 QUIET = ("trainer.val_size=0", "trainer.max_steps=3")
@@ -77,14 +78,18 @@ def test_staleness_1_trains_each_batch_on_the_weights_one_update_old(make_cfg, m
 
     trainer.parts.engine.generate = timed("generate", own_generate)
     monkeypatch.setattr(stages, "run_update", timed("update", own_update))
+    # the job generating a batch ahead (weights handed over, prompts loaded, then sampled): timed as
+    # a whole, since on a loaded machine its loading alone can outlast a tiny model's update
+    monkeypatch.setattr(RolloutsAhead, "_run", timed("ahead", RolloutsAhead._run))
     trainer.train()
     updates = [(t0, t1) for kind, _, t0, t1 in events if kind == "update"]
-    ahead = [
-        (t0, t1) for kind, name, t0, t1 in events if kind == "generate" and name.startswith("rollouts-ahead")
+    ahead = [(t0, t1) for kind, _, t0, t1 in events if kind == "ahead"]
+    sampled_ahead = [
+        name for kind, name, *_ in events if kind == "generate" and name.startswith("rollouts-ahead")
     ]
-    assert len(updates) == 3 and len(ahead) == 2  # steps 1 and 2 generate the next step's batch
-    for (u0, u1), (g0, g1) in zip(updates, ahead, strict=False):  # step k's update and its batch ahead
-        assert g0 < u1 and u0 < g1, events
+    assert len(updates) == 3 and len(ahead) == len(sampled_ahead) == 2  # steps 1, 2 make the next batch
+    for (u0, u1), (a0, a1) in zip(updates, ahead, strict=False):  # step k's update and its batch ahead
+        assert a0 < u1 and u0 < a1, events
     rows = [h for h in trainer.history if "reward/overall" in h]
     assert len(rows) == 3
     metrics = _metrics(trainer)
