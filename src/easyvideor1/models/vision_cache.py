@@ -209,13 +209,7 @@ class VisionFeatureCache:
 
     def _serve(self, kind: str, grid_thw, return_dict: bool):
         out = self.features[kind]
-        prompts = self.prompts or []
-        own = self.sequences if self.sequences is not None else [None] * len(prompts)
-        items = [
-            i
-            for p, s in zip(prompts, own, strict=True)
-            for i in self.prompt_items[kind][p] + (self.own_items[kind][s] if s is not None else [])
-        ]
+        items = self._items(kind)
         grids = self.inputs[kind][1]
         expected = grids[items] if items else grids[:0]
         if grid_thw is None or not torch.equal(expected, grid_thw.detach().cpu().to(expected.dtype)):
@@ -249,6 +243,7 @@ class VisionFeatureCache:
         return served if return_dict else served.to_tuple()
 
     def _items(self, kind: str) -> list[int]:
+        """The step's items of ``kind`` this forward serves: each prompt's, then its sequence's own."""
         prompts = self.prompts or []
         own = self.sequences if self.sequences is not None else [None] * len(prompts)
         return [
