@@ -178,7 +178,10 @@ def test_what_glm_cannot_do_is_refused_with_the_reason(tmp_path):
     from easyvideor1.trainer.rollout_engines import make_rollout_engine
 
     # GLM-4.1V's template has no tool-call format: an episode's tools would never be called
-    with pytest.raises(ValueError, match="tools.names: the glm4v family has no tool-call format"):
+    with pytest.raises(
+        ValueError,
+        match="tools.names: glm4v cannot run tool episodes .GLM-4.1V's chat template has no tool-call format",
+    ):
         ToolSession(ToolsConfig(names=["seek"]), "glm4v")
     # vLLM 0.32 does not take GLM-4.5V's pushed weights: training with it is refused up front
     model = AutoModelForImageTextToText.from_pretrained(make_tiny_model(str(tmp_path / "m"), "glm4v_moe"))

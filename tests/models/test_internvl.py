@@ -177,3 +177,13 @@ def test_lora_defaults_leave_the_tower_and_projector_alone(tiny):
     with_vision, _ = load_policy(tiny, lora=LoraConfig(rank=4, vision=True))
     names = set(L.adapter_parameters(with_vision))
     assert any(".vision_tower." in n for n in names) and any(".multi_modal_projector." in n for n in names)
+
+
+def test_tool_episodes_are_refused_when_the_tools_are_set_up():
+    from easyvideor1.tools.config import ToolsConfig
+    from easyvideor1.tools.video import ToolSession
+
+    with pytest.raises(
+        ValueError, match="tools.names: internvl cannot run tool episodes .its processor gives no grid"
+    ):
+        ToolSession(ToolsConfig(names=["seek"]), "internvl")

@@ -174,13 +174,6 @@ class _Run:
     def __init__(self, processor, first: PromptBatch, tools: EpisodeTools, model_family: str, eos_id: int):
         self.processor, self.tools, self.model_family = processor, tools, model_family
         self.family, self.settings = get_family(model_family), tools.settings
-        if first.pixel_rows is not None:
-            # an episode's vision tensors are split and joined by Qwen-VL grids (tool turns' media
-            # after the prompt's); a grid-less layout would lose them silently
-            raise ValueError(
-                f"tools.* (multi-turn episodes) are not supported for {self.family.model_type}: its "
-                "processor gives no grid tensors to place the tool turns' media by; run without tools"
-            )
         inputs = dict(first.inputs)
         self.ep = Episode(prompt_len=int(inputs["input_ids"].shape[1]), inputs=inputs)
         self.ep.video_count, self.ep.image_count = first.video_counts[0], first.image_counts[0]

@@ -207,10 +207,10 @@ class ToolSession:
         from ..models.families import get_family
 
         family = get_family(self.model_family)
-        if self.specs and not family.tool_calls:
+        if self.specs and family.no_tools:
             raise ValueError(
-                f"tools.names: the {family.model_type} family has no tool-call format in its chat "
-                "template, so its policy cannot call tools; use a Qwen-VL or Qwen3.5 model or drop tools.names"
+                f"tools.names: {family.model_type} cannot run tool episodes ({family.no_tools}); "
+                "use a Qwen-VL or Qwen3.5 model or drop tools.names"
             )
 
     def schemas(self) -> list[dict[str, Any]]:

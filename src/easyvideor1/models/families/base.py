@@ -133,8 +133,10 @@ class ModelFamily:
             (the first is the text end / padding token).
         eos_tokens: Tokens that end a policy turn (the generation config's ``eos_token_id``); the
             first is the one appended after an offline response.
-        tool_calls: The chat template writes tool schemas, calls and results in a format
-            :meth:`split_tool_calls` reads (multi-turn episodes with ``tools.names`` need it).
+        no_tools: ``None`` when the family runs multi-turn tool episodes (``tools.names``): its
+            chat template writes tool schemas, calls and results in a format
+            :meth:`split_tool_calls` reads, and its media are placed by Qwen-VL grids; else why not
+            (refused with it when the tools are set up).
         mrope: The text model's RoPE is Qwen-VL's 3-D M-RoPE (positions from ``get_rope_index``);
             False: plain 1-D positions (InternVL's Qwen3 text model).
         resize_images: Our loader resizes images to the factor grid within the image pixel budget
@@ -170,7 +172,7 @@ class ModelFamily:
     mrope: bool = True
     resize_images: bool = True
     demo_overrides: tuple[str, ...] = ()
-    tool_calls: bool = True
+    no_tools: str | None = None
     frame_rule: str = "qwen"
 
     @property

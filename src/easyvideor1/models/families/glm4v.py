@@ -274,8 +274,8 @@ GLM4V_FACTS = dict(
     placeholder_tokens=GLM_VISION_TOKENS,
     eos_tokens=("<|endoftext|>", "<|user|>", "<|observation|>"),
     frame_rule="glm4v",
-    # GLM-4.1V's released template has no tool list or call format (GLM-4.5V's XML one is not read yet)
-    tool_calls=False,
+    # GLM-4.5V's XML call format is not read yet
+    no_tools="GLM-4.1V's chat template has no tool-call format",
     vllm_max_videos=1,  # vLLM 0.32's GLM-4.1V/4.5V: "At most 1 video(s) may be provided in one prompt"
 )
 

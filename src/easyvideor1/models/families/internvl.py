@@ -245,6 +245,7 @@ FAMILY = register(
         mrope=False,
         resize_images=False,
         frame_rule="internvl",
+        no_tools="its processor gives no grid tensors to place the tool turns' media by",
         # the demo's 32x32 frame budget is a Qwen-VL one: the tiny model's 56x56 tiles decide
         demo_overrides=("data.video_min_pixels=null", "data.video_max_pixels=null"),
         placeholder_tokens=INTERNVL_VISION_TOKENS,
