@@ -47,6 +47,7 @@ def test_vllm_rollouts_follow_the_lora_policy(make_cfg, demo_assets, tmp_path, s
         "model.lora.alpha=32",
         "trainer.export_merged=true",
         "rollout.engine=vllm",
+        "rollout.vllm.dtype=float32",  # the tiny model trains in fp32: the engine computes as it does
         f"rollout.vllm.lora_sync={sync}",
         f"rollout.mode={mode}",
         "rollout.hybrid=always",  # a correct offline answer in every group: non-zero advantages

@@ -48,6 +48,7 @@ def test_vllm_rollouts_follow_the_trainer_weights(make_cfg, demo_assets, tmp_pat
     overrides = [
         *base_overrides(demo_assets, out),
         "rollout.engine=vllm",
+        "rollout.vllm.dtype=float32",  # the tiny model trains in fp32: the engine computes as it does
         "rollout.hybrid=always",  # a correct offline answer in every group: non-zero advantages
         "trainer.mini_batch_prompts=4",
         "trainer.lr=2e-2",
@@ -82,6 +83,7 @@ def test_vllm_rollouts_run_episodes_the_trainer_recomputes(make_cfg, demo_assets
         *base_overrides(demo_assets, out),
         f"data.train_files=[{turns_file}]",
         "rollout.engine=vllm",
+        "rollout.vllm.dtype=float32",  # the tiny model trains in fp32: the engine computes as it does
         "rollout.hybrid=always",
         "rollout.max_new_tokens=48",
         "tools.names=[seek]",

@@ -93,6 +93,8 @@ class RolloutEngine(Protocol):
         adapter_sync: True when the engine serves a LoRA adapter on top of base weights and takes
             only the adapter (:meth:`update_adapter`) instead of merged weights.
         runs_episodes: True when a request's ``episode_tools`` are run (multi-turn episodes).
+        weight_dtype: The dtype the engine holds its weights in (pushed weights are cast to it),
+            or None where it takes them as they come.
     """
 
     eos_ids: list[int]
@@ -101,6 +103,7 @@ class RolloutEngine(Protocol):
     owns_weights: bool
     adapter_sync: bool
     runs_episodes: bool
+    weight_dtype: torch.dtype | None
 
     def submit(self, request: Request) -> Future:
         """Queue one request; the future gives its :class:`Responses` (``request.n`` rows)."""
@@ -129,12 +132,16 @@ class RolloutEngine(Protocol):
         """Serve the PEFT adapter in ``adapter_dir`` from now on (engines with ``adapter_sync``)."""
         ...
 
-    def sleep(self) -> None:
-        """Release the engine's accelerator memory for the update (a no-op where unsupported)."""
+    def sleep(self, level: int = 1) -> None:
+        """Release the engine's accelerator memory for the update (a no-op where unsupported):
+        level 1 keeps a host copy of the weights, level 2 discards them (the next push rewrites
+        every weight anyway)."""
         ...
 
-    def wake_up(self) -> None:
-        """Take the memory released by :meth:`sleep` back."""
+    def wake_up(self, tags: list[str] | None = None) -> None:
+        """Take the memory released by :meth:`sleep` back: all of it, or only ``tags``
+        (``["weights"]``, then ``["kv_cache"]``), so the weights can be pushed before the KV
+        cache takes its share."""
         ...
 
     def close(self) -> None:

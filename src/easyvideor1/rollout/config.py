@@ -29,6 +29,11 @@ class VLLMConfig:
         lora_sync: With ``model.lora``: ``merged`` pushes ``W + scaling * B @ A`` for every adapted
             weight after each update; ``adapter`` runs the engine with vLLM's LoRA support and
             sends only the adapter (PEFT files, language-model targets only).
+        dtype: The training engine's weights and compute (``bfloat16``, ``float32``, ``float16``
+            or ``auto``: the checkpoint's), independent of the trainer's fp32 master weights;
+            pushed weights are cast to it. Match the trainer's compute dtype
+            (``distributed.param_dtype``) so sampled and recomputed log-probs compare like with
+            like (``rollout/logprob_gap_*``). ``eval`` and ``filter`` take ``--dtype`` instead.
     """
 
     gpu_memory_utilization: float | None = None
@@ -39,9 +44,11 @@ class VLLMConfig:
     sleep_between_phases: bool = False
     max_model_len: int = 0
     lora_sync: str = "merged"
+    dtype: str = "bfloat16"
 
     def __post_init__(self) -> None:
         one_of("rollout.vllm.lora_sync", self.lora_sync, ("merged", "adapter"))
+        one_of("rollout.vllm.dtype", self.dtype, ENGINE_DTYPES)
         if self.gpu_memory_utilization is not None:
             in_range("rollout.vllm.gpu_memory_utilization", self.gpu_memory_utilization, 0, 1, low_open=True)
         at_least("rollout.vllm.tensor_parallel_size", self.tensor_parallel_size, 1)
@@ -80,6 +87,7 @@ COLOCATED_MEMORY_SHARE = 0.5
 MAX_STALENESS = 8
 ALONE_MEMORY_SHARE = 0.9
 ENGINES = ("hf", "vllm")
+ENGINE_DTYPES = ("bfloat16", "float32", "float16", "auto")
 
 
 ROLLOUT_MODES = ("sync", "one_step_off", "async")

@@ -53,6 +53,7 @@ class HFRolloutEngine(RequestQueue):
     """
 
     adapter_sync = False  # plain HF weights: LoRA reaches the copy merged
+    weight_dtype = None  # pushed weights are copied into its model, which casts them
     runs_episodes = True
 
     def __init__(self, model, processor, owns_weights: bool = False, max_batch: int = 16):
@@ -160,10 +161,10 @@ class HFRolloutEngine(RequestQueue):
         for name, tensor in named_tensors:
             target[name].copy_(tensor)
 
-    def sleep(self) -> None:
+    def sleep(self, level: int = 1) -> None:
         """Nothing to release: ``generate`` holds no memory between calls."""
 
-    def wake_up(self) -> None:
+    def wake_up(self, tags: list[str] | None = None) -> None:
         """See :meth:`sleep`."""
 
     def update_adapter(self, adapter_dir: str) -> None:

@@ -96,12 +96,15 @@ class VLLMRolloutEngine(RequestQueue, VLLMResponses):
         tensor_parallel_size: GPUs per engine (> 1 needs ``in_process=False``).
         enforce_eager: Skip CUDA-graph capture / compilation (faster start, slower decoding).
         in_process: Run engine core and worker in this process (sets ``VLLM_ENABLE_V1_MULTIPROCESSING=0``
-            for the process, ``distributed_executor_backend="uni"``; starts in seconds, weights pass
-            by reference). Otherwise vLLM's default worker processes (weights travel as safetensors
-            bytes). vLLM seeds the global RNGs while it starts; the caller's states are restored.
-        executor: Override ``distributed_executor_backend`` (e.g. ``"external_launcher"`` for tensor
-            parallelism across torchrun ranks). Under torchrun the default in-process engine is one
-            full copy per rank; it joins the trainer's process group and leaves it intact on close.
+            for the process; starts in seconds, weights pass by reference). Otherwise vLLM's
+            default worker processes (weights travel as safetensors bytes). vLLM seeds the global
+            RNGs while it starts; the caller's states are restored.
+        executor: Override ``distributed_executor_backend``. By default an in-process engine uses
+            ``"uni"`` alone and, under torchrun, ``"external_launcher"``: the one executor that
+            takes the rank's device from ``LOCAL_RANK`` (``"uni"`` would take device 0 on every
+            rank and move the rank's current device there). Each rank's engine is then one full
+            copy that samples its own prompts (tensor parallel 1); it joins the trainer's
+            process group and leaves it intact on close.
         enable_prefix_caching: Share KV of common prefixes (the ``n`` samples of a prompt).
         enable_sleep_mode: Allow :meth:`sleep` (GPU only; ignored elsewhere).
         limit_mm_per_prompt: Max media per prompt, e.g. ``{"video": 2, "image": 4}``.
@@ -135,6 +138,8 @@ class VLLMRolloutEngine(RequestQueue, VLLMResponses):
             raise ValueError(f"weight_transport must be 'auto' or 'bytes', got {weight_transport!r}")
         if in_process and tensor_parallel_size > 1 and executor is None:
             raise ValueError("tensor_parallel_size > 1 needs in_process=False (or executor=...)")
+        if executor is None and in_process:
+            executor = "external_launcher" if _torch_distributed_ready() else "uni"
         os.environ["VLLM_ENABLE_V1_MULTIPROCESSING"] = "0" if in_process else "1"
         from vllm import LLM
         from vllm.platforms import current_platform
@@ -157,7 +162,7 @@ class VLLMRolloutEngine(RequestQueue, VLLMResponses):
             enforce_eager=enforce_eager,
             enable_prefix_caching=enable_prefix_caching,
             enable_sleep_mode=self._sleep_ok,
-            distributed_executor_backend=executor or ("uni" if in_process else None),
+            distributed_executor_backend=executor,
             worker_extension_cls=_EXTENSION,
             logprobs_mode="processed_logprobs",
         )
@@ -175,18 +180,29 @@ class VLLMRolloutEngine(RequestQueue, VLLMResponses):
         kwargs.update(engine_kwargs or {})
         if in_process and _torch_distributed_ready():
             _keep_callers_process_group()
+        device = _current_device()
         with _global_rng_kept():  # vLLM reseeds random/numpy/torch: the trainer's streams must not move
             self.llm = LLM(**kwargs)
+        self.executor = executor or "multiprocess"
+        self.weight_dtype = self.llm.llm_engine.model_config.dtype  # pushed weights are cast to it
+        _check_device_kept(device, self.executor)
+        log.info(
+            "rank %s: vLLM engine on %s with the %s executor, weights in %s",
+            os.environ.get("RANK", "0"),
+            device,
+            self.executor,
+            self.weight_dtype,
+        )
 
     @classmethod
     def from_config(
-        cls, model_path: str, processor, cfg: VLLMConfig, *, dtype: str, seed: int, colocated: bool, **kwargs
+        cls, model_path: str, processor, cfg: VLLMConfig, *, seed: int, colocated: bool, **kwargs
     ) -> VLLMRolloutEngine:
         """The engine ``rollout.vllm`` describes (``colocated``: it shares the GPU with a trainer)."""
         return cls(
             model_path,
             processor,
-            dtype=dtype,
+            dtype=cfg.dtype,
             seed=seed,
             max_model_len=cfg.max_model_len or None,
             gpu_memory_utilization=cfg.memory_share(colocated),
@@ -271,6 +287,7 @@ class VLLMRolloutEngine(RequestQueue, VLLMResponses):
                 f"cannot push weights to vLLM's {self.family.model_type}: {self.family.vllm_weight_push}"
             )
         named_tensors = self.family.checkpoint_tensors(named_tensors)  # vLLM reads the released layout
+        named_tensors = _cast_floating(named_tensors, self.weight_dtype)
         if self.in_process and self.weight_transport == "auto":
             payload: Any = named_tensors
         else:
@@ -305,17 +322,16 @@ class VLLMRolloutEngine(RequestQueue, VLLMResponses):
         self.llm.llm_engine.reset_encoder_cache()
 
     def sleep(self, level: int = 1) -> None:
-        """Free GPU memory for training (level 1 offloads weights, 2 discards them); CPU: no-op."""
+        """Free GPU memory for training (level 1 offloads weights to host memory, 2 discards
+        them) and drop the KV cache; a no-op without sleep mode (CPU)."""
         if self._sleep_ok:
             self.llm.sleep(level=level)
-        else:
-            log.info("vLLM sleep() skipped: sleep mode is off or unsupported on this platform")
 
-    def wake_up(self) -> None:
+    def wake_up(self, tags: list[str] | None = None) -> None:
+        """Map back the memory :meth:`sleep` released: ``tags`` ``["weights"]`` then
+        ``["kv_cache"]`` lets a push land before the KV cache is allocated (None: both)."""
         if self._sleep_ok:
-            self.llm.wake_up()
-        else:
-            log.info("vLLM wake_up() skipped: sleep mode is off or unsupported on this platform")
+            self.llm.wake_up(tags=tags)
 
     def close(self) -> None:
         """Shut the engine down (worker processes included) and release its memory."""
@@ -350,6 +366,32 @@ def _global_rng_kept() -> Iterator[None]:
         finally:
             random.setstate(states[0])
             np.random.set_state(states[1])
+
+
+def _cast_floating(named_tensors, dtype: torch.dtype) -> Iterator[tuple[str, torch.Tensor]]:
+    """The pairs with floating tensors in ``dtype``, one at a time: an fp32 master pushes bf16
+    copies (half the bytes) to a bf16 engine, never a whole cast state dict."""
+    for name, t in named_tensors:
+        yield name, t.to(dtype) if t.is_floating_point() else t
+
+
+def _current_device() -> str:
+    """This process's current device: ``cuda:<index>`` on a GPU, else ``cpu``."""
+    if torch.cuda.is_available() and torch.cuda.is_initialized():
+        return f"cuda:{torch.cuda.current_device()}"
+    return "cpu"
+
+
+def _check_device_kept(before: str, executor: str) -> None:
+    """Starting the engine must leave this rank on its own device: an executor that does not
+    follow ``LOCAL_RANK`` moves every rank to device 0, where the trainer's collectives and
+    tensors would then land."""
+    after = _current_device()
+    if after != before:
+        raise RuntimeError(
+            f"the vLLM engine ({executor} executor) moved this rank from {before} to {after}: under "
+            "torchrun an in-process engine must use the external_launcher executor (LOCAL_RANK)"
+        )
 
 
 def _torch_distributed_ready() -> bool:

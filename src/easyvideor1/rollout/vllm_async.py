@@ -40,6 +40,7 @@ class AsyncVLLMEngine(VLLMResponses):
 
     owns_weights = False  # serves a checkpoint; nothing is pushed to it
     adapter_sync = False
+    weight_dtype = None  # serves a checkpoint: nothing is pushed
     runs_episodes = True
     max_episodes = 64  # episode requests running at once (threads waiting on vLLM or on their tools)
 
@@ -148,10 +149,10 @@ class AsyncVLLMEngine(VLLMResponses):
     def update_adapter(self, adapter_dir: str) -> None:
         raise RuntimeError("the AsyncLLM engine serves a checkpoint: adapters are not pushed to it")
 
-    def sleep(self) -> None:
+    def sleep(self, level: int = 1) -> None:
         """Nothing to release between phases: no trainer shares this engine's GPU."""
 
-    def wake_up(self) -> None:
+    def wake_up(self, tags: list[str] | None = None) -> None:
         """See :meth:`sleep`."""
 
     def close(self) -> None:

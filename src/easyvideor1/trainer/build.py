@@ -55,6 +55,8 @@ def start(cfg) -> DistState:
         check_episodes(cfg)
     if cfg.rollout.overlaps:
         check_overlap(cfg, dist)
+    if cfg.rollout.engine == "vllm" and dist.enabled:
+        check_engine_per_rank(cfg)
     if cfg.rollout.placement == "separate" and dist.enabled:
         raise ValueError(
             "rollout.placement=separate runs in one process for now (under torchrun each rank would "
@@ -82,6 +84,24 @@ def check_overlap(cfg, dist: DistState) -> None:
         raise ValueError(
             f"rollout.mode={mode} generates during the update: rollout.vllm.sleep_between_phases "
             "must be false"
+        )
+
+
+def check_engine_per_rank(cfg) -> None:
+    """Under torchrun each rank runs one vLLM engine in its own process, on its own device (vLLM's
+    external launcher follows ``LOCAL_RANK``), sampling its own prompts: what that cannot serve is
+    refused with the key to change."""
+    v = cfg.rollout.vllm
+    if v.tensor_parallel_size > 1:
+        raise ValueError(
+            f"rollout.vllm.tensor_parallel_size={v.tensor_parallel_size} under torchrun: vLLM's external "
+            "launcher runs a tensor-parallel group as one engine fed the same prompts on every rank, while "
+            "each rank here samples its own; use 1 (one engine per rank: an 8B model fits one GPU)"
+        )
+    if not v.in_process:
+        raise ValueError(
+            "rollout.vllm.in_process=false under torchrun: vLLM's worker process takes device 0 on every "
+            "rank; use rollout.vllm.in_process=true (the engine then follows LOCAL_RANK)"
         )
 
 

@@ -88,6 +88,7 @@ def save_checkpoint(
     state: DistState | None = None,
     reference=None,
     export_merged: bool = False,
+    export_dtype: str | None = None,
 ) -> Path:
     """Write step ``step``'s checkpoint (a collective under torchrun: every rank calls it).
 
@@ -95,6 +96,8 @@ def save_checkpoint(
     supervised warm-up), saved sharded under ``reference/`` so that a resumed run gets it back: a
     model, or with LoRA the snapshot of the warmed-up adapter (a dict of tensors).
     ``export_merged``: with LoRA, also write ``merged/`` (a plain Hugging Face model directory).
+    ``export_dtype``: the dtype of the Hugging Face weights written (None: the master weights';
+    the sharded training state always keeps them exact).
     """
     import torch.distributed.checkpoint as dcp
     from torch.distributed.checkpoint import HuggingFaceStorageWriter
@@ -131,8 +134,7 @@ def save_checkpoint(
         if lora:
             _quietly(save_adapter, model, tmp / "adapter", full)
         else:
-            _quietly(model.save_pretrained, tmp, state_dict=full)  # no progress bar per checkpoint
-            write_released_layout(tmp)
+            save_hf_weights(model, tmp, full, export_dtype)
         if processor is not None:
             processor.save_pretrained(tmp)
         py_state = random.getstate()
@@ -186,6 +188,21 @@ def export_model(model, processor, directory: str | os.PathLike, state: DistStat
         os.replace(tmp, final)
     barrier()
     return final
+
+
+def save_hf_weights(model, directory: Path, full: dict[str, torch.Tensor], dtype: str | None) -> None:
+    """``model.save_pretrained`` of the full state dict ``full``, its floating tensors (and the
+    config's ``dtype``) in ``dtype`` when given, in the released tensor layout."""
+    if dtype is not None:
+        cast = getattr(torch, dtype)
+        full = {k: v.to(cast) if v.is_floating_point() else v for k, v in full.items()}
+        before, model.config.dtype = model.config.dtype, cast
+    try:
+        _quietly(model.save_pretrained, directory, state_dict=full)  # no progress bar per checkpoint
+    finally:
+        if dtype is not None:
+            model.config.dtype = before
+    write_released_layout(directory)
 
 
 def _quietly(fn, *args, **kwargs):

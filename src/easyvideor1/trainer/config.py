@@ -71,7 +71,12 @@ class ModelConfig:
         path: A Hugging Face Qwen2-VL / Qwen2.5-VL / Qwen3-VL checkpoint directory (loaded with
             ``AutoModelForImageTextToText`` and ``AutoProcessor``). Build a tiny one offline with
             ``easyvideor1 make-tiny-model``.
-        dtype: ``float32`` or ``bfloat16``.
+        dtype: The master weights' dtype: trainable parameters and optimizer state (``float32``;
+            compute in ``bfloat16`` with ``distributed.param_dtype``). ``bfloat16`` masters are
+            refused when the learning rate is too small to move them (:func:`~easyvideor1.
+            trainer.precision.check_master_precision`) unless ``allow_low_precision_masters``.
+        allow_low_precision_masters: Run with bf16/fp16 master weights even when most of the
+            trainable weights cannot move by one step of ``trainer.lr`` (experiments only).
         gradient_checkpointing: Recompute activations in the backward pass (less memory, more time).
         freeze_vision_tower: Train only the language model and the merger.
         lora: LoRA adapters instead of full fine-tuning (:class:`LoraConfig`; ``rank: 0`` = off).
@@ -79,6 +84,7 @@ class ModelConfig:
 
     path: str = ""
     dtype: str = "float32"
+    allow_low_precision_masters: bool = False
     gradient_checkpointing: bool = False
     freeze_vision_tower: bool = False
     lora: LoraConfig = field(default_factory=LoraConfig)
@@ -126,6 +132,9 @@ class TrainerConfig:
         export_merged: With ``model.lora``, every checkpoint also holds ``merged/``: the adapter
             merged into the base weights, a plain Hugging Face model directory (serve or evaluate it
             without peft). Without LoRA the checkpoint is such a directory already.
+        export_dtype: The dtype of a checkpoint's Hugging Face weights: null (default) writes the
+            master weights' dtype (``model.dtype``); ``bfloat16`` halves them for serving. The
+            sharded training state that resumes a run is always exact.
         video_probe_every: Does the policy look at the video? Every k steps, and at the first
             (before and after the warm-up) and final validation, validation also runs with each
             probe of ``video_probe`` applied to the validation prompts that have a video (0 = off;
@@ -167,6 +176,7 @@ class TrainerConfig:
     resume: str = "auto"
     loggers: list[str] = field(default_factory=lambda: ["console", "jsonl", "tensorboard"])
     export_merged: bool = False
+    export_dtype: str | None = None
     video_probe_every: int = 0
     video_probe: list[str] = field(default_factory=lambda: ["blank"])
     eval: TrainingEvalConfig = field(default_factory=TrainingEvalConfig)
@@ -217,6 +227,8 @@ class TrainerConfig:
         )
         unknown = [name for name in self.loggers if name not in LOGGERS]
         require(not unknown, "trainer.loggers", f"entries must be among {', '.join(LOGGERS)}", unknown)
+        if self.export_dtype is not None:
+            one_of("trainer.export_dtype", self.export_dtype, ("float32", "bfloat16", "float16"))
         n = self.video_probe_every
         require(
             isinstance(n, int) and not isinstance(n, bool) and n >= 0,
@@ -282,10 +294,13 @@ class DistributedConfig:
 
     Parameters:
         backend: ``auto`` (NCCL when CUDA is available, else gloo), ``nccl`` or ``gloo``.
-        param_dtype: FSDP mixed precision: parameters are all-gathered and computed in this dtype
-            (``bfloat16`` on GPUs) while the sharded master weights and the optimizer stay in the
-            model's dtype. ``null`` computes in the model's dtype.
-        reduce_dtype: Gradient reduce-scatter dtype under mixed precision (``float32`` is safest).
+        param_dtype: The compute dtype: parameters are all-gathered (FSDP2) and computed in it
+            (``bfloat16`` on GPUs) while the master weights and the optimizer state stay in
+            ``model.dtype`` (``float32``). In one process without FSDP the forwards run under
+            ``torch.autocast`` in it. The KL reference model and an HF rollout copy are held in
+            it. ``null`` computes in ``model.dtype``.
+        reduce_dtype: Gradient reduce-scatter dtype (``float32`` is safest); honoured with or
+            without ``param_dtype``.
         cpu_offload: Keep sharded parameters, gradients and optimizer states in CPU memory
             (GPU runs only; slower, for models that do not fit).
         reshard_after_forward: Free the gathered parameters after each layer's forward (ZeRO-3);

@@ -154,11 +154,12 @@ def shard_model(model: torch.nn.Module, cfg: DistributedConfig, state: DistState
     """FSDP2: ``fully_shard`` each decoder layer and vision block, then the root (in place)."""
     from torch.distributed.fsdp import CPUOffloadPolicy, MixedPrecisionPolicy, OffloadPolicy, fully_shard
 
-    mp = MixedPrecisionPolicy()
-    if cfg.param_dtype:
-        mp = MixedPrecisionPolicy(
-            param_dtype=_DTYPES[cfg.param_dtype], reduce_dtype=_DTYPES[cfg.reduce_dtype]
-        )
+    # the sharded parameters (the optimizer's masters) keep the model's dtype; the all-gathered
+    # copies compute in param_dtype; gradients are reduced in reduce_dtype whatever param_dtype is
+    mp = MixedPrecisionPolicy(
+        param_dtype=_DTYPES[cfg.param_dtype] if cfg.param_dtype else None,
+        reduce_dtype=_DTYPES[cfg.reduce_dtype],
+    )
     offload: OffloadPolicy = OffloadPolicy()
     if cfg.cpu_offload:
         if state.device.type != "cuda":
@@ -195,11 +196,12 @@ _data_group = None
 
 
 def new_thread_group():
-    """A process group for another thread's collectives (every rank creates it, in step), or None
-    without torchrun."""
+    """A gloo process group for another thread's collectives (every rank creates it, in step), or
+    None without torchrun. Gloo, also on GPUs: NCCL communicators driven from two threads at once
+    can deadlock, and these collectives carry a few small objects."""
     if not (dist.is_available() and dist.is_initialized()):
         return None
-    return dist.new_group(backend=dist.get_backend())
+    return dist.new_group(backend="gloo")
 
 
 @contextmanager
@@ -225,7 +227,7 @@ def data_group():
 def max_over_ranks(value: int) -> int:
     if not (dist.is_available() and dist.is_initialized()):
         return value
-    t = torch.tensor([value], dtype=torch.int64, device=_comm_device())
+    t = torch.tensor([value], dtype=torch.int64, device=_comm_device(_group()))
     dist.all_reduce(t, op=dist.ReduceOp.MAX, group=_group())
     return int(t.item())
 
@@ -253,7 +255,7 @@ def _totals(values: dict[str, float]) -> dict[str, tuple[float, float]]:
     t = torch.tensor(
         [[float(values.get(k, 0.0)) for k in keys], [float(k in values) for k in keys]],
         dtype=torch.float64,
-        device=_comm_device(),
+        device=_comm_device(_group()),
     )
     dist.all_reduce(t, group=_group())
     return {k: (float(t[0, i]), float(t[1, i])) for i, k in enumerate(keys)}
@@ -285,8 +287,9 @@ def barrier() -> None:
         dist.barrier()
 
 
-def _comm_device() -> torch.device:
-    if dist.get_backend() == "nccl":
+def _comm_device(group=None) -> torch.device:
+    """Where a tensor for a collective on ``group`` must live (NCCL: the current GPU)."""
+    if dist.get_backend(group) == "nccl":
         return torch.device("cuda", torch.cuda.current_device())
     return torch.device("cpu")
 

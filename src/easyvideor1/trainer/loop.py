@@ -108,6 +108,8 @@ class Trainer:
         t0 = time.perf_counter()
         metrics: dict[str, float] = {}
         exp, samples, batch, data_s = self._rollouts(metrics)
+        greedy = stages.greedy_baseline(cfg, parts.engine, settings.sampling, batch, samples)
+        parts.handoff.release()  # generation is over: the engine sleeps through log-probs and update
         if parts.dist.sp_size > 1:  # the ranks of a group must hold the same sequences to split them
             same_rollouts_in_group(exp, parts.dist)
         if self._ahead is not None:  # the next steps' rollouts, on the weights from before this update
@@ -116,6 +118,7 @@ class Trainer:
         exp.old_logp, exp.ref_logp, entropy = stages.logprobs(
             parts, exp, settings.update, settings.kl_reference, self.state.reference_from_warmup
         )
+        parts.handoff.mark("after_logprobs")
         # overlong penalty and KL-in-reward on the ``overall`` scores, with the KL coefficient
         # this step's rollouts were made under
         shaped = shape_rewards(
@@ -133,9 +136,7 @@ class Trainer:
             settings.update.kl_loss_coef = parts.kl_ctl.value if cfg.algorithm.kl.apply_as == "loss" else 0.0
         metrics.update(mismatch_metrics(exp))
         t_logp = time.perf_counter()
-        exp.advantages = stages.advantages(
-            cfg, parts.engine, settings.sampling, parts.dist, exp, shaped.rewards, batch, samples
-        )
+        exp.advantages = stages.advantages(cfg, parts.dist, exp, shaped.rewards, samples, greedy)
         metrics.update(hybrid_metrics(exp))
         stages.leave_out_unscored(exp)
         metrics.update(stages.correct_rollouts(cfg.algorithm, exp))
@@ -144,10 +145,11 @@ class Trainer:
         mini = stages.mini_batches(
             exp.prompt_of, tc.mini_batch_prompts // parts.dist.data_world, tc.ppo_epochs
         )
-        # the engine sleeps during the update and gets the new weights after it (generating ahead:
-        # the rollout thread loads them before its next batch)
+        # after the update: free the cache, wake the engine's weights, push, wake its KV cache
+        # (generating ahead: the rollout thread loads the new weights before its next batch)
         with parts.handoff:
             update = stages.run_update(parts, exp, mini, settings.update)
+        metrics.update({f"memory/{phase}_gib": gib for phase, gib in parts.handoff.memory.items()})
         t_end = time.perf_counter()
         times = {"data": t_data - t0, "rollout": t_rollout - t_data, "logprobs": t_logp - t_rollout}
         times.update(update=t_end - t_logp, step=t_end - t0)
@@ -181,6 +183,7 @@ class Trainer:
             self._ahead.fill(self.cfg.trainer.max_steps - step)
             got = self._ahead.take()
         if got is None:
+            self.parts.handoff.ensure_awake()
             version = self.engine_version
             out = self._collect(metrics)
         else:
@@ -263,6 +266,7 @@ class Trainer:
         parts, data = self.parts, self.data
         if self._ahead is not None:
             self._ahead.drain()
+        parts.handoff.ensure_awake()
         return validate_policy(
             parts.engine,
             parts.processor,

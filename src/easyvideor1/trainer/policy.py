@@ -15,6 +15,7 @@ import torch
 from ..models.loading import load_policy
 from ..models.lora import adapter_snapshot, is_lora, parameter_counts, plain_copy
 from .distributed import DistState, shard_model
+from .precision import autocast_forward, check_master_precision, compute_dtype
 
 
 @dataclass
@@ -50,6 +51,8 @@ def build_policy(cfg, dist: DistState, kl_reference: bool, warmup: bool) -> Poli
         m.path, m.dtype, m.gradient_checkpointing, m.freeze_vision_tower, lora=m.lora
     )
     model.train()
+    check_master_precision(model, cfg)  # before anything is copied or sharded: a fast refusal
+    compute = compute_dtype(cfg)
     lora = is_lora(model)
     trainable, total = parameter_counts(model)
     # copies made before sharding: the reference policy, and a full model for HF rollouts under
@@ -57,14 +60,17 @@ def build_policy(cfg, dist: DistState, kl_reference: bool, warmup: bool) -> Poli
     # With LoRA the reference is the same model with its adapter disabled: no copy
     # (``models/lora.py``); after the warm-up, a snapshot of the adapter (allocated below so that
     # it is sharded like the adapter and a resume can load into it).
-    ref_model = copy.deepcopy(model).eval().requires_grad_(False) if kl_reference and not lora else None
+    # frozen copies need no fp32 masters: they are held in the compute dtype (half the memory)
+    ref_model = None
+    if kl_reference and not lora:
+        ref_model = copy.deepcopy(model).eval().requires_grad_(False).to(compute)
     rollout_model = None
     # (and one to generate with during the update when rollouts overlap it: rollout.mode)
     # (none when the engine runs in a process of its own: rollout.placement=separate)
     separate = cfg.rollout.placement == "separate"
     if cfg.rollout.engine == "hf" and not separate and (dist.enabled or cfg.rollout.overlaps):
         copied = plain_copy(model) if lora else copy.deepcopy(model)
-        rollout_model = copied.eval().requires_grad_(False).to(dist.device)
+        rollout_model = copied.eval().requires_grad_(False).to(dist.device, compute)
     if dist.sp_size > 1:  # Ulysses sequence parallelism inside the language models
         from ..models.sequence_parallel import enable
 
@@ -77,6 +83,7 @@ def build_policy(cfg, dist: DistState, kl_reference: bool, warmup: bool) -> Poli
             shard_model(ref_model, cfg.distributed, dist)
     else:  # one process: the GPU when there is one (inputs are moved to the model's device)
         model.to(dist.device)
+        autocast_forward(model, compute, dist.device)  # FSDP2's mixed precision does this above
         if ref_model is not None:
             ref_model.to(dist.device)
     lora_reference = adapter_snapshot(model) if lora and kl_reference and warmup else None

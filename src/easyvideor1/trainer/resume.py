@@ -67,6 +67,7 @@ def save(cfg, parts: Components, state: TrainState) -> Path:
         state=parts.dist,
         reference=parts.reference_state() if state.reference_from_warmup else None,
         export_merged=tc.export_merged,
+        export_dtype=tc.export_dtype,
     )
 
 

@@ -12,6 +12,7 @@ the adapter travels (written as a PEFT directory that vLLM loads).
 from __future__ import annotations
 
 import logging
+import os
 import shutil
 import tempfile
 import threading
@@ -44,7 +45,6 @@ def make_rollout_engine(cfg, processor, model, state: DistState, owns_weights: b
             cfg.model.path,
             processor,
             v,
-            dtype=cfg.model.dtype,
             seed=cfg.trainer.seed + 1_000_003 * state.data_rank,  # a sequence-parallel group samples as one
             colocated=True,
             max_lora_rank=cfg.model.lora.rank if adapter else 0,
@@ -106,43 +106,138 @@ def _check_adapter_sync(model: torch.nn.Module) -> bool:
 log = logging.getLogger(__name__)
 
 
-class EngineHandoff:
-    """The rollout engine's side of an update, as one context object.
+def free_cached_memory() -> None:
+    """Give the accelerator memory PyTorch's caching allocator holds but no tensor uses back to
+    the device: vLLM's sleep mode maps its weights and KV cache outside that cache, so a wake-up
+    after an update would otherwise find the device full of the update's freed blocks."""
+    if torch.cuda.is_available() and torch.cuda.is_initialized():
+        torch.cuda.synchronize()
+        torch.cuda.empty_cache()
 
-    ``with handoff: update()`` puts the engine to sleep first when ``sleep`` is set (vLLM sleep
-    mode gives its accelerator memory to the update), and after a successful update wakes it up
-    and pushes the new weights to an engine that holds its own copy (``engine.owns_weights``).
-    :meth:`push` alone is the sync after a warm-up or a resume. The push is a collective under
-    FSDP (the shards are gathered): every rank enters and leaves the context together.
+
+def memory_in_use_gib() -> float:
+    """What the device holds now, in GiB: on a GPU all of it (``mem_get_info``: PyTorch's cache,
+    vLLM's own allocations and every other process's), on a CPU this process's resident memory."""
+    if torch.cuda.is_available() and torch.cuda.is_initialized():
+        free, total = torch.cuda.mem_get_info()
+        return (total - free) / 2**30
+    with open("/proc/self/statm") as f:
+        return int(f.read().split()[1]) * os.sysconf("SC_PAGE_SIZE") / 2**30
+
+
+class _PeakMemory:
+    """The device's peak memory in use from now on, in GiB (as :func:`memory_in_use_gib` counts
+    it): on a GPU what was in use at the start plus the growth of PyTorch's reserved memory to its
+    peak; on a CPU this process's resident high-water mark, reset now."""
+
+    def __init__(self) -> None:
+        self.cuda = torch.cuda.is_available() and torch.cuda.is_initialized()
+        self.start = memory_in_use_gib()
+        if self.cuda:
+            self.reserved = torch.cuda.memory_reserved()
+            torch.cuda.reset_peak_memory_stats()
+        else:
+            with open("/proc/self/clear_refs", "w") as f:  # Linux: VmHWM restarts from VmRSS
+                f.write("5")
+
+    def gib(self) -> float:
+        if self.cuda:
+            return self.start + (torch.cuda.max_memory_reserved() - self.reserved) / 2**30
+        with open("/proc/self/status") as f:
+            hwm = next(line for line in f if line.startswith("VmHWM:"))
+        return int(hwm.split()[1]) / 2**20
+
+
+class EngineHandoff:
+    """The rollout engine's side of a step, in the one order that fits a colocated engine and
+    trainer on one device (``docs/how-to/gpu.md``):
+
+    generate -> :meth:`release` (sleep: level 2 when the next push rewrites every weight, level 1
+    when only an adapter travels and the base weights must survive) -> old/reference log-probs and
+    the update -> free the allocator's cache -> wake the weights -> push -> free the cache -> wake
+    the KV cache -> generate.
+
+    ``with handoff: update()`` is the update's part: it releases the engine if the step has not
+    yet, and after a successful update runs the rest (:meth:`resume`). :meth:`ensure_awake` is
+    called before anything generates (validation, a step's rollouts), so an engine left asleep (a
+    step that failed after releasing it) wakes with the current weights. Engines without sleep
+    mode (HF, vLLM on a CPU) get the same calls as no-ops, and freeing the cache does nothing on a
+    CPU, so the order is the same everywhere. The push is a collective under FSDP (the shards are
+    gathered): every rank enters and leaves the context together.
 
     ``deferred`` (rollouts generated ahead, ``rollout.mode`` one_step_off / async): the engine may
-    be generating while the trainer pushes, so :meth:`push` only takes a copy of the new weights
-    and :meth:`apply_pending` (called by the rollout thread before each batch) loads it.
-    :attr:`version` counts the updates behind the weights the engine holds, :attr:`pushed` those
-    behind the newest weights pushed (equal unless a deferred push waits).
+    be generating while the trainer pushes, so it never sleeps, :meth:`push` only stages a host
+    copy of the new weights (pinned on a GPU, in the engine's dtype) and :meth:`apply_pending`
+    (called by the rollout thread before each batch) loads it. :attr:`version` counts the updates
+    behind the weights the engine holds, :attr:`pushed` those behind the newest weights pushed
+    (equal unless a deferred push waits).
+
+    :attr:`memory` holds the device memory in use (GiB, :func:`memory_in_use_gib`) at each phase
+    boundary of the last step, logged as ``memory/<phase>_gib``.
     """
 
     def __init__(
         self, engine: RolloutEngine, model: torch.nn.Module, sleep: bool = False, deferred: bool = False
     ):
+        if sleep and deferred:
+            raise ValueError("an engine that generates during the update cannot sleep through it")
         self.engine, self.model, self.sleep, self.deferred = engine, model, sleep, deferred
         self._adapter_dir: str | None = None
         self.version = self.pushed = 0
-        self._pending: tuple[int, dict[str, torch.Tensor]] | None = None
+        self._pending: tuple[int, bool, dict[str, torch.Tensor]] | None = None
         self._lock = threading.Lock()
+        self.asleep = 0  # the level the engine sleeps at (0: awake)
+        self.memory: dict[str, float] = {}
+
+    @property
+    def adapter_only(self) -> bool:
+        """Only a LoRA adapter travels to the engine (its base weights stay as they were)."""
+        return self.engine.adapter_sync and has_lora(self.model)
+
+    def mark(self, phase: str) -> None:
+        """Record the device memory in use at ``phase`` (a boundary of the step)."""
+        self.memory[phase] = memory_in_use_gib()
+
+    def release(self) -> None:
+        """Generation is over until the next push: the engine sleeps (with ``sleep``)."""
+        self.mark("after_generation")
+        if self.sleep and not self.asleep:
+            self.asleep = 1 if self.adapter_only else 2
+            self.engine.sleep(level=self.asleep)
+            self.mark("after_sleep")
+
+    def resume(self) -> None:
+        """After training: free the cache, wake the weights, push the trainer's, free the cache
+        again, wake the KV cache (each step a no-op where it does not apply)."""
+        free_cached_memory()
+        if self.asleep:
+            self.engine.wake_up(tags=["weights"])
+            self.mark("after_wake_weights")
+        self.push()
+        free_cached_memory()
+        if self.asleep:
+            self.engine.wake_up(tags=["kv_cache"])
+            self.asleep = 0
+        self.mark("after_wake_kv_cache")
+
+    def ensure_awake(self) -> None:
+        """Before generating: an engine still asleep wakes with the current weights (level 2
+        discarded its own)."""
+        if self.asleep:
+            self.resume()
 
     def __enter__(self) -> EngineHandoff:
-        if self.sleep:
-            self.engine.sleep()
+        if not self.deferred:
+            self.release()
+        self._peak = _PeakMemory()
         return self
 
     def __exit__(self, exc_type, exc, tb) -> None:
         if exc_type is not None:  # the update failed: leave the engine as it is, the error propagates
             return
-        if self.sleep:
-            self.engine.wake_up()
+        self.memory["update_peak"] = self._peak.gib()
         self.pushed += 1
-        self.push()
+        self.resume()
 
     def push(self) -> None:
         """Give the engine the trainer's weights (gathered from FSDP shards, LoRA merged in), or
@@ -152,17 +247,19 @@ class EngineHandoff:
         if not self.engine.owns_weights:
             self.version = version
             return
-        if self.deferred:  # a copy now (the model changes at the next update), loaded between batches
-            adapter = self.engine.adapter_sync and has_lora(self.model)
+        if self.deferred:  # a host copy now (the model changes at the next update), loaded between batches
+            adapter = self.adapter_only
             with torch.no_grad():
-                tensors = adapter_state(self.model) if adapter else merged_state_dict(self.model)
-                copy = {k: v.clone() for k, v in dict(tensors).items()}
+                if adapter:
+                    staged = staged_copy(adapter_state(self.model).items())
+                else:  # in the engine's dtype: a bf16 engine needs no fp32 host copy
+                    staged = staged_copy(merged_state_dict(self.model), self.engine.weight_dtype)
             with self._lock:
-                self._pending = (version, adapter, copy)
+                self._pending = (version, adapter, staged)
             return
         self.version = version
         with torch.no_grad():
-            if self.engine.adapter_sync and has_lora(self.model):
+            if self.adapter_only:
                 self._push_adapter()
             else:
                 self.engine.update_weights(merged_state_dict(self.model))
@@ -206,3 +303,26 @@ class EngineHandoff:
         if self._adapter_dir is not None:
             self._cleanup()
             self._adapter_dir = None
+
+
+def staged_copy(tensors, dtype: torch.dtype | None = None) -> dict[str, torch.Tensor]:
+    """Host copies of ``(name, tensor)`` pairs (floating ones cast to ``dtype`` when given): a
+    deferred push must outlive the next update without holding a second copy of every weight in
+    accelerator memory. From a GPU the copies go to pinned memory, asynchronously, with one
+    synchronisation at the end."""
+    out: dict[str, torch.Tensor] = {}
+    gpu = False
+    for name, t in tensors:
+        t = t.detach()
+        if dtype is not None and t.is_floating_point():
+            t = t.to(dtype)
+        if t.device.type == "cuda":
+            host = torch.empty(t.shape, dtype=t.dtype, pin_memory=True)
+            host.copy_(t, non_blocking=True)
+            gpu = True
+        else:
+            host = t.clone()
+        out[name] = host
+    if gpu:
+        torch.cuda.synchronize()  # every copy landed before the tensors are handed over
+    return out

@@ -84,20 +84,17 @@ def feed_kl_controller(alg, kl_ctl, exp: Experience) -> dict[str, float]:
     return {"actor/kl_coef": kl_ctl.value}
 
 
-def advantages(
-    cfg,
-    engine,
-    sampling: SamplingConfig,
-    dist: DistState,
-    exp: Experience,
-    rewards: torch.Tensor,
-    batch,
-    samples: list,
-) -> torch.Tensor:
-    """Advantages of the shaped ``rewards``, with the extra inputs the estimator declared."""
-    greedy = None
-    if needs_greedy_baseline(cfg.algorithm):  # e.g. ReMax: one greedy response per prompt
-        greedy = engine.generate(batch, [1] * len(samples), dataclasses.replace(sampling, temperature=0))
+def greedy_baseline(cfg, engine, sampling: SamplingConfig, batch, samples: list):
+    """One greedy response per prompt when the estimator declared it needs one (e.g. ReMax),
+    else None: generated with the rollouts, before the engine sleeps for the update."""
+    if not needs_greedy_baseline(cfg.algorithm):
+        return None
+    return engine.generate(batch, [1] * len(samples), dataclasses.replace(sampling, temperature=0))
+
+
+def advantages(cfg, dist: DistState, exp: Experience, rewards: torch.Tensor, samples: list, greedy):
+    """Advantages of the shaped ``rewards``, with the extra inputs the estimator declared
+    (``greedy``: :func:`greedy_baseline`'s responses)."""
     return step_advantages(cfg.algorithm, exp, rewards, samples, greedy, cfg.reward, dist)
 
 

@@ -47,6 +47,7 @@ def sft_warmup(
     if not tc.sft_warmup_steps or not with_offline:
         return False
     opt = torch.optim.AdamW([p for p in model.parameters() if p.requires_grad], lr=tc.sft_lr)
+    parts.handoff.release()  # nothing generates until the warmed-up weights are pushed
     g = torch.Generator().manual_seed(tc.seed + 1)  # the same global batches on every rank
     per = max(tc.sft_batch_size // state.data_world, 1)
     sampling = SamplingConfig(max_new_tokens=max_new_tokens)  # an offline turn's token limit
@@ -76,7 +77,7 @@ def sft_warmup(
         if step % 10 == 0 or step == tc.sft_warmup_steps - 1:
             loss = sum_over_ranks({"l": float(local.detach())})["l"]
             parts.logger.log(0, {"sft/loss": loss, "sft/step": step}, ("sft/loss",))
-    parts.handoff.push()  # an engine with its own copy gets the warmed-up weights
+    parts.handoff.resume()  # wake the engine's weights, push the warmed-up ones, wake its KV cache
     return True
 
 
