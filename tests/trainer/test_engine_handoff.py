@@ -59,9 +59,13 @@ def test_generate_sleep_update_then_free_wake_weights_push_free_wake_kv(calls) -
     assert calls == ["sleep(level=2)", "logprobs", "update", *AFTER_UPDATE]
     assert torch.equal(engine.weights["weight"], model.weight.detach())
     assert handoff.asleep == 0 and handoff.version == handoff.pushed == 1
-    assert {"after_generation", "after_sleep", "update_peak", "after_wake_weights", "after_wake_kv_cache"} <= set(
-        handoff.memory
-    )
+    assert {
+        "after_generation",
+        "after_sleep",
+        "update_peak",
+        "after_wake_weights",
+        "after_wake_kv_cache",
+    } <= set(handoff.memory)
 
 
 def test_an_engine_without_sleep_gets_the_same_order_without_the_sleep_calls(calls) -> None:

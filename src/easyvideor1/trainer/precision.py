@@ -92,3 +92,35 @@ def autocast_forward(model: torch.nn.Module, dtype: torch.dtype, device: torch.d
 
     model.forward = cast
 
+
+def changed_share(
+    before: dict[str, torch.Tensor],
+    after: dict[str, torch.Tensor],
+    second_moments: dict[str, torch.Tensor] | None = None,
+) -> dict[str, float]:
+    """How much of a model one optimizer step moved, each weight compared in its own dtype.
+
+    ``params_changed_fraction``: the share of the weights that changed, counting only those the
+    step had a gradient for when ``second_moments`` (AdamW's ``exp_avg_sq`` by name) is given (an
+    embedding row of a token no sequence held gets none, in any precision); ``norm_gains_changed``
+    and ``norm_gains``: the elements of the normalisation weights (gains near 1.0, the first to
+    stop moving in bf16) that changed, and all of them.
+    """
+    changed = counted = gains_changed = gains = 0
+    for name, old in before.items():
+        moved = after[name].ne(old)
+        if second_moments is not None and name in second_moments:
+            had_gradient = second_moments[name] > 0
+            changed += int((moved & had_gradient).sum())
+            counted += int(had_gradient.sum())
+        else:
+            changed += int(moved.sum())
+            counted += moved.numel()
+        if "norm" in name and name.endswith("weight"):
+            gains_changed += int(moved.sum())
+            gains += moved.numel()
+    return {
+        "params_changed_fraction": changed / max(counted, 1),
+        "norm_gains_changed": float(gains_changed),
+        "norm_gains": float(gains),
+    }
