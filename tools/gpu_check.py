@@ -67,6 +67,9 @@ class Profile:
     eval_max_new_tokens: int
     eval_batch_size: int
     workers: int
+    # the long micro-batch phase: one sequence at the 8B recipe's longest (prompt + response tokens)
+    long_prompt_tokens: int
+    long_response_tokens: int
     # per-phase limits (seconds); each is also cut to what is left of the overall deadline
     limits: dict[str, float] = field(default_factory=dict)
     deadline_s: float = 450.0
@@ -91,8 +94,10 @@ GPU = Profile(
     eval_max_new_tokens=128,
     eval_batch_size=8,
     workers=8,
-    # the cache run also writes one checkpoint (~17 GB: HF export + weights and AdamW moments)
-    limits={"prepare": 100, "train_cache": 180, "train_decode": 120, "eval": 90},
+    long_prompt_tokens=20000,
+    long_response_tokens=4096,
+    # the cache run also writes one checkpoint (~31 GB: fp32 weights and AdamW moments, bf16 HF export)
+    limits={"prepare": 100, "train_cache": 180, "train_decode": 100, "long_micro_batch": 60, "eval": 70},
     # 8 minutes in all: the wheel install counts (the deadline runs from the kit's start); the
     # rest leaves room to stop a phase past its limit (SIGTERM, then SIGKILL after 10 s) and clean up
     deadline_s=440.0,
@@ -117,11 +122,13 @@ DRY_RUN = Profile(
     eval_max_new_tokens=4,
     eval_batch_size=2,
     workers=2,
-    limits={"prepare": 120, "train_cache": 150, "train_decode": 150, "eval": 120},
+    long_prompt_tokens=300,
+    long_response_tokens=60,
+    limits={"prepare": 120, "train_cache": 150, "train_decode": 150, "long_micro_batch": 60, "eval": 120},
     deadline_s=540.0,
 )
 
-PHASES = ("prepare", "train_cache", "train_decode", "eval")
+PHASES = ("prepare", "train_cache", "train_decode", "long_micro_batch", "eval")
 
 
 def run_config(p: Profile, work: str) -> dict:
@@ -139,7 +146,8 @@ def run_config(p: Profile, work: str) -> dict:
             "prompt_template": "reasoning",
             "max_prompt_length": 16384,
         },
-        "model": {"path": os.path.join(work, "model"), "dtype": "bfloat16", "gradient_checkpointing": True},
+        # the recipes' precision: fp32 master weights and AdamW moments, bf16 compute, fp32 reduction
+        "model": {"path": os.path.join(work, "model"), "dtype": "float32", "gradient_checkpointing": True},
         "rollout": {
             "engine": "hf",
             "n": p.n,
@@ -166,11 +174,12 @@ def run_config(p: Profile, work: str) -> dict:
             "weight_decay": 0.01,
             "val_size": 0,
             "save_every": 0,
+            "export_dtype": "bfloat16",  # the checkpoint's HF weights for serving; the sharded state is fp32
             "resume": "never",
             "loggers": ["jsonl"],
         },
         # join a one-rank process group under torchrun: NCCL (gloo in the dry run) and FSDP2 run
-        "distributed": {"group_with_one_rank": True},
+        "distributed": {"group_with_one_rank": True, "param_dtype": "bfloat16", "reduce_dtype": "float32"},
     }
 
 
@@ -405,6 +414,31 @@ def main(argv: list[str] | None = None) -> int:
     report["train"]["decode_over_cache"] = compare(
         report["train"]["cache_only"], report["train"]["decode_only"]
     )
+    cache_run = report["train"]["cache_only"]
+    first = cache_run.get("process", {}).get("first_update") or {}
+    report["params_changed_fraction"] = first.get("params_changed_fraction")
+    report["attention_path"] = cache_run.get("process", {}).get("attention_path")
+    report["memory_by_phase"] = {
+        k[len("memory/") : -len("_gib")]: v for k, v in (cache_run.get("mean") or {}).items() if k.startswith("memory/")
+    }
+
+    # the 8B recipe's longest sequence through the log-prob path, forward and backward, on the 2B model
+    long_path = os.path.join(work, "long_micro_batch.json")
+    _clear(long_path)
+    phase(
+        "long_micro_batch",
+        [
+            py,
+            os.path.join(TOOLS, "gpu_check_long.py"),
+            cfg["model"]["path"],
+            str(profile.long_prompt_tokens),
+            str(profile.long_response_tokens),
+            long_path,
+        ],
+    )
+    report["long_micro_batch"] = _read(long_path)
+    report["long_micro_batch_peak_gib"] = report["long_micro_batch"].get("peak_gib")
+    write_report(report, out)
 
     # 4. the synthetic benchmark with the HF engine
     eval_dir = os.path.join(work, "eval")
@@ -446,6 +480,14 @@ def main(argv: list[str] | None = None) -> int:
         report["phases"]["eval"]["reason"] = f"{report['eval']['failures']} samples failed"
     ok = all(report["phases"][name].get("status") == "ok" for name in PHASES)
     return _finish(report, out, started, ok=ok, code=0 if ok else 1)
+
+
+def _read(path: str) -> dict:
+    try:
+        with open(path, encoding="utf-8") as f:
+            return json.load(f)
+    except (OSError, json.JSONDecodeError):
+        return {}
 
 
 def _clear(*paths: str) -> None:

@@ -13,7 +13,7 @@ import os
 from statistics import mean
 
 # the trainer's per-step keys the report keeps (whatever of them a run logged)
-STEP_PREFIXES = ("time/", "perf/")
+STEP_PREFIXES = ("time/", "perf/", "memory/")
 STEP_KEYS = ("response/length", "hybrid/online_length", "actor/grad_norm", "reward/overall")
 PHASE_KEYS = ("time/data", "time/rollout", "time/logprobs", "time/update", "time/step")
 
@@ -172,6 +172,23 @@ def markdown(report: dict) -> str:
         if ckpt:
             secs = ", ".join(f"{c:.1f}" for c in ckpt)
             lines += [f"Checkpoint write (cache run, HF export + sharded weights and optimizer): {secs} s"]
+    if report.get("params_changed_fraction") is not None:
+        lines += [
+            "",
+            f"First optimizer step (lr 1e-6, fp32 masters, bf16 compute): "
+            f"{100 * report['params_changed_fraction']:.2f}% of the weights with a gradient changed "
+            f"(must be > 99%). Attention: {report.get('attention_path')}.",
+        ]
+    if report.get("memory_by_phase"):
+        phases = ", ".join(f"{k} {v:.2f}" for k, v in report["memory_by_phase"].items())
+        lines += ["", f"Device memory in use by phase (GiB, mean over steps): {phases}"]
+    long = report.get("long_micro_batch") or {}
+    if long.get("peak_gib") is not None:
+        lines += [
+            "",
+            f"Long micro-batch ({long.get('prompt_tokens')} + {long.get('response_tokens')} tokens, "
+            f"forward + backward): peak {long['peak_gib']:.2f} GiB in {long.get('seconds')} s.",
+        ]
     ev = report.get("eval") or {}
     if ev.get("evaluated") is not None:
         proc = ev.get("process") or {}

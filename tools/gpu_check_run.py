@@ -71,6 +71,38 @@ def _watch_video_loads(seen: dict) -> list:
     return loaders
 
 
+def _watch_first_update(seen: dict) -> None:
+    """Around the trainer's first RL step (one optimizer step in the kit's runs): the share of the
+    weights it changed, each compared in its own dtype, among those it had a gradient for
+    (``easyvideor1.trainer.precision.changed_share``), and the attention implementation the model
+    runs. Host copies of this rank's shards are taken before the step (observes only)."""
+    from easyvideor1.trainer import loop
+    from easyvideor1.trainer.precision import changed_share
+
+    original = loop.Trainer.rl_step
+
+    def local(t):
+        return (t.to_local() if hasattr(t, "to_local") else t).detach()
+
+    def rl_step(self):
+        if "first_update" in seen:
+            return original(self)
+        model, opt = self.parts.model, self.parts.optimizer
+        seen["attention_path"] = model.config._attn_implementation
+        params = {n: p for n, p in model.named_parameters() if p.requires_grad}
+        before = {n: local(p).to("cpu", copy=True) for n, p in params.items()}
+        metrics = original(self)
+        after = {n: local(p).to("cpu") for n, p in params.items()}
+        moments = {n: local(opt.state[p]["exp_avg_sq"]).to("cpu") for n, p in params.items() if p in opt.state}
+        seen["first_update"] = {
+            **changed_share(before, after, moments),
+            "master_dtypes": sorted({str(p.dtype) for p in params.values()}),
+        }
+        return metrics
+
+    loop.Trainer.rl_step = rl_step
+
+
 def _memory() -> dict:
     import torch
 
@@ -93,6 +125,7 @@ def main(argv: list[str]) -> int:
     loaders: list = []
     if command[:1] == ["train"]:
         _watch_checkpoint(seen)
+        _watch_first_update(seen)
         loaders = _watch_video_loads(seen)
     from easyvideor1.cli import main as cli_main
 

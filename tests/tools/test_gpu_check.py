@@ -109,6 +109,19 @@ def test_dry_run_runs_every_phase_and_reports(tmp_path):
     assert report["train"]["decode_only"]["process"]["checkpoint"].startswith("skipped")
     assert set(report["train"]["decode_over_cache"]) >= set(PHASE_KEYS)
 
+    # one optimizer step at lr 1e-6 with fp32 masters in bf16 compute moved the weights it touched
+    assert report["params_changed_fraction"] > 0.99, report["train"]["cache_only"]["process"]["first_update"]
+    first = report["train"]["cache_only"]["process"]["first_update"]
+    assert first["master_dtypes"] == ["torch.float32"] and first["norm_gains_changed"] == first["norm_gains"]
+    assert report["attention_path"] == "sdpa"
+    phases = report["memory_by_phase"]  # this process's resident memory on a CPU, the device's on a GPU
+    assert {"after_generation", "after_logprobs", "update_peak", "after_wake_kv_cache"} <= set(phases), phases
+    assert all(v > 0 for v in phases.values()) and phases["update_peak"] >= phases["after_logprobs"]
+    long = report["long_micro_batch"]
+    assert report["long_micro_batch_peak_gib"] > 0 and long["finite"] and long["attention_path"] == "sdpa"
+    assert (long["prompt_tokens"], long["response_tokens"]) == (profile.long_prompt_tokens, profile.long_response_tokens)
+    assert (gpu_check.GPU.long_prompt_tokens, gpu_check.GPU.long_response_tokens) == (20000, 4096)
+
     ev = report["eval"]
     assert ev["evaluated"] == ev["samples"] == profile.eval_samples and ev["failures"] == 0
     assert ev["samples_per_s"] > 0 and ev["output_tokens"] > 0
@@ -287,7 +300,8 @@ def test_the_gpu_profile_run_config_is_valid(tmp_path):
     path.write_text(yaml.safe_dump(gpu_check.run_config(gpu_check.GPU, str(tmp_path))))
     for mode in ("cache_only", "decode_only"):
         cfg = load_config(RunConfig, str(path), [f"data.cache_mode={mode}"])
-        assert cfg.data.video_nframes == 64 and cfg.model.dtype == "bfloat16"
+        assert cfg.data.video_nframes == 64 and cfg.model.dtype == "float32"
+        assert cfg.distributed.param_dtype == "bfloat16" and cfg.trainer.export_dtype == "bfloat16"
         assert cfg.distributed.group_with_one_rank and cfg.rollout.hybrid == "always"
     limits = gpu_check.GPU.limits
     assert set(limits) == set(gpu_check.PHASES) and gpu_check.GPU.deadline_s <= 450  # within 8 minutes

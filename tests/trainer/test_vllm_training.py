@@ -56,6 +56,10 @@ def test_vllm_rollouts_follow_the_trainer_weights(make_cfg, demo_assets, tmp_pat
     ]
     r = train_with_vllm(overrides, ranks)
     assert "Traceback" not in r.stderr  # shutdown included (vLLM tears its groups down first)
+    # each rank's engine on its own device, with the executor that follows LOCAL_RANK under torchrun
+    executor = "external_launcher" if ranks > 1 else "uni"
+    for rank in range(ranks):
+        assert f"rank {rank}: vLLM engine on cpu with the {executor} executor, weights in torch.float32" in r.stderr
     rows = [json.loads(line) for line in (out / "generations.jsonl").read_text().splitlines()]
     final = [g for g in rows if g["step"] == 2]
     assert final, rows
@@ -64,7 +68,8 @@ def test_vllm_rollouts_follow_the_trainer_weights(make_cfg, demo_assets, tmp_pat
     trained = _greedy(out / "checkpoints" / "step_2", cfg, indices)
     initial = _greedy(demo_assets["model"], cfg, indices)
     vllm_texts = [g["response"] for g in final]
-    assert vllm_texts == trained
+    # every rank validated its own share (val_idx[rank::ranks]) with its own engine, on the pushed weights
+    assert vllm_texts == trained and len(final) == 8
     assert vllm_texts != initial  # the update changed greedy outputs: stale engine weights would show
     metrics = [json.loads(line) for line in (out / "metrics.jsonl").read_text().splitlines()]
     assert [m["step"] for m in metrics if "actor/pg_loss" in m] == [1, 2]
