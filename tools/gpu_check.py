@@ -419,7 +419,9 @@ def main(argv: list[str] | None = None) -> int:
     report["params_changed_fraction"] = first.get("params_changed_fraction")
     report["attention_path"] = cache_run.get("process", {}).get("attention_path")
     report["memory_by_phase"] = {
-        k[len("memory/") : -len("_gib")]: v for k, v in (cache_run.get("mean") or {}).items() if k.startswith("memory/")
+        k[len("memory/") : -len("_gib")]: v
+        for k, v in (cache_run.get("mean") or {}).items()
+        if k.startswith("memory/")
     }
 
     # the 8B recipe's longest sequence through the log-prob path, forward and backward, on the 2B model

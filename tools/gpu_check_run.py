@@ -93,7 +93,9 @@ def _watch_first_update(seen: dict) -> None:
         before = {n: local(p).to("cpu", copy=True) for n, p in params.items()}
         metrics = original(self)
         after = {n: local(p).to("cpu") for n, p in params.items()}
-        moments = {n: local(opt.state[p]["exp_avg_sq"]).to("cpu") for n, p in params.items() if p in opt.state}
+        moments = {
+            n: local(opt.state[p]["exp_avg_sq"]).to("cpu") for n, p in params.items() if p in opt.state
+        }
         seen["first_update"] = {
             **changed_share(before, after, moments),
             "master_dtypes": sorted({str(p.dtype) for p in params.values()}),

@@ -119,7 +119,10 @@ def test_dry_run_runs_every_phase_and_reports(tmp_path):
     assert all(v > 0 for v in phases.values()) and phases["update_peak"] >= phases["after_logprobs"]
     long = report["long_micro_batch"]
     assert report["long_micro_batch_peak_gib"] > 0 and long["finite"] and long["attention_path"] == "sdpa"
-    assert (long["prompt_tokens"], long["response_tokens"]) == (profile.long_prompt_tokens, profile.long_response_tokens)
+    assert (long["prompt_tokens"], long["response_tokens"]) == (
+        profile.long_prompt_tokens,
+        profile.long_response_tokens,
+    )
     assert (gpu_check.GPU.long_prompt_tokens, gpu_check.GPU.long_response_tokens) == (20000, 4096)
 
     ev = report["eval"]

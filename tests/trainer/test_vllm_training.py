@@ -59,7 +59,10 @@ def test_vllm_rollouts_follow_the_trainer_weights(make_cfg, demo_assets, tmp_pat
     # each rank's engine on its own device, with the executor that follows LOCAL_RANK under torchrun
     executor = "external_launcher" if ranks > 1 else "uni"
     for rank in range(ranks):
-        assert f"rank {rank}: vLLM engine on cpu with the {executor} executor, weights in torch.float32" in r.stderr
+        assert (
+            f"rank {rank}: vLLM engine on cpu with the {executor} executor, weights in torch.float32"
+            in r.stderr
+        )
     rows = [json.loads(line) for line in (out / "generations.jsonl").read_text().splitlines()]
     final = [g for g in rows if g["step"] == 2]
     assert final, rows

@@ -29,6 +29,7 @@ import gc
 import logging
 import os
 import random
+import sys
 from collections.abc import Iterable, Iterator
 from contextlib import contextmanager
 from typing import Any
@@ -186,12 +187,12 @@ class VLLMRolloutEngine(RequestQueue, VLLMResponses):
         self.executor = executor or "multiprocess"
         self.weight_dtype = self.llm.llm_engine.model_config.dtype  # pushed weights are cast to it
         _check_device_kept(device, self.executor)
-        log.info(
-            "rank %s: vLLM engine on %s with the %s executor, weights in %s",
-            os.environ.get("RANK", "0"),
-            device,
-            self.executor,
-            self.weight_dtype,
+        # one line per rank at start-up, on stderr like the thread choice: where each engine runs
+        rank = os.environ.get("RANK", "0")
+        print(
+            f"rank {rank}: vLLM engine on {device} with the {self.executor} executor, weights in {self.weight_dtype}",
+            file=sys.stderr,
+            flush=True,
         )
 
     @classmethod
