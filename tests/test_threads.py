@@ -180,3 +180,22 @@ def test_trainer_applies_cpu_threads(tmp_path):
         assert torch.get_num_threads() == 2
     finally:
         torch.set_num_threads(before)
+
+
+def test_torchruns_default_of_one_thread_is_not_taken_as_a_choice(tmp_path):
+    """torchrun exports OMP_NUM_THREADS=1 to every rank of a multi-rank node: the ranks share the
+    node's cores instead (here 8 cores, 4 ranks: 2 each); a user's other value, a single rank, or a
+    process outside torchrun keep it."""
+    kw = {"root": tmp_path, "affinity": EIGHT, "busy": 0.0, "processes": 4}
+    rank = {"OMP_NUM_THREADS": "1", "TORCHELASTIC_RUN_ID": "job", "LOCAL_WORLD_SIZE": "4"}
+    assert threads.torchrun_default(rank)
+    c = threads.choose_threads(env=rank, **kw)
+    assert (c.threads, c.source) == (2, "available")
+    for env in (
+        {**rank, "OMP_NUM_THREADS": "3"},
+        {**rank, "LOCAL_WORLD_SIZE": "1"},
+        {"OMP_NUM_THREADS": "1", "LOCAL_WORLD_SIZE": "4"},
+    ):
+        c = threads.choose_threads(env=env, **kw)
+        assert c.source == "OMP_NUM_THREADS" and c.threads == int(env["OMP_NUM_THREADS"])
+    assert threads.choose_threads(explicit=1, env=rank, **kw).threads == 1  # one thread on purpose

@@ -20,8 +20,11 @@ several threads, and it was not measured.
 The rule, in order (:func:`choose_threads`):
 
 1. an explicit count wins: the ``cpu.threads`` config key (> 0), else ``OMP_NUM_THREADS`` in the
-   environment (empty counts as unset: ``torchrun`` exports ``OMP_NUM_THREADS=1`` to every rank
-   unless the variable exists, so ``OMP_NUM_THREADS= torchrun ...`` lets the ranks choose);
+   environment (empty counts as unset). ``torchrun`` exports ``OMP_NUM_THREADS=1`` to every rank
+   of a node with several ranks unless the variable exists: one thread per rank for the media
+   processor on a node of many cores. That ``1`` (a torchrun rank, ``TORCHELASTIC_RUN_ID`` set,
+   ``LOCAL_WORLD_SIZE`` > 1) is read as torchrun's default, not a choice: the ranks choose as in
+   2 (``cpu.threads: 1`` asks for one thread on purpose);
 2. otherwise the CPUs this process may run on (:func:`available_cpus`), less the cores other
    programs keep busy right now (:func:`busy_cpus`), less the cores reserved for our own worker
    processes (e.g. eval loaders), divided among the ``processes`` that start together (torchrun
@@ -69,6 +72,10 @@ class CPUConfig:
             available to the process (affinity, cgroup quota), less the cores other programs keep
             busy, divided among the ranks of the node; ``OMP_NUM_THREADS`` in the environment is
             used when set. A number > 0 is used as given (it wins over ``OMP_NUM_THREADS``).
+            Under ``torchrun`` each rank's share is the node's free cores / ``LOCAL_WORLD_SIZE``
+            (e.g. 16 cores, 8 ranks: 2 threads for a rank's media processing and CPU ops): the
+            ``OMP_NUM_THREADS=1`` torchrun exports by default is not taken as a choice. Set
+            ``cpu.threads`` (or ``OMP_NUM_THREADS`` to another value) to override.
     """
 
     threads: int = 0
@@ -215,6 +222,19 @@ def env_threads(env=None) -> int | None:
     return n
 
 
+def torchrun_default(env=None) -> bool:
+    """Whether ``OMP_NUM_THREADS`` is the ``1`` torchrun exports to the ranks of a multi-rank node
+    when the variable was unset (its launcher cannot tell a user's 1 apart: ``cpu.threads`` can)."""
+    env = os.environ if env is None else env
+    ranks = (env.get("LOCAL_WORLD_SIZE") or "1").strip()
+    return (
+        bool(env.get("TORCHELASTIC_RUN_ID"))
+        and ranks.isdigit()
+        and int(ranks) > 1
+        and (env.get("OMP_NUM_THREADS") or "").strip() == "1"
+    )
+
+
 def choose_threads(
     processes: int = 1,
     explicit: int | None = None,
@@ -232,7 +252,7 @@ def choose_threads(
     if explicit:
         return ThreadChoice(explicit, "cpu.threads", 0, 0)
     from_env = env_threads(env)
-    if from_env is not None:
+    if from_env is not None and not torchrun_default(env):
         return ThreadChoice(from_env, "OMP_NUM_THREADS", 0, 0)
     processes = max(1, processes)
     cpus = affinity if affinity is not None else affinity_cpus()

@@ -3,16 +3,18 @@ family where packing is supported; the hybrid family is refused with the key nam
 
 from __future__ import annotations
 
+from contextlib import contextmanager
 from types import SimpleNamespace
 
 import pytest
 import torch
+import torch.nn.functional as F
 
 from easyvideor1.data.config import DataConfig
 from easyvideor1.data.dataset import RecordDataset
 from easyvideor1.models.inputs import gather_prompts
 from easyvideor1.models.loading import load_policy
-from easyvideor1.models.packing import check_packable, pack
+from easyvideor1.models.packing import check_packable, cu_seqlens, pack
 from easyvideor1.models.tiny import make_tiny_model
 from easyvideor1.models.vision import DummyVisionPass
 from easyvideor1.rollout.base import banned_token_ids
@@ -118,3 +120,117 @@ def test_one_dimensional_positions_restart_per_sequence(tmp_path, records):
     starts = [0, *torch.tensor(p.lengths).cumsum(0)[:-1].tolist()]
     assert (pos[0] == 0).nonzero().flatten().tolist() == starts
     assert torch.equal(p.inputs["pixel_values"], seq["pixel_values"])
+
+
+@contextmanager
+def attention(model, name: str):
+    """``model`` (and its sub-configs: text and vision) on attention ``name`` for a while."""
+    before = model.config._attn_implementation
+    model.config._attn_implementation = name
+    try:
+        yield
+    finally:
+        model.config._attn_implementation = before
+
+
+def test_packed_logprobs_equal_padded_under_eager(tmp_path, records):
+    model, processor, exp = _setup(tmp_path, "qwen3_vl", records)
+    banned, dummy = banned_token_ids(processor.tokenizer), DummyVisionPass(model)
+    with attention(model, "eager"):
+        padded, _ = experience_logprobs(model, exp, banned, dummy, 1.0, 3)
+        packed, _ = experience_logprobs(model, exp, banned, dummy, 1.0, 3, padding_free=True)
+    m = exp.mask.bool()
+    assert torch.allclose(packed[m], padded[m], atol=1e-5, rtol=0)
+
+
+def test_packed_boundaries_are_the_ones_transformers_derives(tmp_path, records):
+    """flash-attention reads a packed row's boundaries from its text positions (transformers' own
+    helper) or from the explicit varlen inputs: both are the cumulative sequence lengths."""
+    from transformers.modeling_flash_attention_utils import prepare_fa_kwargs_from_position_ids
+
+    model, _, exp = _setup(tmp_path, "qwen3_vl", records)
+    _, p = _pack_all(model, exp)
+    assert "cu_seq_lens_q" not in p.inputs  # sdpa: the positions carry the layout
+    (cu_q, cu_k), (max_q, _) = prepare_fa_kwargs_from_position_ids(p.inputs["position_ids"][0])
+    expected = cu_seqlens(p.lengths)
+    assert expected.tolist()[1:] == torch.tensor(p.lengths).cumsum(0).tolist() and expected[0] == 0
+    assert torch.equal(cu_q, expected) and torch.equal(cu_k, expected) and int(max_q) == max(p.lengths)
+    with attention(model, "flash_attention_2"):
+        _, flash = _pack_all(model, exp)
+    assert torch.equal(flash.inputs["cu_seq_lens_q"], expected)
+    assert torch.equal(flash.inputs["cu_seq_lens_k"], expected)
+    assert flash.inputs["max_length_q"] == flash.inputs["max_length_k"] == max(p.lengths)
+
+
+class _TorchFlash:
+    """flash-attn's two entry points written with torch's SDPA, one sequence at a time, recording
+    the boundaries each call gets: transformers' own flash-attention path (mask creation, unpadding,
+    varlen dispatch, the vision tower's branch) then runs on the CPU."""
+
+    def __init__(self):
+        self.varlen: list[tuple[list[int], bool, object]] = []
+
+    def varlen_fn(
+        self, q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q=None, max_seqlen_k=None, dropout_p=0.0,
+        softmax_scale=None, causal=False, window_size=(-1, -1), softcap=0.0, deterministic=False,
+    ):  # fmt: skip
+        assert torch.equal(cu_seqlens_q, cu_seqlens_k)
+        self.varlen.append((cu_seqlens_q.tolist(), causal, max_seqlen_q))
+        bounds = cu_seqlens_q.tolist()
+        out = [
+            self._attend(q[a:b][None], k[a:b][None], v[a:b][None], softmax_scale, causal)[0]
+            for a, b in zip(bounds[:-1], bounds[1:], strict=True)
+        ]
+        return torch.cat(out)
+
+    def dense_fn(
+        self, q, k, v, dropout_p=0.0, softmax_scale=None, causal=False, window_size=(-1, -1), softcap=0.0,
+        deterministic=False,
+    ):  # fmt: skip
+        return self._attend(q, k, v, softmax_scale, causal)
+
+    @staticmethod
+    def _attend(q, k, v, scale, causal):  # [B, L, H, D], grouped key/value heads repeated
+        q, k, v = (t.transpose(1, 2) for t in (q, k, v))
+        k, v = (t.repeat_interleave(q.shape[1] // t.shape[1], 1) for t in (k, v))
+        return F.scaled_dot_product_attention(q, k, v, is_causal=causal, scale=scale).transpose(1, 2)
+
+
+@pytest.fixture
+def torch_flash(monkeypatch):
+    import transformers.modeling_flash_attention_utils as fa
+
+    kernel = _TorchFlash()
+    monkeypatch.setattr(
+        fa,
+        "_lazy_imports",
+        lambda *a, **k: (kernel.dense_fn, kernel.varlen_fn, None, fa._pad_input, fa._unpad_input),
+    )
+    for name in ("_loaded_implementation", "_flash_fn", "_flash_varlen_fn", "_process_flash_kwargs_fn"):
+        monkeypatch.setattr(fa, name, None)  # loaded again now, and restored afterwards
+    return kernel
+
+
+def test_flash_attention_path_packed_equals_padded(tmp_path, records, torch_flash):
+    """transformers' flash-attention path, its kernel stood in for by torch: the packed row reaches
+    the text layers as its sequences' boundaries (cumulative lengths, given as host numbers), and
+    packed log-probs equal the padded ones, which equal sdpa's."""
+    model, processor, exp = _setup(tmp_path, "qwen3_vl", records)
+    banned, dummy = banned_token_ids(processor.tokenizer), DummyVisionPass(model)
+    sdpa, _ = experience_logprobs(model, exp, banned, dummy, 1.0, 3)
+    with attention(model, "flash_attention_2"):
+        assert model.config.vision_config._attn_implementation == "flash_attention_2"
+        padded, _ = experience_logprobs(model, exp, banned, dummy, 1.0, 3)
+        torch_flash.varlen.clear()
+        packed, _ = experience_logprobs(model, exp, banned, dummy, 1.0, 3, padding_free=True)
+    m = exp.mask.bool()
+    assert torch.allclose(padded[m], sdpa[m], atol=1e-5, rtol=0)
+    assert torch.allclose(packed[m], padded[m], atol=1e-5, rtol=0)
+    # the text layers' calls (causal; the vision tower's are not)
+    text = [(cu, longest) for cu, causal, longest in torch_flash.varlen if causal]
+    micro = [[0, 1, 2], [3, 4, 5], [6, 7]]  # micro-batches of 3 sequences
+    seq = gather_prompts(exp.batch, exp.prompt_of)
+    lengths = (seq["attention_mask"].sum(1) + exp.mask.sum(1)).tolist()
+    expected = [cu_seqlens([lengths[i] for i in idx]).tolist() for idx in micro]
+    assert [cu for cu, _ in text] == expected  # one text layer per forward
+    assert all(isinstance(longest, int) for _, longest in text)  # given, not derived on the device

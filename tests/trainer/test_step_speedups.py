@@ -5,6 +5,7 @@ step), and all speed-ups on give the weights of all off, in one process and on t
 from __future__ import annotations
 
 import copy
+import dataclasses
 import json
 import os
 import subprocess
@@ -206,3 +207,74 @@ def test_trainer_step_with_every_speed_up_on(make_cfg):
     assert cache.encodes == 1 and cache.served >= 3  # videos only; old + reference + actor
     assert all(isfinite(v) for v in metrics.values())
     trainer.close()
+
+
+def test_to_device_pins_and_copies_without_blocking_only_to_a_gpu(monkeypatch):
+    """The decision, recorded: to a CUDA device a host tensor is pinned (unless it is already) and
+    copied with ``non_blocking``; on the CPU nothing is pinned or copied (pin_memory needs an
+    accelerator)."""
+    from easyvideor1.models.inputs import to_device
+
+    pixels, grid = torch.ones(4, 3), torch.tensor([[1, 2, 2]])
+    same = to_device({"pixel_values": pixels, "n": 3}, "cpu")
+    assert same["pixel_values"] is pixels and same["n"] == 3
+    calls: list[tuple] = []
+    monkeypatch.setattr(torch.Tensor, "is_pinned", lambda self: self is grid)
+    monkeypatch.setattr(torch.Tensor, "pin_memory", lambda self: calls.append(("pin", self.shape)) or self)
+    monkeypatch.setattr(
+        torch.Tensor, "to", lambda self, *a, **k: calls.append(("to", self.shape, a, k)) or self
+    )
+    to_device({"pixel_values": pixels, "grid": grid}, "cuda")
+    cuda = torch.device("cuda")
+    assert calls == [
+        ("pin", pixels.shape),
+        ("to", pixels.shape, (cuda,), {"non_blocking": True}),
+        ("to", grid.shape, (cuda,), {"non_blocking": True}),  # pinned already: no host copy
+    ]
+
+
+class _OnDevice(torch.Tensor):
+    """Marks the pixels a step moved to the device: slices and concatenations of it stay marked."""
+
+
+def test_a_steps_micro_batches_take_their_pixels_from_one_device_copy(make_cfg, monkeypatch):
+    """One RL step (old, reference and actor forwards, padded micro-batches of 2): the step's
+    pixels are moved to the device once, and every forward's pixels come from that copy (a pixel
+    tensor gathered anew from the host would not carry the mark)."""
+    from easyvideor1.models import inputs
+    from easyvideor1.trainer import step
+    from easyvideor1.trainer.loop import Trainer
+
+    moves: list[int] = []
+
+    def mark(batch, own, device):
+        moves.append(1)
+        batch, own = inputs.pixels_to_device(batch, own, device)
+        marked = {k: v.as_subclass(_OnDevice) for k, v in batch.inputs.items() if k in inputs.PIXEL_KEYS}
+        return dataclasses.replace(batch, inputs={**batch.inputs, **marked}), own
+
+    monkeypatch.setattr(step, "pixels_to_device", mark)
+    cfg = make_cfg(
+        "trainer.micro_batch_size=2",
+        "algorithm.kl.type=k3",
+        "algorithm.kl.apply_as=loss",
+        "trainer.max_steps=1",
+        "trainer.val_size=0",
+        "trainer.resume=never",
+    )
+    trainer = Trainer(cfg)
+    seen: list[bool] = []
+
+    def check(module, args, kwargs):
+        for key in inputs.PIXEL_KEYS:
+            if isinstance(kwargs.get(key), torch.Tensor):
+                seen.append(isinstance(kwargs[key], _OnDevice))
+                kwargs[key] = kwargs[key].as_subclass(torch.Tensor)
+        return args, kwargs
+
+    for model in (trainer.parts.model, trainer.parts.ref_model):
+        model.register_forward_pre_hook(check, with_kwargs=True)
+    trainer.rl_step()
+    trainer.close()
+    assert moves == [1]
+    assert len(seen) >= 3 and all(seen)  # old + reference + actor forwards, every one from the copy

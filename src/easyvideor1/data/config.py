@@ -71,6 +71,11 @@ class DataConfig:
             variable-frame-rate video). Qwen2/2.5-VL use one rate per video either way.
         allow_truncated: A video file shorter than its container declares (a cut download) is a
             failure by default; true samples its readable part instead (see ``media/truncation.py``).
+        prefetch: Training loads the next draw's media (cache reads or decoding) and runs the
+            processor on them in a background thread while the current step trains
+            (``trainer/prefetch.py``), so a step does not wait for its own media. The prompts,
+            their order and every result are the same either way; false loads them when drawn.
+            Only ``rollout.mode=sync`` prefetches: the other modes draw ahead already.
     """
 
     train_files: list[str] = field(default_factory=list)
@@ -96,8 +101,11 @@ class DataConfig:
     strict: bool = False
     timestamps: str = "index"
     allow_truncated: bool = False
+    prefetch: bool = True
 
     def __post_init__(self) -> None:
+        if not isinstance(self.prefetch, bool):
+            raise ValueError(f"data.prefetch must be true or false, got {self.prefetch!r}")
         if self.timestamps not in TIMESTAMP_MODES:
             raise ValueError(
                 f"data.timestamps must be one of {', '.join(TIMESTAMP_MODES)}, got {self.timestamps!r}"

@@ -10,6 +10,7 @@ adapter's ``pixel_rows``). Either way each prompt's rows are repeated with it.
 
 from __future__ import annotations
 
+import dataclasses
 from dataclasses import dataclass
 from typing import Any
 
@@ -50,6 +51,61 @@ class PromptBatch:
 
     def __len__(self) -> int:
         return len(self.video_counts)
+
+
+# the tensors that hold pixels (one row per patch, tile or frame): what a step moves to the device
+PIXEL_KEYS = tuple(keys[0] for keys in _VISION.values())
+
+
+def to_device(tensors: dict[str, Any], device) -> dict[str, Any]:
+    """``tensors`` with every tensor on ``device`` (other values as they are).
+
+    To a CUDA device each host tensor goes from pinned memory with ``non_blocking``: a DMA that
+    overlaps the host's work, where a pageable source makes the driver stage it through a
+    bounce buffer, synchronously (a tensor pinned already, e.g. by :func:`pin_pixels`, is not
+    copied again on the host). On the CPU nothing is copied and nothing pinned (``pin_memory``
+    needs an accelerator)."""
+    device = torch.device(device)
+    cuda = device.type == "cuda"
+    out: dict[str, Any] = {}
+    for key, value in tensors.items():
+        if isinstance(value, torch.Tensor) and value.device != device:
+            if cuda and value.device.type == "cpu" and not value.is_pinned():
+                value = value.pin_memory()
+            value = value.to(device, non_blocking=cuda)
+        out[key] = value
+    return out
+
+
+def pixels_to_device(
+    batch: PromptBatch, own_media: list[dict[str, Any] | None] | None, device
+) -> tuple[PromptBatch, list[dict[str, Any] | None] | None]:
+    """``batch`` (a copy; the original is not touched) and ``own_media`` (an episode's tool media
+    per sequence) with their pixel tensors on ``device``: a step moves each prompt's pixels once,
+    and every micro-batch gathers its rows from that copy (:func:`gather_prompts` indexes tensors
+    where they are). Token ids, masks and grids stay on the host, where packing and the
+    micro-batch planning read them."""
+    keys = set(PIXEL_KEYS) | set(batch.pixel_rows or ())
+    moved = to_device({k: v for k, v in batch.inputs.items() if k in keys}, device)
+    batch = dataclasses.replace(batch, inputs={**batch.inputs, **moved})
+    if own_media is not None:
+        own_media = [
+            None
+            if m is None
+            else {**m, **to_device({k: torch.as_tensor(m[k]) for k in keys if k in m}, device)}
+            for m in own_media
+        ]
+    return batch, own_media
+
+
+def pin_pixels(batch: PromptBatch) -> PromptBatch:
+    """``batch`` with its pixel tensors in pinned host memory, where a CUDA device will take them
+    (:func:`to_device` then copies them without a host copy first); as it is elsewhere."""
+    if not torch.cuda.is_available():
+        return batch
+    keys = set(PIXEL_KEYS) | set(batch.pixel_rows or ())
+    pinned = {k: v.pin_memory() for k, v in batch.inputs.items() if k in keys and isinstance(v, torch.Tensor)}
+    return dataclasses.replace(batch, inputs={**batch.inputs, **pinned})
 
 
 def media_counts(vision: dict[str, Any] | None) -> tuple[int, int]:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import importlib.util
 import os
 from pathlib import Path
 
@@ -15,15 +16,38 @@ _DTYPES = {
 }
 
 
+def check_attention(name: str) -> None:
+    """Refuse ``model.attn_implementation`` values this machine cannot run, in one line.
+
+    Checked when a model loads, not when the config is read: a GPU recipe naming flash-attention
+    still parses (and is checked) on a machine without the package."""
+    from ..trainer.config import ATTENTION_IMPLEMENTATIONS
+
+    if name not in ATTENTION_IMPLEMENTATIONS:
+        raise ValueError(
+            f"model.attn_implementation must be one of {', '.join(ATTENTION_IMPLEMENTATIONS)}, got {name!r}"
+        )
+    if name == "flash_attention_2" and importlib.util.find_spec("flash_attn") is None:
+        raise ImportError(
+            "model.attn_implementation=flash_attention_2 needs the flash_attn package: "
+            "pip install flash-attn --no-build-isolation (or set model.attn_implementation=sdpa)"
+        )
+
+
 def load_policy(
     path: str,
     dtype: str = "float32",
     gradient_checkpointing: bool = False,
     freeze_vision_tower: bool = False,
     lora=None,
+    attn_implementation: str = "sdpa",
 ):
     """The model and processor at ``path``; with ``lora`` (a ``model.lora`` section whose rank is
-    > 0) its adapters are attached and every base weight is frozen (``models/lora.py``)."""
+    > 0) its adapters are attached and every base weight is frozen (``models/lora.py``).
+
+    ``attn_implementation`` (``model.attn_implementation``) is given to ``from_pretrained``, which
+    sets it on every sub-config: the language model's attention and the vision tower's alike. A
+    deep copy (the KL reference, the trainer's rollout copies) keeps it."""
     from transformers import AutoModelForImageTextToText, AutoProcessor
 
     if not path or not os.path.isdir(path):
@@ -37,10 +61,13 @@ def load_policy(
         )
     if dtype not in _DTYPES:
         raise ValueError(f"model.dtype must be one of {', '.join(_DTYPES)}, got {dtype!r}")
+    check_attention(attn_implementation)
     from .families import family_of_checkpoint
 
     family = family_of_checkpoint(path)  # a clear error for unsupported checkpoints, before loading
-    model = AutoModelForImageTextToText.from_pretrained(path, dtype=_DTYPES[dtype])
+    model = AutoModelForImageTextToText.from_pretrained(
+        path, dtype=_DTYPES[dtype], attn_implementation=attn_implementation
+    )
     processor = AutoProcessor.from_pretrained(path)
     family.prepare_model(model)
     if gradient_checkpointing:

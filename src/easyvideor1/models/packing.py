@@ -8,8 +8,17 @@ tokens. Each sequence keeps what it would see alone:
   padded path's;
 - its attention boundaries: the packed ``position_ids`` carry a fourth row, the per-sequence text
   position (0, 1, ... restarting at every sequence), which transformers' Qwen-VL text models read
-  as the packed-sequence layout (a block-diagonal causal mask for sdpa/eager, ``cu_seqlens`` for
-  flash attention) when no ``attention_mask`` is given.
+  as the packed-sequence layout when no ``attention_mask`` is given: sdpa and eager get a
+  block-diagonal causal mask from it, flash-attention the varlen boundaries (``cu_seqlens``, from
+  ``prepare_fa_kwargs_from_position_ids``: every position equal to the row's minimum, 0, starts a
+  sequence).
+
+With ``model.attn_implementation=flash_attention_2`` the row also carries those boundaries
+explicitly (:func:`varlen_inputs`: ``cu_seq_lens_q/k``, ``max_length_q/k``), so every layer's
+flash call takes them as given instead of re-deriving them from the positions (a check and a
+``nonzero`` per layer, each a device sync). transformers keeps these four keys out of the vision
+encoders (which have their own ``cu_seqlens``) from the version that lists them in
+``utils.generic._FLASH_VARLEN_KWARGS``; with an older one the positions alone say the same.
 
 Families with 1-D RoPE (InternVL's Qwen3 text model) need neither: a sequence's positions are its
 text positions, ``position_ids`` ``[1, L]`` restart at 0 at every sequence, and transformers reads
@@ -22,6 +31,7 @@ ignores them, so the recurrent state would run on from one sequence into the nex
 
 from __future__ import annotations
 
+import itertools
 from dataclasses import dataclass
 from typing import Any
 
@@ -51,6 +61,41 @@ class Packed:
     rows: torch.Tensor
     cols: torch.Tensor
     lengths: list[int]
+
+
+def cu_seqlens(lengths: list[int]) -> torch.Tensor:
+    """``[N + 1]`` int32: where each of the packed sequences starts in the row, then its length."""
+    return torch.tensor([0, *itertools.accumulate(lengths)], dtype=torch.int32)
+
+
+def flash_text_attention(model) -> bool:
+    """Whether ``model``'s language model runs flash-attention (its text config's implementation:
+    sequence parallelism replaces it with its own, which takes the layout from the positions)."""
+    from transformers.utils.generic import is_flash_attention_requested
+
+    config = getattr(model, "config", None)
+    text = getattr(config, "text_config", None) or config
+    name = getattr(text, "_attn_implementation", None)
+    return bool(name) and is_flash_attention_requested(requested_attention_implementation=name)
+
+
+def _encoders_ignore_varlen() -> bool:
+    """Whether this transformers keeps the text's varlen keys out of the vision encoders."""
+    from transformers.utils import generic
+
+    return "cu_seq_lens_q" in getattr(generic, "_FLASH_VARLEN_KWARGS", ())
+
+
+def varlen_inputs(model, lengths: list[int]) -> dict[str, Any]:
+    """flash-attention's varlen inputs for a row packing sequences of ``lengths`` tokens, or ``{}``
+    when ``model``'s text attention is not flash (sdpa/eager read the positions) or this
+    transformers would hand them to the vision tower too. ``max_length_*`` are ints: the kernel
+    takes them as host numbers, so no device sync per layer."""
+    if not (flash_text_attention(model) and _encoders_ignore_varlen()):
+        return {}
+    cu = cu_seqlens(lengths)
+    longest = max(lengths)
+    return {"cu_seq_lens_q": cu, "cu_seq_lens_k": cu, "max_length_q": longest, "max_length_k": longest}
 
 
 def check_packable(model) -> None:
@@ -155,4 +200,5 @@ def pack(
     for key in _VISION_KEYS:
         if seq_inputs.get(key) is not None:
             inputs[key] = seq_inputs[key]
+    inputs.update(varlen_inputs(model, lengths))
     return Packed(inputs, torch.cat(keep), torch.cat(rows), torch.cat(cols), lengths)

@@ -21,6 +21,8 @@ def load_engine(model: str, engine: str, dtype: str, vllm: VLLMConfig | None = N
         from ..models.loading import load_policy
         from .hf import HFRolloutEngine
 
+        # transformers' default attention (sdpa) on purpose: these jobs serve a checkpoint and have no
+        # model section; generation pads nothing that flash-attention would save here
         policy, processor = load_policy(model, dtype=dtype)
         policy.to("cuda" if torch.cuda.is_available() else "cpu").eval()
         return HFRolloutEngine(policy, processor, max_batch=max_batch), processor

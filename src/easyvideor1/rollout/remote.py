@@ -78,6 +78,7 @@ class RemoteHFEngine(HFRolloutEngine):
         processor: The trainer's processor (prompts are encoded here).
         model: The trainer's model, read for its family and end-of-turn ids only.
         dtype: ``model.dtype``.
+        attn_implementation: ``model.attn_implementation`` (the child generates as the policy would).
         device: Where the child generates (``cpu``, ``cuda:1``, ...).
         threads: The child's intra-op CPU threads.
         seed: The child's generator seed.
@@ -85,7 +86,17 @@ class RemoteHFEngine(HFRolloutEngine):
 
     owns_weights = True
 
-    def __init__(self, model_path, processor, model, dtype="float32", device="cpu", threads=1, seed=0):
+    def __init__(
+        self,
+        model_path,
+        processor,
+        model,
+        dtype="float32",
+        device="cpu",
+        threads=1,
+        seed=0,
+        attn_implementation="sdpa",
+    ):
         from ..models.families import family_of_model
 
         self.processor, self._family, self.max_batch = processor, family_of_model(model).model_type, 16
@@ -104,6 +115,7 @@ class RemoteHFEngine(HFRolloutEngine):
         )
         self._lock = threading.Lock()  # one request at a time on the channel
         start = {"path": str(model_path), "dtype": dtype, "device": device, "threads": threads, "seed": seed}
+        start["attn_implementation"] = attn_implementation
         self._call({"op": "start", **start})
 
     def _call(self, header: dict, tensors: dict | None = None) -> tuple[dict, dict]:
@@ -230,7 +242,9 @@ def _start(header: dict) -> HFRolloutEngine:
 
     torch.set_num_threads(int(header["threads"]))
     torch.manual_seed(int(header["seed"]))
-    model, processor = load_policy(header["path"], header["dtype"])
+    model, processor = load_policy(
+        header["path"], header["dtype"], attn_implementation=header.get("attn_implementation", "sdpa")
+    )
     model = model.to(header["device"]).eval().requires_grad_(False)
     return HFRolloutEngine(model, processor, owns_weights=True)
 

@@ -13,6 +13,8 @@ from ..validation import at_least, in_range, non_negative, one_of, positive, req
 from .background_eval import TrainingEvalConfig
 
 LOGGERS = ("console", "jsonl", "tensorboard", "wandb")
+# transformers' attention kernels a policy may run with (model.attn_implementation)
+ATTENTION_IMPLEMENTATIONS = ("sdpa", "eager", "flash_attention_2")
 
 
 @dataclass
@@ -80,6 +82,14 @@ class ModelConfig:
         gradient_checkpointing: Recompute activations in the backward pass (less memory, more time).
         freeze_vision_tower: Train only the language model and the merger.
         lora: LoRA adapters instead of full fine-tuning (:class:`LoraConfig`; ``rank: 0`` = off).
+        attn_implementation: The attention kernel transformers runs, in the language model and the
+            vision tower alike: ``sdpa`` (default: PyTorch's fused attention, any device),
+            ``eager`` (plain matmuls, for debugging) or ``flash_attention_2`` (GPUs, needs the
+            ``flash_attn`` package, checked when the model loads: ``pip install flash-attn
+            --no-build-isolation``). With ``trainer.padding_free`` a packed row reaches
+            flash-attention as its varlen sequences (no mask in memory, no padded tokens), while
+            sdpa has to build a block-diagonal mask for it. The KL reference and the trainer's HF
+            rollout engines follow the policy's setting.
     """
 
     path: str = ""
@@ -88,9 +98,11 @@ class ModelConfig:
     gradient_checkpointing: bool = False
     freeze_vision_tower: bool = False
     lora: LoraConfig = field(default_factory=LoraConfig)
+    attn_implementation: str = "sdpa"
 
     def __post_init__(self) -> None:
         one_of("model.dtype", self.dtype, ("float32", "fp32", "bfloat16", "bf16"))
+        one_of("model.attn_implementation", self.attn_implementation, ATTENTION_IMPLEMENTATIONS)
         require(
             not (self.lora.enabled and self.lora.vision and self.freeze_vision_tower),
             "model.lora.vision",

@@ -24,6 +24,7 @@ from .build import build_components, load_data, start, step_settings
 from .distributed import same_rollouts_in_group, shutdown_distributed, split_prompts
 from .evaluate import has_video, validate_policy
 from .metrics import hybrid_metrics, mismatch_metrics
+from .prefetch import MediaPrefetch
 from .rounds import collect_groups
 from .sampler import PromptSampler
 from .skipping import loadable_samples
@@ -54,6 +55,11 @@ class Trainer:
         # rollout.mode one_step_off / async: the batches generated during the updates (ahead.py)
         rc = cfg.rollout
         self._ahead = RolloutsAhead(self._collect, self.parts.handoff, rc.depth) if rc.overlaps else None
+        # sync mode: the next draw's media load while this step trains (prefetch.py)
+        prefetch = cfg.data.prefetch and not rc.overlaps
+        self._prefetch = (
+            MediaPrefetch(self.data.train_set, cfg.data, self.parts.processor) if prefetch else None
+        )
         # trainer.eval: benchmark evaluations of checkpoints in background processes
         self.evals = BackgroundEvals(cfg, self.parts)
 
@@ -211,8 +217,16 @@ class Trainer:
         chosen = [data.train_idx[i] for i in drawn]
         balance = self.cfg.distributed.balance_tokens
         chosen = split_prompts(chosen, self.parts.dist, data.prompt_tokens if balance else None)
-        samples = self.loadable(chosen)
-        batch = encode_prompts(self.parts.processor, samples, dcfg, data.train_set.loader)
+        ready = self._prefetch.take(chosen) if self._prefetch is not None else None
+        samples = self.loadable(chosen, None if ready is None else ready.samples)
+        if ready is not None and ready.batch is not None and _same(ready.encoded, samples):
+            batch = ready.batch  # loaded and encoded while the previous step trained
+        else:
+            batch = encode_prompts(self.parts.processor, samples, dcfg, data.train_set.loader)
+        if self._prefetch is not None and self.state.step + 1 < self.cfg.trainer.max_steps:
+            ahead = [data.train_idx[i] for i in self.state.sampler.peek_batch()]
+            ahead = split_prompts(ahead, self.parts.dist, data.prompt_tokens if balance else None)
+            self._prefetch.start(ahead, self.skips.bad_prompts)
         if dcfg.preflight == "fast":  # lengths were not checked at start-up: check them here
             lengths = batch.inputs["attention_mask"].sum(1).tolist()
             fits = [s for s, n in zip(samples, lengths, strict=True) if n <= dcfg.max_prompt_length]
@@ -227,9 +241,9 @@ class Trainer:
                 batch = encode_prompts(self.parts.processor, samples, dcfg, data.train_set.loader)
         return samples, batch
 
-    def loadable(self, chosen: list[int]) -> list[MediaSample]:
+    def loadable(self, chosen: list[int], ready: dict[int, MediaSample] | None = None) -> list[MediaSample]:
         """The samples of ``chosen`` whose media load; the others are skipped, listed and counted
-        (``skipping.py``), and not drawn again."""
+        (``skipping.py``), and not drawn again. ``ready``: samples loaded ahead (prefetch.py)."""
         samples, rows = loadable_samples(
             self.data.train_set,
             self.cfg.data,
@@ -237,6 +251,7 @@ class Trainer:
             self.skips.bad_prompts,
             self.state.step + 1,
             self.parts.skip_log,
+            ready,
         )
         self.skips.bad_prompts.update(row["index"] for row in rows)
         self.skips.skipped_at_step += len(rows)
@@ -375,6 +390,14 @@ class Trainer:
         if self._ahead is not None:
             self._ahead.close()
             self._ahead = None
+        if self._prefetch is not None:
+            self._prefetch.close()
+            self._prefetch = None
         self.evals.close()
         self.parts.release()
         shutdown_distributed()
+
+
+def _same(a: list, b: list) -> bool:
+    """Whether two lists hold the very same objects, in order."""
+    return len(a) == len(b) and all(x is y for x, y in zip(a, b, strict=True))

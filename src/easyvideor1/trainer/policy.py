@@ -48,7 +48,12 @@ def build_policy(cfg, dist: DistState, kl_reference: bool, warmup: bool) -> Poli
     """Load ``cfg.model``, copy what needs copying, then shard (FSDP2) or move to the device."""
     m = cfg.model
     model, processor = load_policy(
-        m.path, m.dtype, m.gradient_checkpointing, m.freeze_vision_tower, lora=m.lora
+        m.path,
+        m.dtype,
+        m.gradient_checkpointing,
+        m.freeze_vision_tower,
+        lora=m.lora,
+        attn_implementation=m.attn_implementation,
     )
     model.train()
     check_master_precision(model, cfg)  # before anything is copied or sharded: a fast refusal

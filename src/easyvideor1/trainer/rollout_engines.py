@@ -77,6 +77,7 @@ def _separate_engine(cfg, processor, model, state: DistState) -> RolloutEngine:
         processor,
         model,
         dtype=cfg.model.dtype,
+        attn_implementation=cfg.model.attn_implementation,
         device=device,
         threads=engine_threads,
         seed=cfg.trainer.seed + 1_000_003 * state.rank,

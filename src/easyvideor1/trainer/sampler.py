@@ -40,6 +40,15 @@ class PromptSampler:
             del self.requeued[: self.batch_size]
             return self._draw(out)
 
+    def peek_batch(self) -> list[int]:
+        """What :meth:`next_batch` would give now, drawing nothing (the state a checkpoint saves is
+        unchanged): what to load ahead."""
+        with self._lock:
+            saved = (self.epoch, self.position, self._order)
+            out = self._draw(self.requeued[: self.batch_size])
+            self.epoch, self.position, self._order = saved
+            return out
+
     def requeue(self, indices: list[int], front: bool = False) -> None:
         """Give drawn prompts back (rollouts dropped as too stale, or generated ahead of a
         checkpoint): they are drawn again, in order, before any new one; ``front`` puts them

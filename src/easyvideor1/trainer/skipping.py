@@ -95,7 +95,13 @@ def strict_error(row: dict[str, Any]) -> MediaLoadError:
 
 
 def loadable_samples(
-    dataset, cfg, chosen: list[int], known_bad: set[int], step: int, skip_log: SkipLog
+    dataset,
+    cfg,
+    chosen: list[int],
+    known_bad: set[int],
+    step: int,
+    skip_log: SkipLog,
+    ready: dict[int, MediaSample] | None = None,
 ) -> tuple[list[MediaSample], list[dict[str, Any]]]:
     """(the samples of ``chosen`` whose media load (loaded now, once), the rows of those skipped).
 
@@ -104,11 +110,17 @@ def loadable_samples(
     skipped rows are written to ``skip_log`` here, before any stop, so the error can point there;
     under ``data.strict`` the first failure stops the run. Preflight found the bad files it could;
     this catches the rest (``data.preflight=fast``, a file deleted or damaged mid-run).
+    ``ready`` holds samples whose media were loaded ahead (``trainer/prefetch.py``): they are not
+    loaded again (one whose loading failed there is, here, so its failure is handled as ever).
     """
     samples, rows, error = [], [], None
     for i in chosen:
         if i in known_bad:
             continue  # failed before: listed once, not retried
+        sample = (ready or {}).get(i)
+        if sample is not None and sample.loaded is not None:
+            samples.append(sample)
+            continue
         sample = dataset[i]
         reason = media_problem(sample, cfg, dataset.loader)
         if reason is None:
