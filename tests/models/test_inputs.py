@@ -44,3 +44,14 @@ def test_gather_prompts_keeps_each_prompts_media(tmp_path):
             else:
                 assert key not in got, (order, key)
         assert got["input_ids"].shape[0] == len(order)
+
+
+def test_inputs_go_to_the_device_a_model_computes_on_not_to_its_offloaded_shards() -> None:
+    from easyvideor1.models.inputs import COMPUTE_DEVICE_ATTR, compute_device
+
+    model = torch.nn.Linear(2, 2)
+    assert compute_device(model) == torch.device("cpu")  # its parameters' device
+    # FSDP2 with CPU offload keeps the shards on the CPU and gathers them to the rank's GPU:
+    # sharding records that device, and the log-prob path and the step's pixels follow it
+    setattr(model, COMPUTE_DEVICE_ATTR, torch.device("meta"))
+    assert compute_device(model) == torch.device("meta")

@@ -57,6 +57,17 @@ class PromptBatch:
 PIXEL_KEYS = tuple(keys[0] for keys in _VISION.values())
 
 
+# set by FSDP2 sharding with CPU offload (``trainer/distributed.py``): the shards live on the CPU
+# and are gathered to this device for every forward, so inputs must go there, not to the shards'
+COMPUTE_DEVICE_ATTR = "evr1_compute_device"
+
+
+def compute_device(model: torch.nn.Module) -> torch.device:
+    """The device ``model``'s forward computes on (where its inputs go): its parameters' device,
+    or the accelerator its CPU-offloaded shards are gathered to."""
+    return getattr(model, COMPUTE_DEVICE_ATTR, None) or next(model.parameters()).device
+
+
 def to_device(tensors: dict[str, Any], device) -> dict[str, Any]:
     """``tensors`` with every tensor on ``device`` (other values as they are).
 

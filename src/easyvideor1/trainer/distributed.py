@@ -165,7 +165,10 @@ def shard_model(model: torch.nn.Module, cfg: DistributedConfig, state: DistState
         if state.device.type != "cuda":
             log.warning("distributed.cpu_offload ignored: parameters already live in CPU memory")
         else:
+            from ..models.inputs import COMPUTE_DEVICE_ATTR
+
             offload = CPUOffloadPolicy()
+            setattr(model, COMPUTE_DEVICE_ATTR, state.device)  # inputs go to the GPU, not the shards' CPU
     if state.device.type == "cuda" and not cfg.cpu_offload:
         model.to(state.device)
     kwargs = {"mp_policy": mp, "offload_policy": offload, "reshard_after_forward": cfg.reshard_after_forward}

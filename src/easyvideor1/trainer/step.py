@@ -13,7 +13,7 @@ import torch
 
 from ..algorithms.kl import kl_penalty
 from ..algorithms.rollout_correction import rollout_correction
-from ..models.inputs import pixels_to_device
+from ..models.inputs import compute_device, pixels_to_device
 from ..models.lora import reference_forward
 from ..rollout.base import SamplingConfig
 from .advantages import needs_greedy_baseline, step_advantages
@@ -54,7 +54,7 @@ def logprobs(
     # the step's pixels go to the device once, here: every micro-batch of the old, reference and
     # update forwards takes its rows from that copy (a prompt's n sequences, several PPO epochs)
     # instead of copying them from the host again; the caller's batch stays on the host
-    device = next(parts.model.parameters()).device
+    device = compute_device(parts.model)
     exp.batch, exp.response_media = pixels_to_device(exp.batch, exp.response_media, device)
     if parts.vision_cache is not None:
         parts.vision_cache.start(exp.batch, exp.response_media)  # episodes: their tool media too
