@@ -60,7 +60,7 @@ def _run(make_cfg, mp, on: bool):
     trainer._next_samples = record
     for _ in range(2):
         m = trainer.rl_step()
-        metrics.append({k: v for k, v in m.items() if not k.startswith(("time/", "perf/"))})
+        metrics.append({k: v for k, v in m.items() if not k.startswith(("time/", "perf/", "memory/"))})
         trainer.state.step += 1
     weights = {k: v.clone() for k, v in trainer.model.state_dict().items()}
     trainer.close()
