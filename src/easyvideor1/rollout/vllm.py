@@ -389,7 +389,7 @@ def _check_device_kept(before: str, executor: str) -> None:
     tensors would then land."""
     after = _current_device()
     if after != before:
-        raise RuntimeError(
+        raise ValueError(
             f"the vLLM engine ({executor} executor) moved this rank from {before} to {after}: under "
             "torchrun an in-process engine must use the external_launcher executor (LOCAL_RANK)"
         )

@@ -8,6 +8,7 @@ on the models are attached as before: dummy vision passes, the feature cache, th
 from __future__ import annotations
 
 import dataclasses
+import logging
 import math
 import os
 import random
@@ -24,11 +25,14 @@ from ..tools.video import ToolSession
 from .distributed import DistState, init_distributed
 from .metrics import MetricsLogger
 from .policy import build_policy
+from .precision import DTYPES
 from .preflight import preflight
 from .rollout_engines import EngineHandoff, make_rollout_engine
 from .skipping import SkipLog
 from .state import Components, DataSkips, StepSettings, TrainData
 from .update import UpdateSettings
+
+log = logging.getLogger(__name__)
 
 
 def start(cfg) -> DistState:
@@ -55,8 +59,18 @@ def start(cfg) -> DistState:
         check_episodes(cfg)
     if cfg.rollout.overlaps:
         check_overlap(cfg, dist)
-    if cfg.rollout.engine == "vllm" and dist.enabled:
-        check_engine_per_rank(cfg)
+    if cfg.rollout.engine == "vllm":
+        engine_dtype, compute = cfg.rollout.vllm.dtype, cfg.distributed.param_dtype or cfg.model.dtype
+        if engine_dtype != "auto" and DTYPES[engine_dtype] != DTYPES[compute]:
+            log.warning(
+                "rollout.vllm.dtype=%s while the trainer computes in %s: rollout/logprob_gap_* then "
+                "measures the precision gap too (set distributed.param_dtype=%s to compare like with like)",
+                engine_dtype,
+                compute,
+                engine_dtype,
+            )
+        if dist.enabled:
+            check_engine_per_rank(cfg)
     if cfg.rollout.placement == "separate" and dist.enabled:
         raise ValueError(
             "rollout.placement=separate runs in one process for now (under torchrun each rank would "
