@@ -28,7 +28,7 @@ import yaml
 TOOLS = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, TOOLS)
 
-from gpu_check_report import compare, summarize_eval, summarize_train, write_report  # noqa: E402
+from gpu_check_report import compare, read_json, summarize_eval, summarize_train, write_report  # noqa: E402
 
 # Lines that mark a failure of the CUDA path (kernels, NCCL, memory) in a phase's log
 CUDA_ERROR_MARKS = (
@@ -438,7 +438,7 @@ def main(argv: list[str] | None = None) -> int:
             long_path,
         ],
     )
-    report["long_micro_batch"] = _read(long_path)
+    report["long_micro_batch"] = read_json(long_path)
     report["long_micro_batch_peak_gib"] = report["long_micro_batch"].get("peak_gib")
     write_report(report, out)
 
@@ -482,14 +482,6 @@ def main(argv: list[str] | None = None) -> int:
         report["phases"]["eval"]["reason"] = f"{report['eval']['failures']} samples failed"
     ok = all(report["phases"][name].get("status") == "ok" for name in PHASES)
     return _finish(report, out, started, ok=ok, code=0 if ok else 1)
-
-
-def _read(path: str) -> dict:
-    try:
-        with open(path, encoding="utf-8") as f:
-            return json.load(f)
-    except (OSError, json.JSONDecodeError):
-        return {}
 
 
 def _clear(*paths: str) -> None:

@@ -18,7 +18,7 @@ STEP_KEYS = ("response/length", "hybrid/online_length", "actor/grad_norm", "rewa
 PHASE_KEYS = ("time/data", "time/rollout", "time/logprobs", "time/update", "time/step")
 
 
-def _read_json(path: str) -> dict:
+def read_json(path: str) -> dict:
     try:
         with open(path, encoding="utf-8") as f:
             return json.load(f)
@@ -65,7 +65,7 @@ def summarize_train(run_dir: str, stats_path: str, prompts: int, online_per_prom
             tokens = m["hybrid/online_length"] * prompts * online_per_prompt
             out["generated_tokens_per_step"] = round(tokens, 1)
             out["rollout_generated_tokens_per_s"] = round(tokens / m["time/rollout"], 1)
-    out["process"] = _read_json(stats_path)
+    out["process"] = read_json(stats_path)
     out["process"].pop("traceback", None)
     return out
 
@@ -82,8 +82,8 @@ def compare(cache: dict, decode: dict) -> dict:
 
 def summarize_eval(bench_dir: str, stats_path: str) -> dict:
     """The synthetic benchmark run: samples/s overall and of the generation stage, output tokens/s."""
-    res = _read_json(os.path.join(bench_dir, "results.json"))
-    out: dict = {"process": _read_json(stats_path)}
+    res = read_json(os.path.join(bench_dir, "results.json"))
+    out: dict = {"process": read_json(stats_path)}
     out["process"].pop("traceback", None)
     if not res:
         return out
