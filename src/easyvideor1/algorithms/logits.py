@@ -27,7 +27,7 @@ def logprobs_from_logits(
     temperature: float = 1.0,
     mask: torch.Tensor | None = None,
 ) -> torch.Tensor:
-    """`log softmax(logits / temperature)[ids]`, computed in float32, shape of `ids`.
+    """`log softmax(logits / temperature)[ids]`, computed in float32 (float64 stays so), shape of `ids`.
 
     Positions outside `mask` (and rows whose logits are all -inf) are returned as 0 with no
     gradient; a sampled token that was banned gives -inf.
@@ -37,7 +37,7 @@ def logprobs_from_logits(
 
 
 def entropy_from_logits(logits: torch.Tensor, mask: torch.Tensor | None = None) -> torch.Tensor:
-    """Per-position entropy `H = -sum_v p_v log p_v` (float32), 0 outside `mask`.
+    """Per-position entropy `H = -sum_v p_v log p_v` (float32; float64 stays so), 0 outside `mask`.
 
     Banned tokens (p = 0, z = -inf) contribute 0. Meant for logging: call it under `torch.no_grad()`
     (or on detached logits) unless an entropy bonus is wanted.

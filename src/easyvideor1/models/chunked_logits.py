@@ -98,6 +98,9 @@ class _LogprobsAndEntropy(torch.autograd.Function):
     With p = softmax(z / temperature), l = log p and H = -sum p l, per position:
     d l[id] / dz = (onehot(id) - p) / temperature and dH / dz = -p (l + H) / temperature; banned
     columns get no gradient (they are constants, -inf), nor do all -inf rows.
+
+    Each chunk's work is a function of its own, so that its buffers are freed when it returns,
+    before the next chunk's are made.
     """
 
     @staticmethod
@@ -106,10 +109,7 @@ class _LogprobsAndEntropy(torch.autograd.Function):
         logp = torch.empty(ids.shape, dtype=dtype, device=logits.device)
         entropy = torch.empty_like(logp)
         for index in _row_chunks(ids.shape, rows):
-            logp_all, live = _log_softmax(logits[index], banned, temperature)
-            chosen = logp_all.gather(-1, ids[index].unsqueeze(-1)).squeeze(-1)
-            logp[index] = torch.where(live, chosen, 0.0)
-            entropy[index] = torch.where(live, _neg_p_log_p(logp_all).sum(-1), 0.0)
+            logp[index], entropy[index] = _chunk_values(logits[index], ids[index], banned, temperature)
         ctx.save_for_backward(logits, ids, entropy)
         ctx.banned, ctx.temperature, ctx.rows = banned, temperature, rows
         ctx.set_materialize_grads(False)  # an unused output's gradient arrives as None
@@ -121,29 +121,45 @@ class _LogprobsAndEntropy(torch.autograd.Function):
         logits, ids, entropy = ctx.saved_tensors
         grad = torch.empty(logits.shape, dtype=logits.dtype, device=logits.device)
         for index in _row_chunks(ids.shape, ctx.rows):
-            logp_all, live = _log_softmax(logits[index], ctx.banned, ctx.temperature)
-            p = logp_all.exp()
-            entropy_grad = None
-            if grad_entropy is not None:
-                # -p (l + H), in logp_all's buffer (0 * -inf where p is 0: that entry adds nothing)
-                minus_g = -_live_grad(grad_entropy, index, live, p.dtype)
-                entropy_grad = logp_all.add_(entropy[index].unsqueeze(-1)).mul_(p).nan_to_num_(nan=0.0)
-                entropy_grad.mul_(minus_g)
-            g = _live_grad(grad_logp, index, live, p.dtype)
-            chunk_grad = p.mul_(-g).scatter_add_(-1, ids[index].unsqueeze(-1), g)  # in p's buffer
-            if entropy_grad is not None:
-                chunk_grad.add_(entropy_grad)
-            if ctx.banned is not None:
-                chunk_grad.index_fill_(-1, ctx.banned, 0.0)
-            if ctx.temperature != 1.0:
-                chunk_grad.div_(ctx.temperature)
-            grad[index] = chunk_grad
+            grad[index] = _chunk_grad(
+                logits, ids, entropy, grad_logp, grad_entropy, index, ctx.banned, ctx.temperature
+            )
         return grad, None, None, None, None
 
 
-def _live_grad(grad: torch.Tensor | None, index: tuple, live: torch.Tensor, dtype: torch.dtype):
-    """One chunk's incoming gradient as a ``[rows, 1]`` column, 0 on all -inf rows (and where the
-    output was not used)."""
+def _chunk_values(chunk, ids, banned, temperature) -> tuple[torch.Tensor, torch.Tensor]:
+    """(log p(ids), entropy) of one chunk of positions; two chunk-sized buffers at most."""
+    logp_all, live = _log_softmax(chunk, banned, temperature)
+    chosen = logp_all.gather(-1, ids.unsqueeze(-1)).squeeze(-1)
+    entropy = _neg_p_log_p(logp_all).sum(-1)
+    return torch.where(live, chosen, 0.0), torch.where(live, entropy, 0.0)
+
+
+def _chunk_grad(logits, ids, entropy, grad_logp, grad_entropy, index, banned, temperature):
+    """The gradient of the logits' chunk ``index`` from the incoming gradients of its log-probs
+    and entropies (None: that output was not used); two chunk-sized buffers at most."""
+    logp_all, live = _log_softmax(logits[index], banned, temperature)
+    p = logp_all.exp()
+    entropy_grad = None
+    if grad_entropy is not None:
+        # -p (l + H), in logp_all's buffer (0 * -inf where p is 0: that entry adds nothing)
+        minus_g = -_live_column(grad_entropy[index], live)
+        entropy_grad = logp_all.add_(entropy[index].unsqueeze(-1)).mul_(p).nan_to_num_(nan=0.0)
+        entropy_grad.mul_(minus_g)
+    g = _live_column(None if grad_logp is None else grad_logp[index], live).to(p.dtype)
+    chunk_grad = p.mul_(-g).scatter_add_(-1, ids[index].unsqueeze(-1), g)  # in p's buffer
+    if entropy_grad is not None:
+        chunk_grad.add_(entropy_grad)
+    if banned is not None:
+        chunk_grad.index_fill_(-1, banned, 0.0)
+    if temperature != 1.0:
+        chunk_grad.div_(temperature)
+    return chunk_grad
+
+
+def _live_column(grad: torch.Tensor | None, live: torch.Tensor) -> torch.Tensor:
+    """One chunk's incoming gradient as a ``[rows, 1]`` column, 0 on all -inf rows (and everywhere
+    when the output was not used)."""
     if grad is None:
-        return torch.zeros((*live.shape, 1), dtype=dtype, device=live.device)
-    return torch.where(live, grad[index], 0.0).unsqueeze(-1)
+        return torch.zeros((*live.shape, 1), device=live.device)
+    return torch.where(live, grad, 0.0).unsqueeze(-1)
