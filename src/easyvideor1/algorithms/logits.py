@@ -2,25 +2,22 @@
 
 Samplers ban tokens by setting their logits to -inf. That is harmless for `logsumexp`, but a row
 whose logits are *all* -inf (e.g. a fully masked padding position) gives `-inf - -inf = NaN`, and
-`p * logit` is `0 * -inf = NaN` in the entropy. Both are handled here; use `torch.where` (never
-multiplication) to mask the results, since a log-prob of a banned token is legitimately -inf.
+`p * logit` is `0 * -inf = NaN` in the entropy. Both are handled by the one implementation these
+call, `models.chunked_logits` (which the trainer's log-probs use too; it works a chunk of positions
+at a time, never on a full float32 copy of the logits). Use `torch.where` (never multiplication) to
+mask the results, since a log-prob of a banned token is legitimately -inf.
 """
 
 from __future__ import annotations
 
 import torch
 
+from ..models.chunked_logits import logprobs_and_entropy
 from .masked import as_bool_mask
 
 
-def _dead_rows_to_zero(logits: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-    """Replace rows that are entirely -inf by zeros (copying only when there is such a row)."""
-    dead = torch.isneginf(logits.amax(-1))
-    if bool(dead.any()):
-        logits = torch.where(
-            dead.unsqueeze(-1), torch.zeros((), dtype=logits.dtype, device=logits.device), logits
-        )
-    return logits, dead
+def _zero_outside(values: torch.Tensor, mask: torch.Tensor | None) -> torch.Tensor:
+    return values if mask is None else torch.where(as_bool_mask(mask), values, 0.0)
 
 
 def logprobs_from_logits(
@@ -30,35 +27,21 @@ def logprobs_from_logits(
     temperature: float = 1.0,
     mask: torch.Tensor | None = None,
 ) -> torch.Tensor:
-    """`log softmax(logits / temperature)[ids]`, computed in float32, shape of `ids`.
+    """`log softmax(logits / temperature)[ids]`, computed in float32 (float64 stays so), shape of `ids`.
 
-    Uses `gather - logsumexp` instead of materialising the full log-softmax. Positions outside
-    `mask` (and rows whose logits are all -inf) are returned as 0 with no gradient; a sampled
-    token that was banned gives -inf.
+    Positions outside `mask` (and rows whose logits are all -inf) are returned as 0 with no
+    gradient; a sampled token that was banned gives -inf.
     """
-    if logits.shape[:-1] != ids.shape:
-        raise ValueError(f"logits {tuple(logits.shape)} do not match ids {tuple(ids.shape)}")
-    logits = logits.float()
-    if temperature != 1.0:
-        logits = logits / temperature
-    logits, dead = _dead_rows_to_zero(logits)
-    picked = logits.gather(-1, ids.long().unsqueeze(-1)).squeeze(-1)
-    logp = picked - torch.logsumexp(logits, dim=-1)
-    keep = ~dead if mask is None else as_bool_mask(mask) & ~dead
-    return torch.where(keep, logp, torch.zeros((), dtype=logp.dtype, device=logp.device))
+    logp, _ = logprobs_and_entropy(logits, ids, temperature=temperature)
+    return _zero_outside(logp, mask)
 
 
 def entropy_from_logits(logits: torch.Tensor, mask: torch.Tensor | None = None) -> torch.Tensor:
-    """Per-position entropy `H = logsumexp(z) - sum_v p_v z_v` (float32), 0 outside `mask`.
+    """Per-position entropy `H = -sum_v p_v log p_v` (float32; float64 stays so), 0 outside `mask`.
 
     Banned tokens (p = 0, z = -inf) contribute 0. Meant for logging: call it under `torch.no_grad()`
     (or on detached logits) unless an entropy bonus is wanted.
     """
-    logits, dead = _dead_rows_to_zero(logits.float())
-    probs = torch.softmax(logits, dim=-1)
-    zero = torch.zeros((), dtype=logits.dtype, device=logits.device)
-    # Select before multiplying: 0 * -inf would be NaN, in the forward and in the backward.
-    weighted = (probs * torch.where(probs > 0, logits, zero)).sum(-1)
-    entropy = torch.logsumexp(logits, dim=-1) - weighted
-    keep = ~dead if mask is None else as_bool_mask(mask) & ~dead
-    return torch.where(keep, entropy, zero)
+    any_ids = torch.zeros(logits.shape[:-1], dtype=torch.long, device=logits.device)  # log-probs unused
+    _, entropy = logprobs_and_entropy(logits, any_ids)
+    return _zero_outside(entropy, mask)

@@ -7,6 +7,7 @@ from contextlib import nullcontext
 import torch
 import torch.nn.functional as F
 
+from .chunked_logits import logprobs_and_entropy
 from .inputs import append_responses
 from .packing import pack
 from .sequence_parallel import gather_tokens, group_of, shard_bounds
@@ -15,26 +16,25 @@ from .vision_cache import VisionFeatureCache
 
 
 def token_logprobs(
-    logits: torch.Tensor, ids: torch.Tensor, banned: list[int] | None = None, mask: torch.Tensor | None = None
+    logits: torch.Tensor,
+    ids: torch.Tensor,
+    banned: list[int] | None = None,
+    mask: torch.Tensor | None = None,
+    temperature: float = 1.0,
 ):
-    """log p(ids) and entropy from ``logits [N, T, V]`` (float32), with ``banned`` token ids at -inf.
+    """(log p(ids), entropy) from ``logits [N, T, V]`` divided by ``temperature``, in float32, with
+    ``banned`` token ids at -inf (``chunked_logits``: no full float32 copy of the logits).
 
     Generation never samples banned ids (vision placeholders), so the training distribution must
-    exclude them too, or sampled and recomputed log-probs disagree.
+    exclude them too, or sampled and recomputed log-probs disagree. The entropy is a metric: it
+    comes back detached.
     """
-    logits = logits.float()
-    if banned:
-        logits = logits.index_fill(-1, torch.tensor(banned, device=logits.device), float("-inf"))
-    logp_all = torch.log_softmax(logits, dim=-1)
-    logp = logp_all.gather(-1, ids.unsqueeze(-1)).squeeze(-1)
-    p = logp_all.exp()
-    # 0 * -inf is NaN: mask the banned entries out of the entropy sum explicitly
-    entropy = -torch.where(p > 0, p * logp_all, torch.zeros_like(p)).sum(-1)
+    logp, entropy = logprobs_and_entropy(logits, ids, banned=banned, temperature=temperature)
     if mask is not None:
         # padding may hold a banned id (-inf): zero it so masking never makes NaN; a non-finite value
         # on a real token stays visible (the update then skips the step and counts it)
-        logp = torch.where(mask.bool(), logp, torch.zeros_like(logp))
-    return logp, entropy
+        logp = torch.where(mask.bool(), logp, 0.0)
+    return logp, entropy.detach()
 
 
 def response_logprobs(
@@ -102,13 +102,12 @@ def response_logprobs(
         sp = group_of(model)
         if sp is not None:  # sequence parallelism: this rank's share of the T + 1 kept positions
             return _gathered_logprobs(
-                out.logits / temperature, response_ids, response_mask, banned, sp, T + 1, T
+                out.logits, response_ids, response_mask, banned, temperature, sp, T + 1, T
             )
-        logits = out.logits[:, :T] / temperature
-        return token_logprobs(logits, response_ids, banned, response_mask)
+        return token_logprobs(out.logits[:, :T], response_ids, banned, response_mask, temperature)
 
 
-def _gathered_logprobs(logits, ids, mask, banned, sp, kept: int, width: int):
+def _gathered_logprobs(logits, ids, mask, banned, temperature, sp, kept: int, width: int):
     """Log-probs and entropy of this rank's share of the ``kept`` positions (its LM head computed
     only those logits), gathered over the sequence-parallel group: ``[B, width]`` on every rank."""
     start, stop = shard_bounds(kept, sp)
@@ -116,7 +115,7 @@ def _gathered_logprobs(logits, ids, mask, banned, sp, kept: int, width: int):
     if pad > 0:
         ids, mask = F.pad(ids, (0, pad)), (None if mask is None else F.pad(mask, (0, pad)))
     lp, ent = token_logprobs(
-        logits, ids[:, start:stop], banned, None if mask is None else mask[:, start:stop]
+        logits, ids[:, start:stop], banned, None if mask is None else mask[:, start:stop], temperature
     )
     return gather_tokens(lp, sp, kept)[:, :width], gather_tokens(ent, sp, kept)[:, :width]
 
@@ -135,9 +134,9 @@ def _packed_logprobs(
     sp = group_of(model)
     if sp is not None:  # sequence parallelism: this rank's share of the kept positions
         kept = ids.shape[0]
-        lp, ent = _gathered_logprobs(out.logits / temperature, ids[None], None, banned, sp, kept, kept)
+        lp, ent = _gathered_logprobs(out.logits, ids[None], None, banned, temperature, sp, kept, kept)
     else:
-        lp, ent = token_logprobs(out.logits / temperature, ids[None], banned)
+        lp, ent = token_logprobs(out.logits, ids[None], banned, temperature=temperature)
     index = (packed.rows.to(device), packed.cols.to(device))
     logp = lp.new_zeros(response_ids.shape).index_put(index, lp[0])
     entropy = ent.new_zeros(response_ids.shape).index_put(index, ent[0])
