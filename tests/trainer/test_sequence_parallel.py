@@ -206,3 +206,40 @@ def test_ranks_of_a_group_that_sampled_differently_stop_the_run(tmp_path):
     assert r.returncode == 0, r.stdout[-2000:] + r.stderr[-2000:]
     for rank in (0, 1):
         assert (tmp_path / f"rank_{rank}.txt").read_text().splitlines() == ["same: ok", "refused: True"]
+
+
+def test_span_attention_equals_the_dense_mask_on_every_real_position():
+    """The attention after the exchange, without an S x S mask: each sequence's stretch through the
+    causal kernel equals the dense mask (causal, real keys, one packed sequence) on every real
+    query, for left- and right-padded rows and a packed row; a sequence with a hole in it is left
+    to the dense mask."""
+    import torch
+
+    from easyvideor1.models.sequence_parallel import SPGroup, _Layout, _mask, causal_spans, span_attention
+
+    torch.manual_seed(0)
+    length = 12
+    valid = torch.ones(3, length, dtype=torch.bool)
+    valid[0, :3] = False  # a left-padded prompt and a right-padded response
+    valid[0, 10:] = False
+    valid[1, 7:] = False  # right padding only
+    layouts = {"padded": (valid, None)}
+    packed_valid = torch.ones(1, length, dtype=torch.bool)
+    packed_valid[0, 10:] = False  # the sequence-parallel padding after the last sequence
+    segments = torch.tensor([[1, 1, 1, 1, 2, 2, 2, 3, 3, 3, -1, -1]])
+    layouts["packed"] = (packed_valid, segments)
+    for name, (key_valid, seg) in layouts.items():
+        q, k, v = (torch.randn(key_valid.shape[0], 2, length, 8) for _ in range(3))
+        spans = causal_spans(key_valid, seg)
+        assert spans is not None, name
+        dense = torch.nn.functional.scaled_dot_product_attention(
+            q, k, v, attn_mask=_mask(_Layout(SPGroup(None, 1, 0), key_valid, seg), length, "cpu")
+        )
+        out = span_attention(q, k, v, spans)
+        real = key_valid[:, None, :, None].expand_as(out)
+        torch.testing.assert_close(out[real], dense[real], msg=name)
+    assert causal_spans(valid, None) == [[(3, 12)], [(0, 12)], [(0, 12)]]
+    assert causal_spans(packed_valid, segments) == [[(0, 4), (4, 7), (7, 12)]]
+    holed = torch.ones(1, length, dtype=torch.bool)
+    holed[0, 5] = False
+    assert causal_spans(holed, None) is None
