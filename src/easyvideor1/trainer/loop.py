@@ -21,7 +21,7 @@ from . import step as stages
 from .ahead import RolloutsAhead
 from .background_eval import BackgroundEvals
 from .build import build_components, load_data, start, step_settings
-from .distributed import same_rollouts_in_group, shutdown_distributed, split_prompts
+from .distributed import shutdown_distributed, split_prompts
 from .evaluate import has_video, validate_policy
 from .metrics import hybrid_metrics, mismatch_metrics
 from .rounds import collect_groups
@@ -108,8 +108,6 @@ class Trainer:
         t0 = time.perf_counter()
         metrics: dict[str, float] = {}
         exp, samples, batch, data_s = self._rollouts(metrics)
-        if parts.dist.sp_size > 1:  # the ranks of a group must hold the same sequences to split them
-            same_rollouts_in_group(exp, parts.dist)
         if self._ahead is not None:  # the next steps' rollouts, on the weights from before this update
             self._ahead.fill(cfg.trainer.max_steps - self.state.step - 1)
         t_data, t_rollout = t0 + data_s, time.perf_counter()

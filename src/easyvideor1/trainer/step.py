@@ -7,15 +7,13 @@ its result.
 
 from __future__ import annotations
 
-import dataclasses
-
 import torch
 
 from ..algorithms.kl import kl_penalty
 from ..algorithms.rollout_correction import rollout_correction
 from ..models.lora import reference_forward
 from ..rollout.base import SamplingConfig
-from .advantages import needs_greedy_baseline, step_advantages
+from .advantages import greedy_scores, needs_greedy_baseline, step_advantages
 from .distributed import DistState, all_gather, reduce_over_ranks, sum_over_ranks
 from .experience import Experience
 from .state import Components, DataSkips
@@ -95,10 +93,10 @@ def advantages(
     samples: list,
 ) -> torch.Tensor:
     """Advantages of the shaped ``rewards``, with the extra inputs the estimator declared."""
-    greedy = None
+    baseline = None
     if needs_greedy_baseline(cfg.algorithm):  # e.g. ReMax: one greedy response per prompt
-        greedy = engine.generate(batch, [1] * len(samples), dataclasses.replace(sampling, temperature=0))
-    return step_advantages(cfg.algorithm, exp, rewards, samples, greedy, cfg.reward, dist)
+        baseline = greedy_scores(engine, batch, samples, sampling, cfg.reward, dist)
+    return step_advantages(cfg.algorithm, exp, rewards, samples, baseline, dist)
 
 
 def leave_out_unscored(exp: Experience) -> None:
