@@ -19,9 +19,9 @@ from pathlib import Path
 
 from easyvideor1.cli import main
 from easyvideor1.rollout.hf import HFRolloutEngine
-from easyvideor1.trainer import advantages, loop, rounds, step
+from easyvideor1.trainer import advantages, evaluate, loop, rounds, step
 
-seen: dict[str, list] = {"rounds": [], "greedy": [], "steps": []}
+seen: dict[str, list] = {"rounds": [], "greedy": [], "validation": [], "steps": []}
 now: list[dict] = []  # the collection in progress (its engine calls count into it)
 
 
@@ -62,6 +62,14 @@ def _greedy(original):
     return greedy_scores
 
 
+def _validation(original):
+    def evaluate(engine, processor, dataset, indices, *args, **kwargs):
+        seen["validation"].append(len(indices))
+        return original(engine, processor, dataset, indices, *args, **kwargs)
+
+    return evaluate
+
+
 def _groups(original):
     def collect_groups(*args, **kwargs):
         exp, samples, batch, data_s = original(*args, **kwargs)
@@ -80,6 +88,7 @@ HFRolloutEngine.generate = _generate(HFRolloutEngine.generate)
 rounds.collect = _collect(rounds.collect)
 step.greedy_scores = _greedy(advantages.greedy_scores)
 loop.collect_groups = _groups(loop.collect_groups)
+evaluate.evaluate = _validation(evaluate.evaluate)
 
 if __name__ == "__main__":
     rc = main(sys.argv[2:])

@@ -89,8 +89,8 @@ def test_a_training_run_under_sequence_parallelism(demo_assets, tmp_path):
     checkpoint with the sequence split over 2 ranks, composed with LoRA, gradient checkpointing,
     token-budget micro-batches and the frozen tower's reused features. Each prompt is generated
     once across the pair: every round, each rank's engine generates for its own half of the
-    prompts (the other half is the other rank's), greedy baselines too, and both ranks train on
-    the same experience."""
+    prompts (the other half is the other rank's), greedy baselines and validation too, and both
+    ranks train on the same experience."""
     out = tmp_path / "run"
     args = [
         str(HERE / "sp_train_worker.py"),
@@ -142,6 +142,8 @@ def test_a_training_run_under_sequence_parallelism(demo_assets, tmp_path):
     prompts = [s["prompts"] for s in seen[0]["steps"]]
     greedy = list(zip(seen[0]["greedy"], seen[1]["greedy"], strict=True))
     assert [a + b for a, b in greedy] == prompts and all(abs(a - b) <= 1 for a, b in greedy)
+    # validation (before and after the warm-up, at the end): 2 of the 4 prompts each
+    assert seen[0]["validation"] == seen[1]["validation"] == [2, 2, 2]
 
 
 def test_what_cannot_be_split_is_refused_with_the_key(tmp_path):

@@ -312,26 +312,38 @@ def split_over_group(
     rank doubles the work and holds only while the engines sample identically (which GPU kernels
     do not promise); each share is generated once, then sent (an object all-gather: keep the
     result's tensors on the CPU and leave the prompt batch out, every rank holds it). A share
-    draws from its own random stream (:func:`_share_stream`)."""
+    draws from its own random stream (:func:`own_random_stream`)."""
     if state.sp_size == 1:
         return [work(batch, samples)]
     from ..models.inputs import select_prompts
 
     mine = group_shares(len(samples), state)[state.rank % state.sp_size]
-    with _share_stream(state):
+    with own_random_stream(state):
         result = work(select_prompts(batch, list(mine)), samples[mine.start : mine.stop]) if mine else None
+    return gather_in_group(result, state)
+
+
+def gather_in_group(obj: Any, state: DistState) -> list[Any]:
+    """Every rank of this rank's sequence-parallel group's ``obj`` (picklable; tensors best on the
+    CPU), in group order; ``[obj]`` without sequence parallelism."""
+    if state.sp_size == 1:
+        return [obj]
     out: list[Any] = [None] * state.sp_size
-    dist.all_gather_object(out, result, group=state.sp_group)
+    dist.all_gather_object(out, obj, group=state.sp_group)
     return out
 
 
 @contextmanager
-def _share_stream(state: DistState):
-    """Within the block, this rank draws from a random stream of its own: seeded by a number drawn
-    from the generator the ranks of its sequence-parallel group share (the same on each) and its
-    place in the group. The shared generator stays in step over the group (the loss may draw from
-    it: Clip-Cov's sampled tokens), and the shares stay reproducible, resumed runs included (a
-    checkpoint holds the shared generator)."""
+def own_random_stream(state: DistState):
+    """Under sequence parallelism, within the block this rank draws from a random stream of its
+    own (its share of the rollouts or of validation): seeded by a number drawn from the generator
+    the ranks of its group share (the same on each) and its place in the group. The shared
+    generator stays in step over the group (the loss may draw from it: Clip-Cov's sampled tokens),
+    and the shares stay reproducible, resumed runs included (a checkpoint holds the shared
+    generator). Without sequence parallelism the block draws from the global generator."""
+    if state.sp_size == 1:
+        yield
+        return
     seed = int(torch.randint(0, 2**62, (1,)))
     devices = [torch.cuda.current_device()] if torch.cuda.is_available() else []
     with torch.random.fork_rng(devices=devices):
