@@ -3,7 +3,9 @@ rewards carry signal, drawing more prompts until a step has its share of groups.
 
 Every rank draws every round, so the prompt samplers stay in step across ranks; the rounds end
 when every rank has its share (decided jointly) or after ``max_tries`` rounds, and a rank that is
-already full skips the rollouts of the extra rounds.
+already full skips the rollouts of the extra rounds. The ranks of a sequence-parallel group hold
+the same prompts: each round, each of them generates and scores a share of them, and the shares'
+experiences are gathered and merged (:func:`merge_shares`), so the group decides as one.
 """
 
 from __future__ import annotations
