@@ -10,7 +10,14 @@ its peak resident memory above the level before the forward (Linux ``VmHWM``, re
 the longest of those lengths that fits under ``--cap-mib`` with each, and
 ``tower_s_sp1`` / ``tower_s_sp2`` (per-rank vision tower seconds: each SP 2 rank encodes half the
 frames).
-Usage: python benchmarks/sequence_parallel.py [--frames 64,128,256] [--cap-mib 1280] [--hidden 512] [--layers 4] [--smoke]
+
+``attn_peak_ratio``: the Ulysses attention alone (what runs after the exchange, every head's whole
+sequence) on a packed row of two sequences of ``--attn-tokens`` tokens in all (16,384; 2,048 with
+``--smoke``), forward and backward, each variant in a fresh process: the previous implementation's
+peak (a dense ``[B, 1, S, S]`` mask in every layer) over the current one's (the causal kernel on
+each sequence's stretch), both above the level before the call.
+Usage: python benchmarks/sequence_parallel.py [--frames 64,128,256] [--cap-mib 1280] [--hidden 512] [--layers 4]
+       [--attn-tokens 16384] [--attention-only] [--smoke]
 """
 
 from __future__ import annotations
@@ -38,6 +45,10 @@ RESULT_KEYS = (
     "longest_tokens_under_cap_sp2",
     "tower_s_sp1",
     "tower_s_sp2",
+    "attn_tokens",
+    "attn_peak_mib_previous",
+    "attn_peak_mib_spans",
+    "attn_peak_ratio",
 )
 
 
@@ -129,6 +140,56 @@ def worker(model_dir: str, frames: int, out: str) -> None:
         Path(out).write_text(json.dumps(row))
 
 
+def attention_worker(variant: str, tokens: int, out: str) -> None:
+    """One Ulysses attention forward + backward over a packed row of two sequences (2 heads of 64
+    channels: a rank's share of the heads after the exchange); writes its peak to ``out``.
+    ``previous``: the dense mask the attention built for every padded or packed row before
+    (kept in the module for the layouts nothing else expresses); ``spans``: the causal kernel on
+    each sequence's stretch, as it runs now."""
+    import torch
+    import torch.nn.functional as F
+
+    from easyvideor1.models import sequence_parallel as sp_module
+
+    torch.set_num_threads(1)
+    torch.manual_seed(0)
+    key_valid = torch.ones(1, tokens, dtype=torch.bool)
+    segments = (torch.arange(tokens) >= tokens // 2).long()[None] + 1
+    q, k, v = (torch.randn(1, 2, tokens, 64, requires_grad=True) for _ in range(3))
+    with open("/proc/self/clear_refs", "w") as f:  # the peak starts again from here
+        f.write("5")
+    before = _rss_mib()
+    if variant == "previous":
+        layout = sp_module._Layout(sp_module.SPGroup(None, 1, 0), key_valid, segments)
+        mask = sp_module._mask(layout, tokens, q.device)
+        attended = F.scaled_dot_product_attention(q, k, v, attn_mask=mask)
+    else:
+        attended = sp_module.span_attention(q, k, v, sp_module.causal_spans(key_valid, segments))
+    attended.square().sum().backward()
+    Path(out).write_text(json.dumps({"peak": _hwm_mib() - before}))
+
+
+def measure_attention(variant: str, tokens: int, tmp: str) -> float:
+    out = os.path.join(tmp, f"attn_{variant}_{tokens}.json")
+    env = {**os.environ, "OMP_NUM_THREADS": "1"}
+    me = [str(Path(__file__).resolve()), "--attn-worker", variant, str(tokens), out]
+    r = subprocess.run([sys.executable, *me], capture_output=True, text=True, env=env, timeout=1800)
+    if r.returncode != 0:
+        raise SystemExit(f"attention worker failed ({variant}, {tokens} tokens):\n{r.stderr[-3000:]}")
+    return json.loads(Path(out).read_text())["peak"]
+
+
+def attention_figures(tokens: int, tmp: str) -> dict:
+    """The attention's peaks, previous and current, side by side (each in a fresh process)."""
+    previous, spans = (measure_attention(v, tokens, tmp) for v in ("previous", "spans"))
+    return {
+        "attn_tokens": tokens,
+        "attn_peak_mib_previous": round(previous, 1),
+        "attn_peak_mib_spans": round(spans, 1),
+        "attn_peak_ratio": previous / max(spans, 0.1),
+    }
+
+
 def _port() -> int:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
@@ -163,19 +224,32 @@ def main() -> None:
     p.add_argument("--cap-mib", type=float, default=1280.0)
     p.add_argument("--hidden", type=int, default=512, help="the language model's hidden size")
     p.add_argument("--layers", type=int, default=4, help="the language model's decoder layers")
-    p.add_argument("--smoke", action="store_true", help="8 frames only, the same keys")
+    p.add_argument("--attn-tokens", type=int, default=16384, help="the attention part's length")
+    p.add_argument("--attention-only", action="store_true", help="the attention part only (its keys)")
+    p.add_argument("--smoke", action="store_true", help="8 frames and 2,048 attention tokens, the same keys")
     p.add_argument("--worker", nargs=3, help=argparse.SUPPRESS)
+    p.add_argument("--attn-worker", nargs=3, help=argparse.SUPPRESS)
     a = p.parse_args()
     if a.worker:
         worker(a.worker[0], int(a.worker[1]), a.worker[2])
         return
+    if a.attn_worker:
+        attention_worker(a.attn_worker[0], int(a.attn_worker[1]), a.attn_worker[2])
+        return
     from easyvideor1.models.tiny import make_tiny_model
 
+    attn_tokens = 2048 if a.smoke else a.attn_tokens
+    if a.attention_only:
+        with tempfile.TemporaryDirectory() as tmp:
+            attn = attention_figures(attn_tokens, tmp)
+        print(json.dumps({k: round(v, 4) if isinstance(v, float) else v for k, v in attn.items()}))
+        return
     lengths = [8] if a.smoke else [int(x) for x in a.frames.split(",")]
     with tempfile.TemporaryDirectory() as tmp:
         model_dir = make_tiny_model(os.path.join(tmp, "model"), "qwen3_vl", hidden=a.hidden, layers=a.layers)
         one = {n: measure(model_dir, n, 1, tmp) for n in lengths}
         two = {n: measure(model_dir, n, 2, tmp) for n in lengths}
+        attn = attention_figures(attn_tokens, tmp)
     longest = lengths[-1]
     peak1 = {one[n]["tokens"]: round(max(one[n]["peaks"]), 1) for n in lengths}
     peak2 = {two[n]["tokens"]: round(max(two[n]["peaks"]), 1) for n in lengths}
@@ -194,6 +268,7 @@ def main() -> None:
         "longest_tokens_under_cap_sp2": fits(peak2),
         "tower_s_sp1": one[longest]["tower_s"],
         "tower_s_sp2": two[longest]["tower_s"],
+        **attn,
     }
     print(json.dumps({k: round(v, 4) if isinstance(v, float) else v for k, v in out.items()}))
 

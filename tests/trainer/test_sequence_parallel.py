@@ -1,8 +1,8 @@
 """Ulysses sequence parallelism (``distributed.sequence_parallel_size``): one update with the
 sequence split over 2 ranks (and 2 x 2 with 4 ranks) equals the single-process update, for
 Qwen2.5-VL, Qwen3-VL (DeepStack) and Qwen3.5 (gated DeltaNet, head-parallel) on 16-frame video
-prompts, padded and packed; a training run under it; what cannot be split is refused with the
-key named."""
+prompts, padded and packed; a training run under it (each prompt generated once across a pair);
+the attention without an S x S mask; what cannot be split is refused with the key named."""
 
 from __future__ import annotations
 
@@ -85,13 +85,16 @@ def test_sp2_update_with_gradient_checkpointing_equals_the_single_process_update
 
 
 def test_a_training_run_under_sequence_parallelism(demo_assets, tmp_path):
-    """Warm-up, hybrid groups, validation and a checkpoint with the sequence split over 2 ranks,
-    composed with LoRA, gradient checkpointing, token-budget micro-batches and the frozen tower's
-    reused features."""
+    """Warm-up, hybrid groups, dynamic sampling, a greedy baseline (ReMax), validation and a
+    checkpoint with the sequence split over 2 ranks, composed with LoRA, gradient checkpointing,
+    token-budget micro-batches and the frozen tower's reused features. Each prompt is generated
+    once across the pair: every round, each rank's engine generates for its own half of the
+    prompts (the other half is the other rank's), greedy baselines and validation too, and both
+    ranks train on the same experience."""
     out = tmp_path / "run"
     args = [
-        "-m",
-        "easyvideor1",
+        str(HERE / "sp_train_worker.py"),
+        str(tmp_path),
         "train",
         f"data.train_files=[{demo_assets['train']}]",
         f"data.val_files=[{demo_assets['val']}]",
@@ -114,6 +117,9 @@ def test_a_training_run_under_sequence_parallelism(demo_assets, tmp_path):
         "model.gradient_checkpointing=true",
         "model.freeze_vision_tower=true",
         "trainer.max_tokens_per_micro_batch=400",
+        "algorithm.adv_estimator=REMAX",
+        "algorithm.online_filtering.enable=true",
+        "algorithm.online_filtering.max_tries=2",
     ]
     r = _torchrun(2, *args)
     assert r.returncode == 0, r.stdout[-3000:] + r.stderr[-3000:]
@@ -123,6 +129,21 @@ def test_a_training_run_under_sequence_parallelism(demo_assets, tmp_path):
     # each prompt counted once: 4 prompts x 4 responses, not twice that
     assert all(m["hybrid/groups_with_offline"] == 4 for m in steps)
     assert (out / "checkpoints" / "step_2" / "adapter").is_dir()
+    seen = [json.loads((tmp_path / f"rank_{rank}.json").read_text()) for rank in (0, 1)]
+    rounds = [s["rounds"] for s in seen]
+    assert len(rounds[0]) == len(rounds[1]) >= 2  # a round per step at least, in step
+    for mine, theirs in zip(*rounds, strict=True):
+        # 4 prompts a round: 2 each (before the split, each rank's engine generated all 4)
+        assert len(mine["records"]) == len(theirs["records"]) == 2
+        assert not set(mine["records"]) & set(theirs["records"])
+        assert mine["generated_prompts"] == theirs["generated_prompts"] == 2
+    assert len(seen[0]["steps"]) == 2 and seen[0]["steps"] == seen[1]["steps"]  # the same experience
+    # one greedy response per prompt a step trains on (the groups dynamic sampling kept), halved
+    prompts = [s["prompts"] for s in seen[0]["steps"]]
+    greedy = list(zip(seen[0]["greedy"], seen[1]["greedy"], strict=True))
+    assert [a + b for a, b in greedy] == prompts and all(abs(a - b) <= 1 for a, b in greedy)
+    # validation (before and after the warm-up, at the end): 2 of the 4 prompts each
+    assert seen[0]["validation"] == seen[1]["validation"] == [2, 2, 2]
 
 
 def test_what_cannot_be_split_is_refused_with_the_key(tmp_path):
@@ -181,28 +202,89 @@ def test_the_256_frame_gpu_recipe_loads_with_sequence_parallelism():
     assert cfg.trainer.prompts_per_step % (8 // 2) == 0  # 4 data-parallel groups on 8 GPUs
 
 
-def test_ranks_of_a_group_that_sampled_differently_stop_the_run(tmp_path):
-    """Two gloo ranks in one sequence-parallel group whose rollouts differ: the check stops the run.
-    Each rank writes what it saw to a file of its own (their stdout lines would interleave)."""
-    script = tmp_path / "check.py"
-    script.write_text(
-        "import sys, torch\n"
-        "from types import SimpleNamespace\n"
-        "from easyvideor1.trainer.config import DistributedConfig\n"
-        "from easyvideor1.trainer.distributed import init_distributed, same_rollouts_in_group, shutdown_distributed\n"
-        "state = init_distributed(DistributedConfig(sequence_parallel_size=2, timeout_minutes=1.0))\n"
-        "seen = []\n"
-        "ids = torch.tensor([[1, 2, 3]])\n"
-        "same_rollouts_in_group(SimpleNamespace(ids=ids, mask=torch.ones_like(ids)), state)\n"
-        "seen.append('same: ok')\n"
-        "try:\n"
-        "    same_rollouts_in_group(SimpleNamespace(ids=ids + state.rank, mask=torch.ones_like(ids)), state)\n"
-        "except RuntimeError as e:\n"
-        "    seen.append(f'refused: {\"sampled different\" in str(e)}')\n"
-        "open(f'{sys.argv[1]}/rank_{state.rank}.txt', 'w').write('\\n'.join(seen))\n"
-        "shutdown_distributed()\n"
-    )
-    r = _torchrun(2, str(script), str(tmp_path))
-    assert r.returncode == 0, r.stdout[-2000:] + r.stderr[-2000:]
-    for rank in (0, 1):
-        assert (tmp_path / f"rank_{rank}.txt").read_text().splitlines() == ["same: ok", "refused: True"]
+def test_the_shares_of_a_group_merge_into_the_experience_of_the_whole_batch():
+    """The ranks of a sequence-parallel group collect contiguous shares of the prompts (3 prompts:
+    1 and 2); merged, they are the experience of all prompts collected at once, episodes' fields
+    and engine log-probs included; counts add up, rates average over the shares."""
+    import torch
+
+    from easyvideor1.trainer.distributed import DistState, group_shares
+    from easyvideor1.trainer.experience import Response, stacked
+    from easyvideor1.trainer.rounds import merge_shares
+
+    def response(p: int, i: int) -> Response:
+        n = 2 + p + i
+        ids = torch.arange(n) + 10 * p
+        if p == 1 and i == 0:  # an episode: a tool turn (not the policy's) and its media
+            policy = torch.tensor([1] + [0] * (n - 2) + [1])
+            types = torch.tensor([0] * (n - 1) + [2])
+            return Response(
+                ids, f"{p}.{i}", False, False, policy=policy, media={"x": torch.ones(1)}, types=types
+            )
+        logp = None if i == 1 else -torch.rand(n)
+        return Response(ids, f"{p}.{i}", offline=i == 1, truncated=p == 2, logp=logp)
+
+    groups = [[response(p, i) for i in range(2)] for p in range(3)]
+
+    def experience(groups, metrics):
+        exp = stacked(None, groups, pad_id=0)
+        exp.scores = {"overall": exp.mask.sum(1).float()}
+        exp.tasks = ["t"] * len(exp)
+        exp.metrics = metrics
+        return exp
+
+    whole = experience(groups, {})
+    shares = group_shares(3, DistState(world=2, sp_size=2))
+    assert shares == [range(0, 1), range(1, 3)]
+    share_metrics = [
+        {"reward/errors": 1.0, "tools/call_rate": 0.5},
+        {"reward/errors": 2.0, "tools/call_rate": 1.0},
+    ]
+    pieces = [experience(groups[s.start : s.stop], m) for s, m in zip(shares, share_metrics, strict=True)]
+    merged = merge_shares(pieces, "batch")
+    assert merged.batch == "batch" and merged.prompt_of == whole.prompt_of and merged.texts == whole.texts
+    for name in ("ids", "mask", "offline", "truncated", "valid", "response_types"):
+        assert torch.equal(getattr(merged, name), getattr(whole, name)), name
+    torch.testing.assert_close(merged.rollout_logp, whole.rollout_logp, equal_nan=True)
+    torch.testing.assert_close(merged.scores["overall"], whole.scores["overall"])
+    assert [m is None for m in merged.response_media] == [m is None for m in whole.response_media]
+    assert merged.metrics == {"reward/errors": 3.0, "tools/call_rate": 0.75}
+    # an empty share (fewer prompts than ranks) adds nothing
+    assert merge_shares([pieces[1], None], "batch").texts == pieces[1].texts
+
+
+def test_span_attention_equals_the_dense_mask_on_every_real_position():
+    """The attention after the exchange, without an S x S mask: each sequence's stretch through the
+    causal kernel equals the dense mask (causal, real keys, one packed sequence) on every real
+    query, for left- and right-padded rows and a packed row; a sequence with a hole in it is left
+    to the dense mask."""
+    import torch
+
+    from easyvideor1.models.sequence_parallel import SPGroup, _Layout, _mask, causal_spans, span_attention
+
+    torch.manual_seed(0)
+    length = 12
+    valid = torch.ones(3, length, dtype=torch.bool)
+    valid[0, :3] = False  # a left-padded prompt and a right-padded response
+    valid[0, 10:] = False
+    valid[1, 7:] = False  # right padding only
+    layouts = {"padded": (valid, None)}
+    packed_valid = torch.ones(1, length, dtype=torch.bool)
+    packed_valid[0, 10:] = False  # the sequence-parallel padding after the last sequence
+    segments = torch.tensor([[1, 1, 1, 1, 2, 2, 2, 3, 3, 3, -1, -1]])
+    layouts["packed"] = (packed_valid, segments)
+    for name, (key_valid, seg) in layouts.items():
+        q, k, v = (torch.randn(key_valid.shape[0], 2, length, 8) for _ in range(3))
+        spans = causal_spans(key_valid, seg)
+        assert spans is not None, name
+        dense = torch.nn.functional.scaled_dot_product_attention(
+            q, k, v, attn_mask=_mask(_Layout(SPGroup(None, 1, 0), key_valid, seg), length, "cpu")
+        )
+        out = span_attention(q, k, v, spans)
+        real = key_valid[:, None, :, None].expand_as(out)
+        torch.testing.assert_close(out[real], dense[real], msg=name)
+    assert causal_spans(valid, None) == [[(3, 12)], [(0, 12)], [(0, 12)]]
+    assert causal_spans(packed_valid, segments) == [[(0, 4), (4, 7), (7, 12)]]
+    holed = torch.ones(1, length, dtype=torch.bool)
+    holed[0, 5] = False
+    assert causal_spans(holed, None) is None

@@ -212,6 +212,30 @@ def gather_sequences(
     return out
 
 
+def select_prompts(batch: PromptBatch, rows: list[int]) -> PromptBatch:
+    """Prompts ``rows`` of a (left-padded) batch as a batch of their own, vision tensors and raw
+    prompts included, cut to the padding they need (an episode's first turn is one prompt without
+    padding; a sequence-parallel rank generates for its share of the prompts)."""
+    inputs = gather_prompts(batch, rows)
+    start = int((inputs["attention_mask"] == 0).sum(1).min()) if rows else 0  # padding every row has
+    for key in _PER_ROW:
+        if inputs.get(key) is not None:
+            inputs[key] = inputs[key][:, start:]
+
+    def pick(values: list | None) -> list | None:
+        return None if values is None else [values[r] for r in rows]
+
+    return PromptBatch(
+        inputs,
+        [batch.video_counts[r] for r in rows],
+        [batch.image_counts[r] for r in rows],
+        texts=pick(batch.texts),
+        media=pick(batch.media),
+        token_prompts=pick(batch.token_prompts),
+        pixel_rows=None if batch.pixel_rows is None else {k: pick(v) for k, v in batch.pixel_rows.items()},
+    )
+
+
 def expand(batch: PromptBatch, repeats: list[int]) -> dict[str, Any]:
     """Repeat prompt ``i`` ``repeats[i]`` times (rows and vision tensors), in prompt order."""
     if len(repeats) != len(batch):

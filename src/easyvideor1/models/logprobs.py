@@ -8,7 +8,7 @@ import torch
 import torch.nn.functional as F
 
 from .chunked_logits import logprobs_and_entropy
-from .inputs import append_responses
+from .inputs import append_responses, compute_device
 from .packing import pack
 from .sequence_parallel import gather_tokens, group_of, shard_bounds
 from .vision import DummyVisionPass
@@ -65,7 +65,7 @@ def response_logprobs(
     with ``sequence_ids``, of each sequence's own media (an episode's tool turns).
     Both give the padded, re-encoding forward's values (within float tolerance).
     """
-    device = next(model.parameters()).device  # inputs are built on the CPU; GPU runs move them here
+    device = compute_device(model)  # inputs are built on the CPU; GPU runs move them here
     serve = vision is not None and vision.active
     if serve and prompt_ids is None:
         raise ValueError("a vision feature cache needs the prompt index of every sequence")
@@ -123,7 +123,7 @@ def _gathered_logprobs(logits, ids, mask, banned, temperature, sp, kept: int, wi
 def _packed_logprobs(
     model, seq_inputs, response_ids, response_mask, banned, temperature, dummy, counts, serve, response_types
 ):
-    device = next(model.parameters()).device
+    device = compute_device(model)
     packed = pack(model, seq_inputs, response_ids, response_mask, counts[0], counts[1], response_types)
     inputs = {k: v.to(device) if isinstance(v, torch.Tensor) else v for k, v in packed.inputs.items()}
     ctx = dummy.expect(inputs) if dummy is not None and not serve else nullcontext()

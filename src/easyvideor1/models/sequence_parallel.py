@@ -67,7 +67,9 @@ class _Layout:
     group: SPGroup
     key_valid: torch.Tensor  # [B, T] bool, the whole (padded) sequence: which keys are real
     segments: torch.Tensor | None  # [B, T] packed sequences' ids (attention stays within one)
-    plain: bool = False  # every key real and one sequence per row: plain causal attention
+    # per row, the stretches [start, stop) attended causally on their own (:func:`causal_spans`);
+    # None: a layout only the dense mask expresses (:func:`_mask`)
+    spans: list[list[tuple[int, int]]] | None = None
     start: int = 0  # this rank's shard of the (padded) sequence
     stop: int = 0
 
@@ -179,8 +181,8 @@ def ulysses_attention(module, query, key, value, attention_mask, dropout=0.0, sc
         k = k.repeat_interleave(q.shape[1] // k.shape[1], dim=1)
         v = v.repeat_interleave(q.shape[1] // v.shape[1], dim=1)
     p = dropout if module.training else 0.0
-    if layout.plain:  # no padding, one sequence per row: the causal kernel, no mask in memory
-        out = F.scaled_dot_product_attention(q, k, v, dropout_p=p, scale=scaling, is_causal=True)
+    if layout.spans is not None:  # the causal kernel on each sequence's stretch: no mask in memory
+        out = span_attention(q, k, v, layout.spans, p, scaling)
     else:
         out = F.scaled_dot_product_attention(
             q, k, v, attn_mask=_mask(layout, q.shape[2], q.device), dropout_p=p, scale=scaling
@@ -189,9 +191,79 @@ def ulysses_attention(module, query, key, value, attention_mask, dropout=0.0, sc
     return out.transpose(1, 2).contiguous(), None
 
 
+def causal_spans(
+    key_valid: torch.Tensor, segments: torch.Tensor | None
+) -> list[list[tuple[int, int]]] | None:
+    """Per row of a ``[B, S]`` layout, the stretches ``[start, stop)`` inside which attention is
+    plain causal attention: one per sequence (a packed row holds several), over its real tokens.
+    The last stretch of a row runs on over the padding after it: no real query reaches those
+    keys, and those queries' outputs are never read, so the kernel may as well include them (a
+    right-padded row is then one stretch, the whole row). Positions outside every stretch are
+    padding. None when some sequence's real tokens are not contiguous: only the dense mask
+    expresses that."""
+    valid = key_valid.cpu()
+    seg = None if segments is None else segments.cpu()
+    length = valid.shape[1]
+    rows = []
+    for b in range(valid.shape[0]):
+        pos = valid[b].nonzero().flatten()
+        if pos.numel() == 0:  # all padding: nothing to attend
+            rows.append([])
+            continue
+        ids = torch.zeros_like(pos) if seg is None else seg[b, pos]
+        new_sequence = ids[1:] != ids[:-1]
+        gap = pos[1:] != pos[:-1] + 1
+        if bool((gap & ~new_sequence).any()):  # a hole inside one sequence
+            return None
+        starts = torch.cat([pos[:1], pos[1:][new_sequence]]).tolist()
+        stops = torch.cat([pos[:-1][new_sequence] + 1, pos[-1:] + 1]).tolist()
+        if torch.unique(ids).numel() != len(starts):  # a sequence resumes after another one
+            return None
+        stops[-1] = length
+        rows.append(list(zip(starts, stops, strict=True)))
+    return rows
+
+
+def span_attention(
+    q: torch.Tensor,
+    k: torch.Tensor,
+    v: torch.Tensor,
+    spans: list[list[tuple[int, int]]],
+    dropout: float = 0.0,
+    scale: float | None = None,
+) -> torch.Tensor:
+    """``[B, H, S, D]`` attention with the causal kernel on each stretch of :func:`causal_spans`
+    alone (zeros elsewhere: padding, never read). Memory stays linear in S (no S x S mask); rows
+    laid out alike share each call, a row of one stretch over everything is one call, no copy."""
+    length = q.shape[2]
+
+    def causal(rows: slice, start: int, stop: int) -> torch.Tensor:
+        part = (t[rows, :, start:stop] for t in (q, k, v))
+        return F.scaled_dot_product_attention(*part, dropout_p=dropout, scale=scale, is_causal=True)
+
+    if all(s == spans[0] for s in spans):
+        layouts = [(slice(None), spans[0])]
+    else:
+        layouts = [(slice(b, b + 1), s) for b, s in enumerate(spans)]
+    outs = []
+    for rows, stretches in layouts:
+        pieces, at = [], 0
+        n = q[rows].shape[0]
+        for start, stop in stretches:
+            if start > at:
+                pieces.append(q.new_zeros(n, q.shape[1], start - at, v.shape[3]))
+            pieces.append(causal(rows, start, stop))
+            at = stop
+        if at < length:
+            pieces.append(q.new_zeros(n, q.shape[1], length - at, v.shape[3]))
+        outs.append(pieces[0] if len(pieces) == 1 else torch.cat(pieces, dim=2))
+    return outs[0] if len(outs) == 1 else torch.cat(outs, dim=0)
+
+
 def _mask(layout: _Layout, length: int, device) -> torch.Tensor:
-    """[B, 1, S, S] bool: causal, real keys only, within one packed sequence; a query with no key
-    left (padding) attends to itself, so no row is empty (its output is never read)."""
+    """[B, 1, S, S] bool, for a layout :func:`causal_spans` cannot express: causal, real keys
+    only, within one packed sequence; a query with no key left (padding) attends to itself, so no
+    row is empty (its output is never read)."""
     causal = torch.ones(length, length, dtype=torch.bool, device=device).tril()
     mask = causal[None] & layout.key_valid.to(device)[:, None, :]
     if layout.segments is not None:
@@ -382,9 +454,6 @@ def sharded(original, language_model, sp: SPGroup, holder: _Holder, input_ids=No
         key_valid = attention_mask.bool()
     else:
         key_valid = torch.ones(batch, length, dtype=torch.bool, device=inputs_embeds.device)
-    # every key real: plain causal attention (the padding added below comes last, so no real
-    # query ever reaches it)
-    plain = segments is None and bool(key_valid.all())
     pad = (-length) % sp.size
     if pad:
         inputs_embeds = F.pad(inputs_embeds, (0, 0, 0, pad))
@@ -408,7 +477,8 @@ def sharded(original, language_model, sp: SPGroup, holder: _Holder, input_ids=No
             if deepstack_visual_embeds is None
             else [e[rows.to(e.device)] for e in deepstack_visual_embeds]
         )
-    holder.layout = _Layout(sp, key_valid, segments, plain, start, stop)
+    # computed once per forward, read by every layer
+    holder.layout = _Layout(sp, key_valid, segments, causal_spans(key_valid, segments), start, stop)
     out = original(
         input_ids=None,
         attention_mask=None,

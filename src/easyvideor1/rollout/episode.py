@@ -26,7 +26,7 @@ import torch
 
 from ..data.dataset import encode_loaded, raw_media
 from ..models.families import VISION_INPUTS, get_family
-from ..models.inputs import PromptBatch, gather_prompts
+from ..models.inputs import PromptBatch, select_prompts
 from ..tools.calls import CallOutcome, EpisodeTools
 from .base import Prompt, Responses, SamplingConfig
 
@@ -151,21 +151,7 @@ def first_turn(processor, prompt: Prompt, model_family: str) -> PromptBatch:
 def prompt_row(batch: PromptBatch, row: int) -> PromptBatch:
     """Prompt ``row`` of a (left-padded) batch alone, its padding cut off: an episode's ids are
     exactly the prompt's tokens followed by what comes after."""
-    one = gather_prompts(batch, [row])
-    start = int((one["attention_mask"][0] == 0).sum())  # left padding
-    for key in _PER_ROW:
-        if one.get(key) is not None:
-            one[key] = one[key][:, start:]
-    return PromptBatch(
-        one,
-        [batch.video_counts[row]],
-        [batch.image_counts[row]],
-        texts=None if batch.texts is None else [batch.texts[row]],
-        media=None if batch.media is None else [batch.media[row]],
-        pixel_rows=None
-        if batch.pixel_rows is None
-        else {k: [rows[row]] for k, rows in batch.pixel_rows.items()},
-    )
+    return select_prompts(batch, [row])
 
 
 class _Run:

@@ -133,7 +133,8 @@ def build_components(cfg, dist: DistState) -> Components:
     policy = build_policy(cfg, dist, cfg.algorithm.kl.enabled, warmup=bool(tc.sft_warmup_steps))
     model, ref_model = policy.model, policy.ref_model
     if dist.enabled:
-        # independent sampling per share of the batch (a sequence-parallel group samples as one)
+        # independent sampling per share of the batch; the ranks of a sequence-parallel group share
+        # this generator (their rollouts draw from streams of their own: split_over_group)
         torch.manual_seed(tc.seed + 1_000_003 * dist.data_rank)
     dummy = DummyVisionPass(model)
     # under FSDP the reference forward is a collective too; alone, it needs no dummy passes

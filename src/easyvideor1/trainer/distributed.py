@@ -10,7 +10,8 @@ joins the process group (NCCL on GPUs, gloo on CPUs). How the work is split, and
 - Rollouts never run through the sharded model: each rank generates with its own full copy (an HF
   model or a vLLM engine), refreshed from the trainer after every optimizer step. Generation then
   needs no collective at all, ranks may produce different lengths, and there is no per-token
-  all-gather.
+  all-gather. The ranks of a sequence-parallel group train on the same samples: each generates
+  and scores a share of them and the shares are gathered (:func:`split_over_group`).
 - Every FSDP forward is a collective. Ranks therefore run the same number of micro-batches
   (:func:`max_over_ranks`; a rank with fewer runs zero-weighted ones) and the same vision-tower
   calls (``models.vision.DummyVisionPass``).
@@ -23,10 +24,10 @@ import gc
 import logging
 import os
 import threading
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, TypeVar
 
 import torch
 import torch.distributed as dist
@@ -36,6 +37,7 @@ import torch.distributed as dist
 from .config import DISTRIBUTED_DTYPES, DistributedConfig
 
 log = logging.getLogger(__name__)
+T = TypeVar("T")
 
 
 @dataclass
@@ -297,21 +299,62 @@ def _comm_device(group=None) -> torch.device:
     return torch.device("cpu")
 
 
-def same_rollouts_in_group(exp, state: DistState) -> None:
-    """Sequence parallelism splits one sequence over the ranks of a group, so every rank of it must
-    have sampled the very same responses (each generates them with the same seed). A difference
-    (e.g. a nondeterministic GPU kernel in the engine) would mix shards of different sequences
-    silently: it stops the run instead."""
-    import hashlib
+def group_shares(count: int, state: DistState) -> list[range]:
+    """Each rank's contiguous share of ``count`` prompts split over a sequence-parallel group, in
+    group order (the later ranks take one more when the size does not divide ``count``)."""
+    k = state.sp_size
+    return [range(count * r // k, count * (r + 1) // k) for r in range(k)]
 
-    digest = hashlib.sha256(exp.ids.cpu().numpy().tobytes() + exp.mask.cpu().numpy().tobytes()).hexdigest()
-    seen: list[Any] = [None] * state.sp_size
-    dist.all_gather_object(seen, digest, group=state.sp_group)
-    if len(set(seen)) > 1:
-        raise RuntimeError(
-            "distributed.sequence_parallel_size: the ranks of a sequence-parallel group sampled different "
-            "responses for the same prompts (a nondeterministic rollout engine?); they must be identical"
-        )
+
+def split_over_group(
+    work: Callable[[Any, list], T], batch, samples: list, state: DistState
+) -> list[T | None]:
+    """``work(batch, samples)`` once per prompt across a sequence-parallel group: each rank runs it
+    on its share of the prompts (:func:`group_shares`; a sub-batch of ``batch``) and every rank gets
+    every share's result, in prompt order (None for an empty share). Without sequence parallelism:
+    ``[work(batch, samples)]``.
+
+    The ranks of a group must end with the same experience, yet generating every prompt on every
+    rank doubles the work and holds only while the engines sample identically (which GPU kernels
+    do not promise); each share is generated once, then sent (an object all-gather: keep the
+    result's tensors on the CPU and leave the prompt batch out, every rank holds it). A share
+    draws from its own random stream (:func:`own_random_stream`)."""
+    if state.sp_size == 1:
+        return [work(batch, samples)]
+    from ..models.inputs import select_prompts
+
+    mine = group_shares(len(samples), state)[state.rank % state.sp_size]
+    with own_random_stream(state):
+        result = work(select_prompts(batch, list(mine)), samples[mine.start : mine.stop]) if mine else None
+    return gather_in_group(result, state)
+
+
+def gather_in_group(obj: Any, state: DistState) -> list[Any]:
+    """Every rank of this rank's sequence-parallel group's ``obj`` (picklable; tensors best on the
+    CPU), in group order; ``[obj]`` without sequence parallelism."""
+    if state.sp_size == 1:
+        return [obj]
+    out: list[Any] = [None] * state.sp_size
+    dist.all_gather_object(out, obj, group=state.sp_group)
+    return out
+
+
+@contextmanager
+def own_random_stream(state: DistState):
+    """Under sequence parallelism, within the block this rank draws from a random stream of its
+    own (its share of the rollouts or of validation): seeded by a number drawn from the generator
+    the ranks of its group share (the same on each) and its place in the group. The shared
+    generator stays in step over the group (the loss may draw from it: Clip-Cov's sampled tokens),
+    and the shares stay reproducible, resumed runs included (a checkpoint holds the shared
+    generator). Without sequence parallelism the block draws from the global generator."""
+    if state.sp_size == 1:
+        yield
+        return
+    seed = int(torch.randint(0, 2**62, (1,)))
+    devices = [torch.cuda.current_device()] if torch.cuda.is_available() else []
+    with torch.random.fork_rng(devices=devices):
+        torch.manual_seed(seed + 1_000_003 * (state.rank % state.sp_size))
+        yield
 
 
 def split_prompts(chosen: list[int], state: DistState, tokens: dict[int, int] | None = None) -> list[int]:

@@ -20,7 +20,7 @@ from ..rollout.base import Prompt, Request, Responses
 from ..rollout.config import PipelineSettings
 from ..rollout.pipeline import run_pipeline
 from ..rollout.sampling import SamplingConfig
-from .distributed import DistState, all_gather
+from .distributed import DistState, all_gather, gather_in_group, own_random_stream
 
 
 def validate_policy(
@@ -43,21 +43,23 @@ def validate_policy(
     prompt is an episode, as the rollouts are."""
     if not val_idx:
         return {}
-    mine = val_idx[dist.data_rank :: dist.data_world]
+    mine = val_idx[dist.rank :: dist.world]  # the ranks of a sequence-parallel group split theirs too
 
     def run(indices: list[int], probe: str | None = None) -> list[dict]:
         rows = evaluate(engine, processor, val_set, indices, sampling, cfg.reward, probe=probe, tools=tools)
-        return sorted((g for part in all_gather(rows) for g in part), key=lambda g: g["index"])
+        group = [g for part in gather_in_group(rows, dist) for g in part]
+        return sorted((g for part in all_gather(group) for g in part), key=lambda g: g["index"])
 
-    generations = run(mine)
-    metrics = summarize(generations)
-    shown = list(generations[:8])
-    if probes:  # every rank probes its own video prompts (all ranks take part in the gathers)
-        with_video = [i for i in mine if has_video(val_set, i)]
-        for probe in cfg.trainer.video_probe:
-            probed = run(with_video, probe)
-            metrics.update(probe_summary(generations, probed, probe))
-            shown += [{**g, "probe": probe} for g in probed[:4]]
+    with own_random_stream(dist):  # a sequence-parallel group's shared generator stays in step
+        generations = run(mine)
+        metrics = summarize(generations)
+        shown = list(generations[:8])
+        if probes:  # every rank probes its own video prompts (all ranks take part in the gathers)
+            with_video = [i for i in mine if has_video(val_set, i)]
+            for probe in cfg.trainer.video_probe:
+                probed = run(with_video, probe)
+                metrics.update(probe_summary(generations, probed, probe))
+                shown += [{**g, "probe": probe} for g in probed[:4]]
     if not dist.is_main:
         return metrics
     out = os.path.join(cfg.trainer.output_dir, VALIDATION_DIR, f"step_{step}")

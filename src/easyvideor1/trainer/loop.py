@@ -21,7 +21,7 @@ from . import step as stages
 from .ahead import RolloutsAhead
 from .background_eval import BackgroundEvals
 from .build import build_components, load_data, start, step_settings
-from .distributed import same_rollouts_in_group, shutdown_distributed, split_prompts
+from .distributed import shutdown_distributed, split_prompts
 from .evaluate import has_video, validate_policy
 from .metrics import hybrid_metrics, mismatch_metrics
 from .prefetch import MediaPrefetch
@@ -114,10 +114,9 @@ class Trainer:
         t0 = time.perf_counter()
         metrics: dict[str, float] = {}
         exp, samples, batch, data_s = self._rollouts(metrics)
-        greedy = stages.greedy_baseline(cfg, parts.engine, settings.sampling, batch, samples)
+        # the greedy baseline (ReMax) is generated with the rollouts, before the engine sleeps
+        baseline = stages.greedy_baseline(cfg, parts.engine, settings.sampling, parts.dist, batch, samples)
         parts.handoff.release()  # generation is over: the engine sleeps through log-probs and update
-        if parts.dist.sp_size > 1:  # the ranks of a group must hold the same sequences to split them
-            same_rollouts_in_group(exp, parts.dist)
         if self._ahead is not None:  # the next steps' rollouts, on the weights from before this update
             self._ahead.fill(cfg.trainer.max_steps - self.state.step - 1)
         t_data, t_rollout = t0 + data_s, time.perf_counter()
@@ -142,7 +141,7 @@ class Trainer:
             settings.update.kl_loss_coef = parts.kl_ctl.value if cfg.algorithm.kl.apply_as == "loss" else 0.0
         metrics.update(mismatch_metrics(exp))
         t_logp = time.perf_counter()
-        exp.advantages = stages.advantages(cfg, parts.dist, exp, shaped.rewards, samples, greedy)
+        exp.advantages = stages.advantages(cfg, parts.dist, exp, shaped.rewards, samples, baseline)
         metrics.update(hybrid_metrics(exp))
         stages.leave_out_unscored(exp)
         metrics.update(stages.correct_rollouts(cfg.algorithm, exp))

@@ -45,7 +45,7 @@ def make_rollout_engine(cfg, processor, model, state: DistState, owns_weights: b
             cfg.model.path,
             processor,
             v,
-            seed=cfg.trainer.seed + 1_000_003 * state.data_rank,  # a sequence-parallel group samples as one
+            seed=cfg.trainer.seed + 1_000_003 * state.rank,  # every rank samples prompts of its own
             colocated=True,
             max_lora_rank=cfg.model.lora.rank if adapter else 0,
         )

@@ -3,21 +3,25 @@ rewards carry signal, drawing more prompts until a step has its share of groups.
 
 Every rank draws every round, so the prompt samplers stay in step across ranks; the rounds end
 when every rank has its share (decided jointly) or after ``max_tries`` rounds, and a rank that is
-already full skips the rollouts of the extra rounds.
+already full skips the rollouts of the extra rounds. The ranks of a sequence-parallel group hold
+the same prompts: each round, each of them generates and scores a share of them, and the shares'
+experiences are gathered and merged (:func:`merge_shares`), so the group decides as one.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import time
 from collections.abc import Callable
 
 from ..algorithms.filtering import DynamicSampler
 from ..data.dataset import encode_prompts
 from ..rollout.base import SamplingConfig
-from .distributed import max_over_ranks
+from .distributed import max_over_ranks, split_over_group
 from .experience import Experience, collect, merge_groups
 from .metrics import reward_metrics
 from .state import Components
+from .step import COUNT_METRICS
 
 
 def collect_groups(
@@ -43,16 +47,20 @@ def collect_groups(
     data_time = [time.perf_counter() - t0]
 
     def rollout(samples, batch) -> Experience:
-        return collect(
-            parts.engine,
-            parts.processor,
-            batch,
-            samples,
-            cfg.rollout,
-            sampling,
-            cfg.reward,
-            parts.tools,
-        )
+        def share(batch, samples) -> Experience:
+            exp = collect(
+                parts.engine,
+                parts.processor,
+                batch,
+                samples,
+                cfg.rollout,
+                sampling,
+                cfg.reward,
+                parts.tools,
+            )
+            return dataclasses.replace(exp, batch=None)  # every rank holds the whole batch
+
+        return merge_shares(split_over_group(share, batch, samples, parts.dist), batch)
 
     exp = rollout(samples, batch)
     metrics.update(exp.metrics)
@@ -77,6 +85,23 @@ def collect_groups(
     )
     metrics.update(filtered)
     return exp, samples, batch, data_time[0]
+
+
+def merge_shares(shares: list[Experience | None], batch) -> Experience:
+    """One experience of ``batch`` from the experiences of its contiguous shares of prompts (the
+    ranks of a sequence-parallel group, :func:`~.distributed.split_over_group`; None: an empty
+    share). Its metrics are the group's: counts summed, rates and means averaged over the shares
+    that report them, as ``reduce_over_ranks`` treats ranks."""
+    if len(shares) == 1:
+        return dataclasses.replace(shares[0], batch=batch)
+    pieces = [e for e in shares if e is not None]
+    merged = merge_groups([(e, [], sorted(set(e.prompt_of))) for e in pieces], batch)
+    keys = {k for e in pieces for k in e.metrics}
+    reported = {k: [e.metrics[k] for e in pieces if k in e.metrics] for k in keys}
+    merged.metrics = {
+        k: sum(v) if k in COUNT_METRICS else sum(v) / len(v) for k, v in sorted(reported.items())
+    }
+    return merged
 
 
 def filter_scores(exp: Experience) -> dict:

@@ -7,8 +7,6 @@ its result.
 
 from __future__ import annotations
 
-import dataclasses
-
 import torch
 
 from ..algorithms.kl import kl_penalty
@@ -16,7 +14,7 @@ from ..algorithms.rollout_correction import rollout_correction
 from ..models.inputs import compute_device, pixels_to_device
 from ..models.lora import reference_forward
 from ..rollout.base import SamplingConfig
-from .advantages import needs_greedy_baseline, step_advantages
+from .advantages import greedy_scores, needs_greedy_baseline, step_advantages
 from .distributed import DistState, all_gather, reduce_over_ranks, sum_over_ranks
 from .experience import Experience
 from .state import Components, DataSkips
@@ -90,18 +88,18 @@ def feed_kl_controller(alg, kl_ctl, exp: Experience) -> dict[str, float]:
     return {"actor/kl_coef": kl_ctl.value}
 
 
-def greedy_baseline(cfg, engine, sampling: SamplingConfig, batch, samples: list):
-    """One greedy response per prompt when the estimator declared it needs one (e.g. ReMax),
-    else None: generated with the rollouts, before the engine sleeps for the update."""
+def greedy_baseline(cfg, engine, sampling: SamplingConfig, dist: DistState, batch, samples: list):
+    """``[P]`` scores of one greedy response per prompt when the estimator declared it needs them
+    (e.g. ReMax), else None: generated with the rollouts, before the engine sleeps for the update."""
     if not needs_greedy_baseline(cfg.algorithm):
         return None
-    return engine.generate(batch, [1] * len(samples), dataclasses.replace(sampling, temperature=0))
+    return greedy_scores(engine, batch, samples, sampling, cfg.reward, dist)
 
 
-def advantages(cfg, dist: DistState, exp: Experience, rewards: torch.Tensor, samples: list, greedy):
+def advantages(cfg, dist: DistState, exp: Experience, rewards: torch.Tensor, samples: list, baseline):
     """Advantages of the shaped ``rewards``, with the extra inputs the estimator declared
-    (``greedy``: :func:`greedy_baseline`'s responses)."""
-    return step_advantages(cfg.algorithm, exp, rewards, samples, greedy, cfg.reward, dist)
+    (``baseline``: :func:`greedy_baseline`'s scores)."""
+    return step_advantages(cfg.algorithm, exp, rewards, samples, baseline, dist)
 
 
 def leave_out_unscored(exp: Experience) -> None:

@@ -1,0 +1,97 @@
+"""``easyvideor1 train`` under torchrun, each rank recording what its rollout engine generated for
+the training steps (validation aside) and what it trained on.
+
+Usage: sp_train_worker.py OUT_DIR train KEY=VALUE ...
+
+Writes ``OUT_DIR/rank_<rank>.json``: ``rounds``, one entry per collection this rank ran (a round of
+dynamic sampling included): the records it was given and how many prompts its engine generated
+for; ``greedy``: the prompts of each greedy-baseline generation; ``steps``: a digest of each step's
+experience (responses, masks, flags, texts, scores, prompts) and its number of prompts.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import sys
+from pathlib import Path
+
+from easyvideor1.cli import main
+from easyvideor1.rollout.hf import HFRolloutEngine
+from easyvideor1.trainer import advantages, evaluate, loop, rounds, step
+
+seen: dict[str, list] = {"rounds": [], "greedy": [], "validation": [], "steps": []}
+now: list[dict] = []  # the collection in progress (its engine calls count into it)
+
+
+def _generate(original):
+    def generate(self, batch, repeats, sampling):
+        if now:
+            now[-1]["generated_prompts"] += sum(1 for r in repeats if r)
+        return original(self, batch, repeats, sampling)
+
+    return generate
+
+
+def _collect(original):
+    def collect(engine, processor, batch, samples, *args, **kwargs):
+        now.append({"records": [s.record.problem_id for s in samples], "generated_prompts": 0})
+        try:
+            return original(engine, processor, batch, samples, *args, **kwargs)
+        finally:
+            seen["rounds"].append(now.pop())
+
+    return collect
+
+
+def _greedy(original):
+    def greedy_scores(engine, batch, samples, *args, **kwargs):
+        real = engine.generate
+
+        def generate(batch, repeats, sampling):
+            seen["greedy"].append(sum(1 for r in repeats if r))
+            return real(batch, repeats, sampling)
+
+        engine.generate = generate
+        try:
+            return original(engine, batch, samples, *args, **kwargs)
+        finally:
+            del engine.generate
+
+    return greedy_scores
+
+
+def _validation(original):
+    def evaluate(engine, processor, dataset, indices, *args, **kwargs):
+        seen["validation"].append(len(indices))
+        return original(engine, processor, dataset, indices, *args, **kwargs)
+
+    return evaluate
+
+
+def _groups(original):
+    def collect_groups(*args, **kwargs):
+        exp, samples, batch, data_s = original(*args, **kwargs)
+        digest = hashlib.sha256()
+        for t in (exp.ids, exp.mask, exp.offline, exp.truncated, *exp.scores.values()):
+            digest.update(t.contiguous().numpy().tobytes())
+        ids = [s.record.problem_id for s in samples]
+        digest.update(json.dumps([exp.texts, exp.prompt_of, ids, exp.metrics]).encode())
+        seen["steps"].append({"digest": digest.hexdigest(), "prompts": len(samples)})
+        return exp, samples, batch, data_s
+
+    return collect_groups
+
+
+HFRolloutEngine.generate = _generate(HFRolloutEngine.generate)
+rounds.collect = _collect(rounds.collect)
+step.greedy_scores = _greedy(advantages.greedy_scores)
+loop.collect_groups = _groups(loop.collect_groups)
+evaluate.evaluate = _validation(evaluate.evaluate)
+
+if __name__ == "__main__":
+    rc = main(sys.argv[2:])
+    rank = int(os.environ.get("RANK", "0"))
+    Path(sys.argv[1], f"rank_{rank}.json").write_text(json.dumps(seen))
+    sys.exit(rc)
