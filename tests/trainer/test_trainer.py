@@ -324,9 +324,7 @@ def test_merge_groups_keeps_whole_groups_in_order(make_cfg):
     from easyvideor1.trainer.update import experience_logprobs, policy_update
 
     merged.old_logp, _ = experience_logprobs(t.model, merged, t.parts.engine.banned, t.parts.dummy, 1.0, 5)
-    merged.advantages = advantages(
-        t.cfg, t.parts.engine, t.settings.sampling, t.parts.dist, merged, merged.scores["overall"], None, kept
-    )
+    merged.advantages = advantages(t.cfg, t.parts.dist, merged, merged.scores["overall"], kept, None)
     m = policy_update(
         t.model,
         t.optimizer,
