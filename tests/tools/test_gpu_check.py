@@ -225,7 +225,14 @@ def test_recipes_load_through_the_run_config():
             0.28,
         )
         assert cfg.algorithm.kl.type == "none" and cfg.rollout.n == 8 and cfg.trainer.lr == 1e-6
-        assert cfg.model.dtype == "bfloat16" and cfg.model.gradient_checkpointing
+        assert cfg.model.gradient_checkpointing
+        # fp32 masters and AdamW moments, bf16 compute and engine (a 1e-6 step rounds away in bf16)
+        assert (cfg.model.dtype, cfg.distributed.param_dtype, cfg.rollout.vllm.dtype) == (
+            "float32",
+            "bfloat16",
+            "bfloat16",
+        )
+        assert cfg.trainer.padding_free and cfg.model.attn_implementation == "flash_attention_2"
         # one optimizer step per rollout batch, as the reference
         assert cfg.trainer.mini_batch_prompts == cfg.trainer.prompts_per_step
     # the reference's 8-GPU run: 256 prompts, 2 fps up to 128 frames, 4,096-token responses

@@ -24,9 +24,9 @@ class RecordingEngine:
     """An engine with its own weights that records sleep / wake / push / generate calls (and the
     thread each came from), delegating the work to an HF engine over a copy of the policy."""
 
-    def __init__(self, model, processor, calls: list[tuple[str, str]]):
+    def __init__(self, model, processor, calls: list[tuple[str, str]], adapter_sync: bool = False):
         self.inner = HFRolloutEngine(copy.deepcopy(model), processor, owns_weights=True)
-        self.calls = calls
+        self.calls, self.adapter_sync = calls, adapter_sync
 
     def __getattr__(self, name):
         return getattr(self.inner, name)
@@ -44,6 +44,9 @@ class RecordingEngine:
         self._log("update_weights")
         self.inner.update_weights(named_tensors)
 
+    def update_adapter(self, adapter_dir: str) -> None:  # vLLM's LoRA: only the adapter travels
+        self._log("update_adapter")
+
     def generate(self, *args, **kwargs):
         self._log("generate")
         return self.inner.generate(*args, **kwargs)
@@ -58,7 +61,8 @@ def recorded(monkeypatch) -> list[tuple[str, str]]:
     calls: list[tuple[str, str]] = []
 
     def make(cfg, processor, model, state, owns_weights=False):
-        return RecordingEngine(model, processor, calls)
+        adapter = cfg.model.lora.enabled and cfg.rollout.vllm.lora_sync == "adapter"
+        return RecordingEngine(model, processor, calls, adapter_sync=adapter)
 
     monkeypatch.setattr(build, "make_rollout_engine", make)
     monkeypatch.setattr(
@@ -99,6 +103,23 @@ def test_sync_steps_sleep_through_logprobs_and_update_then_wake_in_two_parts(mak
     assert _squeezed(recorded) == [*step, *step, "generate"]
     assert logprobs_seen == [2, 2]
     assert trainer.engine_version == 2
+    trainer.close()
+
+
+def test_adapter_only_sync_sleeps_at_level_1_and_sends_the_adapter_between_the_wake_ups(make_cfg, recorded):
+    trainer = Trainer(
+        make_cfg(
+            "rollout.engine=vllm",
+            "rollout.vllm.sleep_between_phases=true",
+            "rollout.vllm.lora_sync=adapter",
+            "model.lora.rank=4",
+            "trainer.val_size=0",
+        )
+    )
+    trainer.train()
+    step = ["generate", "sleep(level=1)", *AFTER_UPDATE]
+    step[step.index("update_weights")] = "update_adapter"  # the base weights stayed in host memory
+    assert _squeezed(recorded) == [*step, *step]
     trainer.close()
 
 
