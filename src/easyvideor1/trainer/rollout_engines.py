@@ -127,23 +127,21 @@ def memory_in_use_gib() -> float:
 
 
 class _PeakMemory:
-    """The device's peak memory in use from now on, in GiB (as :func:`memory_in_use_gib` counts
-    it): on a GPU what was in use at the start plus the growth of PyTorch's reserved memory to its
-    peak; on a CPU this process's resident high-water mark, reset now."""
+    """The device memory in use at the peak of what runs from now on, in GiB (as
+    :func:`memory_in_use_gib` counts it), read without resetting anyone's peak counters (a user's
+    or a tool's ``max_memory_*`` / ``ru_maxrss`` readings stay theirs). On a GPU: what was in use at
+    the start plus the growth of PyTorch's reserved memory, which only grows until the cache is
+    freed (the handoff frees it after the update), so its value at the end is the peak. On a CPU:
+    this process's resident high-water mark so far."""
 
     def __init__(self) -> None:
         self.cuda = torch.cuda.is_available() and torch.cuda.is_initialized()
         self.start = memory_in_use_gib()
-        if self.cuda:
-            self.reserved = torch.cuda.memory_reserved()
-            torch.cuda.reset_peak_memory_stats()
-        else:
-            with open("/proc/self/clear_refs", "w") as f:  # Linux: VmHWM restarts from VmRSS
-                f.write("5")
+        self.reserved = torch.cuda.memory_reserved() if self.cuda else 0
 
     def gib(self) -> float:
         if self.cuda:
-            return self.start + (torch.cuda.max_memory_reserved() - self.reserved) / 2**30
+            return self.start + max(0, torch.cuda.memory_reserved() - self.reserved) / 2**30
         with open("/proc/self/status") as f:
             hwm = next(line for line in f if line.startswith("VmHWM:"))
         return int(hwm.split()[1]) / 2**20
