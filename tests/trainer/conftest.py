@@ -44,6 +44,9 @@ def base_overrides(assets: dict, output_dir) -> list[str]:
         "trainer.lr=1e-3",
         "trainer.loggers=[jsonl]",
         "trainer.val_size=4",
+        # a test trains 1-3 steps, so media loaded ahead for the next draw would mostly go unused;
+        # prefetching is checked on its own (test_prefetch.py: equal to a run without it)
+        "data.prefetch=false",
     ]
 
 

@@ -89,7 +89,9 @@ def test_a_run_with_prefetch_equals_one_without(make_cfg, monkeypatch):
 def test_modes_that_draw_ahead_do_not_prefetch(make_cfg, mode):
     from easyvideor1.trainer.loop import Trainer
 
-    trainer = Trainer(make_cfg(f"rollout.mode={mode}", "trainer.val_size=0", "trainer.resume=never"))
+    trainer = Trainer(
+        make_cfg(f"rollout.mode={mode}", "data.prefetch=true", "trainer.val_size=0", "trainer.resume=never")
+    )
     try:
         assert trainer._prefetch is None
     finally:
