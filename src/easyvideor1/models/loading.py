@@ -8,11 +8,14 @@ from pathlib import Path
 
 import torch
 
-_DTYPES = {
+# dtype names the configs take (model.dtype, distributed.*_dtype, rollout.vllm.dtype, --dtype)
+DTYPES = {
     "float32": torch.float32,
     "fp32": torch.float32,
     "bfloat16": torch.bfloat16,
     "bf16": torch.bfloat16,
+    "float16": torch.float16,
+    "fp16": torch.float16,
 }
 
 
@@ -59,14 +62,14 @@ def load_policy(
             f"model.path {path!r} is a LoRA checkpoint (adapter/ only): use its merged/ directory "
             "(trainer.export_merged: true), or the base model with model.lora and trainer.resume"
         )
-    if dtype not in _DTYPES:
-        raise ValueError(f"model.dtype must be one of {', '.join(_DTYPES)}, got {dtype!r}")
+    if dtype not in DTYPES:
+        raise ValueError(f"model.dtype must be one of {', '.join(DTYPES)}, got {dtype!r}")
     check_attention(attn_implementation)
     from .families import family_of_checkpoint
 
     family = family_of_checkpoint(path)  # a clear error for unsupported checkpoints, before loading
     model = AutoModelForImageTextToText.from_pretrained(
-        path, dtype=_DTYPES[dtype], attn_implementation=attn_implementation
+        path, dtype=DTYPES[dtype], attn_implementation=attn_implementation
     )
     processor = AutoProcessor.from_pretrained(path)
     family.prepare_model(model)

@@ -34,7 +34,7 @@ from typing import Any
 import torch
 from safetensors.torch import load_file, save_file
 
-from ..models.loading import write_released_layout
+from ..models.loading import DTYPES, write_released_layout
 from ..models.lora import is_lora, save_adapter, save_merged
 from .checkpoint_check import find_resumable, read_state, record_files
 from .distributed import DistState, barrier
@@ -194,7 +194,7 @@ def save_hf_weights(model, directory: Path, full: dict[str, torch.Tensor], dtype
     """``model.save_pretrained`` of the full state dict ``full``, its floating tensors (and the
     config's ``dtype``) in ``dtype`` when given, in the released tensor layout."""
     if dtype is not None:
-        cast = getattr(torch, dtype)
+        cast = DTYPES[dtype]
         full = {k: v.to(cast) if v.is_floating_point() else v for k, v in full.items()}
         before, model.config.dtype = model.config.dtype, cast
     try:

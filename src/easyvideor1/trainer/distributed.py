@@ -34,7 +34,7 @@ import torch.distributed as dist
 
 # the section's settings live with the other sections (torch-free: reading a config loads no torch);
 # importing DistributedConfig from here keeps working
-from .config import DISTRIBUTED_DTYPES, DistributedConfig
+from .config import DistributedConfig
 
 log = logging.getLogger(__name__)
 T = TypeVar("T")
@@ -141,9 +141,6 @@ def shutdown_distributed(*objects_to_free: Any) -> None:
         dist.destroy_process_group()
 
 
-_DTYPES = {name: getattr(torch, name) for name in DISTRIBUTED_DTYPES}
-
-
 def decoder_layers(model) -> list[torch.nn.Module]:
     """The blocks FSDP shards one by one, as the model family's adapter says: the modules of the
     model's ``_no_split_modules`` classes (decoder layers of every kind, vision blocks)."""
@@ -156,11 +153,13 @@ def shard_model(model: torch.nn.Module, cfg: DistributedConfig, state: DistState
     """FSDP2: ``fully_shard`` each decoder layer and vision block, then the root (in place)."""
     from torch.distributed.fsdp import CPUOffloadPolicy, MixedPrecisionPolicy, OffloadPolicy, fully_shard
 
+    from ..models.loading import DTYPES
+
     # the sharded parameters (the optimizer's masters) keep the model's dtype; the all-gathered
     # copies compute in param_dtype; gradients are reduced in reduce_dtype whatever param_dtype is
     mp = MixedPrecisionPolicy(
-        param_dtype=_DTYPES[cfg.param_dtype] if cfg.param_dtype else None,
-        reduce_dtype=_DTYPES[cfg.reduce_dtype],
+        param_dtype=DTYPES[cfg.param_dtype] if cfg.param_dtype else None,
+        reduce_dtype=DTYPES[cfg.reduce_dtype],
     )
     offload: OffloadPolicy = OffloadPolicy()
     if cfg.cpu_offload:

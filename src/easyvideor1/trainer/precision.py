@@ -15,14 +15,8 @@ import functools
 
 import torch
 
-DTYPES = {
-    "float32": torch.float32,
-    "fp32": torch.float32,
-    "bfloat16": torch.bfloat16,
-    "bf16": torch.bfloat16,
-    "float16": torch.float16,
-    "fp16": torch.float16,
-}
+from ..models.loading import DTYPES
+
 # explicit mantissa bits of the low-precision floats (spacing of |w| in [2^e, 2^(e+1)) is 2^(e-bits))
 _MANTISSA_BITS = {torch.bfloat16: 7, torch.float16: 10}
 # a refusal needs most weights frozen: a few tiny or zero weights always move
