@@ -76,9 +76,10 @@ def turns_file(demo_assets):
     return path
 
 
-def train_with_vllm(overrides: list[str], ranks: int = 1) -> subprocess.CompletedProcess:
-    """``easyvideor1 train`` in a subprocess (vLLM changes process state), on ``ranks`` torchrun
-    ranks; fails the test with the run's output if it fails."""
+def train_in_subprocess(overrides: list[str], ranks: int = 1) -> subprocess.CompletedProcess:
+    """``easyvideor1 train`` in a subprocess (vLLM changes process state; the environment is
+    vLLM-CPU's, harmless without it), on ``ranks`` torchrun ranks; fails the test with the run's
+    output if it fails."""
     env = {
         **os.environ,
         "HF_HUB_OFFLINE": "1",

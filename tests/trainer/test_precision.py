@@ -6,9 +6,6 @@ lr 1e-6 moves it by at most ~1e-6, so with bf16 masters the update rounds away s
 
 from __future__ import annotations
 
-import os
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
@@ -16,7 +13,7 @@ import torch
 
 from easyvideor1.trainer.precision import changed_share, frozen_share
 
-from .conftest import base_overrides, free_port
+from .conftest import base_overrides, train_in_subprocess
 
 RECIPE = ("model.dtype=float32", "distributed.param_dtype=bfloat16", "distributed.reduce_dtype=float32")
 ONE_STEP = (
@@ -26,20 +23,6 @@ ONE_STEP = (
     "trainer.val_size=0",
     "rollout.hybrid=always",  # a correct offline answer in every group: non-zero advantages
 )
-
-
-def _train_on_two_ranks(*args: str) -> subprocess.CompletedProcess:
-    env = {**os.environ, "OMP_NUM_THREADS": "1", "TOKENIZERS_PARALLELISM": "false"}
-    cmd = [
-        sys.executable,
-        "-m",
-        "torch.distributed.run",
-        "--nproc-per-node=2",
-        f"--master-port={free_port()}",
-    ]
-    return subprocess.run(
-        [*cmd, "-m", "easyvideor1", "train", *args], capture_output=True, text=True, env=env, timeout=600
-    )
 
 
 def test_the_spacing_rule_matches_bf16_rounding() -> None:
@@ -60,8 +43,7 @@ def test_fp32_masters_in_bf16_compute_move_every_weight_and_bf16_masters_are_ref
     from easyvideor1.trainer.checkpoint import load_checkpoint
 
     out = tmp_path / "run"
-    r = _train_on_two_ranks(*base_overrides(demo_assets, out), *RECIPE, *ONE_STEP)
-    assert r.returncode == 0, r.stdout[-3000:] + r.stderr[-3000:]
+    train_in_subprocess([*base_overrides(demo_assets, out), *RECIPE, *ONE_STEP], ranks=2)
     start = AutoModelForImageTextToText.from_pretrained(demo_assets["model"]).state_dict()
     model = AutoModelForImageTextToText.from_pretrained(demo_assets["model"])
     opt = torch.optim.AdamW(model.parameters(), lr=1e-6)

@@ -18,7 +18,7 @@ import json
 
 import pytest
 
-from .conftest import base_overrides, train_with_vllm
+from .conftest import base_overrides, train_in_subprocess
 from .test_vllm_training import _greedy
 
 pytestmark = [
@@ -55,7 +55,7 @@ def test_vllm_rollouts_follow_the_lora_policy(make_cfg, demo_assets, tmp_path, s
         "trainer.lr=2e-2",
         "trainer.val_size=8",
     ]
-    r = train_with_vllm(overrides)
+    r = train_in_subprocess(overrides)
     assert "Traceback" not in r.stderr
     rows = [json.loads(line) for line in (out / "generations.jsonl").read_text().splitlines()]
     final = [g for g in rows if g["step"] == 2 and "probe" not in g]

@@ -14,7 +14,7 @@ import json
 import pytest
 import torch
 
-from .conftest import base_overrides, train_with_vllm
+from .conftest import base_overrides, train_in_subprocess
 
 pytestmark = [
     pytest.mark.slow,
@@ -54,7 +54,7 @@ def test_vllm_rollouts_follow_the_trainer_weights(make_cfg, demo_assets, tmp_pat
         "trainer.lr=2e-2",
         "trainer.val_size=8",
     ]
-    r = train_with_vllm(overrides, ranks)
+    r = train_in_subprocess(overrides, ranks)
     assert "Traceback" not in r.stderr  # shutdown included (vLLM tears its groups down first)
     # each rank's engine on its own device, with the executor that follows LOCAL_RANK under torchrun
     executor = "external_launcher" if ranks > 1 else "uni"
@@ -101,7 +101,7 @@ def test_vllm_rollouts_run_episodes_the_trainer_recomputes(make_cfg, demo_assets
         "trainer.sft_batch_size=8",
         "trainer.sft_lr=2e-3",
     ]
-    train_with_vllm(overrides)
+    train_in_subprocess(overrides)
     metrics = [json.loads(line) for line in (out / "metrics.jsonl").read_text().splitlines()]
     steps = [m for m in metrics if "actor/pg_loss" in m]
     assert [m["step"] for m in steps] == [1, 2]
