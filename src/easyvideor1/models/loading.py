@@ -19,19 +19,19 @@ DTYPES = {
 }
 
 
+class MissingPackageError(ImportError, ValueError):
+    """An optional package a setting needs is not installed: an ``ImportError`` to callers, and
+    to the command line a user error it reports in one line (with the install command)."""
+
+
 def check_attention(name: str) -> None:
-    """Refuse ``model.attn_implementation`` values this machine cannot run, in one line.
+    """Refuse a ``model.attn_implementation`` this machine cannot run, in one line (the name itself
+    is checked when the config is read, ``trainer/config.py``).
 
     Checked when a model loads, not when the config is read: a GPU recipe naming flash-attention
     still parses (and is checked) on a machine without the package."""
-    from ..trainer.config import ATTENTION_IMPLEMENTATIONS
-
-    if name not in ATTENTION_IMPLEMENTATIONS:
-        raise ValueError(
-            f"model.attn_implementation must be one of {', '.join(ATTENTION_IMPLEMENTATIONS)}, got {name!r}"
-        )
     if name == "flash_attention_2" and importlib.util.find_spec("flash_attn") is None:
-        raise ImportError(
+        raise MissingPackageError(
             "model.attn_implementation=flash_attention_2 needs the flash_attn package: "
             "pip install flash-attn --no-build-isolation (or set model.attn_implementation=sdpa)"
         )
