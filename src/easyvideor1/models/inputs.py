@@ -88,6 +88,11 @@ def to_device(tensors: dict[str, Any], device) -> dict[str, Any]:
     return out
 
 
+def _pixel_keys(batch: PromptBatch) -> set[str]:
+    """The keys of ``batch.inputs`` that hold pixels (a grid-less family's rows included)."""
+    return set(PIXEL_KEYS) | set(batch.pixel_rows or ())
+
+
 def pixels_to_device(
     batch: PromptBatch, own_media: list[dict[str, Any] | None] | None, device
 ) -> tuple[PromptBatch, list[dict[str, Any] | None] | None]:
@@ -96,7 +101,7 @@ def pixels_to_device(
     and every micro-batch gathers its rows from that copy (:func:`gather_prompts` indexes tensors
     where they are). Token ids, masks and grids stay on the host, where packing and the
     micro-batch planning read them."""
-    keys = set(PIXEL_KEYS) | set(batch.pixel_rows or ())
+    keys = _pixel_keys(batch)
     moved = to_device({k: v for k, v in batch.inputs.items() if k in keys}, device)
     batch = dataclasses.replace(batch, inputs={**batch.inputs, **moved})
     if own_media is not None:
@@ -114,7 +119,7 @@ def pin_pixels(batch: PromptBatch) -> PromptBatch:
     (:func:`to_device` then copies them without a host copy first); as it is elsewhere."""
     if not torch.cuda.is_available():
         return batch
-    keys = set(PIXEL_KEYS) | set(batch.pixel_rows or ())
+    keys = _pixel_keys(batch)
     pinned = {k: v.pin_memory() for k, v in batch.inputs.items() if k in keys and isinstance(v, torch.Tensor)}
     return dataclasses.replace(batch, inputs={**batch.inputs, **pinned})
 
