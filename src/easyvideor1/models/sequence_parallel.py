@@ -32,6 +32,8 @@ shard of it; they run head-parallel instead (:func:`_sharded_deltanet`): each ra
 shard, an all-to-all gives it the whole sequence of its k-th of the heads (their channels of the
 causal convolution, their gates), the convolution and the recurrence run on those heads, and a
 second all-to-all returns the output to sequence shards before the output projection.
+
+The group and the differentiable collectives these exchanges use are ``sequence_parallel_comms.py``.
 """
 
 from __future__ import annotations
@@ -39,19 +41,13 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 import torch
-import torch.distributed as dist
 import torch.nn.functional as F
 
+from .sequence_parallel_comms import AllToAll, Gather, GatherShared, SPGroup, gather_tokens, shard_bounds
+
+__all__ = ["SPGroup", "check", "enable", "frame_split", "gather_tokens", "group_of", "shard_bounds"]
+
 ATTENTION = "ulysses_sdpa"  # the attention implementation name registered with transformers
-
-
-@dataclass
-class SPGroup:
-    """A sequence-parallel group: its process group, size and this rank's index in it."""
-
-    group: object
-    size: int
-    rank: int
 
 
 class _Holder:
@@ -74,90 +70,9 @@ class _Layout:
     stop: int = 0
 
 
-# ------------------------------------------------------------------------- differentiable comms
-class _AllToAll(torch.autograd.Function):
-    """Split ``x`` along ``scatter_dim`` into the group's ranks and concatenate what they send
-    along ``gather_dim``; the backward is the reverse exchange."""
-
-    @staticmethod
-    def forward(ctx, x, sp: SPGroup, scatter_dim: int, gather_dim: int):
-        ctx.sp, ctx.dims = sp, (scatter_dim, gather_dim)
-        return _all_to_all(x, sp, scatter_dim, gather_dim)
-
-    @staticmethod
-    def backward(ctx, grad):
-        scatter_dim, gather_dim = ctx.dims
-        return _all_to_all(grad, ctx.sp, gather_dim, scatter_dim), None, None, None
-
-
-def _all_to_all(x: torch.Tensor, sp: SPGroup, scatter_dim: int, gather_dim: int) -> torch.Tensor:
-    inputs = [t.contiguous() for t in x.chunk(sp.size, dim=scatter_dim)]
-    outputs = [torch.empty_like(inputs[0]) for _ in range(sp.size)]
-    dist.all_to_all(outputs, inputs, group=sp.group)
-    return torch.cat(outputs, dim=gather_dim)
-
-
-class _Gather(torch.autograd.Function):
-    """Every rank's equal-width shard concatenated along ``dim``.
-
-    ``summed``: the ranks then use the result differently (the hidden states: each rank's LM head
-    reads its own share of the positions), so the backward sums the gradient over the group before
-    keeping this rank's slice. Otherwise every rank computes the same function of the result (the
-    log-probs: one loss), and the backward keeps this rank's slice as it is."""
-
-    @staticmethod
-    def forward(ctx, x, sp: SPGroup, dim: int, summed: bool):
-        ctx.sp, ctx.dim, ctx.width, ctx.summed = sp, dim, x.shape[dim], summed
-        parts = [torch.empty_like(x) for _ in range(sp.size)]
-        dist.all_gather(parts, x.contiguous(), group=sp.group)
-        return torch.cat(parts, dim=dim)
-
-    @staticmethod
-    def backward(ctx, grad):
-        if ctx.summed:
-            grad = grad.contiguous()
-            dist.all_reduce(grad, group=ctx.sp.group)
-        return grad.narrow(ctx.dim, ctx.sp.rank * ctx.width, ctx.width), None, None, None
-
-
-def shard_bounds(length: int, sp: SPGroup) -> tuple[int, int]:
-    """This rank's contiguous share ``[start, stop)`` of ``length`` positions padded to a
-    multiple of the group size (``stop`` may pass ``length``: padding)."""
-    chunk = -(-length // sp.size)
-    return sp.rank * chunk, (sp.rank + 1) * chunk
-
-
 def group_of(model) -> SPGroup | None:
     """The sequence-parallel group ``model`` was split over (:func:`enable`), or None."""
     return getattr(model, "_sp_group", None)
-
-
-def gather_tokens(values: torch.Tensor, sp: SPGroup, length: int) -> torch.Tensor:
-    """Per-token values ``[B, chunk]`` of this rank's share of ``length`` positions
-    (:func:`shard_bounds`) -> ``[B, length]`` on every rank, differentiable (one loss on all)."""
-    return _Gather.apply(values, sp, 1, False)[:, :length]
-
-
-class _GatherShared(torch.autograd.Function):
-    """Every rank's rows (``sizes[r]`` of them, in rank order) concatenated. Each rank then uses
-    the result differently (its own sequence shard), so the backward sums the gradient over the
-    group and keeps this rank's rows."""
-
-    @staticmethod
-    def forward(ctx, x, sp: SPGroup, sizes: list[int]):
-        ctx.sp, ctx.sizes = sp, sizes
-        width = max(sizes)
-        padded = F.pad(x, (0, 0, 0, width - x.shape[0])).contiguous()
-        parts = [torch.empty_like(padded) for _ in range(sp.size)]
-        dist.all_gather(parts, padded, group=sp.group)
-        return torch.cat([part[:n] for part, n in zip(parts, sizes, strict=True)])
-
-    @staticmethod
-    def backward(ctx, grad):
-        grad = grad.contiguous()
-        dist.all_reduce(grad, group=ctx.sp.group)
-        start = sum(ctx.sizes[: ctx.sp.rank])
-        return grad[start : start + ctx.sizes[ctx.sp.rank]], None, None
 
 
 # ------------------------------------------------------------------------------------ attention
@@ -176,7 +91,7 @@ def ulysses_attention(module, query, key, value, attention_mask, dropout=0.0, sc
         key = key.repeat_interleave(heads // kv_heads, dim=1)
         value = value.repeat_interleave(heads // kv_heads, dim=1)
     # [B, H, S/k, D] -> [B, H/k, S, D]: this rank's heads over the whole sequence
-    q, k, v = (_AllToAll.apply(t, sp, 1, 2) for t in (query, key, value))
+    q, k, v = (AllToAll.apply(t, sp, 1, 2) for t in (query, key, value))
     if k.shape[1] != q.shape[1]:  # grouped-query attention: query head h reads key head h // groups
         k = k.repeat_interleave(q.shape[1] // k.shape[1], dim=1)
         v = v.repeat_interleave(q.shape[1] // v.shape[1], dim=1)
@@ -187,7 +102,7 @@ def ulysses_attention(module, query, key, value, attention_mask, dropout=0.0, sc
         out = F.scaled_dot_product_attention(
             q, k, v, attn_mask=_mask(layout, q.shape[2], q.device), dropout_p=p, scale=scaling
         )
-    out = _AllToAll.apply(out, sp, 2, 1)  # back to [B, H, S/k, D]
+    out = AllToAll.apply(out, sp, 2, 1)  # back to [B, H, S/k, D]
     return out.transpose(1, 2).contiguous(), None
 
 
@@ -384,9 +299,9 @@ def _split_tower(tower, sp: SPGroup) -> None:
         grid = torch.tensor([[k, *grid_thw[i, 1:].tolist()] for i, _, k, _ in mine], dtype=grid_thw.dtype)
         out = original(pixels, grid.to(grid_thw.device), **kwargs)
         sizes = [sum(k * p for _, _, k, p in run) // merge for run in runs]  # features per rank
-        out.pooler_output = _GatherShared.apply(out.pooler_output, sp, sizes)
+        out.pooler_output = GatherShared.apply(out.pooler_output, sp, sizes)
         if getattr(out, "deepstack_features", None) is not None:
-            out.deepstack_features = [_GatherShared.apply(f, sp, sizes) for f in out.deepstack_features]
+            out.deepstack_features = [GatherShared.apply(f, sp, sizes) for f in out.deepstack_features]
         out.last_hidden_state = None  # this rank's frames only: nothing downstream reads it
         return out
 
@@ -488,7 +403,7 @@ def sharded(original, language_model, sp: SPGroup, holder: _Holder, input_ids=No
         **local,
         **kwargs,
     )
-    hidden = _Gather.apply(out.last_hidden_state, sp, 1, True)[:, :length]
+    hidden = Gather.apply(out.last_hidden_state, sp, 1, True)[:, :length]
     return BaseModelOutputWithPast(last_hidden_state=hidden)
 
 
@@ -524,7 +439,7 @@ def _sharded_deltanet(module, original):
         shares = torch.cat(
             [p.reshape(batch, local, k, w) for p, w in zip(parts, widths, strict=True)], dim=-1
         )
-        mine = _AllToAll.apply(shares, sp, 2, 1)[:, :, 0]
+        mine = AllToAll.apply(shares, sp, 2, 1)[:, :, 0]
         q, key, v, z, b, a = mine.split(widths, dim=-1)
         length = mine.shape[1]
         r = sp.rank
@@ -561,7 +476,7 @@ def _sharded_deltanet(module, original):
             use_qk_l2norm_in_kernel=True,
         )
         core = m.norm(core.reshape(-1, dv), z.reshape(-1, dv)).reshape(batch, length, 1, -1)
-        out = _AllToAll.apply(core, sp, 1, 2).reshape(batch, local, -1)  # back to my shard, all heads
+        out = AllToAll.apply(core, sp, 1, 2).reshape(batch, local, -1)  # back to my shard, all heads
         return m.out_proj(out)
 
     return forward
