@@ -18,6 +18,7 @@ from omegaconf.errors import OmegaConfBaseException
 from .algorithms._registry import FILTERS, advantage_inputs, is_group_estimator, load_plugin_files
 from .algorithms.config import AlgorithmConfig
 from .data.config import DataConfig
+from .errors import ConfigError
 from .evaluation.config import EvalConfig
 from .rewards.config import RewardConfig
 from .rollout.config import RolloutConfig
@@ -98,10 +99,6 @@ def _check_across_sections(cfg: RunConfig) -> None:
             f"algorithm.adv_estimator={cfg.algorithm.adv_estimator} works on the raw reward keys / a "
             "greedy baseline: use it without algorithm.overlong and without algorithm.kl.apply_as=reward"
         )
-
-
-class ConfigError(ValueError):
-    pass
 
 
 def split_overrides(args: list[str]) -> tuple[str | None, list[str], list[str]]:

@@ -32,14 +32,16 @@ from pathlib import Path
 from types import MappingProxyType, ModuleType
 from typing import Any, Generic, TypeVar
 
+from .errors import UserError
+
 T = TypeVar("T")
 
 
-class UnknownNameError(ValueError):
+class UnknownNameError(UserError):
     """A name that no entry of a registry answers to (the message lists the known names)."""
 
 
-class PluginFileError(ValueError):
+class PluginFileError(UserError):
     """A user file meant to register entries that cannot be loaded (missing, or failing to import)."""
 
 

@@ -28,6 +28,7 @@ import os
 import re
 from typing import Any
 
+from ..errors import UserError
 from ..rewards.instructions import answer_instruction
 from .records import Record, RecordError
 
@@ -56,7 +57,7 @@ TEMPLATE_NAMES = tuple(_BUILTINS)
 _WITHHELD = ("answer", "offline_output")
 
 
-class PromptError(ValueError):
+class PromptError(UserError):
     """A template that cannot render a record; the message names the template and the record."""
 
 

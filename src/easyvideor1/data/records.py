@@ -24,8 +24,10 @@ from collections.abc import Iterator
 from dataclasses import dataclass, field
 from typing import Any
 
+from ..errors import UserError
 
-class RecordError(ValueError):
+
+class RecordError(UserError):
     """A record that cannot be used; ``str()`` names the file, the position and the field."""
 
     def __init__(self, source: str, reason: str, field_name: str | None = None, record_id: str | None = None):

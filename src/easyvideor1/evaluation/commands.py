@@ -23,6 +23,7 @@ from typing import Any, Protocol
 
 from ..data.config import DataConfig
 from ..data.records import RecordError
+from ..errors import UserError
 from ..outdir import hold, writing
 from ..rewards import RewardConfig
 from ..tools.config import ToolsConfig
@@ -46,7 +47,7 @@ class RunSections(Protocol):
     tools: ToolsConfig
 
 
-class EvalInputError(ValueError):
+class EvalInputError(UserError):
     """A benchmark name, annotation file or predictions file that cannot be used."""
 
 

@@ -15,13 +15,14 @@ from dataclasses import dataclass, field
 from typing import ClassVar
 
 from ..data.probe import PROBES
+from ..errors import UserError
 from ..rollout.config import ENGINES, PipelineSettings
 from ..rollout.sampling import SamplingConfig
 
 ANNOTATIONS_ENV = "EASYVIDEOR1_ANNOTATIONS"
 
 
-class EvalConfigError(ValueError):
+class EvalConfigError(UserError):
     """A setting of the ``eval`` section that cannot work; the message names the key."""
 
 

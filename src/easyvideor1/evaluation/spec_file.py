@@ -35,6 +35,7 @@ import yaml
 from ..data.prompt import BENCHMARK_PROMPT, PromptError, PromptTemplate
 from ..data.prompt import prompt_template as training_template
 from ..data.records import Record
+from ..errors import UserError
 from ..registry import normalize_name
 from .metrics import Scored, accuracy, macro_over, multi_binary, spatio_temporal, temporal_recall
 from .registry import BENCHMARKS, BenchmarkSpec, list_benchmarks, register_benchmark
@@ -55,7 +56,7 @@ _RECORD_ATTRS = {f.name for f in dataclasses.fields(Record)} - {"extra"}
 _NAME = re.compile(r"^[a-z0-9][a-z0-9_.-]*$")
 
 
-class SpecFileError(ValueError):
+class SpecFileError(UserError):
     """A benchmark spec file or records file that cannot be used; the message names file and key."""
 
 

@@ -8,6 +8,8 @@ from pathlib import Path
 
 import torch
 
+from ..errors import UserError
+
 # dtype names the configs take (model.dtype, distributed.*_dtype, rollout.vllm.dtype, --dtype)
 DTYPES = {
     "float32": torch.float32,
@@ -19,7 +21,7 @@ DTYPES = {
 }
 
 
-class MissingPackageError(ImportError, ValueError):
+class MissingPackageError(ImportError, UserError):
     """An optional package a setting needs is not installed: an ``ImportError`` to callers, and
     to the command line a user error it reports in one line (with the install command)."""
 

@@ -11,8 +11,10 @@ from typing import Any
 from easyvideor1.rewards.config import RewardConfig
 from easyvideor1.rewards.parsing import ExtractedAnswer, extract_answer, parse_ground_truth, strip_think
 
+from ..errors import UserError
 
-class GroundTruthError(ValueError):
+
+class GroundTruthError(UserError):
     """The record's ground truth cannot be read for its task (a data bug, reported as an error)."""
 
 

@@ -23,11 +23,13 @@ import os
 from pathlib import Path
 from typing import Any
 
+from ..errors import UserError
+
 FILES_LIST = "checkpoint_files.json"
 _MAX_HEADER = 100 * 1024 * 1024  # safetensors' own limit on the JSON header
 
 
-class CheckpointError(ValueError):
+class CheckpointError(UserError):
     """A checkpoint that cannot be resumed from; the message names the checkpoint and the file."""
 
 

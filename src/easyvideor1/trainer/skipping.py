@@ -19,6 +19,7 @@ from typing import Any
 
 from ..data.dataset import MediaSample, load_media, media_names
 from ..data.records import RecordError
+from ..errors import UserError
 from ..media.failures import NO_CACHE_ENTRY, MediaFailure, missing_media
 from .distributed import max_over_ranks
 from .metrics import rewrite_jsonl
@@ -26,7 +27,7 @@ from .metrics import rewrite_jsonl
 SKIPPED_FILE = "skipped_records.jsonl"
 
 
-class MediaLoadError(ValueError):
+class MediaLoadError(UserError):
     """A record's media cannot be loaded (or its text cannot be read) and ``data.strict`` is set."""
 
 
