@@ -14,8 +14,9 @@ import os
 from dataclasses import dataclass, field
 from typing import Any
 
-from ..data.records import Record, RecordError, file_format, iter_raw, parse_record, printable, split_lines
+from ..data.records import Record, RecordError, file_format, iter_raw, parse_record
 from ..evaluation.identity import sample_ids
+from ..jsonlines import printable, split_lines
 from ..rewards import RewardConfig, UnknownTaskError, resolve_task
 from ..rewards.registry import load_task_files
 
@@ -76,7 +77,7 @@ def file_kind(path: str) -> str:
 
 
 def _jsonl_lines(path: str) -> dict[int, str]:
-    """Line number -> exact text, split where ``iter_raw`` splits (``records.split_lines``) with each
+    """Line number -> exact text, split where ``iter_raw`` splits (``jsonlines.split_lines``) with each
     ending as written. Only readable lines are ever written back; an undecodable one is kept here
     with replacement characters, for its number only."""
     return {n: data.decode("utf-8", "replace") for n, data in split_lines(path)}

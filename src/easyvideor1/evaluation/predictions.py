@@ -13,7 +13,8 @@ import os
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 
-from ..data.records import RecordError, json_lines, text_problem
+from ..data.records import RecordError, text_problem
+from ..jsonlines import json_lines
 
 
 @dataclass

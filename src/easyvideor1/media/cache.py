@@ -48,8 +48,7 @@ from typing import Any
 
 import numpy as np
 
-from .decode import DecodeError
-from .failures import NO_CACHE_ENTRY, corrupt_entry, unusable_entry
+from .failures import NO_CACHE_ENTRY, CacheError, DecodeError, corrupt_entry, unusable_entry
 from .identity import SourceIdentity, source_identity
 from .manifest import load_index, row_fits
 from .sampling import SamplingParams
@@ -63,21 +62,6 @@ _REQUIRED_META = (
     "height width params version"
 ).split()
 _REBUILD = "(cache_only mode: rebuild it with `easyvideor1 preprocess`)"
-
-
-class CacheError(RuntimeError):
-    """A missing, corrupt or mismatching cache entry.
-
-    ``cause``, when set, is the record-facing sentence (``media/failures.py``'s wording) a loading
-    failure reports after the record's own name for the video.
-    """
-
-    def __init__(self, message: str, cause: str | None = None):
-        super().__init__(message)
-        self.cause = cause
-
-    def __reduce__(self):
-        return type(self), (str(self), self.cause)
 
 
 def params_key(params: SamplingParams) -> str:

@@ -36,7 +36,7 @@ import av
 import numpy as np
 
 from . import rgb
-from .failures import not_regular
+from .failures import DecodeError, not_regular
 from .resize import FrameCollector
 from .truncation import ReadExtent, truncation_reason
 
@@ -49,10 +49,6 @@ def set_decode_threads(n: int) -> None:
     global _DECODE_THREADS
     _DECODE_THREADS = int(n)
     rgb.set_threads(n)  # the RGB conversion's scaler threads follow the decoder's
-
-
-class DecodeError(RuntimeError):
-    """A video could not be decoded; the message says which file and why."""
 
 
 @dataclass

@@ -1,4 +1,4 @@
-"""What counts as a media failure, and how it is worded: one taxonomy for ``train``, ``eval`` and ``filter``.
+"""Media's error types, and how a media failure is worded: one taxonomy for ``train``, ``eval`` and ``filter``.
 
 A record's media file that cannot be used (missing, unreadable, undecodable, an unusable frame-cache
 entry in ``cache_only`` mode, an image PIL refuses or that cannot be resized) is a
@@ -8,7 +8,9 @@ corrupt: ...", "image too large: ..."). Training lists it in ``skipped_records.j
 in a failure row of ``predictions.jsonl``, the filter in ``pass_rates.jsonl``: the same record gives
 the same text in all three. Anything else raised while loading is a bug and propagates.
 
-Torch-free: run configs and the CLI's help import this module.
+The lower layers' errors live here too (:class:`DecodeError` from ``decode.py``, :class:`CacheError`
+from ``cache.py``), so that this module imports nothing of ``media/`` and every media module can
+import it. Torch-free: run configs and the CLI's help import this module.
 """
 
 from __future__ import annotations
@@ -19,15 +21,18 @@ import stat
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 
+from ..errors import UserError
+
 FILE_NOT_FOUND = "file not found"
 # the preprocess hint is part of the cause: it is what the user has to do about it
 NO_CACHE_ENTRY = "no cache entry (cache_only mode: run `easyvideor1 preprocess` with the same settings)"
 
 
-class MediaFailure(ValueError):
+class MediaFailure(UserError):
     """One media file of a record cannot be used: ``path`` (as the record names it) and ``cause``.
 
-    A ValueError, so code that caught the old ValueErrors of media loading still catches it.
+    A user error (the record's file is what has to change), hence a ValueError: code that caught
+    the old ValueErrors of media loading still catches it.
     """
 
     def __init__(self, path: str, cause: str):
@@ -41,6 +46,30 @@ class MediaFailure(ValueError):
     def reason(self) -> str:
         """The one line every output records."""
         return str(self)
+
+
+class DecodeError(RuntimeError):
+    """A video could not be decoded; the message says which file and why.
+
+    Not a :class:`~easyvideor1.errors.UserError`: where a record's video fails, :func:`loading`
+    words it as that record's :class:`MediaFailure`; one that reaches the top elsewhere is a bug.
+    """
+
+
+class CacheError(UserError, RuntimeError):
+    """A missing, corrupt or mismatching cache entry, or an unusable cache directory.
+
+    ``cause``, when set, is the record-facing sentence (this module's wording) a loading failure
+    reports after the record's own name for the video. A user error (rebuild the entry with
+    ``easyvideor1 preprocess``, fix ``data.cache_dir``), and a RuntimeError as it always was.
+    """
+
+    def __init__(self, message: str, cause: str | None = None):
+        super().__init__(message)
+        self.cause = cause
+
+    def __reduce__(self):
+        return type(self), (str(self), self.cause)
 
 
 # What ``os.stat`` can find at a media path that is not a file. Opening a named pipe blocks until a
@@ -120,12 +149,9 @@ def loading(name: str, path: str | None = None) -> Iterator[None]:
 def describe(error: BaseException, path: str) -> str | None:
     """The cause sentence for a known low-level error raised while loading ``path``; None when the
     error is not a media failure (a bug, which must propagate)."""
-    # imported here: decode and cache import this module's wording
+    # imported here: run configs import this module and must not load the decoders
     import av
     from PIL import Image
-
-    from .cache import CacheError
-    from .decode import DecodeError
 
     if isinstance(error, CacheError):
         return error.cause or _strip(str(error), path)

@@ -26,7 +26,7 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
-from ..data.records import RecordError, json_lines
+from ..jsonlines import RecordError, json_lines
 from ..outdir import writing
 from .identity import SourceIdentity
 

@@ -12,7 +12,8 @@ import time
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
-from .decode import DecodeError, probe_video, read_frames
+from .decode import probe_video, read_frames
+from .failures import DecodeError
 from .resize import FrameResizer, resize_frames  # noqa: F401  (resize_frames: re-exported)
 from .sampling import SamplingParams, frame_indices, frame_range, video_frame_size
 
