@@ -9,7 +9,7 @@ parity. One worker process per family (``vllm_family_worker.py``) writes a repor
 - GLM-4.5V: as GLM-4.1V, but vLLM 0.32 does not take pushed weights of MoE models (re-pushing the
   unchanged weights moves the log-probs), so the push, and vLLM training, are refused with the reason.
 - Qwen3-VL-MoE: float32; it loads because its checkpoints are written in the released layout of
-  the fused experts (``models/loading.write_released_layout``); pushes refused as GLM-4.5V's, and
+  the fused experts (``models/released.write_released_layout``); pushes refused as GLM-4.5V's, and
   Qwen3.5-MoE's too.
 - InternVL3.5 (transformers format, vLLM's InternS1 implementation): float32; vLLM fills a frame's
   placeholder run with ``<video>`` ids where transformers has ``<IMG_CONTEXT>``: both are replaced

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import importlib.util
 import os
-from pathlib import Path
 
 import torch
 
@@ -86,31 +85,3 @@ def load_policy(
 
         attach_lora(model, lora, freeze_vision_tower)
     return model, processor
-
-
-def write_released_layout(directory: str | os.PathLike) -> None:
-    """Rewrite, in place, the tensors of the HF model directory ``directory`` that its family's
-    released checkpoints store otherwise than transformers writes them
-    (``ModelFamily.transposed_in_checkpoints``: Qwen3-VL-MoE's fused experts), so that vLLM and
-    other readers of the released format load it; transformers reads either layout. Every place
-    that writes a model directory calls it after ``save_pretrained``. Each shard is written beside
-    itself and renamed over it, so a reader never sees half of one.
-    """
-    from safetensors import safe_open
-    from safetensors.torch import save_file
-
-    from .families import family_of_checkpoint
-
-    family = family_of_checkpoint(str(directory))
-    ends = family.transposed_in_checkpoints
-    if not ends:
-        return
-    for shard in sorted(Path(directory).glob("*.safetensors")):
-        with safe_open(str(shard), "pt") as f:
-            metadata = f.metadata()
-            if not any(k.endswith(ends) for k in f.keys()):
-                continue
-            tensors = dict(family.checkpoint_tensors((k, f.get_tensor(k)) for k in f.keys()))
-        tmp = shard.with_name(shard.name + ".tmp")
-        save_file({k: v.contiguous() for k, v in tensors.items()}, str(tmp), metadata=metadata)
-        os.replace(tmp, shard)

@@ -25,6 +25,8 @@ from typing import Any
 
 import torch
 
+from .released import write_released_layout
+
 _PEFT_ATTR = "_easyvideor1_peft"  # the peft wrapper, kept beside the model (not a submodule)
 # linear layers that are never adapted by default: MoE routers (their argmax picks experts)
 _ROUTERS = ("gate", "shared_expert_gate")
@@ -204,8 +206,6 @@ def save_merged(
         return
     base = peft_of(model).get_base_model() if is_lora(model) else model
     base.save_pretrained(str(directory), state_dict=merged)
-    from .loading import write_released_layout
-
     write_released_layout(directory)
     if processor is not None:
         processor.save_pretrained(str(directory))

@@ -119,7 +119,7 @@ def make_tiny_model(
     os.makedirs(out_dir, exist_ok=True)
     model.save_pretrained(out_dir)
     processor.save_pretrained(out_dir)
-    from .loading import write_released_layout
+    from .released import write_released_layout
 
     write_released_layout(out_dir)
     return out_dir

@@ -34,8 +34,9 @@ from typing import Any
 import torch
 from safetensors.torch import load_file, save_file
 
-from ..models.loading import DTYPES, write_released_layout
+from ..models.loading import DTYPES
 from ..models.lora import is_lora, save_adapter, save_merged
+from ..models.released import write_released_layout
 from .checkpoint_check import find_resumable, read_state, record_files
 from .distributed import DistState, barrier
 
