@@ -7,6 +7,7 @@ import pickle
 import pytest
 
 from easyvideor1.rewards import RewardConfig, SandboxConfig, TaskWeights
+from easyvideor1.rewards.registry import weights_for
 
 
 def test_defaults() -> None:
@@ -16,7 +17,7 @@ def test_defaults() -> None:
     assert config.default_box_format == "pixel"
     assert config.llm_judge is None and config.reward_function is None
     assert config.sandbox.wall_time_s > 0 and config.sandbox.max_processes > 1
-    assert config.weights_for("ocr") == TaskWeights(0.9, 0.1)
+    assert weights_for(config, "ocr") == TaskWeights(0.9, 0.1)
 
 
 @pytest.mark.parametrize(
@@ -39,7 +40,7 @@ def test_nested_dicts_are_converted() -> None:
         sandbox={"wall_time_s": 1.0}, task_weights={"stvg": {"accuracy": 1.0, "format": 0.0}}
     )
     assert config.sandbox == SandboxConfig(wall_time_s=1.0)
-    assert config.weights_for("spatiotemporal_grounding") == TaskWeights(1.0, 0.0)
+    assert weights_for(config, "spatiotemporal_grounding") == TaskWeights(1.0, 0.0)
 
 
 def test_picklable_for_worker_processes() -> None:

@@ -250,13 +250,3 @@ class RewardConfig:
             raise ValueError("numeric tolerances must be >= 0")
         if self.math_timeout_s <= 0:
             raise ValueError("math_timeout_s must be > 0")
-
-    def weights_for(self, task: str) -> TaskWeights:
-        """The (accuracy, format) weights of a canonical task name, honouring `task_weights`."""
-        from easyvideor1.rewards.registry import normalize_task_name, resolve_task
-
-        for name, weights in self.task_weights.items():
-            key = normalize_task_name(name)
-            if key == task or resolve_task(name).name == task:
-                return weights
-        return TaskWeights(self.accuracy_weight, self.format_weight)

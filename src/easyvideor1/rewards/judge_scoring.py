@@ -23,6 +23,7 @@ from typing import Any
 
 from .judge import JudgeConfig, JudgeReply, shared_client
 from .parsing import clean_short_answer, parse_ground_truth
+from .registry import judge_task_names, weights_for
 
 SYSTEM = "You grade answers to questions about videos. Be strict about meaning, lenient about wording."
 TEMPLATE = (
@@ -111,8 +112,6 @@ def judged_tasks(config) -> set[str]:
     (``open-ended``), an unknown one raises ``UnknownTaskError`` naming it."""
     if not config.judge.enabled or config.reward_function:
         return set()
-    from .registry import judge_task_names
-
     return judge_task_names(config.judge.tasks)
 
 
@@ -154,7 +153,7 @@ def fold_judgements(results: list[dict[str, Any]], slots: list[Slot], config) ->
             if config.judge.on_failure == "skip":
                 res["unscored"] = True
             continue
-        weights = config.weights_for(str(res["task"]))
+        weights = weights_for(config, str(res["task"]))
         res["accuracy"] = res["judge"] = value
         res["overall"] = weights.accuracy * value + weights.format * float(res.get("format", 0.0))
 

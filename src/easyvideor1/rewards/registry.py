@@ -22,9 +22,9 @@ from easyvideor1.registry import (
     load_plugin_files,
     normalize_name,
 )
+from easyvideor1.rewards.config import RewardConfig, TaskWeights
 
 if TYPE_CHECKING:
-    from easyvideor1.rewards.config import RewardConfig
     from easyvideor1.rewards.sample import Sample, TaskScore
 
 TaskFunction = Callable[["Sample"], "TaskScore"]
@@ -107,6 +107,16 @@ def register_task(
 def resolve_task(problem_type: str) -> TaskSpec:
     """The task registered for `problem_type` (any alias, any spelling); raises `UnknownTaskError`."""
     return TASKS.get(problem_type)
+
+
+def weights_for(config: RewardConfig, task: str) -> TaskWeights:
+    """The (accuracy, format) weights of the canonical task name ``task``: the ``reward.task_weights``
+    entry naming it (by any alias or spelling), else ``reward.accuracy_weight`` / ``format_weight``.
+    Resolved here, where the tasks are registered: the config itself stays plain data."""
+    for name, weights in config.task_weights.items():
+        if normalize_task_name(name) == task or resolve_task(name).name == task:
+            return weights
+    return TaskWeights(config.accuracy_weight, config.format_weight)
 
 
 def registered_tasks() -> dict[str, TaskSpec]:

@@ -22,7 +22,7 @@ from typing import Any
 from easyvideor1.rewards.config import RewardConfig
 from easyvideor1.rewards.judge_scoring import JudgeFailed, judge_results
 from easyvideor1.rewards.parsing import has_reasoning
-from easyvideor1.rewards.registry import load_callable, load_task_files, resolve_task
+from easyvideor1.rewards.registry import load_callable, load_task_files, resolve_task, weights_for
 from easyvideor1.rewards.sample import Sample, TaskScore
 
 logger = logging.getLogger("easyvideor1.rewards")
@@ -93,7 +93,7 @@ def score_item(item: Mapping[str, Any], config: RewardConfig) -> dict[str, Any]:
         meta=meta,
         config=config,
     )
-    weights = config.weights_for(spec.name)
+    weights = weights_for(config, spec.name)
     try:
         score = spec.function(sample)
         accuracy = float(score.accuracy)
