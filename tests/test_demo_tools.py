@@ -15,7 +15,8 @@ from easyvideor1.demo import REFUSED, run_tool_demo, window_hit_rate
 from easyvideor1.media.sampling import SamplingParams
 from easyvideor1.media.video import sample_video
 from easyvideor1.tools.config import ToolsConfig
-from easyvideor1.tools.video import ToolSession, track_params
+from easyvideor1.tools.session import ToolSession
+from easyvideor1.tools.tracks import track_params
 
 
 def _square_colour(frame: np.ndarray) -> str:

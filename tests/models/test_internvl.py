@@ -181,7 +181,7 @@ def test_lora_defaults_leave_the_tower_and_projector_alone(tiny):
 
 def test_tool_episodes_are_refused_when_the_tools_are_set_up():
     from easyvideor1.tools.config import ToolsConfig
-    from easyvideor1.tools.video import ToolSession
+    from easyvideor1.tools.session import ToolSession
 
     with pytest.raises(
         ValueError, match="tools.names: internvl cannot run tool episodes .its processor gives no grid"

@@ -18,8 +18,9 @@ from easyvideor1.rollout.base import Prompt, Responses, SamplingConfig
 from easyvideor1.rollout.episode import ANSWER, BUDGET, MAX_TURNS, first_turn, render_with_tools, run_episode
 from easyvideor1.rollout.hf import HFRolloutEngine
 from easyvideor1.tools import ToolsConfig
+from easyvideor1.tools.base import tool_specs
 from easyvideor1.tools.calls import EpisodeTools
-from easyvideor1.tools.video import ToolSession
+from easyvideor1.tools.session import ToolSession
 
 CALL = '<tool_call>\n{"name": "seek", "arguments": {"start_s": 1.0, "end_s": 3.0, "num_frames": 4}}\n</tool_call>'
 
@@ -65,7 +66,7 @@ def _prompt(processor, counting_video, tools, family="qwen3_vl"):
 
 def _tools(counting_video, family="qwen3_vl", **settings):
     cfg = ToolsConfig(names=["seek", "frame_at"], seek_max_pixels=64 * 64, **settings)
-    return EpisodeTools(cfg.specs(), ToolSession(cfg, family), {"id": "r"}, [counting_video], cfg)
+    return EpisodeTools(tool_specs(cfg), ToolSession(cfg, family), {"id": "r"}, [counting_video], cfg)
 
 
 def test_an_episode_appends_the_tool_turn_and_continues_token_exactly(tiny, counting_video):

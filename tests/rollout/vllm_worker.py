@@ -215,7 +215,7 @@ def episode_checks(model, processor, engine, hf_engine, dummy, workdir: str) -> 
     from easyvideor1.rollout.base import SamplingConfig
     from easyvideor1.rollout.episode import GivenTurns, run_batch_episodes
     from easyvideor1.tools import ToolsConfig
-    from easyvideor1.tools.video import ToolSession
+    from easyvideor1.tools.session import ToolSession
 
     train, _ = write_tool_demo_set(os.path.join(workdir, "tool_set"), n_train=3, n_val=1)
     cfg = DataConfig(

@@ -9,8 +9,9 @@ import pytest
 
 from easyvideor1.models.families import get_family
 from easyvideor1.tools import TOOLS, ToolResult, ToolsConfig, UnknownToolError, load_tool_files, register_tool
+from easyvideor1.tools.base import tool_specs
 from easyvideor1.tools.calls import INVALID, OK, EpisodeTools, parse_call
-from easyvideor1.tools.video import ToolSession
+from easyvideor1.tools.session import ToolSession
 
 
 @register_tool("explode", description="always fails", parameters={"type": "object", "properties": {}})
@@ -31,7 +32,7 @@ def _wrong_type(ctx, args):
 
 def _episode(counting_video, names=("seek", "zoom", "explode", "hang", "wrong_type"), **settings):
     cfg = ToolsConfig(names=list(names), timeout_s=0.5, **settings)
-    return EpisodeTools(cfg.specs(), ToolSession(cfg, "qwen3_vl"), {"id": "r"}, [counting_video], cfg)
+    return EpisodeTools(tool_specs(cfg), ToolSession(cfg, "qwen3_vl"), {"id": "r"}, [counting_video], cfg)
 
 
 def _call(name, **args):
@@ -85,10 +86,10 @@ def test_call_and_frame_budgets_and_counts(counting_video):
 def test_repeated_calls_are_answered_from_the_session(counting_video):
     cfg = ToolsConfig(names=["seek"])
     session = ToolSession(cfg, "qwen3_vl")
-    a = EpisodeTools(cfg.specs(), session, {}, [counting_video], cfg).run_turn(
+    a = EpisodeTools(tool_specs(cfg), session, {}, [counting_video], cfg).run_turn(
         [_call("seek", start_s=1, end_s=3)]
     )
-    b = EpisodeTools(cfg.specs(), session, {}, [counting_video], cfg).run_turn(
+    b = EpisodeTools(tool_specs(cfg), session, {}, [counting_video], cfg).run_turn(
         [_call("seek", start_s=1, end_s=3)]
     )
     assert session.hits == 1 and a[0].result is b[0].result
@@ -122,7 +123,7 @@ def test_a_user_tool_is_one_file(tmp_path, counting_video):
     )
     cfg = ToolsConfig(names=["duration"], tool_files=[str(path)])
     load_tool_files(cfg.tool_files)  # twice: idempotent
-    episode = EpisodeTools(cfg.specs(), ToolSession(cfg, "qwen3_vl"), {}, [counting_video], cfg)
+    episode = EpisodeTools(tool_specs(cfg), ToolSession(cfg, "qwen3_vl"), {}, [counting_video], cfg)
     (outcome,) = episode.run_turn([_call("duration")])
     assert outcome.status == OK and outcome.result.text == "6.0 s"
     assert episode.schemas()[0]["function"]["name"] == "duration"
@@ -130,7 +131,7 @@ def test_a_user_tool_is_one_file(tmp_path, counting_video):
 
 def test_config_errors_name_the_key():
     with pytest.raises(UnknownToolError, match="teleport"):
-        ToolsConfig(names=["teleport"]).specs()
+        tool_specs(ToolsConfig(names=["teleport"]))
     with pytest.raises(ValueError, match="tools.max_turns must be >= 1"):
         ToolsConfig(names=["seek"], max_turns=0)
     with pytest.raises(ValueError, match="must be an identifier"):

@@ -11,7 +11,8 @@ from easyvideor1.media.cache import VideoLoader, entry_key, entry_path, write_en
 from easyvideor1.media.identity import source_identity
 from easyvideor1.media.video import sample_video
 from easyvideor1.tools import ToolError, ToolsConfig, get_tool
-from easyvideor1.tools.video import ToolSession, track_params
+from easyvideor1.tools.session import ToolSession
+from easyvideor1.tools.tracks import track_params
 
 from ..conftest import COUNTING_FPS as FPS
 from ..conftest import COUNTING_SECONDS as SECONDS

@@ -207,7 +207,7 @@ def main() -> int:
         session = None
         if mode == "episodes":
             from easyvideor1.tools import ToolsConfig
-            from easyvideor1.tools.video import ToolSession
+            from easyvideor1.tools.session import ToolSession
 
             session = ToolSession(ToolsConfig(names=["seek"], seek_max_pixels=4096), data_cfg.model_family)
             dataset.tools = session.schemas()  # the prompts list the tool

@@ -7,6 +7,7 @@ import argparse
 import os
 
 from ..config import ConfigError, RunConfig, load_config
+from ..tools.base import tool_specs
 from .common import (
     add_cache_flags,
     add_sampling_flags,
@@ -75,7 +76,7 @@ def cmd_eval(args: argparse.Namespace, extra: list[str]) -> int:
         commands.dry_run(cfg, args.out)
         return 0
     if cfg.tools.enabled:  # before the model loads: an unknown tool
-        cfg.tools.specs()
+        tool_specs(cfg.tools)
     model = args.model or cfg.model.path
     if not model:
         raise ConfigError("no model: give --model DIR (or model.path in config=FILE)")

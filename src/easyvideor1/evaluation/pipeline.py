@@ -27,7 +27,7 @@ from ..rollout.base import Prompt, Request, Responses
 from ..rollout.pipeline import run_pipeline
 from ..rollout.sampling import SamplingConfig
 from ..tools import ToolsConfig
-from ..tools.video import ToolSession
+from ..tools.session import ToolSession
 from .config import EvalConfig, digest_of
 from .inputs import BenchmarkInputs
 from .predictions import PredictionWriter, read_predictions

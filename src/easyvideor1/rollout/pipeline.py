@@ -39,7 +39,7 @@ from ..data.dataset import MediaSample, RecordDataset, load_media, render_text, 
 from ..media.cache import VideoLoader
 from ..media.failures import MediaFailure
 from ..outdir import OutputError
-from ..tools.video import ToolSession
+from ..tools.session import ToolSession
 from .base import Prompt, Request, Responses
 from .config import PipelineSettings
 

@@ -1,6 +1,7 @@
-"""Tools the policy may call in an episode (``tools.*``): the registry and result types
-(``base.py``), the built-in video tools and the frames they serve (``video.py``), running one
-turn's calls within the budgets (``calls.py``)."""
+"""Tools the policy may call in an episode (``tools.*``), one concept per module: the registry and
+the types a tool sees (``base.py``), the ``tools`` section (``config.py``), the frame tracks the
+video tools read (``tracks.py``), the built-in video tools (``video.py``), running one turn's calls
+within an episode's budgets (``calls.py``), and the tools of one step or job (``session.py``)."""
 
 from .base import (
     TOOLS,
@@ -11,6 +12,7 @@ from .base import (
     get_tool,
     load_tool_files,
     register_tool,
+    tool_specs,
 )
 from .config import ToolsConfig
 
@@ -24,4 +26,5 @@ __all__ = [
     "get_tool",
     "load_tool_files",
     "register_tool",
+    "tool_specs",
 ]

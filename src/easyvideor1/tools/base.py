@@ -27,7 +27,8 @@ from typing import TYPE_CHECKING, Any
 from ..registry import Registry, UnknownNameError, load_plugin_files
 
 if TYPE_CHECKING:
-    from .video import ToolContext
+    from .config import ToolsConfig
+    from .tracks import VideoSource
 
 
 class UnknownToolError(UnknownNameError):
@@ -65,7 +66,24 @@ class ToolResult:
         )
 
 
-ToolFunction = Callable[["ToolContext", dict[str, Any]], ToolResult]
+@dataclass
+class ToolContext:
+    """What a tool function gets besides its arguments: the record's videos and the limits of this
+    call (``max_frames``: what the per-call and the episode's remaining frame budgets allow)."""
+
+    record: Any
+    videos: list[VideoSource]
+    settings: ToolsConfig
+    max_frames: int
+
+    @property
+    def video(self) -> VideoSource:
+        if not self.videos:
+            raise ToolError("this sample has no video")
+        return self.videos[0]
+
+
+ToolFunction = Callable[[ToolContext, dict[str, Any]], ToolResult]
 
 
 @dataclass(frozen=True)
@@ -141,3 +159,10 @@ def load_tool_files(paths: Iterable[str]) -> None:
     """Import user tool files so that their ``@register_tool`` decorators run (idempotent)."""
     TOOLS.names()  # the built-ins first, so that a user tool clashing with one is refused
     load_plugin_files(paths, key="tools.tool_files")
+
+
+def tool_specs(settings: ToolsConfig) -> list[ToolSpec]:
+    """The specs of the tools ``settings`` names (``tools.names``), its ``tools.tool_files`` loaded
+    first; an unknown name is an :class:`UnknownToolError` listing the known ones."""
+    load_tool_files(settings.tool_files)
+    return [get_tool(name) for name in settings.names]

@@ -16,11 +16,13 @@ import json
 import threading
 import time
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from .base import TOOLS, ToolError, ToolResult, ToolSpec
 from .config import ToolsConfig
-from .video import ToolSession
+
+if TYPE_CHECKING:
+    from .session import ToolSession
 
 OK, INVALID, ERROR = "ok", "invalid", "error"
 

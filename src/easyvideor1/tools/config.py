@@ -1,6 +1,6 @@
 """``tools.*``: which tools the policy may call, how long an episode may run, and the budgets.
 
-The video tools read two frame tracks of the record's video (``video.py``), each an ordinary frame
+The video tools read two frame tracks of the record's video (``tracks.py``), each an ordinary frame
 cache entry that ``preprocess`` writes when tools are on: the *seek* track (dense, small frames:
 what ``seek`` picks from) and the *detail* track (sparse, large frames: what ``frame_at`` and
 ``zoom`` crop). A track missing from the cache is decoded, only the frames a call needs.
@@ -95,11 +95,3 @@ class ToolsConfig:
     @property
     def enabled(self) -> bool:
         return bool(self.names)
-
-    def specs(self):
-        """The configured tools' specs, user files loaded first; an unknown name is an error
-        listing the known ones."""
-        from .base import get_tool, load_tool_files
-
-        load_tool_files(self.tool_files)
-        return [get_tool(name) for name in self.names]

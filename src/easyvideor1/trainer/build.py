@@ -21,7 +21,8 @@ from ..models.packing import check_packable
 from ..models.vision import DummyVisionPass
 from ..models.vision_cache import VisionFeatureCache
 from ..rollout.base import SamplingConfig
-from ..tools.video import ToolSession
+from ..tools.base import tool_specs
+from ..tools.session import ToolSession
 from .distributed import DistState, init_distributed
 from .metrics import MetricsLogger
 from .policy import build_policy
@@ -121,7 +122,7 @@ def check_engine_per_rank(cfg) -> None:
 
 def check_episodes(cfg) -> None:
     """Training with tools (episodes): an unknown tool name fails here, before any model loads."""
-    cfg.tools.specs()
+    tool_specs(cfg.tools)
 
 
 def build_components(cfg, dist: DistState) -> Components:

@@ -19,7 +19,7 @@ from ..data.dataset import MediaSample
 from ..models.inputs import PromptBatch
 from ..rewards import prefetch_judgements, score_records
 from ..rollout.base import Responses, RolloutEngine, SamplingConfig
-from ..tools.video import ToolSession
+from ..tools.session import ToolSession
 
 SCORE_KEYS = ("overall", "accuracy", "format")
 

@@ -24,7 +24,7 @@ from ..data.dataset import RecordDataset
 from ..models.vision import DummyVisionPass
 from ..models.vision_cache import VisionFeatureCache
 from ..rollout.base import RolloutEngine, SamplingConfig
-from ..tools.video import ToolSession
+from ..tools.session import ToolSession
 from .distributed import DistState
 from .metrics import MetricsLogger
 from .policy import Policy
