@@ -12,6 +12,7 @@ import time
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
+from ..errors import UserError
 from .decode import probe_video, read_frames
 from .failures import DecodeError
 from .resize import FrameResizer, resize_frames  # noqa: F401  (resize_frames: re-exported)
@@ -67,7 +68,7 @@ class SampledVideo:
         if mode == "pts":
             times = m.get("frame_times")
             if times is None or len(times) != len(indices):
-                raise ValueError(
+                raise UserError(
                     f"{m.get('source_path', 'video')}: no frame presentation times stored "
                     f"(entry format {m.get('version')}); rebuild it with `easyvideor1 preprocess`"
                 )

@@ -7,7 +7,7 @@ import os
 
 import torch
 
-from ..errors import UserError
+from ..errors import ConfigError, UserError
 
 # dtype names the configs take (model.dtype, distributed.*_dtype, rollout.vllm.dtype, --dtype)
 DTYPES = {
@@ -64,7 +64,7 @@ def load_policy(
             "(trainer.export_merged: true), or the base model with model.lora and trainer.resume"
         )
     if dtype not in DTYPES:
-        raise ValueError(f"model.dtype must be one of {', '.join(DTYPES)}, got {dtype!r}")
+        raise ConfigError(f"model.dtype must be one of {', '.join(DTYPES)}, got {dtype!r}")
     check_attention(attn_implementation)
     from .families import family_of_checkpoint
 

@@ -25,6 +25,7 @@ from typing import Any
 
 import torch
 
+from ..errors import ConfigError
 from .released import write_released_layout
 
 _PEFT_ATTR = "_easyvideor1_peft"  # the peft wrapper, kept beside the model (not a submodule)
@@ -80,7 +81,7 @@ def resolve_targets(model: torch.nn.Module, lora, freeze_vision_tower: bool = Fa
         unmatched = [e for e in lora.target_modules if not any(_matches(n, e) for n in linear)]
         if unmatched:
             leaves = sorted({n.rsplit(".", 1)[-1] for n in linear})
-            raise ValueError(
+            raise ConfigError(
                 f"model.lora.target_modules: {unmatched} match no linear layer of "
                 f"{type(model).__name__} (linear layer names end in: {', '.join(leaves)})"
             )
@@ -88,12 +89,12 @@ def resolve_targets(model: torch.nn.Module, lora, freeze_vision_tower: bool = Fa
     tower = _vision_prefix(model)
     in_tower = [n for n in names if tower and n.startswith(tower)]
     if in_tower and freeze_vision_tower:
-        raise ValueError(
+        raise ConfigError(
             f"model.lora.target_modules adapts vision-tower layers (e.g. {in_tower[0]}) but "
             "model.freeze_vision_tower=true: drop them or unfreeze the tower"
         )
     if not names:
-        raise ValueError(f"model.lora: {type(model).__name__} has no linear layer to adapt")
+        raise ConfigError(f"model.lora: {type(model).__name__} has no linear layer to adapt")
     return names
 
 

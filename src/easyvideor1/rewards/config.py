@@ -9,6 +9,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
+from ..errors import ConfigError
 from .judge import JudgeConfig
 
 BOX_FORMATS = ("pixel", "normalized", "grid1000")
@@ -87,7 +88,7 @@ class SandboxConfig:
         for name in ("wall_time_s", "cpu_time_s", "memory_mb", "max_tests", "time_budget_s"):
             value = getattr(self, name)
             if not value > 0:
-                raise ValueError(f"reward.sandbox.{name} must be > 0, got {value!r}")
+                raise ConfigError(f"reward.sandbox.{name} must be > 0, got {value!r}")
 
 
 @dataclass
@@ -119,7 +120,7 @@ class ToolRewardConfig:
         for name in ("valid_call", "invalid_call", "max_calls", "over_budget"):
             value = getattr(self, name)
             if not value >= 0:
-                raise ValueError(f"reward.tools.{name} must be >= 0, got {value!r}")
+                raise ConfigError(f"reward.tools.{name} must be >= 0, got {value!r}")
 
     def shaping(self, counts: dict[str, int]) -> float:
         """The amount added to an episode's ``overall`` for its ``calls``, ``invalid_calls``,
@@ -226,7 +227,7 @@ class RewardConfig:
         if isinstance(self.judge, dict):
             self.judge = JudgeConfig(**self.judge)
         if self.llm_judge and self.judge.enabled:
-            raise ValueError(
+            raise ConfigError(
                 "reward.llm_judge and reward.judge.url are both set: use one judge (the endpoint, or the callable)"
             )
         self.task_weights = {
@@ -235,18 +236,18 @@ class RewardConfig:
         }
         for name, value in (("accuracy_weight", self.accuracy_weight), ("format_weight", self.format_weight)):
             if value < 0:
-                raise ValueError(f"RewardConfig.{name} must be >= 0, got {value}")
+                raise ConfigError(f"RewardConfig.{name} must be >= 0, got {value}")
         if self.default_box_format not in BOX_FORMATS:
-            raise ValueError(
+            raise ConfigError(
                 f"default_box_format must be one of {BOX_FORMATS}, got {self.default_box_format!r}"
             )
         for name in ("overlong_buffer", "overlong_max_length", "overlong_penalty_factor"):
             if getattr(self, name) is not None:
-                raise ValueError(
+                raise ConfigError(
                     f"reward.{name} was removed: the overlong penalty is reward shaping in the training "
                     "step, algorithm.overlong (enable, buffer, max_length, factor), applied once"
                 )
         if self.numeric_rel_tol < 0 or self.numeric_abs_tol < 0:
-            raise ValueError("numeric tolerances must be >= 0")
+            raise ConfigError("numeric tolerances must be >= 0")
         if self.math_timeout_s <= 0:
-            raise ValueError("math_timeout_s must be > 0")
+            raise ConfigError("math_timeout_s must be > 0")

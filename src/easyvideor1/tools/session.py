@@ -9,6 +9,7 @@ import threading
 from dataclasses import dataclass, field
 from typing import Any
 
+from ..errors import ConfigError
 from ..media.cache import VideoLoader
 from ..models.families import get_family
 from .base import ToolContext, ToolResult, tool_specs
@@ -39,7 +40,7 @@ class ToolSession:
         self.specs = tool_specs(self.settings)  # an unknown tool name fails here, before any episode
         family = get_family(self.model_family)
         if self.specs and family.no_tools:
-            raise ValueError(
+            raise ConfigError(
                 f"tools.names: {family.model_type} cannot run tool episodes ({family.no_tools}); "
                 "use a Qwen-VL or Qwen3.5 model or drop tools.names"
             )
