@@ -12,9 +12,8 @@ import time
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
-from ..errors import UserError
 from .decode import probe_video, read_frames
-from .failures import DecodeError
+from .failures import CacheError, DecodeError
 from .resize import FrameResizer, resize_frames  # noqa: F401  (resize_frames: re-exported)
 from .sampling import SamplingParams, frame_indices, frame_range, video_frame_size
 
@@ -68,7 +67,7 @@ class SampledVideo:
         if mode == "pts":
             times = m.get("frame_times")
             if times is None or len(times) != len(indices):
-                raise UserError(
+                raise CacheError(
                     f"{m.get('source_path', 'video')}: no frame presentation times stored "
                     f"(entry format {m.get('version')}); rebuild it with `easyvideor1 preprocess`"
                 )
