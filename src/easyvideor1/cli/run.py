@@ -57,7 +57,7 @@ def cmd_preprocess(args: argparse.Namespace, extra: list[str]) -> int:
             "(its config.json names it) or --model-family FAMILY"
         )
     tracks = []
-    if cfg.tools.enabled:  # the frames the configured tools will read (tools/video.py tracks)
+    if cfg.tools.enabled:  # the frames the configured tools will read (tools/tracks.py)
         from ..tools.tracks import tool_tracks
 
         tracks = tool_tracks(cfg.tools, cfg.data.model_family or _family_needed())

@@ -5,6 +5,7 @@ within an episode's budgets (``calls.py``), and the tools of one step or job (``
 
 from .base import (
     TOOLS,
+    ToolContext,
     ToolError,
     ToolResult,
     ToolSpec,
@@ -18,6 +19,7 @@ from .config import ToolsConfig
 
 __all__ = [
     "TOOLS",
+    "ToolContext",
     "ToolError",
     "ToolResult",
     "ToolSpec",

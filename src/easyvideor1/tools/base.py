@@ -127,7 +127,7 @@ def register_tool(
 
     The policy sees ``name`` exactly as given (the template's tool list), so it must be a plain
     identifier; ``parameters`` must be a JSON schema of ``"type": "object"``. ``tracks``: the
-    frame tracks of ``tools/video.py`` it reads (``seek``, ``detail``), which ``preprocess``
+    frame tracks of ``tools/tracks.py`` it reads (``seek``, ``detail``), which ``preprocess``
     then writes to the frame cache.
     """
     tracks = tuple(tracks)
