@@ -68,6 +68,27 @@ def load_dataclass(
         raise ConfigError(str(e)) from e
 
 
+def written_keys(config_file: str | None, overrides: list[str] | None = None) -> set[str]:
+    """The dotted keys (leaves) that ``config_file`` and ``overrides`` set: what the user wrote,
+    as opposed to a default."""
+    written = OmegaConf.create()
+    if config_file:
+        written = OmegaConf.merge(written, _load_yaml(config_file))
+    for override in overrides or []:
+        written = OmegaConf.merge(written, _parse_override(override))
+    keys: set[str] = set()
+
+    def walk(node: Any, prefix: str) -> None:
+        if isinstance(node, dict):
+            for key, value in node.items():
+                walk(value, f"{prefix}{key}.")
+        else:
+            keys.add(prefix[:-1])
+
+    walk(OmegaConf.to_container(written), "")
+    return keys
+
+
 def _parse_override(override: str) -> DictConfig:
     """One ``key=value`` override; a value YAML cannot parse (``[a.jsonl``) is a ConfigError naming it."""
     try:

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field
 
 from ..media.cache import CACHE_MODES
 from ..media.sampling import DEFAULT_FPS, SamplingParams, factor_for_family, family_factors
@@ -129,7 +129,7 @@ class DataConfig:
                 f"data.cache_mode must be one of {', '.join(CACHE_MODES)}, got {self.cache_mode!r}"
             )
         # validate the budgets now, not at the first video: with the family's factor, or, before the
-        # model names the family, with the smallest one (the check is repeated by with_model)
+        # model names the family, with the smallest one (the check is repeated when resolve.py names it)
         self._check_budgets(self.factor if self.model_family is not None else min(family_factors()))
 
     def _check_budgets(self, factor: int) -> None:
@@ -193,16 +193,6 @@ class DataConfig:
                 "--model-family)"
             )
         return factor_for_family(self.model_family)
-
-    def with_model(self, model_path: str) -> DataConfig:
-        """This config with the family of the checkpoint at ``model_path`` (an error if
-        ``model_family`` is set to another family)."""
-        from ..models.families import resolve_family
-
-        family = resolve_family(model_path, self.model_family)  # the checkpoint decides; a mismatch raises
-        # a configured spelling stays as the user wrote it; without one the checkpoint names it
-        cfg = self if self.model_family is not None else replace(self, model_family=family.model_type)
-        return family.fit_data_config(cfg, model_path)  # what the checkpoint decides (InternVL: frame size)
 
     def sampling_params(self, record=None) -> SamplingParams:
         """The sampling parameters for one record's videos (record overrides applied)."""

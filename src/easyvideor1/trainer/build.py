@@ -20,7 +20,6 @@ from ..data.dataset import RecordDataset
 from ..models.packing import check_packable
 from ..models.vision import DummyVisionPass
 from ..models.vision_cache import VisionFeatureCache
-from ..rollout.base import SamplingConfig
 from ..tools.video import ToolSession
 from .distributed import DistState, init_distributed
 from .metrics import MetricsLogger
@@ -36,8 +35,8 @@ log = logging.getLogger(__name__)
 
 
 def start(cfg) -> DistState:
-    """Join the process group and check what the run needs before anything is loaded; names the
-    model family from the checkpoint (``cfg.data`` is replaced, ``data.model_family`` checks it)."""
+    """Join the process group and check what the run needs before anything is loaded (``cfg`` is
+    read, never changed: the model's family is named by :func:`~easyvideor1.resolve.resolve_config`)."""
     tc = cfg.trainer
     # each rank of a node chooses its share of the node's CPUs (torchrun: LOCAL_WORLD_SIZE ranks)
     threads.apply(processes=int(os.environ.get("LOCAL_WORLD_SIZE", "1")), explicit=cfg.cpu.threads)
@@ -54,7 +53,6 @@ def start(cfg) -> DistState:
         raise ValueError("model.path is not set: give a Hugging Face Qwen-VL checkpoint directory")
     if not cfg.data.train_files:
         raise ValueError("data.train_files is empty: give at least one training data file")
-    cfg.data = cfg.data.with_model(cfg.model.path)
     if cfg.tools.enabled:
         check_episodes(cfg)
     if cfg.rollout.overlaps:
@@ -232,22 +230,19 @@ def load_data(cfg, parts: Components) -> tuple[TrainData, DataSkips]:
 
 
 def step_settings(cfg) -> StepSettings:
-    """Sampling and update settings from the config."""
+    """Sampling and update settings from the config: every sampling key of ``rollout`` (its
+    :meth:`~.sampling.SamplingConfig.sampling`) reaches the engine, in training and validation."""
     r, alg, tc = cfg.rollout, cfg.algorithm, cfg.trainer
     return StepSettings(
         # vLLM returns sampled-token log-probs for free: logged against the trainer's (mismatch
         # check); the HF engine keeps them where they can differ (another copy, stale weights)
-        sampling=SamplingConfig(
-            r.temperature,
-            r.top_p,
-            r.top_k,
-            r.max_new_tokens,
+        sampling=r.sampling(
             return_logprobs=r.engine == "vllm"
             or cfg.algorithm.rollout_correction != "none"
             or r.mode != "sync"
             or r.placement == "separate",
         ),
-        val_sampling=SamplingConfig(r.val_temperature, r.top_p, r.top_k, r.max_new_tokens),
+        val_sampling=r.validation_sampling(),
         update=UpdateSettings(
             policy_loss=alg.policy_loss,
             loss_options=alg.policy_loss_options(),
