@@ -13,6 +13,7 @@ from typing import Any, ClassVar, TypeVar
 
 from .algorithms._registry import FILTERS, advantage_inputs, is_group_estimator
 from .algorithms.config import AlgorithmConfig
+from .algorithms.loss_options import BUILT_IN_LOSS_OPTION_KEYS
 from .config_loading import load_dataclass, split_overrides, to_yaml
 from .data.config import DataConfig
 from .errors import ConfigError
@@ -62,6 +63,10 @@ class RunConfig:
 
     # user algorithms registered before `algorithm` checks the names it holds
     PLUGIN_FILE_KEYS: ClassVar[tuple[str, ...]] = ("algorithm.plugin_files",)
+    # keys that moved (old -> new), still read with a deprecation message naming the new key
+    RENAMED_KEYS: ClassVar[dict[str, str]] = {
+        f"algorithm.{key}": f"algorithm.loss_options.{key}" for key in BUILT_IN_LOSS_OPTION_KEYS
+    }
 
     def __post_init__(self) -> None:
         _check_across_sections(self)

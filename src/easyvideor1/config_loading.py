@@ -8,6 +8,7 @@ so a typo never silently does nothing.
 
 from __future__ import annotations
 
+import warnings
 from pathlib import Path
 from typing import Any, TypeVar
 
@@ -43,14 +44,20 @@ def load_dataclass(
     """Build ``cls`` from its defaults, a YAML file, a dict of values and dotted overrides (in that order).
 
     The plug-in files named at ``cls.PLUGIN_FILE_KEYS`` (dotted keys) are imported before the
-    sections are built, so a section can check a name a plug-in registers."""
+    sections are built, so a section can check a name a plug-in registers. A key of
+    ``cls.RENAMED_KEYS`` (old dotted key -> new) is read as its new key, with a deprecation
+    message naming the new one."""
+    renamed = getattr(cls, "RENAMED_KEYS", {})
     try:
         merged = OmegaConf.structured(cls)
         if config_file:
-            merged = OmegaConf.merge(merged, _load_yaml(config_file))
+            merged = OmegaConf.merge(merged, _renamed(_load_yaml(config_file), renamed))
         if values:
-            merged = OmegaConf.merge(merged, OmegaConf.create(values))
+            merged = OmegaConf.merge(merged, _renamed(OmegaConf.create(values), renamed))
         for override in overrides or []:
+            key, _, value = override.partition("=")
+            if key.strip() in renamed:
+                override = f"{_deprecated(key.strip(), renamed)}={value}"
             merged = OmegaConf.merge(merged, _parse_override(override))
         for key in getattr(cls, "PLUGIN_FILE_KEYS", ()):
             plugins = OmegaConf.select(merged, key, default=None)
@@ -66,6 +73,24 @@ def load_dataclass(
         raise
     except ValueError as e:  # a dataclass check: the message names the dotted key
         raise ConfigError(str(e)) from e
+
+
+def _deprecated(key: str, renamed: dict[str, str]) -> str:
+    """The new name of ``key``, after a deprecation message naming it."""
+    warnings.warn(f"{key} is deprecated: use {renamed[key]}", FutureWarning, stacklevel=4)
+    return renamed[key]
+
+
+def _renamed(node: DictConfig, renamed: dict[str, str]) -> DictConfig:
+    """``node`` with each old key of ``renamed`` it sets moved to the new key."""
+    for old in renamed:
+        parent_key, _, leaf = old.rpartition(".")
+        parent = OmegaConf.select(node, parent_key) if parent_key else node
+        if isinstance(parent, DictConfig) and leaf in parent:
+            value = parent[leaf]
+            del parent[leaf]
+            OmegaConf.update(node, _deprecated(old, renamed), value, merge=True)
+    return node
 
 
 def written_keys(config_file: str | None, overrides: list[str] | None = None) -> set[str]:

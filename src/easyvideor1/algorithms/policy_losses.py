@@ -15,8 +15,10 @@ Metrics (0-d tensors, means over the valid tokens of this call; not globally wei
 (A > 0, ratio > 1 + eps_high), `pg_clipfrac_lower` (A < 0, ratio < 1 - eps_low),
 `pg_clipfrac_dual` (A < 0, dual clip active).
 
-The built-ins are registered by name in `_registry.py` (config checks need no torch); register your
-own with `@register_policy_loss("name")`.
+The built-ins are registered by name in `_registry.py` (config checks need no torch), each with the
+dataclass of its options (`loss_options.py`, set as `algorithm.loss_options.<option>`); register your
+own with `@register_policy_loss("name")` (its keyword-only defaults are its options, or pass
+`options=` a dataclass that checks them).
 """
 
 from __future__ import annotations
