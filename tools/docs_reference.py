@@ -150,6 +150,14 @@ def loss_option_rows(key: str) -> list[str]:
     return rows
 
 
+def documented_keys() -> list[str]:
+    """Every key the configuration reference lists (sections left out)."""
+    from easyvideor1.config import RunConfig
+
+    keys = [key for key, f, cls, kind in config_fields(RunConfig) if not dataclasses.is_dataclass(kind)]
+    return keys + [key for key, *_ in loss_options()]
+
+
 def missing_docs() -> list[str]:
     """Config keys without a description (a test fails on any)."""
     from easyvideor1.config import RunConfig

@@ -235,9 +235,11 @@ def step_settings(cfg) -> StepSettings:
     r, alg, tc = cfg.rollout, cfg.algorithm, cfg.trainer
     return StepSettings(
         # vLLM returns sampled-token log-probs for free: logged against the trainer's (mismatch
-        # check); the HF engine keeps them where they can differ (another copy, stale weights)
+        # check); the HF engine keeps them where they can differ (another copy, stale weights),
+        # or when rollout.return_logprobs asks for the check
         sampling=r.sampling(
-            return_logprobs=r.engine == "vllm"
+            return_logprobs=r.return_logprobs
+            or r.engine == "vllm"
             or cfg.algorithm.rollout_correction != "none"
             or r.mode != "sync"
             or r.placement == "separate",
