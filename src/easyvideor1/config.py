@@ -80,27 +80,27 @@ def _check_across_sections(cfg: RunConfig) -> None:
     group = is_group_estimator(est)
     n, k = cfg.rollout.n, cfg.rollout.offline_k
     if group and n < 2:
-        raise ValueError(
+        raise ConfigError(
             f"rollout.n={n} with algorithm.adv_estimator={cfg.algorithm.adv_estimator}: a group "
             "estimator compares the responses of one prompt, so one response gets advantage 0 "
             "(use rollout.n >= 2, or adv_estimator=reinforce_plus_plus / remax)"
         )
     if group and cfg.rollout.hybrid != "off" and k >= n:
-        raise ValueError(
+        raise ConfigError(
             f"rollout.offline_k={k} with rollout.n={n}: hybrid groups would be all offline (identical "
             f"responses, advantage 0 under algorithm.adv_estimator={cfg.algorithm.adv_estimator}); "
             "need offline_k < n"
         )
     f = cfg.algorithm.online_filtering
     if f.enable and FILTERS.metadata(f.criterion).get("group", False) and n < 2:
-        raise ValueError(
+        raise ConfigError(
             f"algorithm.online_filtering.criterion={f.criterion} with rollout.n={n}: a group of one "
             "never has reward spread, so every group would be dropped"
         )
     if advantage_inputs(est) and (
         cfg.algorithm.overlong.enable or (cfg.algorithm.kl.enabled and cfg.algorithm.kl.apply_as == "reward")
     ):
-        raise ValueError(
+        raise ConfigError(
             f"algorithm.adv_estimator={cfg.algorithm.adv_estimator} works on the raw reward keys / a "
             "greedy baseline: use it without algorithm.overlong and without algorithm.kl.apply_as=reward"
         )

@@ -19,6 +19,7 @@ import dataclasses
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
+from ..errors import ConfigError
 from ..validation import in_range, non_negative, positive
 from ._registry import (
     ADVANTAGE_ESTIMATORS,
@@ -351,4 +352,4 @@ def _named(key: str, lookup, name: str) -> str:
 
 def _check(condition: bool, message: str) -> None:
     if not condition:
-        raise ValueError(message)
+        raise ConfigError(message)

@@ -145,7 +145,7 @@ def cmd_serve(args: argparse.Namespace, extra: list[str]) -> int:
     from ..rollout.server import load_server
 
     if extra:
-        raise ValueError(f"serve takes flags only, got {' '.join(extra)}")
+        raise ConfigError(f"serve takes flags only, got {' '.join(extra)}")
     server = load_server(args.model, args.name, args.host, args.port, args.dtype)
     # the line a caller (a test, a script) waits for before sending requests
     print(f"serving {server.name} on {server.url}", flush=True)

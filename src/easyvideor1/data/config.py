@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
+from ..errors import ConfigError
 from ..media.cache import CACHE_MODES
 from ..media.sampling import DEFAULT_FPS, SamplingParams, factor_for_family, family_factors
 from ..media.video import TIMESTAMP_MODES
@@ -105,17 +106,17 @@ class DataConfig:
 
     def __post_init__(self) -> None:
         if not isinstance(self.prefetch, bool):
-            raise ValueError(f"data.prefetch must be true or false, got {self.prefetch!r}")
+            raise ConfigError(f"data.prefetch must be true or false, got {self.prefetch!r}")
         if self.timestamps not in TIMESTAMP_MODES:
-            raise ValueError(
+            raise ConfigError(
                 f"data.timestamps must be one of {', '.join(TIMESTAMP_MODES)}, got {self.timestamps!r}"
             )
         if not isinstance(self.allow_truncated, bool):
-            raise ValueError(f"data.allow_truncated must be true or false, got {self.allow_truncated!r}")
+            raise ConfigError(f"data.allow_truncated must be true or false, got {self.allow_truncated!r}")
         if self.preflight not in ("full", "fast"):
-            raise ValueError(f"data.preflight must be full or fast, got {self.preflight!r}")
+            raise ConfigError(f"data.preflight must be full or fast, got {self.preflight!r}")
         if self.video_fps is not None and self.video_nframes is not None:
-            raise ValueError(
+            raise ConfigError(
                 f"data.video_fps ({self.video_fps}) and data.video_nframes ({self.video_nframes}) are "
                 "exclusive (a frame rate or a fixed frame count): set one of them to null"
             )
@@ -125,7 +126,7 @@ class DataConfig:
         if self.model_family is not None:
             factor_for_family(self.model_family)  # raises a clear error for unknown families
         if self.cache_mode not in CACHE_MODES:
-            raise ValueError(
+            raise ConfigError(
                 f"data.cache_mode must be one of {', '.join(CACHE_MODES)}, got {self.cache_mode!r}"
             )
         # validate the budgets now, not at the first video: with the family's factor, or, before the
@@ -136,10 +137,10 @@ class DataConfig:
         try:
             self._sampling_params(factor).to_dict()  # to_dict: a family's frame rule checks its keys
         except ValueError as e:  # name the setting: "fps must be positive" -> data.video_fps
-            raise ValueError(f"data.video_{e}" if str(e).split()[0].isidentifier() else str(e)) from None
+            raise ConfigError(f"data.video_{e}" if str(e).split()[0].isidentifier() else str(e)) from None
         image_min = self.image_min_pixels if self.image_min_pixels is not None else 4 * factor**2
         if self.image_max_pixels is not None and self.image_max_pixels < image_min:
-            raise ValueError(
+            raise ConfigError(
                 f"data.image_max_pixels ({self.image_max_pixels}) is below data.image_min_pixels "
                 f"({image_min}{'' if self.image_min_pixels is not None else ', the default 4 x factor^2'})"
             )
@@ -187,7 +188,7 @@ class DataConfig:
     @property
     def factor(self) -> int:
         if self.model_family is None:
-            raise ValueError(
+            raise ConfigError(
                 "the model family is not known, so neither is the frame resize factor: give a model "
                 "(model.path, or --model PATH for preprocess) or name the family (data.model_family, "
                 "--model-family)"
