@@ -10,14 +10,11 @@ import pytest
 import torch
 from transformers import AutoModelForImageTextToText, AutoProcessor
 
-from easyvideor1.data.config import DataConfig
-from easyvideor1.data.dataset import RecordDataset, encode_prompts
-from easyvideor1.data.records import load_records
-from easyvideor1.data.synthetic import write_synthetic_set
+from easyvideor1.data.dataset import encode_prompts
 from easyvideor1.models.inputs import expand
-from easyvideor1.models.tiny import make_tiny_model
 from easyvideor1.rollout.hf import HFRolloutEngine, PresencePenalty
 from easyvideor1.rollout.sampling import SAMPLING_KEYS, SamplingConfig
+from tests.rollout.test_hf_rollout import setup  # noqa: F401  (the tiny model and dataset fixture)
 
 BASE = SamplingConfig(max_new_tokens=4)
 # a value other than BASE's for every key (a new key must be added here, or this test fails)
@@ -38,15 +35,10 @@ def test_every_sampling_key_has_a_changed_value() -> None:
 
 
 @pytest.fixture(scope="module")
-def tiny(tmp_path_factory):
-    d = tmp_path_factory.mktemp("sampling")
-    model_dir = make_tiny_model(str(d / "model"), "qwen3vl")
-    data = write_synthetic_set(str(d / "syn"), 1, size=(64, 48), duration=1.0)
-    cfg = DataConfig(
-        model_family="qwen3vl", video_nframes=4, video_fps=None, video_min_pixels=1024, video_max_pixels=2048
-    )
-    ds = RecordDataset(load_records(data), cfg, data)
-    return model_dir, ds
+def tiny(setup):  # noqa: F811  (the imported fixture, requested by name)
+    """A tiny Qwen3-VL (its directory) and a one-video dataset (``test_hf_rollout``'s)."""
+    model, _, ds = setup
+    return model.name_or_path, ds
 
 
 def _hf_request(engine: HFRolloutEngine, batch, sampling: SamplingConfig) -> dict:

@@ -56,6 +56,10 @@ class ClipRange(LossOptions):
         non_negative(f"{KEY}.clip_ratio_high", self.clip_ratio_high)
 
 
+def _dual_clip(name: str, bound: float | None) -> None:
+    require(bound is None or bound > 1.0, f"{KEY}.{name}", "must be > 1 or null", bound)
+
+
 @dataclass
 class PPOOptions(ClipRange):
     """`ppo`: the clip range and the dual clip.
@@ -69,12 +73,7 @@ class PPOOptions(ClipRange):
 
     def __post_init__(self) -> None:
         super().__post_init__()
-        require(
-            self.clip_ratio_dual is None or self.clip_ratio_dual > 1.0,
-            f"{KEY}.clip_ratio_dual",
-            "must be > 1 or null",
-            self.clip_ratio_dual,
-        )
+        _dual_clip("clip_ratio_dual", self.clip_ratio_dual)
 
 
 @dataclass
@@ -90,12 +89,7 @@ class GSPOOptions(ClipRange):
 
     def __post_init__(self) -> None:
         super().__post_init__()
-        require(
-            self.gspo_clip_ratio_dual is None or self.gspo_clip_ratio_dual > 1.0,
-            f"{KEY}.gspo_clip_ratio_dual",
-            "must be > 1 or null",
-            self.gspo_clip_ratio_dual,
-        )
+        _dual_clip("gspo_clip_ratio_dual", self.gspo_clip_ratio_dual)
 
     def loss_arguments(self) -> dict[str, Any]:
         clip = {"clip_ratio_low": self.clip_ratio_low, "clip_ratio_high": self.clip_ratio_high}

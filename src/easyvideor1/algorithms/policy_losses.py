@@ -197,7 +197,7 @@ def gspo(
     """GSPO (Zheng et al., 2025, arXiv:2507.18071): one sequence-level ratio `exp(mean_t delta)`
     for every token of the sequence, clipped like PPO (GSPO's paper uses much tighter bounds, e.g.
     3e-4 / 4e-4; set them in the config). As in the paper and veRL, no dual clip unless one is set
-    (`algorithm.gspo_clip_ratio_dual`), and the log-ratio is clamped at 10 from above."""
+    (`algorithm.loss_options.gspo_clip_ratio_dual`), and the log-ratio is clamped at 10 from above."""
     mask = as_bool_mask(response_mask)
     advantages = _checked_advantages(log_prob, old_log_prob, advantages, mask)
     delta = _valid_delta(log_prob, old_log_prob, mask)

@@ -174,6 +174,11 @@ def flag_values(args: argparse.Namespace) -> dict[str, dict]:
     return {"data": data, "rollout": {"vllm": vllm}}
 
 
+def add_model_flag(parser) -> None:
+    """``--model``: the checkpoint a job runs (``eval``, ``filter``), else the config's ``model.path``."""
+    parser.add_argument("--model", help="a Hugging Face model directory (default: model.path of config=FILE)")
+
+
 def add_cache_flags(parser) -> None:
     """Where a command reads frames from: the cache directory and mode (``eval`` and ``filter``)."""
     parser.add_argument("--cache-dir", help="data.cache_dir: the frame cache `easyvideor1 preprocess` built")

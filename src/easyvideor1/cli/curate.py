@@ -8,6 +8,7 @@ import os
 from ..config import ConfigError
 from .common import (
     add_cache_flags,
+    add_model_flag,
     add_sampling_flags,
     add_vllm_engine_flags,
     flag_values,
@@ -77,7 +78,7 @@ def add_parsers(sub) -> None:
         "OUT/pass_rate_histogram.png; resumable after a kill. config=FILE.yaml and data.*/reward.*/rollout.* "
         "key=value overrides follow the flags.",
     )
-    p.add_argument("--model", help="a Hugging Face model directory (default: model.path of config=FILE)")
+    add_model_flag(p)
     p.add_argument(
         "--data",
         action="append",

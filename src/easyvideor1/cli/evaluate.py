@@ -11,6 +11,7 @@ from ..config_loading import written_keys
 from ..rollout.sampling import SAMPLING_KEYS
 from .common import (
     add_cache_flags,
+    add_model_flag,
     add_sampling_flags,
     add_vllm_engine_flags,
     data_values,
@@ -185,7 +186,7 @@ def add_parsers(sub) -> None:
         "config=FILE.yaml (the training run's config works) and key=value overrides follow the flags. "
         "Benchmarks: " + _benchmark_names(),
     )
-    p.add_argument("--model", help="a Hugging Face model directory (default: model.path of config=FILE)")
+    add_model_flag(p)
     _add_benchmark_flags(p)
     p.add_argument(
         "--video-root", help="eval.video_root: root of the benchmarks' videos (synthetic: the synth dir)"
