@@ -76,3 +76,20 @@ def test_rollout_min_new_tokens_holds_in_training(make_cfg, tmp_path) -> None:
         make_cfg(*run, "rollout.min_new_tokens=8", f"trainer.output_dir={tmp_path / 'min'}")
     )
     assert len(held) == len(free) > 0 and min(held) >= 8, held
+
+
+def test_the_trainer_finishes_the_config_once_and_changes_nothing(make_cfg) -> None:
+    """``Trainer(cfg)`` trains on the resolved config (the checkpoint names the family) and neither
+    the config it was given nor the finished one changes while it starts, trains and validates."""
+    from easyvideor1.config import to_yaml
+    from easyvideor1.trainer.loop import Trainer
+
+    cfg = make_cfg("trainer.max_steps=1")
+    given = to_yaml(cfg)
+    trainer = Trainer(cfg)
+    finished = to_yaml(trainer.cfg)
+    assert cfg.data.model_family is None and trainer.cfg.data.model_family == "qwen3_vl"
+    trainer.train()
+    trainer.close()
+    assert to_yaml(cfg) == given, "the caller's config is not changed"
+    assert to_yaml(trainer.cfg) == finished, "the finished config is not changed while the run goes"
