@@ -100,13 +100,14 @@ def build_experience(model_dir: str, records: str, seed: int = 0):
     from easyvideor1.data.config import DataConfig
     from easyvideor1.data.dataset import RecordDataset, encode_prompts
     from easyvideor1.models.loading import load_policy
+    from easyvideor1.resolve import resolve_data
     from easyvideor1.trainer.experience import Experience, pad_stack
 
     model, processor = load_policy(model_dir, freeze_vision_tower=True)
     cfg = DataConfig(
         video_fps=2.0, video_max_frames=64, video_min_pixels=SIDE * SIDE, video_max_pixels=SIDE * SIDE
     )
-    dataset = RecordDataset.from_files([records], cfg.with_model(model_dir))
+    dataset = RecordDataset.from_files([records], resolve_data(cfg, model_dir))
     samples = [dataset[i] for i in range(len(dataset))]
     random.Random(seed).shuffle(samples)  # text and videos mixed within micro-batches
     batch = encode_prompts(processor, samples, dataset.cfg, dataset.loader)

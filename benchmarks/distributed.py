@@ -29,6 +29,7 @@ from easyvideor1.data.preprocess import preprocess  # noqa: E402
 from easyvideor1.data.synthetic import write_demo_set  # noqa: E402
 from easyvideor1.demo import demo_config_path  # noqa: E402
 from easyvideor1.models.tiny import make_tiny_model  # noqa: E402
+from easyvideor1.resolve import resolve_data  # noqa: E402
 
 
 def _port() -> int:
@@ -129,8 +130,8 @@ def main() -> None:
         ]
         cfg: RunConfig = load_config(RunConfig, demo_config_path(), base)
         # the cache with the settings the trainer derives at start-up: the run's data config with the
-        # checkpoint's family (trainer/build.py); any other copy of them can drift from the trainer's
-        data = cfg.data.with_model(cfg.model.path)
+        # checkpoint's family (resolve.py); any other copy of them can drift from the trainer's
+        data = resolve_data(cfg.data, cfg.model.path)
         preprocess([train], data, data.cache_dir, workers=2, progress=False)
         one = run(work, "one", 1, base)
         two = run(work, "two", 2, base)

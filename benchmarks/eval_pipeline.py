@@ -36,6 +36,7 @@ from easyvideor1.media.cache import VideoLoader  # noqa: E402
 from easyvideor1.media.decode import set_decode_threads  # noqa: E402
 from easyvideor1.media.encode import encode_video  # noqa: E402
 from easyvideor1.models.tiny import make_tiny_model  # noqa: E402
+from easyvideor1.resolve import resolve_data  # noqa: E402
 from easyvideor1.rollout.base import SamplingConfig  # noqa: E402
 from easyvideor1.rollout.engines import load_engine  # noqa: E402
 
@@ -81,14 +82,17 @@ def main() -> None:
     settings = EvalConfig(max_new_tokens=max_new, batch_size=1, load_workers=2)
     # the engine `easyvideor1 eval` builds: batch_size requests per generate, in both loops
     engine, processor = load_engine(model_dir, "hf", settings.dtype, max_batch=settings.batch_size)
-    data = DataConfig(
-        video_fps=2.0,
-        video_min_pixels=1024,
-        video_max_pixels=4096,
-        cache_mode="decode_only",
-        video_root=str(syn),
-        prompt_template="none",
-    ).with_model(model_dir)  # as `easyvideor1 eval` does: the checkpoint names the family (frame size)
+    data = resolve_data(
+        DataConfig(
+            video_fps=2.0,
+            video_min_pixels=1024,
+            video_max_pixels=4096,
+            cache_mode="decode_only",
+            video_root=str(syn),
+            prompt_template="none",
+        ),
+        model_dir,
+    )  # as `easyvideor1 eval` does: the checkpoint names the family (frame size)
     spec = get_benchmark("synthetic")
     records = spec.load(str(syn))
     ann = str(syn / "records.jsonl")

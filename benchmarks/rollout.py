@@ -28,6 +28,7 @@ from easyvideor1.data.dataset import RecordDataset, encode_prompts  # noqa: E402
 from easyvideor1.data.records import load_records  # noqa: E402
 from easyvideor1.data.synthetic import write_synthetic_set  # noqa: E402
 from easyvideor1.models.tiny import make_tiny_model  # noqa: E402
+from easyvideor1.resolve import resolve_data  # noqa: E402
 from easyvideor1.rollout.base import SamplingConfig  # noqa: E402
 
 
@@ -71,7 +72,7 @@ def main() -> None:
     model_dir = make_tiny_model(str(work / "model"))
     data = write_synthetic_set(str(work / "syn"), max(1, args.prompts // 4), size=(160, 120), duration=2.0)
     cfg = DataConfig(video_nframes=8, video_fps=None, video_min_pixels=128 * 128, video_max_pixels=128 * 128)
-    cfg = cfg.with_model(model_dir)  # the checkpoint names the family (frame size), as in training
+    cfg = resolve_data(cfg, model_dir)  # the checkpoint names the family (frame size), as in training
     ds = RecordDataset(load_records(data), cfg, data)
     samples = [ds[i % len(ds)] for i in range(args.prompts)]
     processor = AutoProcessor.from_pretrained(model_dir)

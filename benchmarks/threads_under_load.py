@@ -85,11 +85,12 @@ def prepare(work: Path, n_train: int = 64) -> None:
     from easyvideor1.data.synthetic import write_demo_set
     from easyvideor1.demo import demo_config_path
     from easyvideor1.models.tiny import make_tiny_model
+    from easyvideor1.resolve import resolve_data
 
     train, _ = write_demo_set(str(work / "data"), n_train=n_train, n_val=8)
     model = make_tiny_model(str(work / "model"))
     cfg = load_config(RunConfig, demo_config_path(), [f"model.path={model}"])
-    preprocess([train], cfg.data.with_model(model), str(work / "cache"), workers=1, progress=False)
+    preprocess([train], resolve_data(cfg.data, model), str(work / "cache"), workers=1, progress=False)
 
 
 def _env() -> dict[str, str]:

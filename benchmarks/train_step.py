@@ -34,6 +34,7 @@ from easyvideor1.data.synthetic import random_scene, render_frames, write_demo_s
 from easyvideor1.demo import demo_config_path  # noqa: E402
 from easyvideor1.media.encode import encode_video  # noqa: E402
 from easyvideor1.models.tiny import make_tiny_model  # noqa: E402
+from easyvideor1.resolve import resolve_data  # noqa: E402
 from easyvideor1.trainer.loop import Trainer  # noqa: E402
 
 sys.path.insert(0, str(ROOT / "benchmarks"))
@@ -98,7 +99,7 @@ def build_cache(cfg: RunConfig) -> None:
     the run's data config with the checkpoint's family, as the trainer derives it at start-up
     (``trainer/build.py``) and ``easyvideor1 demo`` builds its cache (a copy made any other way
     drifts, and ``cache_only`` then finds no entry)."""
-    data = cfg.data.with_model(cfg.model.path)
+    data = resolve_data(cfg.data, cfg.model.path)
     report = preprocess(data.train_files, data, data.cache_dir, workers=2, progress=False)
     if report["failed"] or report["bad_records"]:
         raise SystemExit(

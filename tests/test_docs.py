@@ -22,6 +22,81 @@ def test_every_configuration_key_has_a_description():
     assert docs_reference.missing_docs() == []
 
 
+# keys kept only to refuse a setting that moved, naming where it went (setting one is an error)
+REMOVED = {
+    "reward.overlong_buffer": "algorithm.overlong",
+    "reward.overlong_max_length": "algorithm.overlong",
+    "reward.overlong_penalty_factor": "algorithm.overlong",
+}
+
+
+def _names_read(source: Path) -> set[str]:
+    """The names the package reads: attributes loaded, ``getattr(x, "name")``, parameters that
+    receive options (``**options`` into a loss), and string constants (``"algorithm.plugin_files"``
+    selected by dotted key), leaving out what a config class's own checks read (``__post_init__``,
+    ``check*`` and ``validate`` methods of the classes in the configuration tree)."""
+    import ast
+
+    from easyvideor1.config import RunConfig
+
+    config_classes = {cls.__name__ for _, _, cls, _ in docs_reference.config_fields(RunConfig)}
+    config_classes |= {cls.__name__ for *_, cls, _, _ in docs_reference.loss_options()}
+    found: set[str] = set()
+
+    def visit(node: ast.AST, in_config_class: bool) -> None:
+        for child in ast.iter_child_nodes(node):
+            if isinstance(child, ast.ClassDef):
+                visit(child, child.name in config_classes)
+                continue
+            if isinstance(child, (ast.FunctionDef, ast.AsyncFunctionDef)) and in_config_class:
+                if child.name == "__post_init__" or child.name.startswith(("check", "_check", "validate")):
+                    continue  # a key checked is not a key used
+            if isinstance(child, ast.Attribute) and isinstance(child.ctx, ast.Load):
+                found.add(child.attr)
+            elif isinstance(child, ast.arg):
+                found.add(child.arg)
+            elif isinstance(child, ast.Constant) and isinstance(child.value, str):
+                found.add(child.value)
+            visit(child, in_config_class and not isinstance(child, (ast.FunctionDef, ast.AsyncFunctionDef)))
+
+    for path in source.rglob("*.py"):
+        visit(ast.parse(path.read_text(encoding="utf-8")), False)
+    return found
+
+
+def test_every_documented_key_is_read_outside_its_own_checks():
+    """Each key of the configuration reference is read somewhere in the package besides the
+    checks of the class that defines it (by its name, ``getattr`` or its dotted key). The scan
+    cannot tell two objects' attributes of one name apart, so it proves a key unused, never used:
+    each sampling key's effect on the engines is tested in ``tests/rollout/test_sampling.py``, and
+    ``rollout.min_new_tokens`` in training in ``tests/trainer/test_build.py``."""
+    read = _names_read(ROOT / "src" / "easyvideor1")
+    unused = [
+        key
+        for key in docs_reference.documented_keys()
+        if key not in REMOVED and key.rsplit(".", 1)[-1] not in read and key not in read
+    ]
+    assert unused == [], "documented keys that nothing reads: use them or remove them (with a deprecation)"
+
+
+@pytest.mark.parametrize("key", sorted(REMOVED))
+def test_a_removed_key_is_refused_naming_its_replacement(key):
+    from easyvideor1.config import ConfigError, load_config
+
+    with pytest.raises(ConfigError, match=REMOVED[key]):
+        load_config(overrides=[f"{key}=1"])
+
+
+def test_the_sampling_keys_of_every_section_are_the_engines_sampling_keys():
+    """``rollout``, ``eval`` (and ``filter``'s settings) sample with one ``SamplingConfig``; its keys
+    are the ones ``tests/rollout/test_sampling.py`` proves reach both engines."""
+    from easyvideor1.rollout.sampling import SAMPLING_KEYS
+
+    keys = docs_reference.documented_keys()
+    for section in ("rollout", "eval"):
+        assert {k.split(".", 1)[1] for k in keys if k.startswith(section + ".")} >= set(SAMPLING_KEYS)
+
+
 def test_the_generated_references_are_current():
     r = subprocess.run(
         [sys.executable, str(ROOT / "tools" / "docs_reference.py"), "--check"], capture_output=True, text=True

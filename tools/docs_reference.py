@@ -121,14 +121,49 @@ def config_reference() -> str:
         out.append(
             f"| `{key}` | `{_cell(_type_name(kind))}` | {_cell(_default(f))} | {_cell(field_doc(cls, f.name))} |"
         )
+        if key == "algorithm.loss_options":
+            out += loss_option_rows(key)
     return "\n".join(out).replace("\n\n\n", "\n\n") + "\n"
+
+
+def loss_options(prefix: str = "algorithm.loss_options."):
+    """``(dotted key, field, options class, type, losses)`` of every option a built-in policy loss
+    declares (``algorithms/loss_options.py``), each once, with the losses that take it."""
+    from easyvideor1.algorithms._registry import POLICY_LOSSES, policy_loss_options
+
+    seen: dict[str, list] = {}
+    for name in POLICY_LOSSES.names():
+        options = policy_loss_options(name)
+        hints = typing.get_type_hints(options)
+        for f in dataclasses.fields(options):
+            if f.name not in seen:
+                seen[f.name] = [prefix + f.name, f, options, hints.get(f.name), []]
+            seen[f.name][4].append(name)
+    return [tuple(row) for row in seen.values()]
+
+
+def loss_option_rows(key: str) -> list[str]:
+    rows = []
+    for option, f, cls, kind, losses in loss_options(key + "."):
+        doc = f"{field_doc(cls, f.name)} (policy_loss: {', '.join(losses)})"
+        rows.append(f"| `{option}` | `{_cell(_type_name(kind))}` | {_cell(_default(f))} | {_cell(doc)} |")
+    return rows
+
+
+def documented_keys() -> list[str]:
+    """Every key the configuration reference lists (sections left out)."""
+    from easyvideor1.config import RunConfig
+
+    keys = [key for key, f, cls, kind in config_fields(RunConfig) if not dataclasses.is_dataclass(kind)]
+    return keys + [key for key, *_ in loss_options()]
 
 
 def missing_docs() -> list[str]:
     """Config keys without a description (a test fails on any)."""
     from easyvideor1.config import RunConfig
 
-    return [key for key, f, cls, kind in config_fields(RunConfig) if not field_doc(cls, f.name)]
+    keys = [key for key, f, cls, kind in config_fields(RunConfig) if not field_doc(cls, f.name)]
+    return keys + [key for key, f, cls, kind, _ in loss_options() if not field_doc(cls, f.name)]
 
 
 def cli_reference() -> str:

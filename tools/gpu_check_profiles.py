@@ -125,8 +125,7 @@ def run_config(p: Profile, work: str) -> dict:
         "algorithm": {
             "adv_estimator": "grpo",
             "policy_loss": "ppo",
-            "clip_ratio_low": 0.2,
-            "clip_ratio_high": 0.28,
+            "loss_options": {"clip_ratio_low": 0.2, "clip_ratio_high": 0.28},
             "loss_agg_mode": "token-mean",
             "kl": {"type": "none"},
         },

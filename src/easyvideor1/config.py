@@ -2,21 +2,19 @@
 
 ``easyvideor1 <command> config=run.yaml data.video_fps=1 data.cache_dir=/cache`` merges, in order,
 the defaults of :class:`RunConfig`, the YAML file and the ``key=value`` overrides (EasyR1's
-convention). Unknown keys are errors, so a typo never silently does nothing.
+convention; the reading is ``config_loading.py``). Unknown keys are errors, so a typo never silently
+does nothing. What the model decides (its family) is filled in once, by ``resolve.py``.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from pathlib import Path
-from typing import Any, TypeVar
+from typing import Any, ClassVar, TypeVar
 
-import yaml
-from omegaconf import DictConfig, OmegaConf
-from omegaconf.errors import OmegaConfBaseException
-
-from .algorithms._registry import FILTERS, advantage_inputs, is_group_estimator, load_plugin_files
+from .algorithms._registry import FILTERS, advantage_inputs, is_group_estimator
 from .algorithms.config import AlgorithmConfig
+from .algorithms.loss_options import BUILT_IN_LOSS_OPTION_KEYS
+from .config_loading import load_dataclass, split_overrides, to_yaml
 from .data.config import DataConfig
 from .errors import ConfigError
 from .evaluation.config import EvalConfig
@@ -63,6 +61,13 @@ class RunConfig:
     tools: ToolsConfig = field(default_factory=ToolsConfig)
     cpu: CPUConfig = field(default_factory=CPUConfig)
 
+    # user algorithms registered before `algorithm` checks the names it holds
+    PLUGIN_FILE_KEYS: ClassVar[tuple[str, ...]] = ("algorithm.plugin_files",)
+    # keys that moved (old -> new), still read with a deprecation message naming the new key
+    RENAMED_KEYS: ClassVar[dict[str, str]] = {
+        f"algorithm.{key}": f"algorithm.loss_options.{key}" for key in BUILT_IN_LOSS_OPTION_KEYS
+    }
+
     def __post_init__(self) -> None:
         _check_across_sections(self)
 
@@ -75,43 +80,33 @@ def _check_across_sections(cfg: RunConfig) -> None:
     group = is_group_estimator(est)
     n, k = cfg.rollout.n, cfg.rollout.offline_k
     if group and n < 2:
-        raise ValueError(
+        raise ConfigError(
             f"rollout.n={n} with algorithm.adv_estimator={cfg.algorithm.adv_estimator}: a group "
             "estimator compares the responses of one prompt, so one response gets advantage 0 "
             "(use rollout.n >= 2, or adv_estimator=reinforce_plus_plus / remax)"
         )
     if group and cfg.rollout.hybrid != "off" and k >= n:
-        raise ValueError(
+        raise ConfigError(
             f"rollout.offline_k={k} with rollout.n={n}: hybrid groups would be all offline (identical "
             f"responses, advantage 0 under algorithm.adv_estimator={cfg.algorithm.adv_estimator}); "
             "need offline_k < n"
         )
     f = cfg.algorithm.online_filtering
     if f.enable and FILTERS.metadata(f.criterion).get("group", False) and n < 2:
-        raise ValueError(
+        raise ConfigError(
             f"algorithm.online_filtering.criterion={f.criterion} with rollout.n={n}: a group of one "
             "never has reward spread, so every group would be dropped"
         )
     if advantage_inputs(est) and (
         cfg.algorithm.overlong.enable or (cfg.algorithm.kl.enabled and cfg.algorithm.kl.apply_as == "reward")
     ):
-        raise ValueError(
+        raise ConfigError(
             f"algorithm.adv_estimator={cfg.algorithm.adv_estimator} works on the raw reward keys / a "
             "greedy baseline: use it without algorithm.overlong and without algorithm.kl.apply_as=reward"
         )
 
 
-def split_overrides(args: list[str]) -> tuple[str | None, list[str], list[str]]:
-    """Separate ``config=FILE`` and ``key=value`` tokens from the rest of a command line."""
-    config_file, overrides, rest = None, [], []
-    for a in args:
-        if a.startswith("config="):
-            config_file = a.split("=", 1)[1]
-        elif "=" in a and not a.startswith("-"):
-            overrides.append(a)
-        else:
-            rest.append(a)
-    return config_file, overrides, rest
+__all__ = ["ConfigError", "RunConfig", "load_config", "split_overrides", "to_yaml"]
 
 
 def load_config(
@@ -120,60 +115,6 @@ def load_config(
     overrides: list[str] | None = None,
     values: dict[str, Any] | None = None,
 ) -> T:
-    """Build ``cls`` from its defaults, a YAML file, a dict of values and dotted overrides (in that order)."""
-    try:
-        merged = OmegaConf.structured(cls)
-        if config_file:
-            merged = OmegaConf.merge(merged, _load_yaml(config_file))
-        if values:
-            merged = OmegaConf.merge(merged, OmegaConf.create(values))
-        for override in overrides or []:
-            merged = OmegaConf.merge(merged, _parse_override(override))
-        plugins = OmegaConf.select(merged, "algorithm.plugin_files", default=None)
-        if plugins:  # user algorithms registered before any section checks the names it holds
-            load_plugin_files(list(plugins))
-        return OmegaConf.to_object(merged)
-    except OmegaConfBaseException as e:
-        key = getattr(e, "full_key", None)
-        msg = str(e).splitlines()[0]
-        where = f" ({config_file} and overrides)" if config_file else ""
-        raise ConfigError(f"invalid configuration{f' at {key}' if key else ''}{where}: {msg}") from e
-    except ConfigError:
-        raise
-    except ValueError as e:  # a dataclass check: the message names the dotted key
-        raise ConfigError(str(e)) from e
-
-
-def _parse_override(override: str) -> DictConfig:
-    """One ``key=value`` override; a value YAML cannot parse (``[a.jsonl``) is a ConfigError naming it."""
-    try:
-        return OmegaConf.from_dotlist([override])
-    except yaml.YAMLError as e:
-        key, _, value = override.partition("=")
-        problem = getattr(e, "problem", None) or str(e).splitlines()[0]
-        raise ConfigError(f"override '{key}': cannot parse value '{value}': {problem}") from e
-
-
-def _load_yaml(path: str) -> DictConfig:
-    """A YAML mapping from ``path``; every way it can be unusable is a ConfigError naming the file."""
-    p = Path(path)
-    if not p.exists():
-        raise ConfigError(f"config file not found: {path}")
-    if p.is_dir():
-        raise ConfigError(f"config file {path} is a directory (expected a YAML file)")
-    try:
-        loaded = OmegaConf.load(p)
-    except yaml.YAMLError as e:
-        mark = getattr(e, "problem_mark", None) or getattr(e, "context_mark", None)
-        line = f":{mark.line + 1}" if mark is not None else ""
-        problem = getattr(e, "problem", None) or str(e).splitlines()[0]
-        raise ConfigError(f"{path}{line}: invalid YAML ({problem})") from e
-    except (OSError, UnicodeDecodeError) as e:
-        raise ConfigError(f"config file {path} cannot be read ({e})") from e
-    if not isinstance(loaded, DictConfig):
-        raise ConfigError(f"{path}: a config file must be a mapping of sections, got a list")
-    return loaded
-
-
-def to_yaml(cfg: Any) -> str:
-    return OmegaConf.to_yaml(OmegaConf.structured(cfg))
+    """The run config (or ``cls``) from its defaults, a YAML file, a dict of values and dotted
+    overrides, in that order (:func:`~.config_loading.load_dataclass`)."""
+    return load_dataclass(cls, config_file, overrides, values)

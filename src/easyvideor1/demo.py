@@ -7,16 +7,18 @@ model of the chosen family (``--family``, default Qwen3-VL) -> validate -> (supe
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import os
 import time
 from importlib import resources
 
-from .config import RunConfig, load_config
+from .config import ConfigError, RunConfig, load_config
 from .data.preprocess import format_report, preprocess
 from .data.synthetic import write_demo_set, write_tool_demo_set
 from .models.families import get_family, resolve_family
 from .models.tiny import make_tiny_model
+from .resolve import resolve_config
 
 CHANCE = 0.25
 # per-step history kept in report.json (blank/shuffled: trainer.video_probe_every)
@@ -35,7 +37,8 @@ def demo_config_path(name: str = "demo.yaml") -> str:
 
 
 def prepare_demo_assets(cfg: RunConfig, family: str | None = None) -> RunConfig:
-    """Create the demo's videos, records and tiny model where ``cfg`` expects them (if missing).
+    """Create the demo's videos, records and tiny model where ``cfg`` expects them (if missing);
+    returns ``cfg`` reading them (``data.train_files`` / ``val_files`` when those are empty).
 
     The tiny model is of ``family`` (else ``data.model_family``, else Qwen3-VL); a model already
     at ``model.path`` must be of that family."""
@@ -46,10 +49,7 @@ def prepare_demo_assets(cfg: RunConfig, family: str | None = None) -> RunConfig:
             write_tool_demo_set(d.data_dir, d.n_train, d.n_val, first_view_frames=cfg.data.video_nframes or 4)
         else:
             write_demo_set(d.data_dir, d.n_train, d.n_val, mixed=d.mixed)
-    if not cfg.data.train_files:
-        cfg.data.train_files = [train]
-    if not cfg.data.val_files:
-        cfg.data.val_files = [val]
+    files = {"train_files": cfg.data.train_files or [train], "val_files": cfg.data.val_files or [val]}
     if not os.path.exists(os.path.join(cfg.model.path, "config.json")):
         wanted = resolve_family(None, family or cfg.data.model_family or "qwen3_vl", declared_as="--family")
         make_tiny_model(cfg.model.path, wanted.model_type, layers=d.model_layers)
@@ -57,8 +57,8 @@ def prepare_demo_assets(cfg: RunConfig, family: str | None = None) -> RunConfig:
         try:
             resolve_family(cfg.model.path, family, declared_as="--family")
         except ValueError as e:
-            raise ValueError(f"{e}; or give another model.path or --out") from None
-    return cfg
+            raise ConfigError(f"{e}; or give another model.path or --out") from None
+    return dataclasses.replace(cfg, data=dataclasses.replace(cfg.data, **files))
 
 
 def run_demo(
@@ -87,10 +87,9 @@ def run_demo(
     base += list(get_family(family).demo_overrides)  # where the Qwen-VL demo settings do not apply
     if cold_start:  # the cold start the hybrid interface exists for: no warm-up, no offline responses
         base += ["rollout.hybrid=off", "trainer.sft_warmup_steps=0"]
-    cfg: RunConfig = prepare_demo_assets(
-        load_config(RunConfig, demo_config_path(), base + list(overrides or [])), family
+    cfg: RunConfig = resolve_config(
+        prepare_demo_assets(load_config(RunConfig, demo_config_path(), base + list(overrides or [])), family)
     )
-    cfg.data = cfg.data.with_model(cfg.model.path)
     train, val = cfg.data.train_files[0], cfg.data.val_files[0]
     report = preprocess([train, val], cfg.data, cache_dir, workers=2, progress=False)
     print(format_report(report))
@@ -153,10 +152,11 @@ def run_tool_demo(out: str, overrides: list[str] | None = None, n_train: int = 2
         f"model.path={os.path.join(out, 'model')}",
         f"trainer.output_dir={os.path.join(out, 'train')}",
     ]
-    cfg: RunConfig = prepare_demo_assets(
-        load_config(RunConfig, demo_config_path("demo_tools.yaml"), base + list(overrides or []))
+    cfg: RunConfig = resolve_config(
+        prepare_demo_assets(
+            load_config(RunConfig, demo_config_path("demo_tools.yaml"), base + list(overrides or []))
+        )
     )
-    cfg.data = cfg.data.with_model(cfg.model.path)
     files = [cfg.data.train_files[0], cfg.data.val_files[0]]
     tracks = tool_tracks(cfg.tools, cfg.data.model_family)
     print(

@@ -22,7 +22,11 @@ from easyvideor1.algorithms import (
 def test_defaults_are_grpo_with_dapo_clip_higher() -> None:
     cfg = AlgorithmConfig()
     assert (cfg.adv_estimator, cfg.policy_loss, cfg.loss_agg_mode) == ("grpo", "ppo", "token-mean")
-    assert (cfg.clip_ratio_low, cfg.clip_ratio_high, cfg.clip_ratio_dual) == (0.2, 0.28, 3.0)
+    assert cfg.policy_loss_options() == {
+        "clip_ratio_low": 0.2,
+        "clip_ratio_high": 0.28,
+        "clip_ratio_dual": 3.0,
+    }
     assert cfg.norm_adv_by_std and not cfg.adv_std_unbiased and cfg.adv_eps == 1e-6
     assert cfg.gdpo_reward_keys == ["accuracy", "format"]
     assert not cfg.kl.enabled and not cfg.online_filtering.enable and not cfg.overlong.enable
@@ -39,9 +43,10 @@ def test_defaults_are_grpo_with_dapo_clip_higher() -> None:
         ({"adv_estimator": "grop"}, UnknownAlgorithmError, "did you mean 'grpo'"),
         ({"policy_loss": "ppo2"}, UnknownAlgorithmError, "known: cispo"),
         ({"loss_agg_mode": "token-median"}, ValueError, "unknown loss_agg_mode"),
-        ({"clip_ratio_low": 1.0}, ValueError, "clip_ratio_low"),
-        ({"clip_ratio_high": -0.1}, ValueError, "clip_ratio_high"),
-        ({"clip_ratio_dual": 1.0}, ValueError, "clip_ratio_dual"),
+        ({"loss_options": {"clip_ratio_low": 1.0}}, ValueError, "loss_options.clip_ratio_low"),
+        ({"loss_options": {"clip_ratio_high": -0.1}}, ValueError, "loss_options.clip_ratio_high"),
+        ({"loss_options": {"clip_ratio_dual": 1.0}}, ValueError, "loss_options.clip_ratio_dual"),
+        ({"loss_options": {"clip_ratio_lo": 0.1}}, ValueError, "no registered policy loss takes"),
         ({"gamma": 1.5}, ValueError, "gamma"),
         ({"adv_eps": 0.0}, ValueError, "adv_eps"),
         ({"loss_norm_length": 0}, ValueError, "loss_norm_length"),
@@ -84,12 +89,17 @@ def test_omegaconf_structured_round_trip_with_overrides() -> None:
     merged = OmegaConf.merge(
         base,
         OmegaConf.from_dotlist(
-            ["adv_estimator=dr_grpo", "kl.type=k3", "kl.apply_as=reward", "clip_ratio_dual=null"]
+            ["adv_estimator=dr_grpo", "kl.type=k3", "kl.apply_as=reward", "loss_options.clip_ratio_dual=null"]
         ),
     )
     cfg = OmegaConf.to_object(merged)
     assert isinstance(cfg, AlgorithmConfig) and isinstance(cfg.kl, KLConfig)
-    assert (cfg.adv_estimator, cfg.kl.type, cfg.kl.apply_as, cfg.clip_ratio_dual) == (
+    assert (
+        cfg.adv_estimator,
+        cfg.kl.type,
+        cfg.kl.apply_as,
+        cfg.policy_loss_options()["clip_ratio_dual"],
+    ) == (
         "dr_grpo",
         "k3",
         "reward",
@@ -101,7 +111,9 @@ def test_omegaconf_structured_round_trip_with_overrides() -> None:
 
 def test_options_reach_the_algorithms() -> None:
     cfg = AlgorithmConfig(
-        norm_adv_by_std=False, adv_std_unbiased=True, clip_ratio_high=0.5, clip_ratio_dual=None
+        norm_adv_by_std=False,
+        adv_std_unbiased=True,
+        loss_options={"clip_ratio_high": 0.5, "clip_ratio_dual": None},
     )
     adv = compute_advantages(
         cfg.adv_estimator, torch.tensor([0.0, 1.0]), torch.ones(2, 1), [0, 0], **cfg.advantage_options()

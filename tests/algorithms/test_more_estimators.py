@@ -145,12 +145,14 @@ def test_gspo_has_no_dual_clip_unless_set_and_clamps_its_log_ratio_at_10():
     # the config passes the GSPO bound to the GSPO losses only
     assert AlgorithmConfig(policy_loss="gspo").policy_loss_options()["clip_ratio_dual"] is None
     assert (
-        AlgorithmConfig(policy_loss="gspo", gspo_clip_ratio_dual=4.0).policy_loss_options()["clip_ratio_dual"]
+        AlgorithmConfig(policy_loss="gspo", loss_options={"gspo_clip_ratio_dual": 4.0}).policy_loss_options()[
+            "clip_ratio_dual"
+        ]
         == 4.0
     )
     assert AlgorithmConfig(policy_loss="ppo").policy_loss_options()["clip_ratio_dual"] == 3.0
-    with pytest.raises(ValueError, match="algorithm.gspo_clip_ratio_dual"):
-        AlgorithmConfig(gspo_clip_ratio_dual=0.5)
+    with pytest.raises(ValueError, match="algorithm.loss_options.gspo_clip_ratio_dual"):
+        AlgorithmConfig(loss_options={"gspo_clip_ratio_dual": 0.5})
 
 
 # ------------------------------------------------------------------------------- policy losses
@@ -265,5 +267,5 @@ def test_dppo_masks_tokens_that_leave_the_divergence_region_in_the_harmful_direc
 
     assert bern_kl(0.3, 0.6) > 0.05 > bern_kl(0.5, 0.55)
     assert kl.loss[0, 0].item() == 0.0 and kl.loss[0, 2].item() != 0.0
-    with pytest.raises(ValueError, match="algorithm.dppo_divergence"):
-        AlgorithmConfig(dppo_divergence="topk_tv")
+    with pytest.raises(ValueError, match="algorithm.loss_options.dppo_divergence"):
+        AlgorithmConfig(loss_options={"dppo_divergence": "topk_tv"})

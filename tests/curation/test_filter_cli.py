@@ -19,6 +19,7 @@ import time
 import pytest
 
 from easyvideor1.demo import demo_config_path
+from easyvideor1.resolve import resolve_data
 from easyvideor1.rewards import compute_score
 
 EV = [sys.executable, "-m", "easyvideor1"]
@@ -108,7 +109,7 @@ def test_pass_rates_match_a_hand_count_and_the_band(trained, full_run):
 
     policy, processor = load_policy(str(model))
     cfg = DataConfig(video_fps=None, video_nframes=4, video_min_pixels=1024, video_max_pixels=1024)
-    cfg = cfg.with_model(str(model))
+    cfg = resolve_data(cfg, str(model))
     ds = RecordDataset(load_records(str(data))[:1], cfg, str(data))
     batch = encode_prompts(processor, [ds[0]], cfg, ds.loader)
     torch.manual_seed(record_seed(0, rates[0]["sample_id"]))

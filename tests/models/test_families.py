@@ -23,6 +23,7 @@ from easyvideor1.models.families import (
 from easyvideor1.models.loading import load_policy
 from easyvideor1.models.tiny import build_processor, make_tiny_model
 from easyvideor1.models.vision import DummyVisionPass
+from easyvideor1.resolve import resolve_data
 from easyvideor1.trainer.checkpoint import save_checkpoint
 from easyvideor1.trainer.distributed import decoder_layers
 from tests.conftest import make_video
@@ -104,9 +105,9 @@ def test_cached_and_decoded_inputs_identical_and_a_step_reaches_every_parameter(
     from transformers.utils import logging as hf_logging
 
     name, path = tiny
-    base = DataConfig(
-        video_fps=None, video_nframes=4, video_min_pixels=1024, video_max_pixels=4096
-    ).with_model(path)
+    base = resolve_data(
+        DataConfig(video_fps=None, video_nframes=4, video_min_pixels=1024, video_max_pixels=4096), path
+    )
     assert get_family(base.model_family) is get_family(name)
     cache = tmp_path / "cache"
     assert preprocess([str(media)], base, str(cache), workers=1, progress=False)["built"] == 1
@@ -189,9 +190,9 @@ def test_family_comes_from_the_checkpoint_and_a_configured_one_is_checked(tmp_pa
     (tmp_path / "config.json").write_text(json.dumps({"model_type": "qwen3_5"}))
     assert resolve_model_family(None, str(tmp_path)) == "qwen3_5"
     assert resolve_model_family("qwen3.5", str(tmp_path)) == "qwen3.5"
-    assert DataConfig().with_model(str(tmp_path)).factor == 32
+    assert resolve_data(DataConfig(), str(tmp_path)).factor == 32
     with pytest.raises(ValueError, match="data.model_family is 'qwen2_5vl' but the model at .* is 'qwen3_5'"):
-        DataConfig(model_family="qwen2_5vl").with_model(str(tmp_path))
+        resolve_data(DataConfig(model_family="qwen2_5vl"), str(tmp_path))
     with pytest.raises(ValueError, match="model family is not known"):
         DataConfig().sampling_params()
     (tmp_path / "config.json").write_text(json.dumps({"model_type": "llava"}))

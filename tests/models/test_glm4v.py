@@ -23,6 +23,7 @@ from easyvideor1.media.video import sample_video
 from easyvideor1.models.families import get_family
 from easyvideor1.models.loading import load_policy
 from easyvideor1.models.tiny import build_processor, make_tiny_model
+from easyvideor1.resolve import resolve_data
 from tests.conftest import make_video
 
 # (name, fps, duration s, (width, height), codec): codecs whose containers declare a frame count
@@ -151,7 +152,7 @@ def test_prompt_timestamps_and_mixed_batches(tiny, videos, tmp_path):
          "images": ["i.png"]},
     ]  # fmt: skip
     (tmp_path / "d.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
-    cfg = DataConfig(video_fps=1.0).with_model(tiny)
+    cfg = resolve_data(DataConfig(video_fps=1.0), tiny)
     ds = RecordDataset(load_records(str(tmp_path / "d.jsonl")), cfg, str(tmp_path / "d.jsonl"))
     model, processor = load_policy(tiny)
     inputs = encode_sample(processor, ds[0], cfg, ds.loader)
@@ -232,7 +233,7 @@ def test_cli_takes_any_family_spelling(tmp_path):
 
 def test_glm_rule_settings_checked_when_the_model_names_the_family(tiny):
     with pytest.raises(ValueError, match="data.video_min_frames is a qwen-vl-utils setting"):
-        DataConfig(video_min_frames=8).with_model(tiny)
+        resolve_data(DataConfig(video_min_frames=8), tiny)
     with pytest.raises(ValueError, match=r"data.video_total_pixels \(1000\) is below min_pixels \(12544\)"):
-        DataConfig(video_total_pixels=1000).with_model(tiny)
-    assert DataConfig(video_fps=1.0).with_model(tiny).sampling_params().to_dict()["rule"] == "glm4v"
+        resolve_data(DataConfig(video_total_pixels=1000), tiny)
+    assert resolve_data(DataConfig(video_fps=1.0), tiny).sampling_params().to_dict()["rule"] == "glm4v"

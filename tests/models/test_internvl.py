@@ -24,6 +24,7 @@ from easyvideor1.models.loading import load_policy
 from easyvideor1.models.tiny import make_tiny_model
 from easyvideor1.models.vision import DummyVisionPass
 from easyvideor1.models.vision_cache import VisionFeatureCache
+from easyvideor1.resolve import resolve_data
 from easyvideor1.rollout.base import banned_token_ids
 from easyvideor1.trainer.update import experience_logprobs
 from tests.conftest import make_video, write_modality_records
@@ -68,7 +69,7 @@ def media(tmp_path_factory):
 
 
 def _dataset(media, model_dir, **kw):
-    cfg = DataConfig(video_fps=None, video_nframes=4, cache_mode="decode_only", **kw).with_model(model_dir)
+    cfg = resolve_data(DataConfig(video_fps=None, video_nframes=4, cache_mode="decode_only", **kw), model_dir)
     return RecordDataset(load_records(str(media)), cfg, str(media))
 
 
@@ -80,7 +81,7 @@ def test_the_checkpoint_decides_the_frame_size(tiny, media):
         _dataset(media, tiny, model_family="internvl", video_max_pixels=1024)
     # fps sampling is refused as the settings are read, once the family is known
     with pytest.raises(ValueError, match=r"fixed number of frames .* set data.video_nframes"):
-        DataConfig(video_fps=2.0).with_model(tiny)
+        resolve_data(DataConfig(video_fps=2.0), tiny)
 
 
 def test_pre_sampled_inputs_equal_the_processor_sampling_and_tiling_itself(tiny, media):
@@ -141,7 +142,7 @@ def test_reused_vision_features_equal_re_encoded_with_one_tower_call(tiny, tmp_p
     records = write_modality_records(tmp_path, 4, 1)
     model, processor = load_policy(tiny, freeze_vision_tower=True)
     assert not any(p.requires_grad for m in FAMILY.vision_modules(model) for p in m.parameters())
-    cfg = DataConfig(video_fps=None, video_nframes=4).with_model(tiny)
+    cfg = resolve_data(DataConfig(video_fps=None, video_nframes=4), tiny)
     exp = build_experience(processor, RecordDataset.from_files([records], cfg), list(KINDS))
     banned = banned_token_ids(processor.tokenizer)
     calls: list[int] = []

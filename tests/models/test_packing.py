@@ -17,6 +17,7 @@ from easyvideor1.models.loading import load_policy
 from easyvideor1.models.packing import check_packable, cu_seqlens, pack
 from easyvideor1.models.tiny import make_tiny_model
 from easyvideor1.models.vision import DummyVisionPass
+from easyvideor1.resolve import resolve_data
 from easyvideor1.rollout.base import banned_token_ids
 from easyvideor1.trainer.update import experience_logprobs
 from tests.conftest import write_modality_records
@@ -46,7 +47,7 @@ def _setup(tmp_path, family: str, records: str):
         model_dir = make_tiny_model(str(tmp_path / family), family, layers=1)
         model, processor = load_policy(model_dir)
         model.eval()
-        cfg = DataConfig(video_fps=None, video_nframes=4).with_model(model_dir)
+        cfg = resolve_data(DataConfig(video_fps=None, video_nframes=4), model_dir)
         exp = build_experience(processor, RecordDataset.from_files([records], cfg), KINDS)
         _SETUPS[family] = (model, processor, exp)
     return _SETUPS[family]

@@ -26,13 +26,14 @@ def main(model_dir: str, data_file: str, out_path: str, dtype: str) -> None:
     from easyvideor1.models.inputs import expand
     from easyvideor1.models.logprobs import response_logprobs
     from easyvideor1.models.vision import DummyVisionPass
+    from easyvideor1.resolve import resolve_data
     from easyvideor1.rollout.base import SamplingConfig
     from easyvideor1.rollout.hf import HFRolloutEngine
     from easyvideor1.rollout.vllm import VLLMRolloutEngine, vllm_prompt
 
     report: dict = {}
     cfg = DataConfig(video_nframes=4, video_fps=None, video_min_pixels=1024, video_max_pixels=4096)
-    cfg = cfg.with_model(model_dir)
+    cfg = resolve_data(cfg, model_dir)
     ds = RecordDataset(load_records(data_file), cfg, data_file)
     samples = [ds[i] for i in range(len(ds))]
     # prompts with more videos than vLLM's implementation of the family takes: refused, not sent

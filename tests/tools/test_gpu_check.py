@@ -219,7 +219,8 @@ def test_recipes_load_through_the_run_config():
     small = load_config(RunConfig, str(ROOT / "configs" / "qwen3vl_2b_1gpu.yaml"), [])
     for cfg in (big, small):
         assert cfg.rollout.engine == "vllm" and cfg.rollout.vllm.sleep_between_phases
-        assert (cfg.algorithm.adv_estimator, cfg.algorithm.clip_ratio_low, cfg.algorithm.clip_ratio_high) == (
+        options = cfg.algorithm.policy_loss_options()
+        assert (cfg.algorithm.adv_estimator, options["clip_ratio_low"], options["clip_ratio_high"]) == (
             "grpo",
             0.2,
             0.28,

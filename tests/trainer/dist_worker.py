@@ -30,6 +30,7 @@ from easyvideor1.data.config import DataConfig
 from easyvideor1.data.dataset import RecordDataset, encode_prompts
 from easyvideor1.models.loading import load_policy
 from easyvideor1.models.vision import DummyVisionPass
+from easyvideor1.resolve import resolve_data
 from easyvideor1.rollout.base import banned_token_ids
 from easyvideor1.trainer.distributed import (
     DistributedConfig,
@@ -187,8 +188,8 @@ def main() -> int:
         shard_model(model, DistributedConfig(param_dtype="bfloat16" if "--bf16" in sys.argv else None), state)
     dummy = None if no_dummy else DummyVisionPass(model)
     frames = int(_flag("--frames", "4"))
-    data_cfg = DataConfig(video_fps=None, video_nframes=frames).with_model(
-        model_dir
+    data_cfg = resolve_data(
+        DataConfig(video_fps=None, video_nframes=frames), model_dir
     )  # the model names the family
     dataset = RecordDataset.from_files([records], data_cfg)
     # SGD: the updated weights are linear in the gradient, so they compare at float precision

@@ -22,6 +22,7 @@ from easyvideor1.data.dataset import RecordDataset
 from easyvideor1.models.loading import load_policy
 from easyvideor1.models.lora import adapter_parameters, reference_forward
 from easyvideor1.models.vision import DummyVisionPass
+from easyvideor1.resolve import resolve_data
 from easyvideor1.rollout.base import banned_token_ids
 from easyvideor1.trainer.config import LoraConfig
 from easyvideor1.trainer.distributed import (
@@ -57,7 +58,7 @@ def main() -> int:
     if state.enabled:
         shard_model(model, DistributedConfig(), state)
     dummy = DummyVisionPass(model)
-    data_cfg = DataConfig(video_fps=None, video_nframes=4).with_model(model_dir)
+    data_cfg = resolve_data(DataConfig(video_fps=None, video_nframes=4), model_dir)
     dataset = RecordDataset.from_files([records], data_cfg)
     kinds = list(KINDS)
     if state.enabled:

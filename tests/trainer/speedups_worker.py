@@ -18,6 +18,7 @@ from easyvideor1.data.dataset import RecordDataset
 from easyvideor1.models.loading import load_policy
 from easyvideor1.models.vision import DummyVisionPass
 from easyvideor1.models.vision_cache import VisionFeatureCache
+from easyvideor1.resolve import resolve_data
 from easyvideor1.rollout.base import banned_token_ids
 from easyvideor1.trainer.distributed import (
     DistributedConfig,
@@ -43,7 +44,7 @@ def main() -> int:
         shard_model(model, DistributedConfig(), state)
     dummy = DummyVisionPass(model)
     cache = VisionFeatureCache([model]) if on else None
-    data_cfg = DataConfig(video_fps=None, video_nframes=4).with_model(model_dir)
+    data_cfg = resolve_data(DataConfig(video_fps=None, video_nframes=4), model_dir)
     dataset = RecordDataset.from_files([records], data_cfg)
     optimizer = torch.optim.SGD([p for p in model.parameters() if p.requires_grad], lr=0.1)
     kinds = list(KINDS)

@@ -21,6 +21,7 @@ from easyvideor1.data.dataset import RecordDataset
 from easyvideor1.models.loading import load_policy
 from easyvideor1.models.vision import DummyVisionPass, vision_tower
 from easyvideor1.models.vision_cache import VisionFeatureCache
+from easyvideor1.resolve import resolve_data
 from easyvideor1.rollout.base import banned_token_ids
 from easyvideor1.trainer.update import (
     UpdateSettings,
@@ -50,7 +51,7 @@ def records(tmp_path_factory) -> str:
 def setup(demo_assets, records):
     model, processor = load_policy(demo_assets["model"], freeze_vision_tower=True)
     model.train()
-    cfg = DataConfig(video_fps=None, video_nframes=4).with_model(demo_assets["model"])
+    cfg = resolve_data(DataConfig(video_fps=None, video_nframes=4), demo_assets["model"])
     exp = build_experience(processor, RecordDataset.from_files([records], cfg), list(KINDS))
     return model, processor, exp
 

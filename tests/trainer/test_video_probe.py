@@ -10,6 +10,7 @@ import pytest
 from easyvideor1.config import RunConfig, load_config
 from easyvideor1.data.preprocess import preprocess
 from easyvideor1.demo import CHANCE, demo_config_path, prepare_demo_assets
+from easyvideor1.resolve import resolve_config
 from easyvideor1.trainer.config import TrainerConfig
 from easyvideor1.trainer.evaluate import probe_summary
 from easyvideor1.trainer.loop import Trainer
@@ -92,7 +93,7 @@ def warmed_demo(tmp_path_factory, one_thread):
         "trainer.video_probe_every=1",
     ]
     cfg = prepare_demo_assets(load_config(RunConfig, demo_config_path(), overrides))
-    cfg.data = cfg.data.with_model(cfg.model.path)
+    cfg = resolve_config(cfg)
     preprocess(
         cfg.data.train_files + cfg.data.val_files, cfg.data, cfg.data.cache_dir, workers=2, progress=False
     )

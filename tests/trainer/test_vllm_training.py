@@ -25,12 +25,13 @@ pytestmark = [
 def _greedy(model_dir, cfg, indices) -> list[str]:
     from easyvideor1.data.dataset import RecordDataset, encode_prompts
     from easyvideor1.models.loading import load_policy
+    from easyvideor1.resolve import resolve_data
     from easyvideor1.rollout.base import SamplingConfig
     from easyvideor1.rollout.hf import HFRolloutEngine
 
     model, processor = load_policy(str(model_dir))
     engine = HFRolloutEngine(model, processor)
-    data_cfg = cfg.data.with_model(str(model_dir))  # the checkpoint names the family, as in training
+    data_cfg = resolve_data(cfg.data, str(model_dir))  # the checkpoint names the family, as in training
     data = RecordDataset.from_files(cfg.data.val_files, data_cfg)
     samples = [data[i] for i in indices]
     out = engine.generate(

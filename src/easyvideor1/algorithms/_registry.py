@@ -24,6 +24,15 @@ from ..registry import (
     normalize_name,
 )
 from ..registry import load_plugin_files as _load_plugin_files
+from .loss_options import (
+    ClipCovOptions,
+    ClipRange,
+    DPPOOptions,
+    GSPOOptions,
+    KLCovOptions,
+    PPOOptions,
+    SAPOOptions,
+)
 
 __all__ = [
     "ADVANTAGE_ESTIMATORS",
@@ -42,6 +51,7 @@ __all__ = [
     "is_group_estimator",
     "load_plugin_files",
     "normalize_name",
+    "policy_loss_options",
     "register_advantage",
     "register_kl_estimator",
     "register_policy_loss",
@@ -105,10 +115,42 @@ def register_advantage(
 
 
 def register_policy_loss(
-    name: str, *, aliases: Sequence[str] = (), override: bool = False
+    name: str, *, aliases: Sequence[str] = (), override: bool = False, options: type | None = None
 ) -> Callable[[Callable[..., Any]], Callable[..., Any]]:
-    """Decorator: register a policy loss under `name` (see `policy_losses.py` for the signature)."""
-    return POLICY_LOSSES.register(name, aliases=aliases, override=override)
+    """Decorator: register a policy loss under `name` (see `policy_losses.py` for the signature).
+
+    `options` is the dataclass of the loss's own settings (its fields: the keyword options the
+    loss takes, with defaults; its `__post_init__` checks them), set by the user under
+    `algorithm.loss_options`. Without one, the loss's keyword-only parameters with defaults are
+    its options (`def my_loss(..., *, my_beta: float = 1.0)` makes `algorithm.loss_options.my_beta`).
+    """
+
+    def register(fn: Callable[..., Any]) -> Callable[..., Any]:
+        declared = options if options is not None else _options_of(name, fn)
+        return POLICY_LOSSES.register(name, aliases=aliases, override=override, options=declared)(fn)
+
+    return register
+
+
+def _options_of(name: str, fn: Callable[..., Any]) -> type:
+    """A dataclass of `fn`'s keyword-only parameters with defaults (a plug-in loss's options)."""
+    import dataclasses
+    import inspect
+
+    params = inspect.signature(fn).parameters.values()
+    fields = [
+        (p.name, Any, dataclasses.field(default=p.default))
+        for p in params
+        if p.kind is p.KEYWORD_ONLY and p.default is not p.empty
+    ]
+    return dataclasses.make_dataclass(f"{name}_options", fields)
+
+
+def policy_loss_options(name: str) -> type:
+    """The options dataclass policy loss `name` declared (one registered without the decorator:
+    its keyword-only defaults); raises `UnknownAlgorithmError`."""
+    options = POLICY_LOSSES.metadata(name).get("options")
+    return options if options is not None else _options_of(name, POLICY_LOSSES.get(name))
 
 
 def register_kl_estimator(
@@ -163,15 +205,15 @@ ADVANTAGE_ESTIMATORS.declare("opo", f"{_ADV}:opo", group=True, inputs=frozenset(
 ADVANTAGE_ESTIMATORS.declare("gpg", f"{_ADV}:gpg", group=True, inputs=frozenset())
 
 _LOSS = "easyvideor1.algorithms.policy_losses"
-POLICY_LOSSES.declare("ppo", f"{_LOSS}:ppo", aliases=("vanilla", "default"))
-POLICY_LOSSES.declare("gspo", f"{_LOSS}:gspo")
-POLICY_LOSSES.declare("gspo_token", f"{_LOSS}:gspo_token")
-POLICY_LOSSES.declare("cispo", f"{_LOSS}:cispo")
-POLICY_LOSSES.declare("sapo", f"{_LOSS}:sapo")
-POLICY_LOSSES.declare("geo_mean", f"{_LOSS}:geo_mean", aliases=("gmpo",))
-POLICY_LOSSES.declare("clip_cov", f"{_LOSS}:clip_cov")
-POLICY_LOSSES.declare("kl_cov", f"{_LOSS}:kl_cov")
-POLICY_LOSSES.declare("dppo", f"{_LOSS}:dppo")
+POLICY_LOSSES.declare("ppo", f"{_LOSS}:ppo", aliases=("vanilla", "default"), options=PPOOptions)
+POLICY_LOSSES.declare("gspo", f"{_LOSS}:gspo", options=GSPOOptions)
+POLICY_LOSSES.declare("gspo_token", f"{_LOSS}:gspo_token", options=GSPOOptions)
+POLICY_LOSSES.declare("cispo", f"{_LOSS}:cispo", options=ClipRange)
+POLICY_LOSSES.declare("sapo", f"{_LOSS}:sapo", options=SAPOOptions)
+POLICY_LOSSES.declare("geo_mean", f"{_LOSS}:geo_mean", aliases=("gmpo",), options=ClipRange)
+POLICY_LOSSES.declare("clip_cov", f"{_LOSS}:clip_cov", options=ClipCovOptions)
+POLICY_LOSSES.declare("kl_cov", f"{_LOSS}:kl_cov", options=KLCovOptions)
+POLICY_LOSSES.declare("dppo", f"{_LOSS}:dppo", options=DPPOOptions)
 
 _KL = "easyvideor1.algorithms.kl"
 KL_ESTIMATORS.declare("none", f"{_KL}:_none")

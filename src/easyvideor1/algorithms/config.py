@@ -9,14 +9,17 @@ Recipes:
 * GRPO + DAPO (the reference's run): defaults.
 * Dr.GRPO: `adv_estimator="dr_grpo"` (or `norm_adv_by_std=False`) and
   `loss_agg_mode="seq-mean-token-sum-norm"` with `loss_norm_length` = max response length.
-* GSPO: `policy_loss="gspo"`, `loss_agg_mode="seq-mean-token-mean"`, tight clip ratios (3e-4/4e-4).
+* GSPO: `policy_loss="gspo"`, `loss_agg_mode="seq-mean-token-mean"`, tight clip ratios
+  (`loss_options: {clip_ratio_low: 3.0e-4, clip_ratio_high: 4.0e-4}`).
 """
 
 from __future__ import annotations
 
+import dataclasses
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
+from ..errors import ConfigError
 from ..validation import in_range, non_negative, positive
 from ._registry import (
     ADVANTAGE_ESTIMATORS,
@@ -26,7 +29,9 @@ from ._registry import (
     POLICY_LOSSES,
     UnknownAlgorithmError,
     load_plugin_files,
+    policy_loss_options,
 )
+from .loss_options import loss_arguments
 from .rollout_correction import CORRECTION_LEVELS, ROLLOUT_CORRECTIONS
 
 # The names are checked against the torch-free registries (built-ins are declared there by name);
@@ -183,40 +188,13 @@ class AlgorithmConfig:
             `geo_mean` (GMPO), `clip_cov`, `kl_cov`, `dppo` or your own; each one's docstring in
             `algorithms/policy_losses.py` names its paper. `sapo` and `geo_mean` average per
             sequence, so they need `loss_agg_mode=seq-mean-token-mean`.
-        clip_ratio_low (`float`, *optional*, defaults to `0.2`):
-            Lower clip: the ratio is clipped to `[1 - clip_ratio_low, 1 + clip_ratio_high]`.
-        clip_ratio_high (`float`, *optional*, defaults to `0.28`):
-            Upper clip; `clip_ratio_high > clip_ratio_low` is DAPO's clip-higher. With one
-            update per rollout batch the ratio is 1 and clipping never binds (as in the reference's run).
-        clip_ratio_dual (`float` or `None`, *optional*, defaults to `3.0`):
-            Dual-clip bound `c > 1` for negative advantages of the token-level losses (`ppo`);
-            `None` disables it.
-        sapo_tau_pos (`float`, *optional*, defaults to `1.0`):
-            SAPO's gate temperature for tokens with a positive advantage.
-        sapo_tau_neg (`float`, *optional*, defaults to `1.05`):
-            SAPO's gate temperature for the other tokens (larger: their gradient fades sooner).
-        clip_cov_ratio (`float`, *optional*, defaults to `0.0002`):
-            Clip-Cov: share of a micro-batch's tokens whose gradient is dropped.
-        clip_cov_lb (`float`, *optional*, defaults to `1.0`):
-            Clip-Cov: those tokens are drawn among the ones whose covariance term exceeds this...
-        clip_cov_ub (`float`, *optional*, defaults to `5.0`):
-            ...and stays below this.
-        kl_cov_ratio (`float`, *optional*, defaults to `0.0002`):
-            KL-Cov: share of a micro-batch's tokens (the largest covariance terms) penalised.
-        kl_cov_coef (`float`, *optional*, defaults to `0.1`):
-            KL-Cov: weight of the `|log ratio|` penalty on them.
-        dppo_divergence (`str`, *optional*, defaults to `"binary_tv"`):
-            DPPO's trust-region divergence at the sampled token: `binary_tv` or `binary_kl`.
-        dppo_delta_low (`float`, *optional*, defaults to `0.15`):
-            DPPO: the divergence past which a token whose probability falls leaves the region
-            (the paper: 0.15 for TV, 0.05 for KL).
-        dppo_delta_high (`float`, *optional*, defaults to `0.15`):
-            DPPO: likewise for a token whose probability rises with a positive advantage.
-        dppo_ratio_cap (`float`, *optional*, defaults to `20.0`):
-            DPPO: the detached importance ratio is capped at this.
-        gspo_clip_ratio_dual (`float` or `None`, *optional*, defaults to `None`):
-            Dual-clip bound of `gspo` / `gspo_token`: off unless set (neither the GSPO paper nor
-            veRL dual-clips the sequence ratio).
+        loss_options (`dict`, *optional*, defaults to `{}`):
+            The policy loss's own options (`algorithm.loss_options.clip_ratio_low=0.1`), each
+            declared by the loss beside it (`algorithms/loss_options.py`; a plug-in loss's with
+            `@register_policy_loss(name, options=...)` or its keyword-only defaults). An option no
+            registered loss declares is an error; another loss's option does nothing. The flat
+            keys of before (`algorithm.clip_ratio_low`, ...) still work, with a deprecation
+            message naming the new key.
         loss_agg_mode (`str`, *optional*, defaults to `"token-mean"`):
             `token-mean`, `token-sum`, `seq-mean-token-mean`, `seq-mean-token-sum`,
             `seq-mean-token-sum-norm` (see `algorithms/aggregation.py`); always weighted over the
@@ -253,21 +231,7 @@ class AlgorithmConfig:
     whiten_eps: float = 1e-8
     gdpo_reward_keys: list[str] = field(default_factory=lambda: ["accuracy", "format"])
     policy_loss: str = "ppo"
-    clip_ratio_low: float = 0.2
-    clip_ratio_high: float = 0.28
-    clip_ratio_dual: float | None = 3.0
-    gspo_clip_ratio_dual: float | None = None
-    sapo_tau_pos: float = 1.0
-    sapo_tau_neg: float = 1.05
-    clip_cov_ratio: float = 0.0002
-    clip_cov_lb: float = 1.0
-    clip_cov_ub: float = 5.0
-    kl_cov_ratio: float = 0.0002
-    kl_cov_coef: float = 0.1
-    dppo_divergence: str = "binary_tv"
-    dppo_delta_low: float = 0.15
-    dppo_delta_high: float = 0.15
-    dppo_ratio_cap: float = 20.0
+    loss_options: dict[str, Any] = field(default_factory=dict)
     loss_agg_mode: str = "token-mean"
     loss_norm_length: int | None = None
     rollout_correction: str = "none"
@@ -293,38 +257,12 @@ class AlgorithmConfig:
         )
         positive("algorithm.whiten_eps", self.whiten_eps)
         in_range("algorithm.gamma", self.gamma, 0.0, 1.0)
-        _check(
-            0.0 <= self.clip_ratio_low < 1.0,
-            f"algorithm.clip_ratio_low must be in [0, 1), got {self.clip_ratio_low}",
-        )
-        non_negative("algorithm.clip_ratio_high", self.clip_ratio_high)
-        _check(
-            self.clip_ratio_dual is None or self.clip_ratio_dual > 1.0,
-            f"algorithm.clip_ratio_dual must be > 1 or None, got {self.clip_ratio_dual}",
-        )
-        _check(
-            self.dppo_divergence in ("binary_tv", "binary_kl"),
-            f"algorithm.dppo_divergence must be binary_tv or binary_kl, got {self.dppo_divergence!r}",
-        )
-        for key in (
-            "sapo_tau_pos", "sapo_tau_neg", "clip_cov_ratio", "kl_cov_ratio",
-            "dppo_delta_low", "dppo_delta_high", "dppo_ratio_cap",
-        ):  # fmt: skip
-            positive(f"algorithm.{key}", getattr(self, key))
-        non_negative("algorithm.kl_cov_coef", self.kl_cov_coef)
-        _check(
-            self.clip_cov_lb < self.clip_cov_ub,
-            f"algorithm.clip_cov_lb ({self.clip_cov_lb}) must be below algorithm.clip_cov_ub ({self.clip_cov_ub})",
-        )
+        self.loss_settings()  # every registered loss checks the options it declares
         per_sequence = POLICY_LOSSES.canonical(self.policy_loss) in ("sapo", "geo_mean")
         _check(
             not per_sequence or self.loss_agg_mode == "seq-mean-token-mean",
             f"algorithm.policy_loss={self.policy_loss} averages per sequence: set "
             f"algorithm.loss_agg_mode=seq-mean-token-mean (got {self.loss_agg_mode})",
-        )
-        _check(
-            self.gspo_clip_ratio_dual is None or self.gspo_clip_ratio_dual > 1.0,
-            f"algorithm.gspo_clip_ratio_dual must be > 1 or None, got {self.gspo_clip_ratio_dual}",
         )
         _check(
             self.loss_norm_length is None or self.loss_norm_length > 0,
@@ -366,26 +304,33 @@ class AlgorithmConfig:
             "reward_keys": list(self.gdpo_reward_keys),
         }
 
+    def loss_settings(self) -> Any:
+        """The selected policy loss's options dataclass, built from `loss_options`.
+
+        Every registered loss's options are built from the keys it declares (so a bad value is
+        refused whichever loss is selected, as a typo is); a key no loss declares is an error."""
+        given = dict(self.loss_options)
+        declared: set[str] = set()
+        selected = None
+        for name in POLICY_LOSSES.names():
+            options = policy_loss_options(name)
+            keys = {f.name for f in dataclasses.fields(options)}
+            declared |= keys
+            built = options(**{k: v for k, v in given.items() if k in keys})
+            if name == POLICY_LOSSES.canonical(self.policy_loss):
+                selected = built
+        unknown = sorted(set(given) - declared)
+        own = ", ".join(f.name for f in dataclasses.fields(selected)) or "none"
+        _check(
+            not unknown,
+            f"algorithm.loss_options.{unknown[0] if unknown else ''}: no registered policy loss takes "
+            f"this option (algorithm.policy_loss={self.policy_loss} takes: {own})",
+        )
+        return selected
+
     def policy_loss_options(self) -> dict[str, Any]:
-        """Options for `compute_policy_loss`."""
-        return {
-            "clip_ratio_low": self.clip_ratio_low,
-            "clip_ratio_high": self.clip_ratio_high,
-            "clip_ratio_dual": self.gspo_clip_ratio_dual
-            if POLICY_LOSSES.canonical(self.policy_loss) in ("gspo", "gspo_token")
-            else self.clip_ratio_dual,
-            "sapo_tau_pos": self.sapo_tau_pos,
-            "sapo_tau_neg": self.sapo_tau_neg,
-            "clip_cov_ratio": self.clip_cov_ratio,
-            "clip_cov_lb": self.clip_cov_lb,
-            "clip_cov_ub": self.clip_cov_ub,
-            "kl_cov_ratio": self.kl_cov_ratio,
-            "kl_cov_coef": self.kl_cov_coef,
-            "dppo_divergence": self.dppo_divergence,
-            "dppo_delta_low": self.dppo_delta_low,
-            "dppo_delta_high": self.dppo_delta_high,
-            "dppo_ratio_cap": self.dppo_ratio_cap,
-        }
+        """The keyword options of `compute_policy_loss` (the selected loss's, see `loss_settings`)."""
+        return loss_arguments(self.loss_settings())
 
     def make_kl_controller(self) -> FixedKLController | AdaptiveKLController:
         """The KL coefficient controller described by `kl`."""
@@ -407,4 +352,4 @@ def _named(key: str, lookup, name: str) -> str:
 
 def _check(condition: bool, message: str) -> None:
     if not condition:
-        raise ValueError(message)
+        raise ConfigError(message)

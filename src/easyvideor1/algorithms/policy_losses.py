@@ -15,8 +15,10 @@ Metrics (0-d tensors, means over the valid tokens of this call; not globally wei
 (A > 0, ratio > 1 + eps_high), `pg_clipfrac_lower` (A < 0, ratio < 1 - eps_low),
 `pg_clipfrac_dual` (A < 0, dual clip active).
 
-The built-ins are registered by name in `_registry.py` (config checks need no torch); register your
-own with `@register_policy_loss("name")`.
+The built-ins are registered by name in `_registry.py` (config checks need no torch), each with the
+dataclass of its options (`loss_options.py`, set as `algorithm.loss_options.<option>`); register your
+own with `@register_policy_loss("name")` (its keyword-only defaults are its options, or pass
+`options=` a dataclass that checks them).
 """
 
 from __future__ import annotations
@@ -28,6 +30,7 @@ from typing import Any, NamedTuple
 import torch
 
 from ._registry import POLICY_LOSSES, call_with_supported, register_policy_loss  # noqa: F401  (re-exported)
+from .loss_options import DPPO_DIVERGENCES
 from .masked import as_bool_mask, masked_mean, masked_sum, sequence_lengths
 
 LOG_RATIO_CLAMP = 20.0  # exp(20) ~ 5e8: large enough to never bind in practice, small enough to stay finite
@@ -82,6 +85,23 @@ def _checked_advantages(
             f"log_prob, old_log_prob, advantages and response_mask must share one [B, T] shape: {shapes}"
         )
     return torch.where(mask, advantages, torch.zeros((), dtype=advantages.dtype, device=advantages.device))
+
+
+class _Prepared(NamedTuple):
+    """What every loss starts from: the boolean mask, the advantages with padding 0, and
+    `log_prob - old_log_prob` with padding 0."""
+
+    mask: torch.Tensor
+    advantages: torch.Tensor
+    delta: torch.Tensor
+
+
+def _prepared(
+    log_prob: torch.Tensor, old_log_prob: torch.Tensor, advantages: torch.Tensor, response_mask: torch.Tensor
+) -> _Prepared:
+    mask = as_bool_mask(response_mask)
+    advantages = _checked_advantages(log_prob, old_log_prob, advantages, mask)
+    return _Prepared(mask, advantages, _valid_delta(log_prob, old_log_prob, mask))
 
 
 def _check_clip(clip_ratio_low: float, clip_ratio_high: float) -> None:
@@ -175,9 +195,7 @@ def ppo(
 ) -> PolicyLossOutput:
     """PPO/GRPO/DAPO token-level clipped surrogate; `clip_ratio_high > clip_ratio_low` is DAPO's
     clip-higher (more room to raise low-probability tokens, against entropy collapse)."""
-    mask = as_bool_mask(response_mask)
-    advantages = _checked_advantages(log_prob, old_log_prob, advantages, mask)
-    delta = _valid_delta(log_prob, old_log_prob, mask)
+    mask, advantages, delta = _prepared(log_prob, old_log_prob, advantages, response_mask)
     loss, clip = _clipped_surrogate(delta, advantages, mask, clip_ratio_low, clip_ratio_high, clip_ratio_dual)
     return PolicyLossOutput(loss, _metrics(delta, mask, clip))
 
@@ -195,10 +213,8 @@ def gspo(
     """GSPO (Zheng et al., 2025, arXiv:2507.18071): one sequence-level ratio `exp(mean_t delta)`
     for every token of the sequence, clipped like PPO (GSPO's paper uses much tighter bounds, e.g.
     3e-4 / 4e-4; set them in the config). As in the paper and veRL, no dual clip unless one is set
-    (`algorithm.gspo_clip_ratio_dual`), and the log-ratio is clamped at 10 from above."""
-    mask = as_bool_mask(response_mask)
-    advantages = _checked_advantages(log_prob, old_log_prob, advantages, mask)
-    delta = _valid_delta(log_prob, old_log_prob, mask)
+    (`algorithm.loss_options.gspo_clip_ratio_dual`), and the log-ratio is clamped at 10 from above."""
+    mask, advantages, delta = _prepared(log_prob, old_log_prob, advantages, response_mask)
     seq = sequence_log_ratio(delta, mask).unsqueeze(-1).expand_as(delta)
     loss, clip = _clipped_surrogate(
         seq, advantages, mask, clip_ratio_low, clip_ratio_high, clip_ratio_dual, GSPO_LOG_RATIO_MAX
@@ -223,9 +239,7 @@ def gspo_token(
     own log-prob only, which lets per-token advantages be used. With advantages constant per
     sequence it has exactly GSPO's gradient.
     """
-    mask = as_bool_mask(response_mask)
-    advantages = _checked_advantages(log_prob, old_log_prob, advantages, mask)
-    delta = _valid_delta(log_prob, old_log_prob, mask)
+    mask, advantages, delta = _prepared(log_prob, old_log_prob, advantages, response_mask)
     seq = sequence_log_ratio(delta, mask).detach().unsqueeze(-1)
     zero = torch.zeros((), dtype=log_prob.dtype, device=log_prob.device)
     own = torch.where(mask, log_prob - log_prob.detach(), zero)  # value 0, gradient d log_prob
@@ -249,10 +263,8 @@ def cispo(
     The importance weight is clipped and detached, so no token is dropped from the gradient (unlike
     PPO clipping, which zeroes it); the gradient flows only through `log_prob`.
     """
-    mask = as_bool_mask(response_mask)
-    advantages = _checked_advantages(log_prob, old_log_prob, advantages, mask)
+    mask, advantages, delta = _prepared(log_prob, old_log_prob, advantages, response_mask)
     _check_clip(clip_ratio_low, clip_ratio_high)
-    delta = _valid_delta(log_prob, old_log_prob, mask)
     with torch.no_grad():
         ratio = _ratio(delta)
         weight = ratio.clamp(1.0 - clip_ratio_low, 1.0 + clip_ratio_high)
@@ -281,11 +293,9 @@ def sapo(
     `L = -f(r) A`. At `r = 1` the gate's slope is 1, so on-policy it is the plain policy gradient;
     far from 1 the gradient fades instead of stopping. The paper (and veRL) average per sequence:
     use it with `loss_agg_mode=seq-mean-token-mean` (the config insists)."""
-    mask = as_bool_mask(response_mask)
-    advantages = _checked_advantages(log_prob, old_log_prob, advantages, mask)
+    mask, advantages, delta = _prepared(log_prob, old_log_prob, advantages, response_mask)
     if sapo_tau_pos <= 0 or sapo_tau_neg <= 0:
         raise ValueError(f"sapo temperatures must be > 0, got {sapo_tau_pos} / {sapo_tau_neg}")
-    delta = _valid_delta(log_prob, old_log_prob, mask)
     ratio = _ratio(delta)
     tau = torch.where(advantages > 0, sapo_tau_pos, sapo_tau_neg).to(ratio.dtype)
     gate = torch.sigmoid(tau * (ratio - 1.0)) * (4.0 / tau)
@@ -309,10 +319,8 @@ def geo_mean(
     The geometric mean is far less moved by one outlier token than PPO's arithmetic token mean.
     Each valid token carries its sequence's `L_i`, so `loss_agg_mode=seq-mean-token-mean` (which
     the config insists on) gives the paper's (and veRL's) mean over sequences."""
-    mask = as_bool_mask(response_mask)
-    advantages = _checked_advantages(log_prob, old_log_prob, advantages, mask)
+    mask, advantages, delta = _prepared(log_prob, old_log_prob, advantages, response_mask)
     _check_clip(clip_ratio_low, clip_ratio_high)
-    delta = _valid_delta(log_prob, old_log_prob, mask)
     sign = torch.sign(advantages)
     clamped = delta.clamp(-clip_ratio_low, clip_ratio_high)
     pessimistic = sign * torch.minimum(sign * delta, sign * clamped)
@@ -356,12 +364,10 @@ def clip_cov(
     arXiv:2505.22617): PPO's clipped loss, plus a random `clip_cov_ratio` share of the tokens
     (at least one) whose covariance term lies in `(clip_cov_lb, clip_cov_ub)` and that PPO's clip
     left alone get no gradient at all, which slows the entropy collapse those tokens drive."""
-    mask = as_bool_mask(response_mask)
-    advantages = _checked_advantages(log_prob, old_log_prob, advantages, mask)
+    mask, advantages, delta = _prepared(log_prob, old_log_prob, advantages, response_mask)
     _check_clip(clip_ratio_low, clip_ratio_high)
     if clip_cov_ratio <= 0:
         raise ValueError(f"clip_cov_ratio must be > 0, got {clip_cov_ratio}")
-    delta = _valid_delta(log_prob, old_log_prob, mask)
     ratio = _ratio(delta)
     unclipped = -advantages * ratio
     clipped = -advantages * ratio.clamp(1.0 - clip_ratio_low, 1.0 + clip_ratio_high)
@@ -391,11 +397,9 @@ def kl_cov(
     """KL-Cov (arXiv:2505.22617, as Clip-Cov): the unclipped policy-gradient loss `-A r`, plus a
     `kl_cov_coef * |log r|` penalty on the `kl_cov_ratio` share of tokens (at least one) with the
     largest covariance terms, which keeps exactly those tokens near the old policy."""
-    mask = as_bool_mask(response_mask)
-    advantages = _checked_advantages(log_prob, old_log_prob, advantages, mask)
+    mask, advantages, delta = _prepared(log_prob, old_log_prob, advantages, response_mask)
     if kl_cov_ratio <= 0:
         raise ValueError(f"kl_cov_ratio must be > 0, got {kl_cov_ratio}")
-    delta = _valid_delta(log_prob, old_log_prob, mask)
     ratio = _ratio(delta)
     loss = -advantages * ratio
     valid = int(mask.sum())
@@ -409,9 +413,6 @@ def kl_cov(
     return PolicyLossOutput(
         loss, _metrics(delta, mask, {"ppo_kl_abs": masked_mean(delta.detach().abs(), mask)})
     )
-
-
-DPPO_DIVERGENCES = ("binary_tv", "binary_kl")
 
 
 def dppo(
@@ -434,13 +435,11 @@ def dppo(
     positive advantage, or `delta_low` while `p` falls otherwise. The loss is
     `-A * sg(min(r, cap)) * log p` on the tokens in the region (the top-K variants, which need the
     engine's top-K distributions, are not offered)."""
-    mask = as_bool_mask(response_mask)
-    advantages = _checked_advantages(log_prob, old_log_prob, advantages, mask)
+    mask, advantages, delta = _prepared(log_prob, old_log_prob, advantages, response_mask)
     if dppo_divergence not in DPPO_DIVERGENCES:
         raise ValueError(
             f"dppo_divergence must be one of {', '.join(DPPO_DIVERGENCES)}, got {dppo_divergence!r}"
         )
-    delta = _valid_delta(log_prob, old_log_prob, mask)
     zero = torch.zeros((), dtype=log_prob.dtype, device=log_prob.device)
     with torch.no_grad():
         p = torch.where(mask, log_prob.detach(), zero).exp()

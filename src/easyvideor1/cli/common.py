@@ -97,10 +97,14 @@ def split_extra(extra: list[str]) -> tuple[str | None, list[str]]:
     return config_file, overrides
 
 
-def run_config(args: argparse.Namespace, extra: list[str]) -> RunConfig:
+def run_config(args: argparse.Namespace, extra: list[str], values: dict | None = None) -> RunConfig:
+    """The run config of a command: defaults < ``config=FILE`` < the flags (the frame-sampling
+    flags' ``data.*`` keys, and ``values``: other flags' keys by section) < ``key=value``."""
     config_file, overrides = split_extra(extra)
-    data = data_values(args)
-    return load_config(RunConfig, config_file, overrides, values={"data": data} if data else None)
+    flags = {"data": data_values(args)}
+    for section, keys in (values or {}).items():
+        flags[section] = {**flags.get(section, {}), **keys}
+    return load_config(RunConfig, config_file, overrides, values=flags)
 
 
 def number_above_zero(kind: type):
@@ -129,8 +133,8 @@ def frame_size(text: str) -> tuple[int, int]:
 
 
 def add_vllm_engine_flags(group) -> None:
-    """The vLLM engine's flags (``eval`` and ``filter``): shortcuts for ``rollout.vllm.*`` keys, which
-    :func:`apply_vllm_flags` sets."""
+    """The vLLM engine's flags (``eval`` and ``filter``): shortcuts for ``rollout.vllm.*`` keys
+    (:func:`flag_values`)."""
     group.add_argument(
         "--max-model-len",
         type=number_above_zero(int),
@@ -159,13 +163,20 @@ _VLLM_FLAGS = (
 )
 
 
-def apply_vllm_flags(vllm, args) -> None:
-    """Set the ``rollout.vllm`` keys the command line gave (flags win over ``config=``), checked."""
-    for key in _VLLM_FLAGS:
-        value = getattr(args, key, None)
-        if value not in (None, False):
-            setattr(vllm, key, value)
-    vllm.__post_init__()
+def flag_values(args: argparse.Namespace) -> dict[str, dict]:
+    """The keys, by section, that the vLLM engine flags and the frame-source flags (``--cache-dir``,
+    ``--cache-mode``) of ``eval`` and ``filter`` set: values the config is built with (flags win
+    over ``config=``), never set on a built config."""
+    vllm = {key: getattr(args, key) for key in _VLLM_FLAGS if getattr(args, key, None) not in (None, False)}
+    data = {
+        key: getattr(args, key) for key in ("cache_dir", "cache_mode") if getattr(args, key, None) is not None
+    }
+    return {"data": data, "rollout": {"vllm": vllm}}
+
+
+def add_model_flag(parser) -> None:
+    """``--model``: the checkpoint a job runs (``eval``, ``filter``), else the config's ``model.path``."""
+    parser.add_argument("--model", help="a Hugging Face model directory (default: model.path of config=FILE)")
 
 
 def add_cache_flags(parser) -> None:

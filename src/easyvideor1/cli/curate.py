@@ -8,9 +8,10 @@ import os
 from ..config import ConfigError
 from .common import (
     add_cache_flags,
+    add_model_flag,
     add_sampling_flags,
     add_vllm_engine_flags,
-    apply_vllm_flags,
+    flag_values,
     number_above_zero,
     run_config,
 )
@@ -28,10 +29,7 @@ _FROM_ROLLOUT = {
 def cmd_filter(args: argparse.Namespace, extra: list[str]) -> int:
     from ..curation import FilterSettings, curate
 
-    cfg = run_config(args, extra)
-    for flag in ("cache_dir", "cache_mode"):
-        if getattr(args, flag) is not None:
-            setattr(cfg.data, flag, getattr(args, flag))
+    cfg = run_config(args, extra, flag_values(args))
     paths = list(args.data or cfg.data.train_files)
     if not paths:
         raise ConfigError("no data files: give --data FILE (repeatable; or data.train_files in config=FILE)")
@@ -58,7 +56,6 @@ def cmd_filter(args: argparse.Namespace, extra: list[str]) -> int:
         from ..rollout.engines import load_engine  # loaded as `easyvideor1 eval` loads them
 
         threads.apply(explicit=cfg.cpu.threads, reserved=settings.load_workers)  # loaders keep their cores
-        apply_vllm_flags(cfg.rollout.vllm, args)
         return load_engine(model, settings.engine, settings.dtype, cfg.rollout.vllm, max_batch=1)
 
     curate(paths, cfg.data, cfg.reward, settings, model, args.out, make_engine)
@@ -81,7 +78,7 @@ def add_parsers(sub) -> None:
         "OUT/pass_rate_histogram.png; resumable after a kill. config=FILE.yaml and data.*/reward.*/rollout.* "
         "key=value overrides follow the flags.",
     )
-    p.add_argument("--model", help="a Hugging Face model directory (default: model.path of config=FILE)")
+    add_model_flag(p)
     p.add_argument(
         "--data",
         action="append",

@@ -7,13 +7,16 @@ import argparse
 import os
 
 from ..config import ConfigError, RunConfig, load_config
+from ..config_loading import written_keys
+from ..rollout.sampling import SAMPLING_KEYS
 from ..tools.base import tool_specs
 from .common import (
     add_cache_flags,
+    add_model_flag,
     add_sampling_flags,
     add_vllm_engine_flags,
-    apply_vllm_flags,
     data_values,
+    flag_values,
     number_above_zero,
     split_extra,
 )
@@ -43,9 +46,7 @@ def _eval_config(args: argparse.Namespace, extra: list[str]) -> RunConfig:
             settings[flag] = list(getattr(args, flag))
     if getattr(args, "group_by", None):
         settings["group_by"] = [g.strip() for arg in args.group_by for g in arg.split(",") if g.strip()]
-    for flag in ("cache_dir", "cache_mode"):  # where frames come from (data.*): not in the digest
-        if getattr(args, flag, None) is not None:
-            data[flag] = getattr(args, flag)
+    data.update(flag_values(args)["data"])  # where frames come from (data.*): not in the digest
     if getattr(args, "video_root", None) is not None:
         settings["video_root"] = args.video_root
     base = load_config(RunConfig, config_file, overrides)
@@ -57,10 +58,36 @@ def _eval_config(args: argparse.Namespace, extra: list[str]) -> RunConfig:
             preset_data.pop("video_fps", None)
         data = {**preset_data, **data}
         settings = {**preset["sampling"], **settings}
-    values = {"data": data, "eval": settings}
+    settings = {**_validation_sampling(config_file, overrides, base, settings), **settings}
+    values = {"data": data, "eval": settings, "rollout": flag_values(args)["rollout"]}
     if getattr(args, "tools", None):
         values["tools"] = {"names": [t.strip() for t in args.tools.split(",") if t.strip()]}
     return load_config(RunConfig, config_file, overrides, values=values)
+
+
+def _validation_sampling(
+    config_file: str | None, overrides: list[str], base: RunConfig, settings: dict
+) -> dict[str, object]:
+    """``eval --data FILE config=run.yaml``: the sampling keys that no flag, preset or ``eval.*``
+    key sets take the run's validation sampling (``rollout.validation_sampling()``, what validation
+    answered with), so the records files are answered as the run's validation answered them.
+
+    Only with a training run's config (it sets ``rollout`` or ``trainer`` keys) and records files
+    evaluated alone: a registered benchmark keeps its own response length."""
+    evaluated = {
+        key: settings.get(key) or getattr(base.eval, key) for key in ("data", "benchmarks", "benchmark_files")
+    }
+    if not config_file or not evaluated["data"] or evaluated["benchmarks"] or evaluated["benchmark_files"]:
+        return {}
+    written = written_keys(config_file, overrides)
+    if not any(key.split(".")[0] in ("rollout", "trainer") for key in written):
+        return {}
+    validation = base.rollout.validation_sampling()
+    return {
+        key: getattr(validation, key)
+        for key in SAMPLING_KEYS
+        if key != "return_logprobs" and f"eval.{key}" not in written
+    }
 
 
 def cmd_eval(args: argparse.Namespace, extra: list[str]) -> int:
@@ -102,10 +129,9 @@ def cmd_score(args: argparse.Namespace, extra: list[str]) -> int:
 
 
 def _eval_engine(args: argparse.Namespace, model: str, cfg):
-    """The engine of ``eval.engine``, with ``rollout.vllm`` (and the vLLM flags of ``args``)."""
+    """The engine of ``eval.engine``, with ``rollout.vllm`` (the vLLM flags are its keys)."""
     from ..rollout.engines import load_engine
 
-    apply_vllm_flags(cfg.rollout.vllm, args)
     return load_engine(
         model, cfg.eval.engine, cfg.eval.dtype, cfg.rollout.vllm, max_batch=cfg.eval.batch_size
     )
@@ -161,7 +187,7 @@ def add_parsers(sub) -> None:
         "config=FILE.yaml (the training run's config works) and key=value overrides follow the flags. "
         "Benchmarks: " + _benchmark_names(),
     )
-    p.add_argument("--model", help="a Hugging Face model directory (default: model.path of config=FILE)")
+    add_model_flag(p)
     _add_benchmark_flags(p)
     p.add_argument(
         "--video-root", help="eval.video_root: root of the benchmarks' videos (synthetic: the synth dir)"

@@ -9,6 +9,7 @@ from contextlib import nullcontext
 
 from ..config import ConfigError, RunConfig, load_config, split_overrides
 from ..outdir import check_writable, hold
+from ..resolve import resolve_config
 from .common import (
     add_sampling_flags,
     family_arg,
@@ -50,7 +51,7 @@ def cmd_preprocess(args: argparse.Namespace, extra: list[str]) -> int:
     if not model and cfg.model.path and os.path.isfile(os.path.join(cfg.model.path, "config.json")):
         model = cfg.model.path  # a recipe's model, where it is on this machine
     if model:  # the model's config.json names the family (a --model-family that disagrees is an error)
-        cfg.data = cfg.data.with_model(model)
+        cfg = resolve_config(cfg, model)
     elif cfg.data.model_family is None and all(os.path.isfile(f) for f in files):  # (file errors first)
         raise ConfigError(
             "preprocess needs the model family (it decides the frame size): give --model PATH "
@@ -121,7 +122,7 @@ def cmd_train(args: argparse.Namespace, extra: list[str]) -> int:
 
             if not state.is_main:
                 barrier()  # rank 0 writes the demo assets; the others then only find them
-            prepare_demo_assets(cfg)
+            cfg = prepare_demo_assets(cfg)
             if state.is_main:
                 barrier()
         trainer = Trainer(cfg)
@@ -144,7 +145,7 @@ def cmd_serve(args: argparse.Namespace, extra: list[str]) -> int:
     from ..rollout.server import load_server
 
     if extra:
-        raise ValueError(f"serve takes flags only, got {' '.join(extra)}")
+        raise ConfigError(f"serve takes flags only, got {' '.join(extra)}")
     server = load_server(args.model, args.name, args.host, args.port, args.dtype)
     # the line a caller (a test, a script) waits for before sending requests
     print(f"serving {server.name} on {server.url}", flush=True)

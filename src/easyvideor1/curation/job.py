@@ -9,6 +9,7 @@ from typing import Any
 
 from ..data.config import DataConfig
 from ..outdir import hold
+from ..resolve import resolve_data
 from ..rewards import RewardConfig
 from .filter import FilterSettings, run_filter, settings_digest, to_sample
 from .inputs import InputFile, load_inputs
@@ -34,7 +35,9 @@ def curate(
     from ..evaluation.identity import model_fingerprint
 
     files = load_inputs(paths, reward)
-    data = data.with_model(model)  # the checkpoint names the family (frame size); data.model_family checks it
+    data = resolve_data(
+        data, model
+    )  # the checkpoint names the family (frame size); data.model_family checks it
     model_id = model_fingerprint(model)
     with hold(out_dir, "--out", "filter"):  # two runs appending to one responses.jsonl mix their rows
         items, _, todo = to_sample(files, data, settings, out_dir, model_id)

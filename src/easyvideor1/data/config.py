@@ -2,8 +2,9 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field
 
+from ..errors import ConfigError
 from ..media.cache import CACHE_MODES
 from ..media.sampling import DEFAULT_FPS, SamplingParams, factor_for_family, family_factors
 from ..media.video import TIMESTAMP_MODES
@@ -105,17 +106,17 @@ class DataConfig:
 
     def __post_init__(self) -> None:
         if not isinstance(self.prefetch, bool):
-            raise ValueError(f"data.prefetch must be true or false, got {self.prefetch!r}")
+            raise ConfigError(f"data.prefetch must be true or false, got {self.prefetch!r}")
         if self.timestamps not in TIMESTAMP_MODES:
-            raise ValueError(
+            raise ConfigError(
                 f"data.timestamps must be one of {', '.join(TIMESTAMP_MODES)}, got {self.timestamps!r}"
             )
         if not isinstance(self.allow_truncated, bool):
-            raise ValueError(f"data.allow_truncated must be true or false, got {self.allow_truncated!r}")
+            raise ConfigError(f"data.allow_truncated must be true or false, got {self.allow_truncated!r}")
         if self.preflight not in ("full", "fast"):
-            raise ValueError(f"data.preflight must be full or fast, got {self.preflight!r}")
+            raise ConfigError(f"data.preflight must be full or fast, got {self.preflight!r}")
         if self.video_fps is not None and self.video_nframes is not None:
-            raise ValueError(
+            raise ConfigError(
                 f"data.video_fps ({self.video_fps}) and data.video_nframes ({self.video_nframes}) are "
                 "exclusive (a frame rate or a fixed frame count): set one of them to null"
             )
@@ -125,21 +126,21 @@ class DataConfig:
         if self.model_family is not None:
             factor_for_family(self.model_family)  # raises a clear error for unknown families
         if self.cache_mode not in CACHE_MODES:
-            raise ValueError(
+            raise ConfigError(
                 f"data.cache_mode must be one of {', '.join(CACHE_MODES)}, got {self.cache_mode!r}"
             )
         # validate the budgets now, not at the first video: with the family's factor, or, before the
-        # model names the family, with the smallest one (the check is repeated by with_model)
+        # model names the family, with the smallest one (the check is repeated when resolve.py names it)
         self._check_budgets(self.factor if self.model_family is not None else min(family_factors()))
 
     def _check_budgets(self, factor: int) -> None:
         try:
             self._sampling_params(factor).to_dict()  # to_dict: a family's frame rule checks its keys
         except ValueError as e:  # name the setting: "fps must be positive" -> data.video_fps
-            raise ValueError(f"data.video_{e}" if str(e).split()[0].isidentifier() else str(e)) from None
+            raise ConfigError(f"data.video_{e}" if str(e).split()[0].isidentifier() else str(e)) from None
         image_min = self.image_min_pixels if self.image_min_pixels is not None else 4 * factor**2
         if self.image_max_pixels is not None and self.image_max_pixels < image_min:
-            raise ValueError(
+            raise ConfigError(
                 f"data.image_max_pixels ({self.image_max_pixels}) is below data.image_min_pixels "
                 f"({image_min}{'' if self.image_min_pixels is not None else ', the default 4 x factor^2'})"
             )
@@ -187,22 +188,12 @@ class DataConfig:
     @property
     def factor(self) -> int:
         if self.model_family is None:
-            raise ValueError(
+            raise ConfigError(
                 "the model family is not known, so neither is the frame resize factor: give a model "
                 "(model.path, or --model PATH for preprocess) or name the family (data.model_family, "
                 "--model-family)"
             )
         return factor_for_family(self.model_family)
-
-    def with_model(self, model_path: str) -> DataConfig:
-        """This config with the family of the checkpoint at ``model_path`` (an error if
-        ``model_family`` is set to another family)."""
-        from ..models.families import resolve_family
-
-        family = resolve_family(model_path, self.model_family)  # the checkpoint decides; a mismatch raises
-        # a configured spelling stays as the user wrote it; without one the checkpoint names it
-        cfg = self if self.model_family is not None else replace(self, model_family=family.model_type)
-        return family.fit_data_config(cfg, model_path)  # what the checkpoint decides (InternVL: frame size)
 
     def sampling_params(self, record=None) -> SamplingParams:
         """The sampling parameters for one record's videos (record overrides applied)."""

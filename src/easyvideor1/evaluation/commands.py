@@ -25,6 +25,7 @@ from ..data.config import DataConfig
 from ..data.records import RecordError
 from ..errors import UserError
 from ..outdir import hold, writing
+from ..resolve import resolve_config
 from ..rewards import RewardConfig
 from ..tools.config import ToolsConfig
 from .config import ANNOTATIONS_ENV, EvalConfig, digest_of
@@ -173,7 +174,7 @@ def evaluate(
     settings = cfg.eval
     inputs = load_inputs(resolve_benchmarks(settings, cfg.data.prompt_template), settings)
     roots = {item.spec.name: media_root(item.spec, settings, cfg.data.video_root) for item in inputs}
-    cfg.data = cfg.data.with_model(model)  # the checkpoint names the family; data.model_family checks it
+    cfg = resolve_config(cfg, model)  # the checkpoint names the family; data.model_family checks it
     model_id = model_fingerprint(model)
     results: dict[str, dict] = {}
     # the cache directory is checked (cache_only: it must exist) before the model loads

@@ -40,7 +40,11 @@ class EvalConfig(SamplingConfig):
         video_root: Root of the benchmarks' videos; each benchmark reads its own sub-directory.
         style: ``direct`` (answer only) or ``thinking`` (brief reasoning, then the answer).
         max_new_tokens: Response length limit; ``None`` uses each benchmark's own default.
-        temperature / top_p / top_k / presence_penalty: Sampling (``0`` temperature = greedy).
+        temperature / top_p / top_k / min_new_tokens / presence_penalty: Sampling (``0``
+            temperature = greedy). With a training run's config (``config=run.yaml``) and only
+            records files (``data``), the keys not set here default to the run's validation
+            sampling (``rollout.max_new_tokens``, ``val_temperature``, ``top_p``, ``top_k``,
+            ``min_new_tokens``, ``presence_penalty``), so ``eval`` answers as validation did.
         preset: Named settings applied before explicit flags (``qwen3vl-official``, ``greedy``).
         engine: ``hf`` (batched ``generate``) or ``vllm`` (``AsyncLLM``, one request per sample).
         batch_size: HF engine: samples per ``generate`` call.
@@ -121,6 +125,8 @@ class EvalConfig(SamplingConfig):
         }
         if self.probe is not None:  # only when set: real-video runs keep the digests they had
             digest["probe"] = self.probe
+        if self.min_new_tokens:  # likewise: runs without a minimum length keep their digests
+            digest["min_new_tokens"] = self.min_new_tokens
         return digest
 
 

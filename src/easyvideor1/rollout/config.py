@@ -209,6 +209,11 @@ class RolloutConfig(SamplingConfig):
             self.on_stale,
         )
 
+    def validation_sampling(self) -> SamplingConfig:
+        """What validation samples with: these settings at ``val_temperature`` (greedy by default).
+        ``eval --data FILE config=run.yaml`` answers with it too, so it reproduces validation."""
+        return self.sampling(temperature=self.val_temperature, return_logprobs=False)
+
     @property
     def overlaps(self) -> bool:
         """Rollouts are generated during the update (``one_step_off`` / ``async``, staleness > 0)."""

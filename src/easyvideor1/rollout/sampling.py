@@ -35,7 +35,9 @@ class SamplingConfig:
         presence_penalty: Subtracted from the logit of every token already in the response, before
             temperature (OpenAI / vLLM semantics; Qwen3-VL's official evaluation uses 1.5).
         return_logprobs: Also return each sampled token's log-prob (HF keeps every step's scores,
-            N x T x vocab floats, during generation; vLLM returns them for free).
+            N x T x vocab floats, during generation; vLLM returns them for free). In training they
+            are compared with the trainer's (``rollout/logprob_gap_*``); vLLM, rollout correction
+            and the overlapping modes keep them whatever this says.
     """
 
     # the section whose keys error messages name (``rollout.top_p``, ``eval.top_p``, ...)

@@ -23,60 +23,12 @@ import shutil
 import subprocess
 import sys
 import time
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from ..validation import non_negative, one_of, require
-
-ENGINES = ("hf", "vllm")
-
-
-@dataclass
-class TrainingEvalConfig:
-    """Benchmark evaluation of the policy while it trains (``trainer.eval.*``; off by default).
-
-    Attributes:
-        every: Evaluate the weights of every k-th step, and of the last step (0 = off).
-        benchmarks: Benchmark registry names (as ``eval --benchmarks``); empty: ``eval.benchmarks``.
-        data: Records files evaluated as benchmarks of their own (as ``eval --data``); empty:
-            ``eval.data``. The other evaluation settings (annotations, frames, sampling, the
-            judge) are the run's ``eval``, ``data`` and ``reward`` sections.
-        engine: ``hf`` or ``vllm`` for the evaluation process (empty: ``eval.engine``).
-        max_samples: Evaluate only the first N samples of each benchmark (0: all).
-        threads: Intra-op CPU threads of the evaluation process (on a CPU machine it shares the
-            cores with training).
-        nice: CPU niceness of the evaluation process (training keeps the larger CPU share).
-        devices: ``CUDA_VISIBLE_DEVICES`` of the evaluation process on a GPU machine (e.g. ``"7"``:
-            its own GPU); empty: inherited.
-        keep_weights: Keep ``eval/step_<N>/model`` after its evaluation finished (default: removed).
-    """
-
-    every: int = 0
-    benchmarks: list[str] = field(default_factory=list)
-    data: list[str] = field(default_factory=list)
-    engine: str = ""
-    max_samples: int = 0
-    threads: int = 1
-    nice: int = 10
-    devices: str = ""
-    keep_weights: bool = False
-
-    def __post_init__(self) -> None:
-        for key in ("every", "max_samples", "nice"):
-            non_negative(f"trainer.eval.{key}", getattr(self, key))
-        require(
-            isinstance(self.threads, int) and self.threads >= 1,
-            "trainer.eval.threads",
-            "must be >= 1",
-            self.threads,
-        )
-        if self.engine:
-            one_of("trainer.eval.engine", self.engine, ENGINES)
-
-    @property
-    def enabled(self) -> bool:
-        return self.every > 0
+from ..config_loading import to_yaml
+from .config import TrainingEvalConfig
 
 
 @dataclass
@@ -129,8 +81,6 @@ class BackgroundEvals:
             self._launch(step, model_dir)
 
     def _launch(self, step: int, model_dir: Path) -> None:
-        from ..config import to_yaml
-
         s = self.settings
         step_dir = model_dir.parent
         run = _eval_run_config(self.cfg)

@@ -17,10 +17,10 @@ import torch
 
 from .. import threads
 from ..data.dataset import RecordDataset
+from ..errors import ConfigError
 from ..models.packing import check_packable
 from ..models.vision import DummyVisionPass
 from ..models.vision_cache import VisionFeatureCache
-from ..rollout.base import SamplingConfig
 from ..tools.base import tool_specs
 from ..tools.session import ToolSession
 from .distributed import DistState, init_distributed
@@ -37,25 +37,24 @@ log = logging.getLogger(__name__)
 
 
 def start(cfg) -> DistState:
-    """Join the process group and check what the run needs before anything is loaded; names the
-    model family from the checkpoint (``cfg.data`` is replaced, ``data.model_family`` checks it)."""
+    """Join the process group and check what the run needs before anything is loaded (``cfg`` is
+    read, never changed: the model's family is named by :func:`~easyvideor1.resolve.resolve_config`)."""
     tc = cfg.trainer
     # each rank of a node chooses its share of the node's CPUs (torchrun: LOCAL_WORLD_SIZE ranks)
     threads.apply(processes=int(os.environ.get("LOCAL_WORLD_SIZE", "1")), explicit=cfg.cpu.threads)
     dist = init_distributed(cfg.distributed)
     if tc.prompts_per_step % dist.data_world or tc.mini_batch_prompts % dist.data_world:
         what = "data-parallel groups" if dist.sp_size > 1 else "ranks"
-        raise ValueError(
+        raise ConfigError(
             f"trainer.prompts_per_step ({tc.prompts_per_step}) and trainer.mini_batch_prompts "
             f"({tc.mini_batch_prompts}) must be multiples of the number of {what} ({dist.data_world})"
         )
     if dist.sp_size > 1:
         check_sequence_parallel(cfg, dist)
     if not cfg.model.path:
-        raise ValueError("model.path is not set: give a Hugging Face Qwen-VL checkpoint directory")
+        raise ConfigError("model.path is not set: give a Hugging Face Qwen-VL checkpoint directory")
     if not cfg.data.train_files:
-        raise ValueError("data.train_files is empty: give at least one training data file")
-    cfg.data = cfg.data.with_model(cfg.model.path)
+        raise ConfigError("data.train_files is empty: give at least one training data file")
     if cfg.tools.enabled:
         check_episodes(cfg)
     if cfg.rollout.overlaps:
@@ -73,7 +72,7 @@ def start(cfg) -> DistState:
         if dist.enabled:
             check_engine_per_rank(cfg)
     if cfg.rollout.placement == "separate" and dist.enabled:
-        raise ValueError(
+        raise ConfigError(
             "rollout.placement=separate runs in one process for now (under torchrun each rank would "
             "need an engine process and a device of its own): use rollout.placement=colocated"
         )
@@ -85,7 +84,7 @@ def check_sequence_parallel(cfg, dist: DistState) -> None:
     (The model's head count and family are checked when it loads, ``models/sequence_parallel.py``.)"""
     k = cfg.distributed.sequence_parallel_size
     if cfg.rollout.mode != "sync":
-        raise ValueError(
+        raise ConfigError(
             f"distributed.sequence_parallel_size={k} runs with rollout.mode=sync only for now "
             f"(got rollout.mode={cfg.rollout.mode})"
         )
@@ -96,7 +95,7 @@ def check_overlap(cfg, dist: DistState) -> None:
     with the key to change."""
     mode = cfg.rollout.mode
     if cfg.rollout.engine == "vllm" and cfg.rollout.vllm.sleep_between_phases:
-        raise ValueError(
+        raise ConfigError(
             f"rollout.mode={mode} generates during the update: rollout.vllm.sleep_between_phases "
             "must be false"
         )
@@ -108,13 +107,13 @@ def check_engine_per_rank(cfg) -> None:
     refused with the key to change."""
     v = cfg.rollout.vllm
     if v.tensor_parallel_size > 1:
-        raise ValueError(
+        raise ConfigError(
             f"rollout.vllm.tensor_parallel_size={v.tensor_parallel_size} under torchrun: vLLM's external "
             "launcher runs a tensor-parallel group as one engine fed the same prompts on every rank, while "
             "each rank here samples its own; use 1 (one engine per rank: an 8B model fits one GPU)"
         )
     if not v.in_process:
-        raise ValueError(
+        raise ConfigError(
             "rollout.vllm.in_process=false under torchrun: vLLM's worker process takes device 0 on every "
             "rank; use rollout.vllm.in_process=true (the engine then follows LOCAL_RANK)"
         )
@@ -233,22 +232,21 @@ def load_data(cfg, parts: Components) -> tuple[TrainData, DataSkips]:
 
 
 def step_settings(cfg) -> StepSettings:
-    """Sampling and update settings from the config."""
+    """Sampling and update settings from the config: every sampling key of ``rollout`` (its
+    :meth:`~.sampling.SamplingConfig.sampling`) reaches the engine, in training and validation."""
     r, alg, tc = cfg.rollout, cfg.algorithm, cfg.trainer
     return StepSettings(
         # vLLM returns sampled-token log-probs for free: logged against the trainer's (mismatch
-        # check); the HF engine keeps them where they can differ (another copy, stale weights)
-        sampling=SamplingConfig(
-            r.temperature,
-            r.top_p,
-            r.top_k,
-            r.max_new_tokens,
-            return_logprobs=r.engine == "vllm"
+        # check); the HF engine keeps them where they can differ (another copy, stale weights),
+        # or when rollout.return_logprobs asks for the check
+        sampling=r.sampling(
+            return_logprobs=r.return_logprobs
+            or r.engine == "vllm"
             or cfg.algorithm.rollout_correction != "none"
             or r.mode != "sync"
             or r.placement == "separate",
         ),
-        val_sampling=SamplingConfig(r.val_temperature, r.top_p, r.top_k, r.max_new_tokens),
+        val_sampling=r.validation_sampling(),
         update=UpdateSettings(
             policy_loss=alg.policy_loss,
             loss_options=alg.policy_loss_options(),

@@ -8,9 +8,8 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 from ..data.probe import PROBES
-from ..rollout.config import RolloutConfig, VLLMConfig  # noqa: F401  (re-exported)
+from ..rollout.config import ENGINES, RolloutConfig, VLLMConfig  # noqa: F401  (re-exported)
 from ..validation import at_least, in_range, non_negative, one_of, positive, require
-from .background_eval import TrainingEvalConfig
 
 LOGGERS = ("console", "jsonl", "tensorboard", "wandb")
 # transformers' attention kernels a policy may run with (model.attn_implementation)
@@ -109,6 +108,53 @@ class ModelConfig:
             "adapts the vision tower, which model.freeze_vision_tower=true freezes: set one of them false",
             self.lora.vision,
         )
+
+
+@dataclass
+class TrainingEvalConfig:
+    """Benchmark evaluation of the policy while it trains (``trainer.eval.*``; off by default).
+
+    Attributes:
+        every: Evaluate the weights of every k-th step, and of the last step (0 = off).
+        benchmarks: Benchmark registry names (as ``eval --benchmarks``); empty: ``eval.benchmarks``.
+        data: Records files evaluated as benchmarks of their own (as ``eval --data``); empty:
+            ``eval.data``. The other evaluation settings (annotations, frames, sampling, the
+            judge) are the run's ``eval``, ``data`` and ``reward`` sections.
+        engine: ``hf`` or ``vllm`` for the evaluation process (empty: ``eval.engine``).
+        max_samples: Evaluate only the first N samples of each benchmark (0: all).
+        threads: Intra-op CPU threads of the evaluation process (on a CPU machine it shares the
+            cores with training).
+        nice: CPU niceness of the evaluation process (training keeps the larger CPU share).
+        devices: ``CUDA_VISIBLE_DEVICES`` of the evaluation process on a GPU machine (e.g. ``"7"``:
+            its own GPU); empty: inherited.
+        keep_weights: Keep ``eval/step_<N>/model`` after its evaluation finished (default: removed).
+    """
+
+    every: int = 0
+    benchmarks: list[str] = field(default_factory=list)
+    data: list[str] = field(default_factory=list)
+    engine: str = ""
+    max_samples: int = 0
+    threads: int = 1
+    nice: int = 10
+    devices: str = ""
+    keep_weights: bool = False
+
+    def __post_init__(self) -> None:
+        for key in ("every", "max_samples", "nice"):
+            non_negative(f"trainer.eval.{key}", getattr(self, key))
+        require(
+            isinstance(self.threads, int) and self.threads >= 1,
+            "trainer.eval.threads",
+            "must be >= 1",
+            self.threads,
+        )
+        if self.engine:
+            one_of("trainer.eval.engine", self.engine, ENGINES)
+
+    @property
+    def enabled(self) -> bool:
+        return self.every > 0
 
 
 @dataclass

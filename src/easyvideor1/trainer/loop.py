@@ -16,6 +16,7 @@ from ..algorithms.masked import masked_mean
 from ..algorithms.shaping import shape_rewards
 from ..data.dataset import MediaSample, encode_prompts
 from ..models.inputs import PromptBatch
+from ..resolve import resolve_config
 from . import resume, warmup
 from . import step as stages
 from .ahead import RolloutsAhead
@@ -46,7 +47,7 @@ class Trainer:
 
     def __init__(self, cfg):
         dist = start(cfg)
-        self.cfg = cfg
+        self.cfg = cfg = resolve_config(cfg)  # the checkpoint names the family: the config finished once
         self.parts = build_components(cfg, dist)
         self.data, self.skips = load_data(cfg, self.parts)
         self.settings = step_settings(cfg)
