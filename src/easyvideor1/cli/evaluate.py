@@ -7,6 +7,7 @@ import argparse
 import os
 
 from ..config import ConfigError, RunConfig, load_config
+from ..rollout.engines import engine_names
 from .common import (
     add_cache_flags,
     add_sampling_flags,
@@ -82,13 +83,8 @@ def cmd_eval(args: argparse.Namespace, extra: list[str]) -> int:
     if not os.path.exists(model):
         raise ConfigError(f"model directory not found: {model}")
 
-    def make_engine():
-        from .. import threads
-
-        threads.apply(explicit=cfg.cpu.threads, reserved=cfg.eval.load_workers)  # loaders keep their cores
-        return _eval_engine(args, model, cfg)
-
-    commands.evaluate(cfg, model, args.out, make_engine)
+    apply_vllm_flags(cfg.rollout.vllm, args)  # the vLLM flags are shortcuts for rollout.vllm.*
+    commands.evaluate(cfg, model, args.out)
     return 0
 
 
@@ -98,16 +94,6 @@ def cmd_score(args: argparse.Namespace, extra: list[str]) -> int:
     cfg = _eval_config(args, extra)
     commands.score(cfg, args.predictions, args.out)
     return 0
-
-
-def _eval_engine(args: argparse.Namespace, model: str, cfg):
-    """The engine of ``eval.engine``, with ``rollout.vllm`` (and the vLLM flags of ``args``)."""
-    from ..rollout.engines import load_engine
-
-    apply_vllm_flags(cfg.rollout.vllm, args)
-    return load_engine(
-        model, cfg.eval.engine, cfg.eval.dtype, cfg.rollout.vllm, max_batch=cfg.eval.batch_size
-    )
 
 
 def cmd_eval_compare(args: argparse.Namespace, extra: list[str]) -> int:
@@ -204,7 +190,9 @@ def add_parsers(sub) -> None:
         "sample is then an episode, its row records every turn and call (hf engine)",
     )
     g = p.add_argument_group("engine")
-    g.add_argument("--engine", choices=["hf", "vllm"], help="hf: batched generate (default); vllm: AsyncLLM")
+    g.add_argument(
+        "--engine", choices=engine_names(), help="eval.engine: hf: batched generate (default); vllm: AsyncLLM"
+    )
     g.add_argument("--max-in-flight", type=number_above_zero(int), help="vllm: requests submitted at once")
     add_vllm_engine_flags(g)
     add_sampling_flags(p, video_root=False)

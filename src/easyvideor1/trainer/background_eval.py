@@ -27,9 +27,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from ..rollout.engines import ENGINES
 from ..validation import non_negative, one_of, require
-
-ENGINES = ("hf", "vllm")
 
 
 @dataclass
