@@ -57,6 +57,7 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
+from .errors import UserError
 from .validation import require
 
 # how long busy_cpus() watches /proc/stat: 20 scheduler ticks at 100 Hz, short enough for a start-up
@@ -216,9 +217,9 @@ def env_threads(env=None) -> int | None:
     try:
         n = int(text.split(",")[0])  # OpenMP allows a per-level list: the first level is ours
     except ValueError:
-        raise ValueError(f"OMP_NUM_THREADS={text!r}: expected a whole number > 0") from None
+        raise UserError(f"OMP_NUM_THREADS={text!r}: expected a whole number > 0") from None
     if n < 1:
-        raise ValueError(f"OMP_NUM_THREADS={text!r}: expected a whole number > 0")
+        raise UserError(f"OMP_NUM_THREADS={text!r}: expected a whole number > 0")
     return n
 
 

@@ -11,11 +11,13 @@ import math
 from collections.abc import Iterable
 from typing import Any
 
+from .errors import ConfigError
+
 
 def require(ok: bool, key: str, rule: str, value: Any) -> None:
-    """Raise ``ValueError("<key> <rule>, got <value>")`` unless ``ok``."""
+    """Raise ``ConfigError("<key> <rule>, got <value>")`` unless ``ok``."""
     if not ok:
-        raise ValueError(f"{key} {rule}, got {value!r}")
+        raise ConfigError(f"{key} {rule}, got {value!r}")
 
 
 def _number(value: Any) -> bool:

@@ -80,10 +80,10 @@ class FilterSettings(SamplingConfig):
     def __post_init__(self) -> None:
         self.check_sampling()
         if self.max_new_tokens is None:
-            raise ValueError("filter.max_new_tokens: must be set (default: rollout.max_new_tokens)")
+            raise ConfigError("filter.max_new_tokens: must be set (default: rollout.max_new_tokens)")
         for key in ("n", "load_workers", "queue_size", "max_in_flight"):
             if getattr(self, key) < 1:
-                raise ValueError(f"filter {key}: must be at least 1, got {getattr(self, key)}")
+                raise ConfigError(f"filter {key}: must be at least 1, got {getattr(self, key)}")
         if self.engine not in engine_names():
             raise ConfigError(f"filter engine: {self.engine!r} is not one of {', '.join(engine_names())}")
         self.band, self.rule = Band.parse(self.keep), PassRule.parse(self.pass_threshold)

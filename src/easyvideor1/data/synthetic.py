@@ -17,6 +17,7 @@ from fractions import Fraction
 import numpy as np
 from PIL import Image, ImageDraw, ImageFont
 
+from ..errors import UserError
 from ..media.encode import CODECS, encode_video
 
 COLOURS = {"red": (220, 40, 40), "green": (40, 200, 60), "blue": (50, 80, 230), "yellow": (230, 210, 40)}
@@ -184,7 +185,7 @@ def write_synthetic_set(
     Video paths in the records are relative to ``out_dir``, so that directory is the video root.
     """
     if not 0 < fps <= MAX_FPS:
-        raise ValueError(f"synthetic fps must be > 0 and <= {MAX_FPS:g}, got {fps:g}")
+        raise UserError(f"synthetic fps must be > 0 and <= {MAX_FPS:g}, got {fps:g}")
     rng = random.Random(seed)
     os.makedirs(os.path.join(out_dir, "videos"), exist_ok=True)
     ext = CODECS[codec][2]
@@ -319,7 +320,7 @@ def write_tool_demo_set(
     options = [f"{OPTION_LETTERS[i]}. {c}" for i, c in enumerate(colours)]
     windows = tool_demo_windows(duration_s, fps, first_view_frames)
     if not windows:
-        raise ValueError(f"no one-second window of a {duration_s} s video escapes {first_view_frames} frames")
+        raise UserError(f"no one-second window of a {duration_s} s video escapes {first_view_frames} frames")
     os.makedirs(os.path.join(out_dir, "videos"), exist_ok=True)
     side, n_frames = size // 2, round(duration_s * fps)
     paths = []

@@ -36,6 +36,7 @@ from typing import Any, Protocol
 
 from ..data.config import DataConfig
 from ..data.dataset import MediaSample, RecordDataset, load_media, render_text, thinking_mode
+from ..errors import ConfigError
 from ..media.cache import VideoLoader
 from ..media.failures import MediaFailure
 from ..outdir import OutputError
@@ -102,7 +103,7 @@ def run_pipeline(
     the session answers (the engine must have ``runs_episodes``)."""
     settings = settings or PipelineSettings()
     if tools is not None and not engine.runs_episodes:
-        raise ValueError(
+        raise ConfigError(
             f"tools.names={tools.settings.names}: the {type(engine).__name__} engine runs no episodes (use the hf engine)"
         )
     schemas = tools.schemas() if tools is not None else None
