@@ -58,7 +58,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from .errors import UserError
-from .validation import require
+from .validation import whole_number
 
 # how long busy_cpus() watches /proc/stat: 20 scheduler ticks at 100 Hz, short enough for a start-up
 BUSY_SAMPLE_S = 0.2
@@ -82,12 +82,7 @@ class CPUConfig:
     threads: int = 0
 
     def __post_init__(self) -> None:
-        require(
-            isinstance(self.threads, int) and not isinstance(self.threads, bool) and self.threads >= 0,
-            "cpu.threads",
-            "must be a whole number >= 0 (0: chosen from the CPUs available)",
-            self.threads,
-        )
+        whole_number("cpu.threads", self.threads, 0, "0: chosen from the CPUs available")
 
 
 @dataclass(frozen=True)

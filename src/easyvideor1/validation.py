@@ -24,6 +24,13 @@ def _number(value: Any) -> bool:
     return isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value)
 
 
+def whole_number(key: str, value: Any, low: int = 0, meaning: str = "") -> None:
+    """``value`` is an ``int`` (a bool is not) of at least ``low``; ``meaning`` explains a special
+    value in the message ("0: no LoRA")."""
+    ok = isinstance(value, int) and not isinstance(value, bool) and value >= low
+    require(ok, key, f"must be a whole number >= {low}" + (f" ({meaning})" if meaning else ""), value)
+
+
 def positive(key: str, value: Any) -> None:
     require(_number(value) and value > 0, key, "must be > 0", value)
 

@@ -11,6 +11,7 @@ thinking-mode scripts use 4096 for every benchmark; VideoReasonBench's official 
 from __future__ import annotations
 
 import dataclasses
+from typing import Any
 
 from ..data.records import Record
 from .benchmarks import minerva, ovobench, vcrbench, videoreasonbench
@@ -39,6 +40,13 @@ def _field(name: str):
     return lambda rec: label(rec.extra.get(name))
 
 
+def _by_fields(**fields: str) -> dict[str, Any]:
+    """A spec's micro accuracy broken down by record fields (``by_duration="duration"``), and the
+    fields the report filters by."""
+    breakdowns = several_breakdowns(**{name: _field(f) for name, f in fields.items()})
+    return {"aggregator": breakdowns, "breakdown_fields": tuple(fields.values())}
+
+
 def _first_dir(rec: Record) -> str:
     parts = [p for p in (rec.videos[0] if rec.videos else "").split("/") if p not in (".", "")]
     return parts[0] if len(parts) > 1 else "unknown"
@@ -65,10 +73,9 @@ _SPECS = [
         "videomme",
         "videomme.json",
         "Video-MME",
-        micro_with_breakdown(_field("duration"), "by_duration"),
         breakdown_note="accuracy by duration (short / medium / long)",
         max_new_tokens=_SHORT,
-        breakdown_fields=("duration",),
+        **_by_fields(by_duration="duration"),
     ),
     BenchmarkSpec(
         "mvbench",
@@ -85,9 +92,8 @@ _SPECS = [
         "longvideobench",
         "longvideobench.json",
         "LongVideoBench",
-        micro_with_breakdown(_field("original_question_type"), "by_question_type"),
         max_new_tokens=_SHORT,
-        breakdown_fields=("original_question_type",),
+        **_by_fields(by_question_type="original_question_type"),
     ),
     BenchmarkSpec("mlvu-dev", "mlvu-dev.json", "MLVU_dev/MLVU_dev", max_new_tokens=_SHORT),
     BenchmarkSpec("mlvu-test", "mlvu-test.json", "MLVU_Test", max_new_tokens=_SHORT),
@@ -95,10 +101,9 @@ _SPECS = [
         "videommmu",
         "videommmu_with_image.json",
         "VideoMMMU",
-        micro_with_breakdown(_field("original_question_type"), "by_question_type"),
         breakdown_note="numerical answers rule-based (number match), as VideoMMMU's own parser",
         max_new_tokens=_LONG,
-        breakdown_fields=("original_question_type",),
+        **_by_fields(by_question_type="original_question_type"),
     ),
     BenchmarkSpec(
         "vsibench",
@@ -136,9 +141,8 @@ _SPECS = [
         "motionbench",
         "motionbench.json",
         "MotionBench",
-        micro_with_breakdown(_field("original_question_type"), "by_category"),
         max_new_tokens=_SHORT,
-        breakdown_fields=("original_question_type",),
+        **_by_fields(by_category="original_question_type"),
     ),
     BenchmarkSpec(
         "charades_sta",
@@ -183,17 +187,15 @@ _SPECS = [
         "odvbench",
         "odvbench.json",
         "ODV-Bench/clips",
-        several_breakdowns(by_task=_field("odv_task"), by_subtask=_field("odv_subtask")),
         max_new_tokens=_SHORT,
-        breakdown_fields=("odv_task", "odv_subtask"),
+        **_by_fields(by_task="odv_task", by_subtask="odv_subtask"),
     ),
     BenchmarkSpec(
         "livesports3k_qa",
         "livesports3k_qa.json",
         "LiveSports-3K-QA/clips",
-        several_breakdowns(by_question_type=_field("q_type_livesports"), by_ocr=_field("ocr_livesports")),
         max_new_tokens=_SHORT,
-        breakdown_fields=("q_type_livesports", "ocr_livesports"),
+        **_by_fields(by_question_type="q_type_livesports", by_ocr="ocr_livesports"),
     ),
     BenchmarkSpec(
         "minerva",
@@ -233,9 +235,8 @@ _SPECS = [
         "tempcompass",
         "tempcompass.json",
         "TempCompass",
-        micro_with_breakdown(_field("original_question_type"), "by_dimension"),
         max_new_tokens=_SHORT,
-        breakdown_fields=("original_question_type",),
+        **_by_fields(by_dimension="original_question_type"),
     ),
     # `easyvideor1 synth --out DIR` output: DIR is both the annotation directory and the video root
     BenchmarkSpec(
