@@ -224,15 +224,23 @@ def _write_splits(
     return paths[0], paths[1]
 
 
+@dataclass(frozen=True)
+class DemoVideos:
+    """The demo sets' videos: a square half as wide as the frame moving over noise, ``size``
+    pixels a side, ``fps`` frames a second, every draw from ``seed``."""
+
+    size: int = 32
+    fps: float = 4.0
+    seed: int = 0
+
+
 def write_demo_set(
     out_dir: str,
     n_train: int = 256,
     n_val: int = 64,
-    size: int = 32,
-    n_frames: int = 4,
-    fps: float = 4.0,
-    seed: int = 0,
     mixed: bool = False,
+    n_frames: int = 4,
+    videos: DemoVideos = DemoVideos(),
 ) -> tuple[str, str]:
     """The embedded demo's task: the colour of a square moving over noise, four fixed options.
 
@@ -244,7 +252,8 @@ def write_demo_set(
     """
     from PIL import Image
 
-    rng = np.random.default_rng(seed)
+    size, fps = videos.size, videos.fps
+    rng = np.random.default_rng(videos.seed)
     colours = list(COLOURS)
     side = size // 2
 
@@ -306,11 +315,9 @@ def write_tool_demo_set(
     out_dir: str,
     n_train: int = 256,
     n_val: int = 64,
-    size: int = 32,
-    duration_s: int = 12,
-    fps: float = 4.0,
     first_view_frames: int = 4,
-    seed: int = 0,
+    duration_s: int = 12,
+    videos: DemoVideos = DemoVideos(),
 ) -> tuple[str, str]:
     """The tool demo's task: the colour of the square during a one-second window the question names.
 
@@ -321,7 +328,8 @@ def write_tool_demo_set(
     without tools is at chance (0.25). Each record has ``offline_turns`` (the call, then the
     answer) for the warm-up and hybrid groups, and ``window`` (seconds) for the demo's hit rate.
     Returns (train, val) paths."""
-    rng = np.random.default_rng(seed)
+    size, fps = videos.size, videos.fps
+    rng = np.random.default_rng(videos.seed)
     colours = list(COLOURS)
     windows = tool_demo_windows(duration_s, fps, first_view_frames)
     if not windows:
