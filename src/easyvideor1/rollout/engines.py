@@ -8,21 +8,26 @@ An engine kind (``hf``, ``vllm``) is one module that calls :func:`register_engin
   ``serve``; :class:`ServingEngineRequest`: the checkpoint directory, its dtype, the ``rollout.vllm``
   section), with the processor it loaded.
 
-The names accepted by ``rollout.engine``, ``eval.engine`` and the ``filter`` engine are this
-registry's. The built-in kinds live in ``rollout/kinds/`` and import nothing heavy at module level,
-so checking a config's engine name loads no torch. Adding an engine: a module there (listed in
-``_BUILTINS``) or a plugin file that registers itself; its settings are a section of its own.
+The names accepted by ``rollout.engine``, ``eval.engine``, ``trainer.eval.engine`` and the
+``filter`` engine are this registry's. Every module in ``rollout/kinds/`` is a built-in kind,
+imported on the first lookup; each imports nothing heavy at module level, so checking a config's
+engine name loads no torch. Adding an engine is one module there (or a plugin file) that calls
+:func:`register_engine`; its settings are a section of its own (as ``rollout.vllm``).
 """
 
 from __future__ import annotations
 
+import pkgutil
 from collections.abc import Callable
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
 from ..registry import Registry
 
-_BUILTINS = ("easyvideor1.rollout.kinds.hf", "easyvideor1.rollout.kinds.vllm")
+# every module of rollout/kinds/, found without importing it
+_KINDS = Path(__file__).with_name("kinds")
+_BUILTINS = tuple(f"{__package__}.kinds.{m.name}" for m in pkgutil.iter_modules([str(_KINDS)]))
 
 
 @dataclass(frozen=True)
