@@ -21,7 +21,16 @@ PACKAGE = "easyvideor1"
 SOURCE = Path(__file__).resolve().parents[1] / "src"
 
 # The package's own leaf modules, which everything may use: one layer, whose files import each other.
-FOUNDATION = ("__init__", "errors", "registry", "outdir", "validation", "threads", "jsonlines", "config_loading")
+FOUNDATION = (
+    "__init__",
+    "errors",
+    "registry",
+    "outdir",
+    "validation",
+    "threads",
+    "jsonlines",
+    "config_loading",
+)
 
 # Bottom first: a layer imports only the layers below it (two names in one row import neither). A
 # name is a subpackage (``media``), a module directly under the package (``config``), or the

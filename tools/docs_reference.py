@@ -26,11 +26,12 @@ _USER_ERRORS = {
     "ValueError", "ConfigError", "UnknownTaskError", "UnknownAlgorithmError", "UnknownBenchmarkError",
     "CheckpointError", "EvalInputError", "CacheError", "RecordError", "SpecFileError", "JudgeFailed",
     "KeyError", "TypeError", "FileNotFoundError", "PluginFileError", "ToolError", "MediaFailure",
+    "UserError", "PromptError", "GroundTruthError",
 }  # fmt: skip
-_VALIDATORS = {"require", "at_least", "non_negative", "positive", "one_of", "in_range"}
+_VALIDATORS = {"require", "at_least", "non_negative", "positive", "one_of", "in_range", "whole_number"}
 _RULES = {
     "at_least": "must be >= …", "non_negative": "must be >= 0", "positive": "must be > 0",
-    "one_of": "must be one of …", "in_range": "must be in […, …]",
+    "one_of": "must be one of …", "in_range": "must be in […, …]", "whole_number": "must be a whole number >= …",
 }  # fmt: skip
 # a field's entry in a class docstring: "name: text", "name (`type`, ...): text", "a / b: text"
 _ENTRY = re.compile(r"^\s*((?:[\w`]+)(?:\s*(?:/|,)\s*[\w`]+)*)\s*(?:\([^)]*\))?\s*:\s*(.*)$")

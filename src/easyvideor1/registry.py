@@ -181,7 +181,7 @@ class Registry(Generic[T]):
         display = str(name).strip()
         canonical = normalize_name(display)
         if not canonical:
-            raise ValueError(f"empty {self.kind} name {name!r}")
+            raise UserError(f"empty {self.kind} name {name!r}")
         alias_keys = tuple(
             k for k in dict.fromkeys(normalize_name(a) for a in aliases) if k and k != canonical
         )
@@ -200,7 +200,7 @@ class Registry(Generic[T]):
                     or (value is _UNLOADED and mine.target == target)
                 )
                 if not again:
-                    raise ValueError(
+                    raise UserError(
                         f"{self.kind} name {key!r} is already registered (by {mine.name!r}); "
                         "pass override=True to replace it"
                     )

@@ -57,7 +57,8 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
-from .validation import require
+from .errors import UserError
+from .validation import whole_number
 
 # how long busy_cpus() watches /proc/stat: 20 scheduler ticks at 100 Hz, short enough for a start-up
 BUSY_SAMPLE_S = 0.2
@@ -81,12 +82,7 @@ class CPUConfig:
     threads: int = 0
 
     def __post_init__(self) -> None:
-        require(
-            isinstance(self.threads, int) and not isinstance(self.threads, bool) and self.threads >= 0,
-            "cpu.threads",
-            "must be a whole number >= 0 (0: chosen from the CPUs available)",
-            self.threads,
-        )
+        whole_number("cpu.threads", self.threads, 0, "0: chosen from the CPUs available")
 
 
 @dataclass(frozen=True)
@@ -216,9 +212,9 @@ def env_threads(env=None) -> int | None:
     try:
         n = int(text.split(",")[0])  # OpenMP allows a per-level list: the first level is ours
     except ValueError:
-        raise ValueError(f"OMP_NUM_THREADS={text!r}: expected a whole number > 0") from None
+        raise UserError(f"OMP_NUM_THREADS={text!r}: expected a whole number > 0") from None
     if n < 1:
-        raise ValueError(f"OMP_NUM_THREADS={text!r}: expected a whole number > 0")
+        raise UserError(f"OMP_NUM_THREADS={text!r}: expected a whole number > 0")
     return n
 
 

@@ -11,15 +11,24 @@ import math
 from collections.abc import Iterable
 from typing import Any
 
+from .errors import ConfigError
+
 
 def require(ok: bool, key: str, rule: str, value: Any) -> None:
-    """Raise ``ValueError("<key> <rule>, got <value>")`` unless ``ok``."""
+    """Raise ``ConfigError("<key> <rule>, got <value>")`` unless ``ok``."""
     if not ok:
-        raise ValueError(f"{key} {rule}, got {value!r}")
+        raise ConfigError(f"{key} {rule}, got {value!r}")
 
 
 def _number(value: Any) -> bool:
     return isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value)
+
+
+def whole_number(key: str, value: Any, low: int = 0, meaning: str = "") -> None:
+    """``value`` is an ``int`` (a bool is not) of at least ``low``; ``meaning`` explains a special
+    value in the message ("0: no LoRA")."""
+    ok = isinstance(value, int) and not isinstance(value, bool) and value >= low
+    require(ok, key, f"must be a whole number >= {low}" + (f" ({meaning})" if meaning else ""), value)
 
 
 def positive(key: str, value: Any) -> None:

@@ -69,7 +69,7 @@ def test_eval_with_tools_records_turns_calls_and_frames(assets, tmp_path):
     processor = AutoProcessor.from_pretrained(model_dir)
     out = tmp_path / "out"
     results = commands.evaluate(
-        cfg, model_dir, str(out), lambda: (FirstTurnScripted(model, processor, [SEEK, BAD]), processor)
+        cfg, model_dir, str(out), served=(FirstTurnScripted(model, processor, [SEEK, BAD]), processor)
     )
     (res,) = results.values()
     predictions = [json.loads(line) for line in open(out / "records" / "predictions.jsonl")]
@@ -99,7 +99,7 @@ def test_eval_with_tools_records_turns_calls_and_frames(assets, tmp_path):
         RunConfig(data=cfg.data, eval=cfg.eval),
         model_dir,
         str(out),
-        lambda: (HFRolloutEngine(model, processor), processor),
+        served=(HFRolloutEngine(model, processor), processor),
     ).values()
     assert plain["settings"] != res["settings"] and plain["evaluated"] == res["evaluated"]
     assert "tool_calls_per_sample" not in plain

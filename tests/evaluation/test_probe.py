@@ -147,7 +147,7 @@ def _eval(assets, engine, out, *extra):
     ]
     args, rest = build_parser().parse_known_args(argv)
     cfg = _eval_config(args, rest)
-    commands.evaluate(cfg, args.model, args.out, lambda: engine)
+    commands.evaluate(cfg, args.model, args.out, served=engine)
     results = json.loads((out / "synthetic" / "results.json").read_text())
     rows = [json.loads(line) for line in open(out / "synthetic" / "predictions.jsonl") if line.strip()]
     return results, rows

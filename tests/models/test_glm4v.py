@@ -174,9 +174,9 @@ def test_what_glm_cannot_do_is_refused_with_the_reason(tmp_path):
 
     from transformers import AutoModelForImageTextToText
 
+    from easyvideor1.rollout.engines import make_rollout_engine
     from easyvideor1.tools.config import ToolsConfig
     from easyvideor1.tools.session import ToolSession
-    from easyvideor1.trainer.rollout_engines import make_rollout_engine
 
     # GLM-4.1V's template has no tool-call format: an episode's tools would never be called
     with pytest.raises(

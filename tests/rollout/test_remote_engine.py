@@ -13,6 +13,7 @@ from easyvideor1.data.config import DataConfig
 from easyvideor1.data.dataset import RecordDataset, encode_prompts
 from easyvideor1.data.records import load_records
 from easyvideor1.data.synthetic import write_synthetic_set
+from easyvideor1.errors import UserError
 from easyvideor1.models.tiny import make_tiny_model
 from easyvideor1.rollout.base import SamplingConfig
 from easyvideor1.rollout.hf import HFRolloutEngine
@@ -77,4 +78,12 @@ def test_the_child_generates_what_this_process_would_and_takes_pushed_weights(se
     # a bad request fails with the child's reason, and the child keeps serving
     with pytest.raises(RuntimeError, match="rollout engine process, weights: KeyError"):
         remote.update_weights([("no.such.weight", torch.zeros(1))])
+    assert remote.generate(batch, [1, 0], greedy).ids.shape[0] == 1
+    # the child's user error (a setting it refuses) stays a user error here: one line at the CLI
+    unusable = SamplingConfig(temperature=0, max_new_tokens=8)
+    unusable.temperature = -1.0  # past this side's check, as a request from elsewhere could be
+    with pytest.raises(
+        UserError, match="rollout engine process, generate: ConfigError: sampling.temperature must be >= 0"
+    ):
+        remote.generate(batch, [1, 0], unusable)
     assert remote.generate(batch, [1, 0], greedy).ids.shape[0] == 1

@@ -14,7 +14,7 @@ import threading
 import pytest
 
 from easyvideor1.rollout.hf import HFRolloutEngine
-from easyvideor1.trainer import build, rollout_engines
+from easyvideor1.trainer import build, handoff
 from easyvideor1.trainer.loop import Trainer
 
 AFTER_UPDATE = ["empty_cache", "wake_up(weights)", "update_weights", "empty_cache", "wake_up(kv_cache)"]
@@ -66,7 +66,7 @@ def recorded(monkeypatch) -> list[tuple[str, str]]:
 
     monkeypatch.setattr(build, "make_rollout_engine", make)
     monkeypatch.setattr(
-        rollout_engines,
+        handoff,
         "free_cached_memory",
         lambda: calls.append(("empty_cache", threading.current_thread().name)),
     )

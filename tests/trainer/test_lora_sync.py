@@ -12,9 +12,10 @@ pytest.importorskip("peft")
 
 from easyvideor1.models.lora import attach_lora  # noqa: E402
 from easyvideor1.models.tiny import make_tiny_model  # noqa: E402
+from easyvideor1.rollout.kinds.vllm import adapter_sync_applies  # noqa: E402
 from easyvideor1.rollout.vllm import _vllm_lora_rank  # noqa: E402
 from easyvideor1.trainer.config import LoraConfig  # noqa: E402
-from easyvideor1.trainer.rollout_engines import EngineHandoff, _check_adapter_sync  # noqa: E402
+from easyvideor1.trainer.handoff import EngineHandoff  # noqa: E402
 
 
 @pytest.fixture(scope="module")
@@ -78,12 +79,12 @@ def test_the_handoff_sends_the_adapter_as_peft_files_that_reproduce_the_policy(m
 
 
 def test_adapter_sync_applies_to_language_model_adapters_only(model_dir) -> None:
-    assert _check_adapter_sync(_load(model_dir)) is False  # no LoRA: the full weights are pushed
-    assert _check_adapter_sync(_load(model_dir, rank=4)) is True
+    assert adapter_sync_applies(_load(model_dir)) is False  # no LoRA: the full weights are pushed
+    assert adapter_sync_applies(_load(model_dir, rank=4)) is True
     with pytest.raises(
         ValueError, match="rollout.vllm.lora_sync=adapter: the adapter reaches the vision tower"
     ):
-        _check_adapter_sync(_load(model_dir, rank=4, vision=True))
+        adapter_sync_applies(_load(model_dir, rank=4, vision=True))
 
 
 def test_vllm_rank_choices_and_the_setting() -> None:

@@ -4,14 +4,23 @@ Every command accepts ``config=FILE.yaml`` and dotted ``section.key=value`` over
 flags; flags are shortcuts for the most used keys. ``run.py`` holds the data and training commands,
 ``evaluate.py`` the evaluation ones, ``curate.py`` the pass-rate filter, ``common.py`` the
 flags they share.
+
+Errors: a :class:`~easyvideor1.errors.UserError` (a config key, a path, a record, a flag), an
+unusable output path or cache entry, or a file that cannot be read is printed as one line (exit 2,
+or 1 for a machine failure such as a full disk); any other exception is a bug and prints its
+traceback (exit 1). ``--debug`` (or ``EASYVIDEOR1_DEBUG=1``) prints the traceback of user errors
+too.
 """
 
 from __future__ import annotations
 
 import argparse
+import os
 import sys
+import traceback
 
 from .. import threads
+from ..errors import UserError
 from ..media.cache import CacheError
 from ..outdir import OutputError, describe, exit_code_for
 from . import curate, evaluate, run
@@ -24,8 +33,16 @@ class _Parser(argparse.ArgumentParser):
         self.exit(2, f"{self.prog}: error: {message} (see {self.prog} --help)\n")
 
 
+DEBUG_ENV = "EASYVIDEOR1_DEBUG"
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = _Parser(prog="easyvideor1", description=__doc__.splitlines()[0])
+    parser.add_argument(
+        "--debug",
+        action="store_true",
+        help=f"show the traceback of user errors too (also {DEBUG_ENV}=1); other errors always show theirs",
+    )
     sub = parser.add_subparsers(dest="command", required=True)
     run.add_parsers(sub)
     evaluate.add_parsers(sub)
@@ -35,25 +52,37 @@ def build_parser() -> argparse.ArgumentParser:
 
 def main(argv: list[str] | None = None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
-    if argv[:2] == ["eval", "compare"]:  # `easyvideor1 eval compare RUN_A RUN_B`
-        argv = ["eval-compare", *argv[2:]]
+    first = next((i for i, a in enumerate(argv) if not a.startswith("-")), len(argv))  # the command
+    if argv[first : first + 2] == ["eval", "compare"]:  # `easyvideor1 eval compare RUN_A RUN_B`
+        argv[first : first + 2] = ["eval-compare"]
     parser = build_parser()
     args, extra = parser.parse_known_args(argv)
-    # user errors end here as one line: 2 for what the command line asked for (a flag, a key, a
-    # file, a path), 1 for a valid run the machine failed (disk full while writing: outdir.py)
+    debug = args.debug or os.environ.get(DEBUG_ENV, "").strip().lower() in ("1", "true", "yes", "on")
+    command = f"easyvideor1 {args.command}"
+    # what the user can fix ends here as one line: 2 for what the command line asked for (a flag, a
+    # key, a file, a path), 1 for a valid run the machine failed (disk full while writing: outdir.py);
+    # anything else is a bug and keeps its traceback
     try:
         # before torch loads OpenMP, which would warn about a bad value and carry on with its own
         threads.env_threads()
         return args.func(args, extra)
     except OutputError as e:
-        print(f"easyvideor1 {args.command}: {e}", file=sys.stderr)
-        return e.exit_code
-    except (ValueError, CacheError) as e:  # ConfigError, EvalInputError, RecordError, dataclass checks
-        print(f"easyvideor1 {args.command}: {e}", file=sys.stderr)
-        return 2
+        return _user_error(command, str(e), e.exit_code, debug)
+    except (UserError, CacheError) as e:  # ConfigError, EvalInputError, RecordError, a bad cache entry
+        return _user_error(command, str(e), 2, debug)
     except OSError as e:  # a file the command was given cannot be opened or read
-        print(f"easyvideor1 {args.command}: {describe(e)}", file=sys.stderr)
-        return exit_code_for(e)
+        return _user_error(command, describe(e), exit_code_for(e), debug)
+    except Exception:
+        traceback.print_exc()
+        return 1
+
+
+def _user_error(command: str, message: str, exit_code: int, debug: bool) -> int:
+    """Print a user error as one line (after its traceback with ``debug``); the exit code."""
+    if debug:
+        traceback.print_exc()
+    print(f"{command}: {message}", file=sys.stderr)
+    return exit_code
 
 
 if __name__ == "__main__":

@@ -6,6 +6,7 @@ import argparse
 import os
 
 from ..config import ConfigError
+from ..rollout.engines import engine_names
 from .common import (
     add_cache_flags,
     add_model_flag,
@@ -118,7 +119,7 @@ def add_parsers(sub) -> None:
     p.add_argument("--load-workers", type=number_above_zero(int), default=2, help="media loader processes")
     g = p.add_argument_group("engine")
     g.add_argument(
-        "--engine", choices=["hf", "vllm"], default="hf", help="hf: generate (default); vllm: AsyncLLM"
+        "--engine", choices=engine_names(), default="hf", help="hf: generate (default); vllm: AsyncLLM"
     )
     g.add_argument("--max-in-flight", type=number_above_zero(int), default=64, help="vllm: records at once")
     add_vllm_engine_flags(g)

@@ -8,6 +8,7 @@ import os
 
 from ..config import ConfigError, RunConfig, load_config
 from ..config_loading import written_keys
+from ..rollout.engines import engine_names
 from ..rollout.sampling import SAMPLING_KEYS
 from ..tools.base import tool_specs
 from .common import (
@@ -110,13 +111,7 @@ def cmd_eval(args: argparse.Namespace, extra: list[str]) -> int:
     if not os.path.exists(model):
         raise ConfigError(f"model directory not found: {model}")
 
-    def make_engine():
-        from .. import threads
-
-        threads.apply(explicit=cfg.cpu.threads, reserved=cfg.eval.load_workers)  # loaders keep their cores
-        return _eval_engine(args, model, cfg)
-
-    commands.evaluate(cfg, model, args.out, make_engine)
+    commands.evaluate(cfg, model, args.out)
     return 0
 
 
@@ -126,15 +121,6 @@ def cmd_score(args: argparse.Namespace, extra: list[str]) -> int:
     cfg = _eval_config(args, extra)
     commands.score(cfg, args.predictions, args.out)
     return 0
-
-
-def _eval_engine(args: argparse.Namespace, model: str, cfg):
-    """The engine of ``eval.engine``, with ``rollout.vllm`` (the vLLM flags are its keys)."""
-    from ..rollout.engines import load_engine
-
-    return load_engine(
-        model, cfg.eval.engine, cfg.eval.dtype, cfg.rollout.vllm, max_batch=cfg.eval.batch_size
-    )
 
 
 def cmd_eval_compare(args: argparse.Namespace, extra: list[str]) -> int:
@@ -231,7 +217,9 @@ def add_parsers(sub) -> None:
         "sample is then an episode, its row records every turn and call (hf engine)",
     )
     g = p.add_argument_group("engine")
-    g.add_argument("--engine", choices=["hf", "vllm"], help="hf: batched generate (default); vllm: AsyncLLM")
+    g.add_argument(
+        "--engine", choices=engine_names(), help="eval.engine: hf: batched generate (default); vllm: AsyncLLM"
+    )
     g.add_argument("--max-in-flight", type=number_above_zero(int), help="vllm: requests submitted at once")
     add_vllm_engine_flags(g)
     add_sampling_flags(p, video_root=False)

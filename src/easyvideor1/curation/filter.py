@@ -27,6 +27,7 @@ from typing import Any, ClassVar
 from ..data.config import DataConfig
 from ..data.dataset import RecordDataset
 from ..data.prompt import format_question
+from ..errors import ConfigError
 from ..evaluation.config import digest_of
 from ..evaluation.pipeline import frame_settings
 from ..evaluation.predictions import PredictionWriter, read_predictions
@@ -34,7 +35,8 @@ from ..evaluation.rows import prompt_sha, reward_digest
 from ..media.cache import VideoLoader
 from ..rewards import RewardConfig, score_records
 from ..rollout.base import Prompt, Request, Responses
-from ..rollout.config import ENGINES, PipelineSettings
+from ..rollout.config import PipelineSettings
+from ..rollout.engines import engine_names
 from ..rollout.pipeline import run_pipeline
 from ..rollout.sampling import SamplingConfig
 from .inputs import InputFile, InputRecord
@@ -78,12 +80,12 @@ class FilterSettings(SamplingConfig):
     def __post_init__(self) -> None:
         self.check_sampling()
         if self.max_new_tokens is None:
-            raise ValueError("filter.max_new_tokens: must be set (default: rollout.max_new_tokens)")
+            raise ConfigError("filter.max_new_tokens: must be set (default: rollout.max_new_tokens)")
         for key in ("n", "load_workers", "queue_size", "max_in_flight"):
             if getattr(self, key) < 1:
-                raise ValueError(f"filter {key}: must be at least 1, got {getattr(self, key)}")
-        if self.engine not in ENGINES:
-            raise ValueError(f"filter engine: {self.engine!r} is not one of {', '.join(ENGINES)}")
+                raise ConfigError(f"filter {key}: must be at least 1, got {getattr(self, key)}")
+        if self.engine not in engine_names():
+            raise ConfigError(f"filter engine: {self.engine!r} is not one of {', '.join(engine_names())}")
         self.band, self.rule = Band.parse(self.keep), PassRule.parse(self.pass_threshold)
 
     def pipeline(self) -> PipelineSettings:

@@ -23,6 +23,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from fractions import Fraction
 
+from ..errors import ConfigError
 from ..rewards import UnknownTaskError, resolve_task
 
 EXACT_TASKS = frozenset(
@@ -45,9 +46,9 @@ def _unit(value: str, what: str) -> float:
     try:
         x = float(value)
     except ValueError:
-        raise ValueError(f"{what}: expected a number in [0, 1], got {value!r}") from None
+        raise ConfigError(f"{what}: expected a number in [0, 1], got {value!r}") from None
     if not 0.0 <= x <= 1.0:
-        raise ValueError(f"{what}: must be in [0, 1], got {value}")
+        raise ConfigError(f"{what}: must be in [0, 1], got {value}")
     return x
 
 
@@ -73,7 +74,7 @@ class PassRule:
                 try:
                     task = resolve_task(name.strip()).name
                 except UnknownTaskError as e:
-                    raise ValueError(f"--pass-threshold {item!r}: {e}") from None
+                    raise ConfigError(f"--pass-threshold {item!r}: {e}") from None
                 per_task[task] = _unit(value.strip(), f"--pass-threshold {item!r}")
             else:
                 everywhere = _unit(item.strip(), "--pass-threshold")
@@ -104,13 +105,13 @@ class Band:
     def parse(cls, text: str) -> Band:
         parts = text.split(":")
         if len(parts) != 2:
-            raise ValueError(f"--keep expects LO:HI (e.g. 0.1:0.9), got {text!r}")
+            raise ConfigError(f"--keep expects LO:HI (e.g. 0.1:0.9), got {text!r}")
         try:
             lo, hi = (Fraction(p.strip()) for p in parts)
         except (ValueError, ZeroDivisionError):
-            raise ValueError(f"--keep expects two numbers LO:HI, got {text!r}") from None
+            raise ConfigError(f"--keep expects two numbers LO:HI, got {text!r}") from None
         if not (0 <= lo <= hi <= 1):
-            raise ValueError(f"--keep LO:HI needs 0 <= LO <= HI <= 1, got {text!r}")
+            raise ConfigError(f"--keep LO:HI needs 0 <= LO <= HI <= 1, got {text!r}")
         return cls(lo, hi, text)
 
     def keeps(self, passes: int, n: int) -> bool:

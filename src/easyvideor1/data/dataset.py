@@ -16,6 +16,7 @@ from typing import Any
 
 from torch.utils.data import Dataset
 
+from ..errors import ConfigError
 from ..media.cache import VideoLoader
 from ..media.failures import MediaFailure, loading, regular_file
 from ..media.sampling import SamplingParams, image_size
@@ -268,7 +269,7 @@ def _family(name: str):
 
 
 def _unknown_family() -> str:
-    raise ValueError("data.model_family is not known: give a model (model.path) or data.model_family")
+    raise ConfigError("data.model_family is not known: give a model (model.path) or data.model_family")
 
 
 def encode_batch(

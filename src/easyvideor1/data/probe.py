@@ -29,6 +29,8 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 
+from ..errors import ConfigError
+
 if TYPE_CHECKING:  # both are imported where frames are probed: run configs import PROBES from here
     from ..media.video import SampledVideo
 
@@ -37,9 +39,9 @@ BLANK_VALUE = 128  # uint8 mid-grey: about zero after the processors' normalisat
 
 
 def check_probe(key: str, probe: str | None) -> None:
-    """Raise ``ValueError`` naming ``key`` unless ``probe`` is None or one of :data:`PROBES`."""
+    """Raise ``ConfigError`` naming ``key`` unless ``probe`` is None or one of :data:`PROBES`."""
     if probe is not None and probe not in PROBES:
-        raise ValueError(f"{key} must be one of {', '.join(PROBES)} (or unset), got {probe!r}")
+        raise ConfigError(f"{key} must be one of {', '.join(PROBES)} (or unset), got {probe!r}")
 
 
 def shuffle_order(n: int, seed_key: str) -> list[int]:

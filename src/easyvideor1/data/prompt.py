@@ -28,7 +28,7 @@ import os
 import re
 from typing import Any
 
-from ..errors import UserError
+from ..errors import ConfigError, UserError
 from ..rewards.instructions import answer_instruction
 from .records import Record, RecordError
 
@@ -63,7 +63,7 @@ class PromptError(UserError):
 
 def check_style(style: str) -> None:
     if style not in STYLES:
-        raise ValueError(f"unknown prompt style {style!r}: direct or thinking")
+        raise ConfigError(f"unknown prompt style {style!r}: direct or thinking")
 
 
 def question_text(record: Record) -> str:
@@ -157,7 +157,7 @@ def prompt_template(name: str) -> PromptTemplate:
         source, style, sets_thinking = _BUILTINS[name]
         return PromptTemplate(source, f"built-in prompt template {name!r}", style, sets_thinking)
     if not str(name).endswith(".jinja"):
-        raise ValueError(
+        raise PromptError(
             f"unknown prompt template {name!r}: use {', '.join(TEMPLATE_NAMES)} or a .jinja file"
         )
     if not os.path.isfile(name):

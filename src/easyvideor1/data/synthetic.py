@@ -11,17 +11,20 @@ from __future__ import annotations
 import json
 import os
 import random
+from collections.abc import Callable
 from dataclasses import dataclass
 from fractions import Fraction
 
 import numpy as np
 from PIL import Image, ImageDraw, ImageFont
 
+from ..errors import UserError
 from ..media.encode import CODECS, encode_video
 
 COLOURS = {"red": (220, 40, 40), "green": (40, 200, 60), "blue": (50, 80, 230), "yellow": (230, 210, 40)}
 WORDS = ["CAT", "SUN", "BOX", "RED", "MAP", "KEY", "OWL", "FOX", "JAM", "ZIP"]
 OPTION_LETTERS = "ABCD"
+COLOUR_OPTIONS = [f"{OPTION_LETTERS[i]}. {c}" for i, c in enumerate(COLOURS)]
 # Frames are rendered one by one in Python: 240 fps (high-speed video) over the longest default
 # clip (6 s) is 1,440 frames, seconds per video; far more ran for minutes without saying why
 MAX_FPS = 240.0
@@ -112,7 +115,6 @@ def render_frames(scene: Scene, seed: int = 0):
 def scene_records(scene: Scene, video: str, vid: str) -> list[dict]:
     """Records with ground truth for several task types about one video."""
     colours = list(COLOURS)
-    options = [f"{OPTION_LETTERS[i]}. {c}" for i, c in enumerate(colours)]
     base = {"videos": [video], "data_type": "video", "video_id": vid}
     records = [
         {
@@ -120,7 +122,7 @@ def scene_records(scene: Scene, video: str, vid: str) -> list[dict]:
             "problem_id": f"{vid}-colour",
             "problem_type": "multiple choice",
             "problem": "<video>What colour is the moving square?",
-            "options": options,
+            "options": list(COLOUR_OPTIONS),
             "answer": OPTION_LETTERS[colours.index(scene.colour)],
         },
         {
@@ -184,7 +186,7 @@ def write_synthetic_set(
     Video paths in the records are relative to ``out_dir``, so that directory is the video root.
     """
     if not 0 < fps <= MAX_FPS:
-        raise ValueError(f"synthetic fps must be > 0 and <= {MAX_FPS:g}, got {fps:g}")
+        raise UserError(f"synthetic fps must be > 0 and <= {MAX_FPS:g}, got {fps:g}")
     rng = random.Random(seed)
     os.makedirs(os.path.join(out_dir, "videos"), exist_ok=True)
     ext = CODECS[codec][2]
@@ -209,15 +211,36 @@ def write_jsonl(path: str, rows: list[dict]) -> str:
     return path
 
 
+def _write_splits(
+    out_dir: str, n_train: int, n_val: int, record: Callable[[str, int], dict]
+) -> tuple[str, str]:
+    """A demo set's files: ``record(split, i)`` for each record of the train and val splits, in
+    that order, each split one JSONL file in ``out_dir`` (media under ``out_dir/videos``)."""
+    os.makedirs(os.path.join(out_dir, "videos"), exist_ok=True)
+    paths = [
+        write_jsonl(os.path.join(out_dir, f"{split}.jsonl"), [record(split, i) for i in range(n)])
+        for split, n in (("train", n_train), ("val", n_val))
+    ]
+    return paths[0], paths[1]
+
+
+@dataclass(frozen=True)
+class DemoVideos:
+    """The demo sets' videos: a square half as wide as the frame moving over noise, ``size``
+    pixels a side, ``fps`` frames a second, every draw from ``seed``."""
+
+    size: int = 32
+    fps: float = 4.0
+    seed: int = 0
+
+
 def write_demo_set(
     out_dir: str,
     n_train: int = 256,
     n_val: int = 64,
-    size: int = 32,
-    n_frames: int = 4,
-    fps: float = 4.0,
-    seed: int = 0,
     mixed: bool = False,
+    n_frames: int = 4,
+    videos: DemoVideos = DemoVideos(),
 ) -> tuple[str, str]:
     """The embedded demo's task: the colour of a square moving over noise, four fixed options.
 
@@ -229,53 +252,46 @@ def write_demo_set(
     """
     from PIL import Image
 
-    rng = np.random.default_rng(seed)
+    size, fps = videos.size, videos.fps
+    rng = np.random.default_rng(videos.seed)
     colours = list(COLOURS)
-    options = [f"{OPTION_LETTERS[i]}. {c}" for i, c in enumerate(colours)]
-    os.makedirs(os.path.join(out_dir, "videos"), exist_ok=True)
     side = size // 2
-    paths = []
-    for split, n in (("train", n_train), ("val", n_val)):
-        rows = []
-        for i in range(n):
-            colour = colours[int(rng.integers(len(colours)))]
-            y = int(rng.integers(0, size - side + 1))
-            x0, direction = int(rng.integers(0, size - side + 1)), int(rng.choice([-1, 1]))
-            frames = []
-            for t in range(n_frames):
-                f = rng.integers(0, 50, size=(size, size, 3), dtype=np.uint8)
-                x = int(np.clip(x0 + direction * t * 2, 0, size - side))
-                f[y : y + side, x : x + side] = COLOURS[colour]
-                frames.append(f)
-            letter = OPTION_LETTERS[colours.index(colour)]
-            row = {
-                "problem_id": f"{split}-{i}",
-                "problem": "What colour is the moving square?",
-                "problem_type": "multiple choice",
-                "options": options,
-                "data_type": "video",
-                "answer": letter,
-                "offline_output": f"<answer>{letter}</answer>",
-            }
-            kind = i % 4 if mixed else 0
-            if kind == 1:  # image
-                rel = f"images/{split}_{i:05d}.png"
-                os.makedirs(os.path.join(out_dir, "images"), exist_ok=True)
-                Image.fromarray(frames[-1]).save(os.path.join(out_dir, rel))
-                row.update(problem="What colour is the square?", images=[rel], data_type="image")
-            elif kind == 3:  # text only
-                row.update(
-                    problem=f"A square is painted {colour}. What colour is the square?", data_type="text"
-                )
-            else:
-                rel = f"videos/{split}_{i:05d}.mp4"
-                encode_video(
-                    os.path.join(out_dir, rel), frames, Fraction(fps).limit_denominator(1001), crf=10
-                )
-                row["videos"] = [rel]
-            rows.append(row)
-        paths.append(write_jsonl(os.path.join(out_dir, f"{split}.jsonl"), rows))
-    return paths[0], paths[1]
+
+    def record(split: str, i: int) -> dict:
+        colour = colours[int(rng.integers(len(colours)))]
+        y = int(rng.integers(0, size - side + 1))
+        x0, direction = int(rng.integers(0, size - side + 1)), int(rng.choice([-1, 1]))
+        frames = []
+        for t in range(n_frames):
+            f = rng.integers(0, 50, size=(size, size, 3), dtype=np.uint8)
+            x = int(np.clip(x0 + direction * t * 2, 0, size - side))
+            f[y : y + side, x : x + side] = COLOURS[colour]
+            frames.append(f)
+        letter = OPTION_LETTERS[colours.index(colour)]
+        row = {
+            "problem_id": f"{split}-{i}",
+            "problem": "What colour is the moving square?",
+            "problem_type": "multiple choice",
+            "options": COLOUR_OPTIONS,
+            "data_type": "video",
+            "answer": letter,
+            "offline_output": f"<answer>{letter}</answer>",
+        }
+        kind = i % 4 if mixed else 0
+        if kind == 1:  # image
+            rel = f"images/{split}_{i:05d}.png"
+            os.makedirs(os.path.join(out_dir, "images"), exist_ok=True)
+            Image.fromarray(frames[-1]).save(os.path.join(out_dir, rel))
+            row.update(problem="What colour is the square?", images=[rel], data_type="image")
+        elif kind == 3:  # text only
+            row.update(problem=f"A square is painted {colour}. What colour is the square?", data_type="text")
+        else:
+            rel = f"videos/{split}_{i:05d}.mp4"
+            encode_video(os.path.join(out_dir, rel), frames, Fraction(fps).limit_denominator(1001), crf=10)
+            row["videos"] = [rel]
+        return row
+
+    return _write_splits(out_dir, n_train, n_val, record)
 
 
 def tool_demo_windows(duration_s: int, fps: float, first_view_frames: int, model_family: str = "qwen3_vl"):
@@ -299,11 +315,9 @@ def write_tool_demo_set(
     out_dir: str,
     n_train: int = 256,
     n_val: int = 64,
-    size: int = 32,
-    duration_s: int = 12,
-    fps: float = 4.0,
     first_view_frames: int = 4,
-    seed: int = 0,
+    duration_s: int = 12,
+    videos: DemoVideos = DemoVideos(),
 ) -> tuple[str, str]:
     """The tool demo's task: the colour of the square during a one-second window the question names.
 
@@ -314,45 +328,40 @@ def write_tool_demo_set(
     without tools is at chance (0.25). Each record has ``offline_turns`` (the call, then the
     answer) for the warm-up and hybrid groups, and ``window`` (seconds) for the demo's hit rate.
     Returns (train, val) paths."""
-    rng = np.random.default_rng(seed)
+    size, fps = videos.size, videos.fps
+    rng = np.random.default_rng(videos.seed)
     colours = list(COLOURS)
-    options = [f"{OPTION_LETTERS[i]}. {c}" for i, c in enumerate(colours)]
     windows = tool_demo_windows(duration_s, fps, first_view_frames)
     if not windows:
-        raise ValueError(f"no one-second window of a {duration_s} s video escapes {first_view_frames} frames")
-    os.makedirs(os.path.join(out_dir, "videos"), exist_ok=True)
+        raise UserError(f"no one-second window of a {duration_s} s video escapes {first_view_frames} frames")
     side, n_frames = size // 2, round(duration_s * fps)
-    paths = []
-    for split, n in (("train", n_train), ("val", n_val)):
-        rows = []
-        for i in range(n):
-            colour, other = (colours[int(c)] for c in rng.integers(len(colours), size=2))
-            k = int(rng.choice(windows))
-            y = int(rng.integers(0, size - side + 1))
-            frames = []
-            for f in range(n_frames):
-                img = rng.integers(0, 50, size=(size, size, 3), dtype=np.uint8)
-                x = round((size - side) * f / max(n_frames - 1, 1))
-                img[y : y + side, x : x + side] = COLOURS[colour if k <= f / fps <= k + 1 else other]
-                frames.append(img)
-            rel = f"videos/{split}_{i:05d}.mp4"
-            encode_video(os.path.join(out_dir, rel), frames, Fraction(fps).limit_denominator(1001), crf=10)
-            letter = OPTION_LETTERS[colours.index(colour)]
-            rows.append(
-                {
-                    "problem_id": f"{split}-{i}",
-                    "problem": f"What colour is the square between {k} s and {k + 1} s?",
-                    "problem_type": "multiple choice",
-                    "options": options,
-                    "data_type": "video",
-                    "videos": [rel],
-                    "answer": letter,
-                    "window": [k, k + 1],
-                    "offline_turns": [
-                        tool_call_text("seek", {"start_s": k, "end_s": k + 1}),
-                        f"<answer>{letter}</answer>",
-                    ],
-                }
-            )
-        paths.append(write_jsonl(os.path.join(out_dir, f"{split}.jsonl"), rows))
-    return paths[0], paths[1]
+
+    def record(split: str, i: int) -> dict:
+        colour, other = (colours[int(c)] for c in rng.integers(len(colours), size=2))
+        k = int(rng.choice(windows))
+        y = int(rng.integers(0, size - side + 1))
+        frames = []
+        for f in range(n_frames):
+            img = rng.integers(0, 50, size=(size, size, 3), dtype=np.uint8)
+            x = round((size - side) * f / max(n_frames - 1, 1))
+            img[y : y + side, x : x + side] = COLOURS[colour if k <= f / fps <= k + 1 else other]
+            frames.append(img)
+        rel = f"videos/{split}_{i:05d}.mp4"
+        encode_video(os.path.join(out_dir, rel), frames, Fraction(fps).limit_denominator(1001), crf=10)
+        letter = OPTION_LETTERS[colours.index(colour)]
+        return {
+            "problem_id": f"{split}-{i}",
+            "problem": f"What colour is the square between {k} s and {k + 1} s?",
+            "problem_type": "multiple choice",
+            "options": COLOUR_OPTIONS,
+            "data_type": "video",
+            "videos": [rel],
+            "answer": letter,
+            "window": [k, k + 1],
+            "offline_turns": [
+                tool_call_text("seek", {"start_s": k, "end_s": k + 1}),
+                f"<answer>{letter}</answer>",
+            ],
+        }
+
+    return _write_splits(out_dir, n_train, n_val, record)

@@ -17,7 +17,6 @@ import functools
 import json
 import os
 import sys
-from collections.abc import Callable
 from concurrent.futures import Future, ThreadPoolExecutor
 from typing import Any, Protocol
 
@@ -27,6 +26,8 @@ from ..errors import UserError
 from ..outdir import hold, writing
 from ..resolve import resolve_config
 from ..rewards import RewardConfig
+from ..rollout.config import RolloutConfig
+from ..threads import CPUConfig
 from ..tools.config import ToolsConfig
 from .config import ANNOTATIONS_ENV, EvalConfig, digest_of
 from .inputs import BenchmarkInputs
@@ -46,6 +47,8 @@ class RunSections(Protocol):
     data: DataConfig
     reward: RewardConfig
     tools: ToolsConfig
+    rollout: RolloutConfig  # its vllm section configures eval.engine=vllm
+    cpu: CPUConfig
 
 
 class EvalInputError(UserError):
@@ -164,9 +167,11 @@ def benchmark_table(settings: EvalConfig) -> str:
 
 
 def evaluate(
-    cfg: RunSections, model: str, out: str, make_engine: Callable[[], tuple[Any, Any]]
+    cfg: RunSections, model: str, out: str, served: tuple[Any, Any] | None = None
 ) -> dict[str, dict]:
-    """Run every benchmark of ``cfg.eval`` with the engine ``make_engine()`` builds (after all checks)."""
+    """Run every benchmark of ``cfg.eval`` on checkpoint ``model``, with the engine of
+    ``eval.engine`` (built after all checks; ``served``: an ``(engine, processor)`` pair built
+    already, e.g. a test's)."""
     from ..media.cache import VideoLoader
     from .identity import model_fingerprint
     from .pipeline import run_benchmark  # generation: only `eval` itself needs it
@@ -180,7 +185,7 @@ def evaluate(
     # the cache directory is checked (cache_only: it must exist) before the model loads
     loader = VideoLoader(cfg.data.cache_dir, cfg.data.cache_mode, cfg.data.decode_time_limit)
     with hold(out, "--out", "eval"):  # two runs appending to one predictions.jsonl mix their rows
-        engine, processor = make_engine()
+        engine, processor = served or serving_engine(cfg, model)
         try:
             for item in inputs:
                 data = dataclasses.replace(cfg.data, video_root=roots[item.spec.name])
@@ -199,6 +204,18 @@ def evaluate(
         plot_scores(results, out)
         print(f"report: {write_run_report(out, inputs, results, cfg.reward)}")
     return results
+
+
+def serving_engine(cfg: RunSections, model: str) -> tuple[Any, Any]:
+    """``(engine, processor)`` of ``eval.engine`` serving ``model`` (``rollout.vllm`` configures
+    vLLM), with this process's threads chosen first (the media loaders keep their cores)."""
+    from .. import threads
+    from ..rollout.engines import load_engine
+
+    threads.apply(explicit=cfg.cpu.threads, reserved=cfg.eval.load_workers)
+    return load_engine(
+        model, cfg.eval.engine, cfg.eval.dtype, cfg.rollout.vllm, max_batch=cfg.eval.batch_size
+    )
 
 
 def _fmt(score: float | None) -> str:

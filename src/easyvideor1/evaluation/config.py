@@ -16,7 +16,8 @@ from typing import ClassVar
 
 from ..data.probe import PROBES
 from ..errors import UserError
-from ..rollout.config import ENGINES, PipelineSettings
+from ..rollout.config import PipelineSettings
+from ..rollout.engines import engine_names
 from ..rollout.sampling import SamplingConfig
 
 ANNOTATIONS_ENV = "EASYVIDEOR1_ANNOTATIONS"
@@ -98,8 +99,8 @@ class EvalConfig(SamplingConfig):
         self.check_sampling()
         if self.style not in ("direct", "thinking"):
             bad("style", f"{self.style!r} is not one of direct, thinking")
-        if self.engine not in ENGINES:
-            bad("engine", f"{self.engine!r} is not one of {', '.join(ENGINES)}")
+        if self.engine not in engine_names():
+            bad("engine", f"{self.engine!r} is not one of {', '.join(engine_names())}")
         for key in ("batch_size", "load_workers", "queue_size", "max_in_flight"):
             if getattr(self, key) < 1:
                 bad(key, f"must be at least 1, got {getattr(self, key)}")

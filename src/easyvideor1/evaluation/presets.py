@@ -22,6 +22,8 @@ from __future__ import annotations
 
 from typing import Any
 
+from ..errors import ConfigError
+
 _QWEN3VL_FRAMES = {
     "video_fps": 2.0,
     "video_min_frames": 4,
@@ -56,5 +58,5 @@ PRESETS: dict[str, dict[str, Any]] = {
 
 def get_preset(name: str) -> dict[str, Any]:
     if name not in PRESETS:
-        raise ValueError(f"unknown preset {name!r}; known: {', '.join(sorted(PRESETS))}")
+        raise ConfigError(f"unknown preset {name!r}; known: {', '.join(sorted(PRESETS))}")
     return PRESETS[name]

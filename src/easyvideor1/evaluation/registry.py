@@ -16,6 +16,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from ..data.records import Record, RecordError, UnreadableRecord, load_records
+from ..errors import UserError
 from ..registry import Registry, UnknownNameError
 from ..rewards import RewardConfig
 from ..rollout.sampling import BENCHMARK_MAX_NEW_TOKENS
@@ -143,7 +144,7 @@ BENCHMARKS: Registry[BenchmarkSpec] = Registry(
 def register_benchmark(spec: BenchmarkSpec) -> BenchmarkSpec:
     """Add ``spec`` under its name; a name (in any spelling) already taken is an error."""
     if spec.name in BENCHMARKS:
-        raise ValueError(f"benchmark {spec.name!r} is registered twice")
+        raise UserError(f"benchmark {spec.name!r} is registered twice")
     return BENCHMARKS.register(spec.name, spec)
 
 

@@ -21,6 +21,7 @@ import re
 import time
 from typing import Any
 
+from ..errors import UserError
 from ..outdir import write_text_atomic
 from .predictions import iter_rows
 
@@ -179,5 +180,5 @@ def read_payload(path: str) -> dict[str, Any]:
     text = open(path, encoding="utf-8").read()
     m = re.search(rf'<script type="application/json" id="{_DATA_ID}">(.*?)</script>', text, re.S)
     if not m:
-        raise ValueError(f"{path}: no embedded report data (not a report.html of this tool?)")
+        raise UserError(f"{path}: no embedded report data (not a report.html of this tool?)")
     return json.loads(m.group(1))

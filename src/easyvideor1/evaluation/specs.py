@@ -11,6 +11,7 @@ thinking-mode scripts use 4096 for every benchmark; VideoReasonBench's official 
 from __future__ import annotations
 
 import dataclasses
+from typing import Any
 
 from ..data.records import Record
 from .benchmarks import minerva, ovobench, vcrbench, videoreasonbench
@@ -39,6 +40,18 @@ def _field(name: str):
     return lambda rec: label(rec.extra.get(name))
 
 
+def _by_fields(**fields: str) -> dict[str, Any]:
+    """A spec's micro accuracy broken down by record fields (``by_duration="duration"``), and the
+    fields the report filters by."""
+    breakdowns = several_breakdowns(**{name: _field(f) for name, f in fields.items()})
+    return {"aggregator": breakdowns, "breakdown_fields": tuple(fields.values())}
+
+
+def _spec(name: str, video_dir: str, max_new_tokens: int, annotation: str = "", **spec: Any) -> BenchmarkSpec:
+    """A built-in benchmark; its annotation file is ``<name>.json`` unless ``annotation`` says."""
+    return BenchmarkSpec(name, annotation or f"{name}.json", video_dir, max_new_tokens=max_new_tokens, **spec)
+
+
 def _first_dir(rec: Record) -> str:
     parts = [p for p in (rec.videos[0] if rec.videos else "").split("/") if p not in (".", "")]
     return parts[0] if len(parts) > 1 else "unknown"
@@ -61,189 +74,143 @@ def _mvbench_clip(rec: Record) -> Record:
 _LONG, _SHORT = 4096, 1024  # reasoning benchmarks / answers that are a letter, number or JSON span
 
 _SPECS = [
-    BenchmarkSpec(
+    _spec(
         "videomme",
-        "videomme.json",
         "Video-MME",
-        micro_with_breakdown(_field("duration"), "by_duration"),
+        _SHORT,
         breakdown_note="accuracy by duration (short / medium / long)",
-        max_new_tokens=_SHORT,
-        breakdown_fields=("duration",),
+        **_by_fields(by_duration="duration"),
     ),
-    BenchmarkSpec(
+    _spec(
         "mvbench",
-        "mvbench.json",
         "MVBench",
-        macro_over(_mvbench_task, "by_task"),
+        _SHORT,
+        aggregator=macro_over(_mvbench_task, "by_task"),
         adapt=_mvbench_clip,
         breakdown_note="mean over sub-tasks; start/end clip windows honoured",
-        max_new_tokens=_SHORT,
         metric="mean accuracy over tasks",
     ),
-    BenchmarkSpec("lvbench", "lvbench.json", "LVBench", max_new_tokens=_SHORT),
-    BenchmarkSpec(
-        "longvideobench",
-        "longvideobench.json",
-        "LongVideoBench",
-        micro_with_breakdown(_field("original_question_type"), "by_question_type"),
-        max_new_tokens=_SHORT,
-        breakdown_fields=("original_question_type",),
+    _spec("lvbench", "LVBench", _SHORT),
+    _spec(
+        "longvideobench", "LongVideoBench", _SHORT, **_by_fields(by_question_type="original_question_type")
     ),
-    BenchmarkSpec("mlvu-dev", "mlvu-dev.json", "MLVU_dev/MLVU_dev", max_new_tokens=_SHORT),
-    BenchmarkSpec("mlvu-test", "mlvu-test.json", "MLVU_Test", max_new_tokens=_SHORT),
-    BenchmarkSpec(
+    _spec("mlvu-dev", "MLVU_dev/MLVU_dev", _SHORT),
+    _spec("mlvu-test", "MLVU_Test", _SHORT),
+    _spec(
         "videommmu",
-        "videommmu_with_image.json",
         "VideoMMMU",
-        micro_with_breakdown(_field("original_question_type"), "by_question_type"),
+        _LONG,
+        annotation="videommmu_with_image.json",
         breakdown_note="numerical answers rule-based (number match), as VideoMMMU's own parser",
-        max_new_tokens=_LONG,
-        breakdown_fields=("original_question_type",),
+        **_by_fields(by_question_type="original_question_type"),
     ),
-    BenchmarkSpec(
+    _spec(
         "vsibench",
-        "vsibench.json",
         "VSI-Bench",
-        macro_over(_field("original_question_type"), "by_task"),
+        _SHORT,
+        aggregator=macro_over(_field("original_question_type"), "by_task"),
         breakdown_note="macro average over task types; MRA for numeric answers",
-        max_new_tokens=_SHORT,
         metric="mean over task types (accuracy; MRA for numeric)",
         breakdown_fields=("original_question_type",),
     ),
-    BenchmarkSpec(
+    _spec(
         "mmvu",
-        "mmvu-all.json",
         "MMVU",
-        micro_with_breakdown(lambda r: r.problem_type, "by_type"),
+        _LONG,
+        annotation="mmvu-all.json",
+        aggregator=micro_with_breakdown(lambda r: r.problem_type, "by_type"),
         breakdown_note="open-ended answers are judged (GPT-4o in MMVU's evaluation)",
-        max_new_tokens=_LONG,
         metric="accuracy (open-ended: judge accuracy)",
         needs_judge=True,
     ),
-    BenchmarkSpec("mmvu-mc", "mmvu-mc.json", "MMVU", max_new_tokens=_LONG),
-    BenchmarkSpec("holmes", "holmes.json", "Video-Holmes", max_new_tokens=_LONG),
-    BenchmarkSpec(
+    _spec("mmvu-mc", "MMVU", _LONG),
+    _spec("holmes", "Video-Holmes", _LONG),
+    _spec(
         "videomathqa",
-        "videomathqa.jsonl",
         "VideoMathQA",
-        multi_binary,
+        _LONG,
+        annotation="videomathqa.jsonl",
+        aggregator=multi_binary,
         breakdown_note="multi-binary questions count only if all their pairs are right",
-        max_new_tokens=_LONG,
         metric="multi-binary accuracy",
     ),
-    BenchmarkSpec("longvideoreason", "longvideoreason.json", "longvila_videos", max_new_tokens=_LONG),
-    BenchmarkSpec(
-        "motionbench",
-        "motionbench.json",
-        "MotionBench",
-        micro_with_breakdown(_field("original_question_type"), "by_category"),
-        max_new_tokens=_SHORT,
-        breakdown_fields=("original_question_type",),
-    ),
-    BenchmarkSpec(
+    _spec("longvideoreason", "longvila_videos", _LONG),
+    _spec("motionbench", "MotionBench", _SHORT, **_by_fields(by_category="original_question_type")),
+    _spec(
         "charades_sta",
-        "charades_sta.json",
         "Charades_sta/Charades_v1_480",
-        temporal_recall(),
+        _SHORT,
+        aggregator=temporal_recall(),
         breakdown_note="mIoU and R@{0.3, 0.5, 0.7}",
-        max_new_tokens=_SHORT,
         metric="mIoU",
     ),
-    BenchmarkSpec(
-        "stvg",
-        "stvg.json",
-        "ST-Align-Benchmark",
-        spatio_temporal,
-        max_new_tokens=_SHORT,
-        metric="0.5 tIoU + 0.5 box IoU",
-    ),
-    BenchmarkSpec(
+    _spec("stvg", "ST-Align-Benchmark", _SHORT, aggregator=spatio_temporal, metric="0.5 tIoU + 0.5 box IoU"),
+    _spec(
         "videommlu",
-        "videommlu.json",
         "Video-MMLU",
+        _LONG,
         breakdown_note="detailed captions, scored by an LLM judge in Video-MMLU's evaluation",
-        max_new_tokens=_LONG,
         metric="judge accuracy",
         needs_judge=True,
     ),
     # Not shipped in ../shared; their documented unified formats (reference section 7.1):
-    BenchmarkSpec(
+    _spec(
         "ovobench",
-        "ovobench.json",
         "OVO-Bench/chunked_videos",
-        nested_macro(_field("ovo_task"), _field("ovo_category"), ("by_task", "by_category")),
+        _SHORT,
+        aggregator=nested_macro(_field("ovo_task"), _field("ovo_category"), ("by_task", "by_category")),
         breakdown_note="accuracy per task -> macro per category (backward/realtime/forward) -> macro",
         prompt=ovobench.build_prompt,
         prompt_source=ovobench.SOURCE,
-        max_new_tokens=_SHORT,
         metric="mean of category means of task accuracy",
         breakdown_fields=("ovo_task", "ovo_category"),
     ),
-    BenchmarkSpec(
-        "odvbench",
-        "odvbench.json",
-        "ODV-Bench/clips",
-        several_breakdowns(by_task=_field("odv_task"), by_subtask=_field("odv_subtask")),
-        max_new_tokens=_SHORT,
-        breakdown_fields=("odv_task", "odv_subtask"),
-    ),
-    BenchmarkSpec(
+    _spec("odvbench", "ODV-Bench/clips", _SHORT, **_by_fields(by_task="odv_task", by_subtask="odv_subtask")),
+    _spec(
         "livesports3k_qa",
-        "livesports3k_qa.json",
         "LiveSports-3K-QA/clips",
-        several_breakdowns(by_question_type=_field("q_type_livesports"), by_ocr=_field("ocr_livesports")),
-        max_new_tokens=_SHORT,
-        breakdown_fields=("q_type_livesports", "ocr_livesports"),
+        _SHORT,
+        **_by_fields(by_question_type="q_type_livesports", by_ocr="ocr_livesports"),
     ),
-    BenchmarkSpec(
+    _spec(
         "minerva",
-        "minerva.json",
         "Minderva",
+        _LONG,
         prompt=minerva.build_prompt,
         prompt_source=minerva.SOURCE,
-        max_new_tokens=_LONG,
         metric="MCQ accuracy (5 choices)",
     ),
-    BenchmarkSpec(
+    _spec(
         "vcrbench",
-        "vcrbench.json",
         "VCR-Bench/v1/videos",
-        micro_with_breakdown(lambda r: r.problem_type, "by_type"),
+        _LONG,
+        aggregator=micro_with_breakdown(lambda r: r.problem_type, "by_type"),
         breakdown_note="MC by letter; span/box answers by IoU > 0.7 / 0.5; other open-ended judged",
         scorer=vcrbench.score,
         prompt_source=vcrbench.SOURCE,
-        max_new_tokens=_LONG,
         metric="accuracy (open-ended: judge / IoU)",
         needs_judge=True,
     ),
-    BenchmarkSpec(
+    _spec(
         "videoreasonbench",
-        "videoreasonbench.json",
         "VideoReasonBench/videos",
-        micro_with_breakdown(_first_dir, "by_demo"),
+        _LONG,
+        aggregator=micro_with_breakdown(_first_dir, "by_demo"),
         breakdown_note="judge accuracy on the text after 'Final Answer', by demo (card, chip, cup, ...)",
         prompt=videoreasonbench.build_prompt,
         scorer=videoreasonbench.score,
         prompt_source=videoreasonbench.SOURCE,
-        max_new_tokens=_LONG,
         metric="judge accuracy",
         needs_judge=True,
     ),
-    BenchmarkSpec(
-        "tempcompass",
-        "tempcompass.json",
-        "TempCompass",
-        micro_with_breakdown(_field("original_question_type"), "by_dimension"),
-        max_new_tokens=_SHORT,
-        breakdown_fields=("original_question_type",),
-    ),
+    _spec("tempcompass", "TempCompass", _SHORT, **_by_fields(by_dimension="original_question_type")),
     # `easyvideor1 synth --out DIR` output: DIR is both the annotation directory and the video root
-    BenchmarkSpec(
+    _spec(
         "synthetic",
-        "records.jsonl",
         "",
-        micro_with_breakdown(lambda r: r.problem_type, "by_task"),
-        max_new_tokens=_SHORT,
+        _SHORT,
+        annotation="records.jsonl",
+        aggregator=micro_with_breakdown(lambda r: r.problem_type, "by_task"),
     ),
 ]
 

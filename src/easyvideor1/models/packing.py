@@ -37,6 +37,7 @@ from typing import Any
 
 import torch
 
+from ..errors import ConfigError
 from .families import VISION_INPUTS, family_of_model
 
 # keys copied as they are: the vision tensors of the micro-batch, in sequence order
@@ -102,7 +103,7 @@ def check_packable(model) -> None:
     """Raise a clear error when ``trainer.padding_free`` cannot be exact for ``model``'s family."""
     family = family_of_model(model)
     if family.hybrid_attention:
-        raise ValueError(
+        raise ConfigError(
             f"trainer.padding_free is not supported for {family.model_type}: its linear-attention "
             "(gated DeltaNet) layers take sequence boundaries only through the fla kernels' "
             "cu_seqlens, which transformers' torch fallback ignores, so packed sequences would leak "

@@ -43,6 +43,7 @@ from dataclasses import dataclass
 import torch
 import torch.nn.functional as F
 
+from ..errors import ConfigError
 from .sequence_parallel_comms import AllToAll, Gather, GatherShared, SPGroup, gather_tokens, shard_bounds
 
 __all__ = ["SPGroup", "check", "enable", "frame_split", "gather_tokens", "group_of", "shard_bounds"]
@@ -206,7 +207,7 @@ def check(model, size: int) -> None:
     family = family_of_model(model)  # a model of a family we know
     if not family.mrope:
         # the split follows Qwen-VL's layout: M-RoPE positions and a tower split by frame grids
-        raise ValueError(
+        raise ConfigError(
             f"{key} is not supported for {family.model_type}: sequence parallelism splits Qwen-VL "
             "M-RoPE positions and grid-split vision towers; use distributed.sequence_parallel_size=1"
         )
@@ -218,7 +219,7 @@ def check(model, size: int) -> None:
         heads["linear-attention value heads"] = text.linear_num_value_heads
     for what, n in heads.items():
         if n % size:
-            raise ValueError(f"{key} must divide the model's {what} ({n})")
+            raise ConfigError(f"{key} must divide the model's {what} ({n})")
 
 
 def _language_model(model):
@@ -426,7 +427,7 @@ def _sharded_deltanet(module, original):
         if layout is None or cache_params is not None:
             return original(hidden_states, cache_params=cache_params, attention_mask=attention_mask, **kwargs)
         if layout.segments is not None:
-            raise ValueError("packed rows cannot run through gated-DeltaNet layers (trainer.padding_free)")
+            raise ConfigError("packed rows cannot run through gated-DeltaNet layers (trainer.padding_free)")
         sp, m = layout.group, module
         k, hk, hv, dk, dv = sp.size, m.num_k_heads, m.num_v_heads, m.head_k_dim, m.head_v_dim
         real = layout.key_valid[:, layout.start : layout.stop].to(hidden_states.device)

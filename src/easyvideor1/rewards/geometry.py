@@ -14,6 +14,8 @@ from typing import Any
 
 from easyvideor1.rewards.parsing import finite_number
 
+from ..errors import UserError
+
 Box = tuple[float, float, float, float]
 Span = tuple[float, float]
 
@@ -94,7 +96,7 @@ def normalize_box_format(name: Any, default: str) -> str:
         return default
     key = re.sub(r"[\s\-]+", "_", str(name).strip().lower())
     if key not in _BOX_FORMAT_ALIASES:
-        raise ValueError(f"unknown box_format {name!r}; use pixel, normalized or grid1000")
+        raise UserError(f"unknown box_format {name!r}; use pixel, normalized or grid1000")
     return _BOX_FORMAT_ALIASES[key]
 
 
@@ -125,7 +127,7 @@ class BoxSpace:
             self.truth_format,
         )
         if needs_pixels and self.size is None:
-            raise ValueError(
+            raise UserError(
                 "converting pixel boxes to another box_format needs the record's width and height"
             )
 
@@ -206,7 +208,7 @@ def mean_track_iou(
     for second in seconds:
         truth_box = parse_box(truth[second][0])
         if truth_box is None:
-            raise ValueError(f"invalid ground-truth box at second {second:g}: {truth[second][0]!r}")
+            raise UserError(f"invalid ground-truth box at second {second:g}: {truth[second][0]!r}")
         candidates = (predicted or {}).get(second, [])
         boxes = [parse_box(box) for box in candidates]
         if boxes and all(box is not None for box in boxes):

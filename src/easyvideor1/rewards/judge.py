@@ -35,6 +35,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from ..errors import ConfigError
 from ..validation import at_least, non_negative, require
 
 RETRIED_STATUS = frozenset({429, 500, 502, 503, 504})
@@ -181,7 +182,7 @@ class JudgeClient:
 
     def __init__(self, cfg: JudgeConfig):
         if not cfg.enabled:
-            raise ValueError("reward.judge.url is not set: give an OpenAI-compatible endpoint")
+            raise ConfigError("reward.judge.url is not set: give an OpenAI-compatible endpoint")
         import httpx
 
         self.cfg = cfg
@@ -189,7 +190,7 @@ class JudgeClient:
         if cfg.api_key_env:
             key = os.environ.get(cfg.api_key_env)
             if not key:
-                raise ValueError(
+                raise ConfigError(
                     f"reward.judge.api_key_env: the environment variable {cfg.api_key_env} is not set"
                 )
             headers["Authorization"] = f"Bearer {key}"

@@ -6,6 +6,7 @@ from dataclasses import dataclass, field
 from typing import ClassVar
 
 from ..validation import at_least, in_range, non_negative, one_of, require
+from .engines import ENGINES
 from .sampling import TRAIN_MAX_NEW_TOKENS, SamplingConfig
 
 
@@ -86,7 +87,6 @@ COLOCATED_MEMORY_SHARE = 0.5
 # batches an async run may keep in flight: each holds a whole step's rollouts in memory
 MAX_STALENESS = 8
 ALONE_MEMORY_SHARE = 0.9
-ENGINES = ("hf", "vllm")
 ENGINE_DTYPES = ("bfloat16", "float32", "float16", "auto")
 
 

@@ -25,6 +25,7 @@ from typing import Any
 import torch
 
 from ..data.dataset import encode_loaded, raw_media
+from ..errors import UserError
 from ..models.families import VISION_INPUTS, get_family
 from ..models.inputs import PromptBatch, select_prompts
 from ..tools.calls import CallOutcome, EpisodeTools
@@ -113,7 +114,7 @@ def tool_turn_text(processor, results: list[CallOutcome], eot: str) -> str:
     before = processor.apply_chat_template(base, tokenize=False)
     after = processor.apply_chat_template(base + tool_messages, tokenize=False, add_generation_prompt=True)
     if not after.startswith(before) or eot not in before:
-        raise ValueError("the chat template renders earlier turns differently once a tool turn follows")
+        raise UserError("the chat template renders earlier turns differently once a tool turn follows")
     return before[before.rindex(eot) + len(eot) :] + after[len(before) :]
 
 
@@ -319,7 +320,7 @@ class GivenTurns:
         if not self.turns and self.then_engine:
             return self.engine.generate(batch, repeats, sampling)
         if not self.turns:
-            raise ValueError(
+            raise UserError(
                 f"{self.key}: offline_turns ran out before the episode ended (its last turn must answer, "
                 "without a tool call)"
             )

@@ -36,6 +36,7 @@ from typing import Any, Protocol
 
 from ..data.config import DataConfig
 from ..data.dataset import MediaSample, RecordDataset, load_media, render_text, thinking_mode
+from ..errors import ConfigError, UserError
 from ..media.cache import VideoLoader
 from ..media.failures import MediaFailure
 from ..outdir import OutputError
@@ -102,7 +103,7 @@ def run_pipeline(
     the session answers (the engine must have ``runs_episodes``)."""
     settings = settings or PipelineSettings()
     if tools is not None and not engine.runs_episodes:
-        raise ValueError(
+        raise ConfigError(
             f"tools.names={tools.settings.names}: the {type(engine).__name__} engine runs no episodes (use the hf engine)"
         )
     schemas = tools.schemas() if tools is not None else None
@@ -172,7 +173,8 @@ def run_pipeline(
 
 def _next(ready: queue.Queue, block: bool = True):
     item = ready.get(block=block)
-    if isinstance(item, OutputError):  # an output the loader side writes (thumbnails) failed: as it is
+    # an output the loader side writes (thumbnails) failed, or a user error (a record, a key): as it is
+    if isinstance(item, (OutputError, UserError)):
         raise item
     if isinstance(item, BaseException):  # the loader died: stop with its error, not a hang
         raise RuntimeError(f"media loading stopped: {failure_reason(item)}") from item

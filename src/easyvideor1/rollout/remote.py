@@ -29,6 +29,7 @@ import torch
 from safetensors.torch import load as load_tensors
 from safetensors.torch import save as save_tensors
 
+from ..errors import UserError
 from ..models.inputs import PromptBatch
 from .base import Responses, SamplingConfig, banned_token_ids
 from .hf import HFRolloutEngine
@@ -133,8 +134,9 @@ class RemoteHFEngine(HFRolloutEngine):
                     f"the rollout engine process exited with code {code} during {header['op']!r} "
                     "(its log is above)"
                 ) from e
-        if "error" in reply:
-            raise RuntimeError(f"rollout engine process, {header['op']}: {reply['error']}")
+        if "error" in reply:  # the child's user error (a checkpoint path, a record) stays one
+            error = UserError if reply.get("user") else RuntimeError
+            raise error(f"rollout engine process, {header['op']}: {reply['error']}")
         return reply, out
 
     @torch.no_grad()
@@ -234,7 +236,7 @@ def serve(src: BinaryIO, out: BinaryIO) -> None:
             else:
                 write_frame(out, {"error": f"unknown operation {op!r}"})
         except Exception as e:  # the trainer gets the reason; the child keeps serving
-            write_frame(out, {"error": f"{type(e).__name__}: {e}"})
+            write_frame(out, {"error": f"{type(e).__name__}: {e}", "user": isinstance(e, UserError)})
 
 
 def _start(header: dict) -> HFRolloutEngine:

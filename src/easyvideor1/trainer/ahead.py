@@ -2,7 +2,7 @@
 
 One background thread generates whole batches (a step's collection: rounds of dynamic sampling,
 episodes, hybrid groups) one after another. Before each batch it loads the newest weights the
-trainer has pushed (:meth:`~.rollout_engines.EngineHandoff.apply_pending`), and the batch records
+trainer has pushed (:meth:`~.handoff.EngineHandoff.apply_pending`), and the batch records
 that version. The trainer keeps ``depth`` batches submitted: a batch submitted when the trainer
 takes step ``s``'s rollouts is trained at step ``s + depth`` and starts on weights at least ``s``
 updates old, so its staleness is at most ``depth``: the bound holds by construction (``wait``).
@@ -22,7 +22,7 @@ from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass, field
 
 from .distributed import collectives_on, new_thread_group
-from .rollout_engines import EngineHandoff
+from .handoff import EngineHandoff
 
 
 @dataclass

@@ -21,14 +21,15 @@ from ..errors import ConfigError
 from ..models.packing import check_packable
 from ..models.vision import DummyVisionPass
 from ..models.vision_cache import VisionFeatureCache
+from ..rollout.engines import make_rollout_engine
 from ..tools.base import tool_specs
 from ..tools.session import ToolSession
 from .distributed import DistState, init_distributed
+from .handoff import EngineHandoff
 from .metrics import MetricsLogger
 from .policy import build_policy
 from .precision import DTYPES
 from .preflight import preflight
-from .rollout_engines import EngineHandoff, make_rollout_engine
 from .skipping import SkipLog
 from .state import Components, DataSkips, StepSettings, TrainData
 from .update import UpdateSettings

@@ -32,6 +32,8 @@ from typing import Any, TypeVar
 import torch
 import torch.distributed as dist
 
+from ..errors import ConfigError
+
 # the section's settings live with the other sections (torch-free: reading a config loads no torch);
 # importing DistributedConfig from here keeps working
 from .config import DistributedConfig
@@ -112,7 +114,7 @@ def _sequence_parallel_groups(rank: int, world: int, cfg: DistributedConfig):
     global _data_group
     k = cfg.sequence_parallel_size
     if world % k:
-        raise ValueError(f"distributed.sequence_parallel_size={k} must divide the number of ranks ({world})")
+        raise ConfigError(f"distributed.sequence_parallel_size={k} must divide the number of ranks ({world})")
     mine = None
     for g in range(world // k):
         group = dist.new_group(list(range(g * k, (g + 1) * k)))

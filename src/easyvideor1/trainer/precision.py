@@ -15,6 +15,7 @@ import functools
 
 import torch
 
+from ..errors import ConfigError
 from ..models.loading import DTYPES
 
 # explicit mantissa bits of the low-precision floats (spacing of |w| in [2^e, 2^(e+1)) is 2^(e-bits))
@@ -62,7 +63,7 @@ def check_master_precision(model: torch.nn.Module, cfg) -> None:
     for key, lr in rates:
         share = frozen_share(params, lr)
         if share > _FROZEN_SHARE_REFUSED:
-            raise ValueError(
+            raise ConfigError(
                 f"model.dtype={cfg.model.dtype} master weights with {key}={lr:g}: one optimizer step "
                 f"cannot change {100 * share:.0f}% of the trainable weights (below half their "
                 f"{cfg.model.dtype} spacing), so training would silently do almost nothing; set "

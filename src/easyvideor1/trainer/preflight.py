@@ -14,6 +14,7 @@ from collections.abc import Callable
 from typing import Any
 
 from ..data.dataset import RecordDataset, encode_prompts
+from ..errors import UserError
 from ..rewards import validate_problem_types
 from .distributed import DistState, all_gather
 from .skipping import media_problem, skip_row, strict_error, unreadable_row
@@ -52,7 +53,7 @@ def preflight(
         found = _check_block(dataset, split, mine, cfg, processor, not state.enabled, encode)
         for r, (k, n, d, s, error) in enumerate(all_gather(found)):
             if error:  # every rank sees the same list, so every rank stops here
-                raise ValueError(f"preflight failed on rank {r}: {error}")  # the CLI prints it plainly
+                raise UserError(f"preflight failed on rank {r}: {error}")  # the CLI prints it plainly
             keep += k
             lengths.update(zip(k, n, strict=True))
             dropped += d
@@ -73,11 +74,11 @@ def preflight(
     if not keep:
         if skipped and not dropped:
             first = skipped[0]
-            raise ValueError(
+            raise UserError(
                 f"{split}: no record can be used: the media of all {len(skipped)} could not be loaded, "
                 f"e.g. {first['source']}: {first['reason']}"
             )
-        raise ValueError(f"{split}: no prompt fits data.max_prompt_length={limit}")
+        raise UserError(f"{split}: no prompt fits data.max_prompt_length={limit}")
     return keep, {int(i): int(n) for i, n in lengths.items()}, skipped
 
 

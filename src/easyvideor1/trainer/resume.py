@@ -24,6 +24,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+from ..errors import ConfigError
 from .checkpoint import load_checkpoint, save_checkpoint
 from .checkpoint_check import CheckpointError, find_resumable, verify_checkpoint
 from .distributed import DistState, all_gather
@@ -119,7 +120,7 @@ def _choose_checkpoint(tc, dist: DistState, write: Callable[[str], None]) -> Pat
     if tc.resume != "auto":
         path = Path(tc.resume)
         if not path.exists():
-            raise ValueError(f"trainer.resume={tc.resume}: no such checkpoint directory")
+            raise ConfigError(f"trainer.resume={tc.resume}: no such checkpoint directory")
         try:
             verify_checkpoint(path)
         except CheckpointError as e:
@@ -161,7 +162,7 @@ def _check_settings(cfg, ckpt: Path, meta: dict[str, Any], n_prompts: int) -> li
     saved, now = meta.get("settings", {}), json.loads(json.dumps(run_settings(cfg)))
     for key in REFUSED:
         if key in saved and saved[key] != now.get(key):
-            raise ValueError(
+            raise ConfigError(
                 f"{key} changed since checkpoint {ckpt} ({saved[key]} -> {now.get(key)}): a resumed run "
                 "must keep it (the prompt order and random streams depend on it); restore it, or start a "
                 "new run (another trainer.output_dir, or trainer.resume=never)"
@@ -169,14 +170,14 @@ def _check_settings(cfg, ckpt: Path, meta: dict[str, Any], n_prompts: int) -> li
     lora_keys = ("model.lora.rank", "model.lora.alpha", "model.lora.target_modules", "model.lora.vision")
     for key in lora_keys + (("model.path",) if now.get("model.lora.rank") else ()):
         if key in saved and saved[key] != now.get(key):
-            raise ValueError(
+            raise ConfigError(
                 f"{key} changed since checkpoint {ckpt} ({saved[key]} -> {now.get(key)}): the saved LoRA "
                 "adapter belongs to the old setting (and the base weights come from model.path); restore "
                 "it, or start a new run (another trainer.output_dir, or trainer.resume=never)"
             )
     size = meta.get("sampler", {}).get("size")
     if size is not None and size != n_prompts:
-        raise ValueError(
+        raise ConfigError(
             f"data.train_files: checkpoint {ckpt} was made with {size} usable training prompts, this run "
             f"has {n_prompts} (a data file, data.max_prompt_length or a record's media changed); "
             "resume with the same data, or start a new run"

@@ -13,11 +13,13 @@ import threading
 
 import torch
 
+from ..errors import UserError
+
 
 class PromptSampler:
     def __init__(self, size: int, batch_size: int, seed: int = 0, shuffle: bool = True):
         if size <= 0:
-            raise ValueError("the training set is empty")
+            raise UserError("the training set is empty")
         if batch_size <= 0:
             raise ValueError(f"batch size must be positive, got {batch_size}")
         self.size, self.batch_size, self.seed, self.shuffle = size, batch_size, seed, shuffle
@@ -75,7 +77,7 @@ class PromptSampler:
 
     def load_state_dict(self, state: dict[str, int]) -> None:
         if state["size"] != self.size or state["seed"] != self.seed:
-            raise ValueError(
+            raise UserError(
                 f"checkpoint was made for {state['size']} prompts with seed {state['seed']}, "
                 f"this run has {self.size} with seed {self.seed}"
             )

@@ -26,9 +26,9 @@ from ..models.vision_cache import VisionFeatureCache
 from ..rollout.base import RolloutEngine, SamplingConfig
 from ..tools.session import ToolSession
 from .distributed import DistState
+from .handoff import EngineHandoff
 from .metrics import MetricsLogger
 from .policy import Policy
-from .rollout_engines import EngineHandoff
 from .sampler import PromptSampler
 from .skipping import SkipLog
 from .update import UpdateSettings

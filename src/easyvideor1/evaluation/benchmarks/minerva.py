@@ -12,6 +12,7 @@ from __future__ import annotations
 
 from ...data.prompt import check_style
 from ...data.records import Record
+from ...errors import UserError
 from ...rewards import answer_instruction
 from .ovobench import option_text
 
@@ -31,7 +32,7 @@ def build_prompt(record: Record, style: str) -> str:
     check_style(style)
     options = record.options or []
     if len(options) != N_OPTIONS:
-        raise ValueError(
+        raise UserError(
             f"MINERVA record {record.problem_id!r} has {len(options)} options; MINERVA questions have "
             f"{N_OPTIONS} (the answer and four decoys)"
         )

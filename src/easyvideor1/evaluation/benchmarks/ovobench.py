@@ -19,6 +19,7 @@ import re
 
 from ...data.prompt import check_style
 from ...data.records import Record
+from ...errors import UserError
 from ...rewards import answer_instruction
 
 SOURCE = "https://github.com/JoeLeelyf/OVO-Bench (constant.py, utils/OVOBench.py build_prompt)"
@@ -81,7 +82,7 @@ def build_prompt(record: Record, style: str) -> str:
         description = description.format(record.problem)
     else:
         if not record.options:
-            raise ValueError(
+            raise UserError(
                 f"OVO-Bench record {record.problem_id!r} (task {task}): a backward/real-time question "
                 "needs options"
             )

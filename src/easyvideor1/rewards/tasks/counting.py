@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from easyvideor1.rewards.registry import register_task
 from easyvideor1.rewards.sample import GroundTruthError, Sample, TaskScore
-from easyvideor1.rewards.tasks.numerical import format_number, read_number, truth_number
+from easyvideor1.rewards.tasks.numerical import score_number, truth_number
 
 
 @register_task(
@@ -17,6 +17,6 @@ def score_counting(sample: Sample) -> TaskScore:
     truth = truth_number(sample.truth, sample.task)
     if truth.percent or truth.value != int(truth.value):
         raise GroundTruthError(f"counting ground truth is not a whole number: {sample.truth!r}")
-    predicted = read_number(sample.answer)
-    correct = predicted is not None and not predicted.percent and predicted.value == truth.value
-    return TaskScore(float(correct), predicted is not None, format_number(predicted))
+    return score_number(
+        sample, truth, lambda predicted, t: not predicted.percent and predicted.value == t.value
+    )

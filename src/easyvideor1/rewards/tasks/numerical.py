@@ -8,6 +8,8 @@ several commitments ("\\boxed{3} \\boxed{2}", "The answer is 3. The answer is 2.
 
 from __future__ import annotations
 
+from collections.abc import Callable
+
 from easyvideor1.rewards.numbers import ParsedNumber, numbers_match, parse_number, same_number
 from easyvideor1.rewards.parsing import ExtractedAnswer, clean_short_answer
 from easyvideor1.rewards.registry import register_task
@@ -39,6 +41,15 @@ def format_number(number: ParsedNumber | None) -> str | None:
     return f"{number.value:.10g}" + ("%" if number.percent else "")
 
 
+def score_number(
+    sample: Sample, truth: ParsedNumber, matches: Callable[[ParsedNumber, ParsedNumber], bool]
+) -> TaskScore:
+    """1 if the response's one number ``matches(predicted, truth)``, else 0; formatted when read."""
+    predicted = read_number(sample.answer)
+    correct = predicted is not None and matches(predicted, truth)
+    return TaskScore(float(correct), predicted is not None, format_number(predicted))
+
+
 @register_task(
     "numerical",
     aliases=("number", "numeric", "numerical answer", "numerical value"),
@@ -46,10 +57,6 @@ def format_number(number: ParsedNumber | None) -> str | None:
 )
 def score_numerical(sample: Sample) -> TaskScore:
     """1 if the stated number equals the ground truth within tolerance, else 0."""
+    rel_tol, abs_tol = sample.config.numeric_rel_tol, sample.config.numeric_abs_tol
     truth = truth_number(sample.truth, sample.task)
-    predicted = read_number(sample.answer)
-    config = sample.config
-    correct = predicted is not None and numbers_match(
-        predicted, truth, config.numeric_rel_tol, config.numeric_abs_tol
-    )
-    return TaskScore(float(correct), predicted is not None, format_number(predicted))
+    return score_number(sample, truth, lambda predicted, t: numbers_match(predicted, t, rel_tol, abs_tol))

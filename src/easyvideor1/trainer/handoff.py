@@ -1,4 +1,4 @@
-"""The trainer's rollout engine, and keeping its weights equal to the trainer's.
+"""Keeping the rollout engine's weights equal to the trainer's: the handoff around each update.
 
 One process with the HF engine generates with the training model itself. Every other set-up holds a
 separate copy (a full HF model per rank under FSDP, or a vLLM engine), which receives the trainer's
@@ -6,12 +6,12 @@ weights after every optimizer step, one tensor at a time. With LoRA the copy is 
 architecture: it receives the merged weights (``W + scaling * B @ A``, base-model names; see
 ``models.lora_merge``), computed without touching the training model. With
 ``rollout.vllm.lora_sync: adapter`` a vLLM engine runs the base weights plus vLLM's LoRA, and only
-the adapter travels (written as a PEFT directory that vLLM loads).
+the adapter travels (written as a PEFT directory that vLLM loads). The engine itself is built by
+its kind (``rollout/engines.py``).
 """
 
 from __future__ import annotations
 
-import logging
 import os
 import shutil
 import tempfile
@@ -22,89 +22,6 @@ import torch
 
 from ..models.lora_merge import adapter_state, has_lora, merged_state_dict
 from ..rollout.base import RolloutEngine
-from ..rollout.hf import HFRolloutEngine
-from .distributed import DistState
-
-
-def make_rollout_engine(cfg, processor, model, state: DistState, owns_weights: bool = False) -> RolloutEngine:
-    """``rollout.engine``: ``hf`` over ``model`` (a separate copy when ``owns_weights``), or one vLLM
-    engine for this rank."""
-    if cfg.rollout.engine == "vllm":
-        from ..models.families import family_of_model
-        from ..rollout.vllm import VLLMRolloutEngine
-
-        family = family_of_model(model)
-        if family.vllm_weight_push:  # the engine would keep sampling from the first weights
-            raise ValueError(
-                f"rollout.engine=vllm cannot train {family.model_type}: {family.vllm_weight_push}; "
-                "use rollout.engine=hf (vLLM still serves it for evaluation)"
-            )
-        v = cfg.rollout.vllm
-        adapter = v.lora_sync == "adapter" and _check_adapter_sync(model)
-        return VLLMRolloutEngine.from_config(
-            cfg.model.path,
-            processor,
-            v,
-            seed=cfg.trainer.seed + 1_000_003 * state.rank,  # every rank samples prompts of its own
-            colocated=True,
-            max_lora_rank=cfg.model.lora.rank if adapter else 0,
-        )
-    if cfg.rollout.placement == "separate":
-        return _separate_engine(cfg, processor, model, state)
-    return HFRolloutEngine(model, processor, owns_weights=owns_weights)
-
-
-def _separate_engine(cfg, processor, model, state: DistState) -> RolloutEngine:
-    """``rollout.placement=separate``: the HF engine in a child process, on a GPU of its own or,
-    on CPUs, with half of this process's threads (the trainer keeps the rest)."""
-    from ..rollout.remote import RemoteHFEngine
-
-    device = "cpu"
-    if state.device.type == "cuda":
-        gpus = torch.cuda.device_count()
-        if gpus <= state.world:
-            raise ValueError(
-                f"rollout.placement=separate needs a GPU for the engine: {gpus} visible, all used by "
-                f"the trainer's {state.world} rank(s) (use rollout.placement=colocated)"
-            )
-        device = f"cuda:{gpus - 1}"
-    threads = torch.get_num_threads()
-    engine_threads = max(1, threads // 2)
-    if device == "cpu":
-        torch.set_num_threads(max(1, threads - engine_threads))
-    return RemoteHFEngine(
-        cfg.model.path,
-        processor,
-        model,
-        dtype=cfg.model.dtype,
-        attn_implementation=cfg.model.attn_implementation,
-        device=device,
-        threads=engine_threads,
-        seed=cfg.trainer.seed + 1_000_003 * state.rank,
-    )
-
-
-def _check_adapter_sync(model: torch.nn.Module) -> bool:
-    """Whether ``rollout.vllm.lora_sync: adapter`` applies: a LoRA policy whose adapters are all
-    in the language model (vLLM's LoRA does not cover the vision tower here)."""
-    if not has_lora(model):
-        log.info("rollout.vllm.lora_sync=adapter without model.lora: full weights are pushed")
-        return False
-    from peft.tuners.lora import LoraLayer
-
-    from ..models.families import family_of_model
-
-    vision = family_of_model(model).vision_modules(model)  # the tower (InternVL: and its projector)
-    inside = [m for v in vision for m in v.modules() if isinstance(m, LoraLayer)]
-    if inside:
-        raise ValueError(
-            "rollout.vllm.lora_sync=adapter: the adapter reaches the vision tower, which vLLM's LoRA "
-            "does not serve here; use rollout.vllm.lora_sync=merged or language-model targets only"
-        )
-    return True
-
-
-log = logging.getLogger(__name__)
 
 
 def free_cached_memory() -> None:

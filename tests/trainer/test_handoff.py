@@ -6,8 +6,8 @@ from __future__ import annotations
 import pytest
 import torch
 
-from easyvideor1.trainer import rollout_engines
-from easyvideor1.trainer.rollout_engines import EngineHandoff, staged_copy
+from easyvideor1.trainer import handoff as handoff_module
+from easyvideor1.trainer.handoff import EngineHandoff, staged_copy
 
 
 class RecordingEngine:
@@ -40,7 +40,7 @@ def calls(monkeypatch) -> list[str]:
     """The call log; freeing the allocator's cache is recorded in it (on a GPU it empties the
     CUDA cache, on a CPU it does nothing)."""
     log: list[str] = []
-    monkeypatch.setattr(rollout_engines, "free_cached_memory", lambda: log.append("empty_cache"))
+    monkeypatch.setattr(handoff_module, "free_cached_memory", lambda: log.append("empty_cache"))
     return log
 
 
