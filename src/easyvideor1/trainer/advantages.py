@@ -14,7 +14,8 @@ import torch
 from ..algorithms.advantages import GREEDY_BASELINE, RAW_REWARD_KEYS, advantage_inputs, compute_advantages
 from ..rollout.base import SamplingConfig
 from .distributed import DistState, all_gather, split_over_group
-from .experience import Experience, score
+from .experience import Experience
+from .scoring import score
 
 
 def needs_greedy_baseline(alg) -> bool:
@@ -41,8 +42,8 @@ def step_advantages(
     opts = alg.advantage_options()
     values = {k: exp.scores[k] for k in alg.gdpo_reward_keys} if RAW_REWARD_KEYS in needs else rewards
     if GREEDY_BASELINE in needs:
-        if baseline is None:
-            raise ValueError(f"advantage estimator {name} needs one greedy response per prompt")
+        if baseline is None:  # the collection generates it when the estimator declares it
+            raise RuntimeError(f"advantage estimator {name} needs one greedy response per prompt")
         opts["baseline_scores"] = baseline[torch.tensor(exp.prompt_of)]
     if not state.enabled:
         return scored_advantages(name, values, exp.mask, exp.prompt_of, opts, exp.unscored)
