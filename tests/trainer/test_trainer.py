@@ -306,7 +306,7 @@ def test_merge_groups_keeps_whole_groups_in_order(make_cfg):
     t = Trainer(make_cfg("rollout.hybrid=always"))
     parts = []
     for _ in range(2):
-        samples, batch = t._next_samples()
+        samples, batch = t.draws.next()
         exp = _collect(t, batch, samples)
         parts.append((exp, samples, [1, 3]))
     kept = [s[p] for _, s, keep in parts for p in keep]

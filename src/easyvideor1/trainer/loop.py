@@ -14,20 +14,17 @@ from functools import partial
 
 import torch
 
-from ..data.dataset import MediaSample, encode_prompts
 from ..errors import ConfigError
-from ..models.inputs import PromptBatch
 from . import resume, warmup
 from . import step as stages
 from .ahead import RolloutsAhead
 from .background_eval import BackgroundEvals
 from .build import build_components, load_data, start, step_settings
-from .distributed import shutdown_distributed, split_prompts
+from .distributed import shutdown_distributed
+from .draws import PromptDraws
 from .evaluate import has_video, validate_policy
-from .prefetch import MediaPrefetch
 from .rounds import collect_step
 from .sampler import PromptSampler
-from .skipping import loadable_samples
 from .state import Step, StepContext, TrainState
 
 
@@ -39,6 +36,7 @@ class Trainer:
         parts: :class:`Components`: models, engine, optimizer, scheduler, KL controller, loggers.
         data: :class:`TrainData`: the training and validation prompts.
         skips: :class:`DataSkips`: the records left out so far.
+        draws: :class:`~.draws.PromptDraws`: this rank's prompts, step after step.
         settings: :class:`StepSettings`: sampling and update settings derived from ``cfg``.
         state: :class:`TrainState`: where the run is (step, prompt order, history); what a
             checkpoint restores.
@@ -53,8 +51,11 @@ class Trainer:
         self.settings = step_settings(cfg)
         tc = cfg.trainer
         self.state = TrainState(PromptSampler(len(self.data.train_idx), tc.prompts_per_step, seed=tc.seed))
+        # sync mode: the next draw's media load while this step trains (prefetch.py)
+        prefetch = cfg.data.prefetch and not cfg.rollout.overlaps
+        self.draws = PromptDraws(cfg, self.parts, self.data, self.skips, self.state, prefetch)
         self.context = StepContext(
-            cfg, self.parts, self.settings, self.data, self.skips, self.state, self._next_samples
+            cfg, self.parts, self.settings, self.data, self.skips, self.state, self.draws.next
         )
         # rollout.mode one_step_off / async: the batches generated during the updates (ahead.py)
         rc = cfg.rollout
@@ -62,11 +63,6 @@ class Trainer:
             RolloutsAhead(partial(collect_step, self.context), self.parts.handoff, rc.depth)
             if rc.overlaps
             else None
-        )
-        # sync mode: the next draw's media load while this step trains (prefetch.py)
-        prefetch = cfg.data.prefetch and not rc.overlaps
-        self._prefetch = (
-            MediaPrefetch(self.data.train_set, cfg.data, self.parts.processor) if prefetch else None
         )
         # trainer.eval: benchmark evaluations of checkpoints in background processes
         self.evals = BackgroundEvals(cfg, self.parts)
@@ -165,57 +161,6 @@ class Trainer:
             )
         return got
 
-    def _next_samples(self, draws: list[int] | None = None) -> tuple[list[MediaSample], PromptBatch]:
-        """This rank's share of the next global batch (every rank draws it, so samplers stay in
-        step), its unloadable records skipped and, with ``data.preflight=fast``, its overlong
-        prompts dropped (both counted in ``self.skips``)."""
-        data, dcfg = self.data, self.cfg.data
-        drawn = self.state.sampler.next_batch()
-        if draws is not None:
-            draws += drawn
-        chosen = [data.train_idx[i] for i in drawn]
-        balance = self.cfg.distributed.balance_tokens
-        chosen = split_prompts(chosen, self.parts.dist, data.prompt_tokens if balance else None)
-        ready = self._prefetch.take(chosen) if self._prefetch is not None else None
-        samples = self.loadable(chosen, None if ready is None else ready.samples)
-        if ready is not None and ready.batch is not None and _same(ready.encoded, samples):
-            batch = ready.batch  # loaded and encoded while the previous step trained
-        else:
-            batch = encode_prompts(self.parts.processor, samples, dcfg, data.train_set.loader)
-        if self._prefetch is not None and self.state.step + 1 < self.cfg.trainer.max_steps:
-            ahead = [data.train_idx[i] for i in self.state.sampler.peek_batch()]
-            ahead = split_prompts(ahead, self.parts.dist, data.prompt_tokens if balance else None)
-            self._prefetch.start(ahead, self.skips.bad_prompts)
-        if dcfg.preflight == "fast":  # lengths were not checked at start-up: check them here
-            lengths = batch.inputs["attention_mask"].sum(1).tolist()
-            fits = [s for s, n in zip(samples, lengths, strict=True) if n <= dcfg.max_prompt_length]
-            self.skips.dropped_overlong += len(samples) - len(fits)
-            if not fits:
-                raise ConfigError(
-                    f"every prompt of this step is longer than data.max_prompt_length="
-                    f"{dcfg.max_prompt_length}, e.g. {samples[0].record.problem_id}"
-                )
-            if len(fits) < len(samples):
-                samples = fits
-                batch = encode_prompts(self.parts.processor, samples, dcfg, data.train_set.loader)
-        return samples, batch
-
-    def loadable(self, chosen: list[int], ready: dict[int, MediaSample] | None = None) -> list[MediaSample]:
-        """The samples of ``chosen`` whose media load; the others are skipped, listed and counted
-        (``skipping.py``), and not drawn again. ``ready``: samples loaded ahead (prefetch.py)."""
-        samples, rows = loadable_samples(
-            self.data.train_set,
-            self.cfg.data,
-            chosen,
-            self.skips.bad_prompts,
-            self.state.step + 1,
-            self.parts.skip_log,
-            ready,
-        )
-        self.skips.bad_prompts.update(row["index"] for row in rows)
-        self.skips.skipped_at_step += len(rows)
-        return samples
-
     # ------------------------------------------------------------------ warm-up and validation
     def sft_warmup(self) -> bool:
         """The supervised warm-up (``warmup.py``); the KL reference then moves to the warmed-up
@@ -225,7 +170,7 @@ class Trainer:
             self.parts,
             self.data.train_set,
             self.data.train_idx,
-            self.loadable,
+            self.draws.loadable,
             self.settings.sampling.max_new_tokens,
         ):
             return False
@@ -346,14 +291,7 @@ class Trainer:
         if self._ahead is not None:
             self._ahead.close()
             self._ahead = None
-        if self._prefetch is not None:
-            self._prefetch.close()
-            self._prefetch = None
+        self.draws.close()
         self.evals.close()
         self.parts.release()
         shutdown_distributed()
-
-
-def _same(a: list, b: list) -> bool:
-    """Whether two lists hold the very same objects, in order."""
-    return len(a) == len(b) and all(x is y for x, y in zip(a, b, strict=True))
