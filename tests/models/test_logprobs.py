@@ -6,31 +6,19 @@ import copy
 
 import pytest
 import torch
-from transformers import AutoModelForImageTextToText, AutoProcessor
 
-from easyvideor1.data.config import DataConfig
-from easyvideor1.data.dataset import RecordDataset, encode_prompts
-from easyvideor1.data.records import load_records
-from easyvideor1.data.synthetic import write_synthetic_set
+from easyvideor1.data.dataset import encode_prompts
 from easyvideor1.models.inputs import expand
 from easyvideor1.models.logprobs import Packing, PolicyForward, ResponseRows, response_logprobs
-from easyvideor1.models.tiny import make_tiny_model
 from easyvideor1.models.vision import DummyVisionPass
 from easyvideor1.rollout.base import banned_token_ids
+from tests.rollout.test_hf_rollout import setup  # noqa: F401 (the rollout tests' fixture, shared)
 
 
 @pytest.fixture(scope="module")
-def setup(tmp_path_factory):
-    """A tiny Qwen3-VL, three video prompts and a response of a few tokens to each."""
-    d = tmp_path_factory.mktemp("lp")
-    model_dir = make_tiny_model(str(d / "model"), "qwen3vl")
-    data = write_synthetic_set(str(d / "syn"), 3, size=(64, 48), duration=1.0)
-    cfg = DataConfig(
-        model_family="qwen3vl", video_nframes=4, video_fps=None, video_min_pixels=1024, video_max_pixels=2048
-    )
-    ds = RecordDataset(load_records(data), cfg, data)
-    model = AutoModelForImageTextToText.from_pretrained(model_dir).train()
-    processor = AutoProcessor.from_pretrained(model_dir)
+def passes(setup):  # noqa: F811 (the imported fixture)
+    """The rollout tests' tiny Qwen3-VL and video prompts, with a response of a few tokens to each."""
+    model, processor, ds = setup
     batch = encode_prompts(processor, [ds[0], ds[1], ds[2]], ds.cfg, ds.loader)
     banned = banned_token_ids(processor.tokenizer)
     texts = ["<answer>A</answer>", "the answer is B, I think", "C"]
@@ -45,8 +33,8 @@ def setup(tmp_path_factory):
     return model, banned, rows
 
 
-def test_a_packed_pass_gives_the_padded_pass_values(setup):
-    model, banned, rows = setup
+def test_a_packed_pass_gives_the_padded_pass_values(passes):
+    model, banned, rows = passes
     forward = PolicyForward(model, DummyVisionPass(model), banned=banned, temperature=0.7)
     packed = PolicyForward(
         model, DummyVisionPass(model), banned=banned, temperature=0.7, packing=Packing(padding_free=True)
@@ -64,8 +52,8 @@ def test_a_packed_pass_gives_the_padded_pass_values(setup):
     assert not torch.allclose(hot[m], lp[m])
 
 
-def test_the_reference_is_a_second_instance_of_the_same_pass(setup):
-    model, banned, rows = setup
+def test_the_reference_is_a_second_instance_of_the_same_pass(passes):
+    model, banned, rows = passes
     forward = PolicyForward(
         model, DummyVisionPass(model), banned=banned, temperature=0.7, packing=Packing(True)
     )
@@ -84,16 +72,16 @@ def test_the_reference_is_a_second_instance_of_the_same_pass(setup):
     assert torch.allclose(ours[m], theirs[m], atol=1e-6, rtol=0)
 
 
-def test_response_logprobs_is_one_padded_pass(setup):
-    model, banned, rows = setup
+def test_response_logprobs_is_one_padded_pass(passes):
+    model, banned, rows = passes
     with torch.no_grad():
         one_off, _ = response_logprobs(model, rows.inputs, rows.ids, rows.real, banned, 0.7)
         passed, _ = PolicyForward(model, banned=banned, temperature=0.7).logprobs(rows)
     assert torch.equal(one_off, passed)
 
 
-def test_a_packed_pass_needs_the_media_counts(setup):
-    model, banned, rows = setup
+def test_a_packed_pass_needs_the_media_counts(passes):
+    model, banned, rows = passes
     bare = ResponseRows(rows.inputs, rows.ids, rows.real)
     with pytest.raises(ValueError, match="media counts"):
         PolicyForward(model, banned=banned, packing=Packing(padding_free=True)).logprobs(bare)

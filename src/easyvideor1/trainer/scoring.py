@@ -33,7 +33,7 @@ def score(
 ) -> Scores:
     """Rewards of each response from the record it answers, scored as one batch
     (``rewards.score_records``: expensive tasks in its process pool, judged ones asked of the
-    endpoint concurrently); validation uses it too."""
+    endpoint concurrently): a round's, the online part of hybrid groups, the greedy baseline's."""
     records = [samples[p].record for p in prompt_of]
     rows = score_records(texts, records, lengths, reward_cfg)
     values = {k: torch.tensor([float(r[k]) for r in rows], dtype=torch.float32) for k in SCORE_KEYS}
