@@ -182,9 +182,9 @@ class TrainState:
 @dataclass(frozen=True)
 class StepContext:
     """What every stage of a step reads, bundled once by the trainer: the run config, the
-    components, the step settings, the prompts and the records left out, where the run is, and how the next prompts are
-    drawn (``draw(draws)``: this rank's samples and their encoded batch, appending the sampler
-    indices drawn to ``draws``)."""
+    components, the step settings, the prompts and the records left out, where the run is, and
+    how the next prompts are drawn (``draw(draws)``: this rank's samples and their encoded batch,
+    the sampler indices drawn appended to ``draws``)."""
 
     cfg: Any
     parts: Components
@@ -224,8 +224,8 @@ class Step:
     times: dict[str, float] = field(default_factory=dict)
     """Seconds per phase: ``data`` (drawing and encoding prompts), ``rollout``, ``logprobs``,
     ``update`` and the whole ``step``."""
-    _started: float = 0.0
-    _mark: float = 0.0
+    _started: float = field(default=0.0, repr=False)
+    _mark: float = field(default=0.0, repr=False)
 
     def start_clock(self, started: float) -> None:
         """The step began at ``started`` (``time.perf_counter``); its data time was spent in it."""
