@@ -19,7 +19,7 @@ from pathlib import Path
 
 from easyvideor1.cli import main
 from easyvideor1.rollout.hf import HFRolloutEngine
-from easyvideor1.trainer import advantages, evaluate, loop, rollouts, rounds
+from easyvideor1.trainer import evaluate, loop, rollouts, rounds
 
 seen: dict[str, list] = {"rounds": [], "greedy": [], "validation": [], "steps": []}
 now: list[dict] = []  # the collection in progress (its engine calls count into it)
@@ -46,7 +46,8 @@ def _collect(original):
 
 
 def _greedy(original):
-    def greedy_scores(engine, batch, samples, *args, **kwargs):
+    def greedy_baseline(ctx, step):
+        engine = ctx.parts.engine
         real = engine.generate
 
         def generate(batch, repeats, sampling):
@@ -55,11 +56,11 @@ def _greedy(original):
 
         engine.generate = generate
         try:
-            return original(engine, batch, samples, *args, **kwargs)
+            return original(ctx, step)
         finally:
             del engine.generate
 
-    return greedy_scores
+    return greedy_baseline
 
 
 def _validation(original):
@@ -87,7 +88,7 @@ def _steps(original):
 
 HFRolloutEngine.generate = _generate(HFRolloutEngine.generate)
 rounds.collect = _collect(rollouts.collect)
-rounds.greedy_scores = _greedy(advantages.greedy_scores)
+rounds.greedy_baseline = _greedy(rounds.greedy_baseline)
 loop.collect_step = _steps(loop.collect_step)
 evaluate.evaluate = _validation(evaluate.evaluate)
 

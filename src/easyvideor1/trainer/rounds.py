@@ -25,12 +25,12 @@ import torch
 from ..algorithms.filtering import DynamicSampler
 from ..data.dataset import MediaSample, encode_prompts
 from ..models.inputs import PromptBatch
-from .advantages import greedy_scores, needs_greedy_baseline
+from .advantages import needs_greedy_baseline
 from .distributed import max_over_ranks, split_over_group
 from .experience import Experience, pad_stack
 from .metrics import reward_metrics
 from .rollouts import collect
-from .scoring import scored_experience
+from .scoring import score, scored_experience
 from .state import Step, StepContext
 from .step_metrics import COUNT_METRICS
 
@@ -93,12 +93,21 @@ def filter_groups(ctx: StepContext, step: Step) -> None:
 
 
 def greedy_baseline(ctx: StepContext, step: Step) -> None:
-    """``step.greedy_scores``: the score of one greedy response per prompt when the estimator
-    declared it needs one (e.g. ReMax), generated with the rollouts, before the engine sleeps."""
-    if needs_greedy_baseline(ctx.cfg.algorithm):
-        step.greedy_scores = greedy_scores(
-            ctx.parts.engine, step.batch, step.samples, ctx.settings.sampling, ctx.cfg.reward, ctx.parts.dist
-        )
+    """``step.greedy_scores``: ``[P]``, the score of one greedy response per prompt when the
+    estimator declared it needs one (``GREEDY_BASELINE``, e.g. ReMax), generated with the rollouts,
+    before the engine sleeps. The ranks of a sequence-parallel group generate and score a share
+    each (:func:`split_over_group`)."""
+    if not needs_greedy_baseline(ctx.cfg.algorithm):
+        return
+    greedy = dataclasses.replace(ctx.settings.sampling, temperature=0)
+
+    def scored(batch, samples) -> torch.Tensor:
+        out = ctx.parts.engine.generate(batch, [1] * len(samples), greedy)
+        lengths = out.mask.sum(1).tolist()
+        return score(out.texts, samples, list(range(len(samples))), lengths, ctx.cfg.reward).values["overall"]
+
+    shares = split_over_group(scored, step.batch, step.samples, ctx.parts.dist)
+    step.greedy_scores = torch.cat([s for s in shares if s is not None])
 
 
 def merge_shares(shares: list[Experience | None], batch) -> Experience:
