@@ -17,7 +17,7 @@ import torch
 
 from .. import threads
 from ..data.dataset import RecordDataset
-from ..errors import UserError
+from ..errors import ConfigError
 from ..models.logprobs import Packing, PolicyForward
 from ..models.packing import check_packable
 from ..models.vision import DummyVisionPass
@@ -217,7 +217,7 @@ def load_data(cfg, parts: Components) -> tuple[TrainData, DataSkips]:
         read = set() if dataset is None else {*dataset.data_files, *(f for f, _ in dataset.unreadable)}
         empty = [f for f in files if dataset is not None and f not in read]
         if empty:  # else "no prompt fits data.max_prompt_length", which sends one looking elsewhere
-            raise UserError(f"{split} file {empty[0]} has no records")
+            raise ConfigError(f"{split} file {empty[0]} has no records (data.{split}_files)")
     if parts.dist.is_main:
         parts.skip_log.start()
     skips = DataSkips()
