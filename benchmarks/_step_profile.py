@@ -184,6 +184,7 @@ def run_variant(name: str, model_dir: str, records: str, steps: int) -> dict:
     """Time ``steps`` steps (after a warm-up one) of the variant ``name``; returns its figures."""
     import torch
 
+    from easyvideor1.models.logprobs import Packing, PolicyForward
     from easyvideor1.models.vision import DummyVisionPass
     from easyvideor1.models.vision_cache import VisionFeatureCache
     from easyvideor1.rollout.base import banned_token_ids
@@ -202,9 +203,8 @@ def run_variant(name: str, model_dir: str, records: str, steps: int) -> dict:
     # the budget holds about as many real tokens as a fixed micro-batch holds on average
     lengths = exp.batch.inputs["attention_mask"].sum(1)[exp.prompt_of] + exp.mask.sum(1)
     tokens = int(lengths.float().mean() * MICRO_BATCH) if budget else 0
-    settings = UpdateSettings(
-        micro_batch_size=MICRO_BATCH, padding_free=padding_free, max_tokens_per_micro_batch=tokens
-    )
+    settings = UpdateSettings()
+    packing = Packing(padding_free, tokens, MICRO_BATCH)
     optimizer = torch.optim.AdamW([p for p in model.parameters() if p.requires_grad], lr=1e-6)
     half = len(exp) // 2
     minis = [list(range(half)), list(range(half, len(exp)))]
@@ -217,10 +217,10 @@ def run_variant(name: str, model_dir: str, records: str, steps: int) -> dict:
         t0, w0 = clock(), time.perf_counter()
         if cache is not None:
             cache.start(exp.batch)
-        kw = dict(padding_free=padding_free, max_tokens=tokens, vision=cache)
-        exp.old_logp, _ = experience_logprobs(model, exp, banned, dummy, 1.0, MICRO_BATCH, **kw)
-        exp.ref_logp, _ = experience_logprobs(ref, exp, banned, None, 1.0, MICRO_BATCH, **kw)
-        policy_update(model, optimizer, None, exp, minis, settings, banned, dummy, vision=cache)
+        forward = PolicyForward(model, dummy, cache, banned, packing=packing)
+        exp.old_logp, _ = experience_logprobs(forward, exp)
+        exp.ref_logp, _ = experience_logprobs(forward.of(ref, None), exp)
+        policy_update(forward, optimizer, None, exp, minis, settings)
         if cache is not None:
             cache.stop()
         if device == "cuda":

@@ -21,6 +21,7 @@ from easyvideor1.data.records import load_records
 from easyvideor1.models.families import get_family
 from easyvideor1.models.inputs import gather_prompts
 from easyvideor1.models.loading import load_policy
+from easyvideor1.models.logprobs import Packing, PolicyForward
 from easyvideor1.models.tiny import make_tiny_model
 from easyvideor1.models.vision import DummyVisionPass
 from easyvideor1.models.vision_cache import VisionFeatureCache
@@ -148,14 +149,22 @@ def test_reused_vision_features_equal_re_encoded_with_one_tower_call(tiny, tmp_p
     calls: list[int] = []
     cached_model = copy.deepcopy(model)
     FAMILY.vision_tower(cached_model).register_forward_hook(lambda *a: calls.append(1))
-    fresh, _ = experience_logprobs(model, exp, banned, DummyVisionPass(model), 1.0, 3)
+    fresh, _ = experience_logprobs(
+        PolicyForward(model, DummyVisionPass(model), None, banned, packing=Packing(micro_batch_size=3)), exp
+    )
     cache = VisionFeatureCache([cached_model])
     cache.start(exp.batch)
     reused, _ = experience_logprobs(
-        cached_model, exp, banned, DummyVisionPass(cached_model), 1.0, 3, vision=cache
+        PolicyForward(
+            cached_model, DummyVisionPass(cached_model), cache, banned, packing=Packing(micro_batch_size=3)
+        ),
+        exp,
     )
     reused_again, _ = experience_logprobs(
-        cached_model, exp, banned, DummyVisionPass(cached_model), 1.0, 2, vision=cache
+        PolicyForward(
+            cached_model, DummyVisionPass(cached_model), cache, banned, packing=Packing(micro_batch_size=2)
+        ),
+        exp,
     )
     cache.stop()
     m = exp.mask.bool()

@@ -14,6 +14,7 @@ from easyvideor1.data.config import DataConfig
 from easyvideor1.data.dataset import RecordDataset
 from easyvideor1.models.inputs import gather_prompts
 from easyvideor1.models.loading import load_policy
+from easyvideor1.models.logprobs import Packing, PolicyForward
 from easyvideor1.models.packing import check_packable, cu_seqlens, pack
 from easyvideor1.models.tiny import make_tiny_model
 from easyvideor1.models.vision import DummyVisionPass
@@ -70,8 +71,12 @@ SLOW = pytest.mark.slow  # the same code path as the fast families, another arch
 def test_packed_logprobs_equal_padded(tmp_path, records, family):
     model, processor, exp = _setup(tmp_path, family, records)
     banned, dummy = banned_token_ids(processor.tokenizer), DummyVisionPass(model)
-    padded, ent_padded = experience_logprobs(model, exp, banned, dummy, 1.0, 3)
-    packed, ent_packed = experience_logprobs(model, exp, banned, dummy, 1.0, 3, padding_free=True)
+    padded, ent_padded = experience_logprobs(
+        PolicyForward(model, dummy, None, banned, packing=Packing(micro_batch_size=3)), exp
+    )
+    packed, ent_packed = experience_logprobs(
+        PolicyForward(model, dummy, None, banned, packing=Packing(True, micro_batch_size=3)), exp
+    )
     m = exp.mask.bool()
     assert torch.isfinite(padded[m]).all() and padded[m].abs().min() > 0
     assert torch.allclose(packed[m], padded[m], atol=1e-5, rtol=0)
@@ -138,8 +143,12 @@ def test_packed_logprobs_equal_padded_under_eager(tmp_path, records):
     model, processor, exp = _setup(tmp_path, "qwen3_vl", records)
     banned, dummy = banned_token_ids(processor.tokenizer), DummyVisionPass(model)
     with attention(model, "eager"):
-        padded, _ = experience_logprobs(model, exp, banned, dummy, 1.0, 3)
-        packed, _ = experience_logprobs(model, exp, banned, dummy, 1.0, 3, padding_free=True)
+        padded, _ = experience_logprobs(
+            PolicyForward(model, dummy, None, banned, packing=Packing(micro_batch_size=3)), exp
+        )
+        packed, _ = experience_logprobs(
+            PolicyForward(model, dummy, None, banned, packing=Packing(True, micro_batch_size=3)), exp
+        )
     m = exp.mask.bool()
     assert torch.allclose(packed[m], padded[m], atol=1e-5, rtol=0)
 
@@ -218,12 +227,18 @@ def test_flash_attention_path_packed_equals_padded(tmp_path, records, torch_flas
     packed log-probs equal the padded ones, which equal sdpa's."""
     model, processor, exp = _setup(tmp_path, "qwen3_vl", records)
     banned, dummy = banned_token_ids(processor.tokenizer), DummyVisionPass(model)
-    sdpa, _ = experience_logprobs(model, exp, banned, dummy, 1.0, 3)
+    sdpa, _ = experience_logprobs(
+        PolicyForward(model, dummy, None, banned, packing=Packing(micro_batch_size=3)), exp
+    )
     with attention(model, "flash_attention_2"):
         assert model.config.vision_config._attn_implementation == "flash_attention_2"
-        padded, _ = experience_logprobs(model, exp, banned, dummy, 1.0, 3)
+        padded, _ = experience_logprobs(
+            PolicyForward(model, dummy, None, banned, packing=Packing(micro_batch_size=3)), exp
+        )
         torch_flash.varlen.clear()
-        packed, _ = experience_logprobs(model, exp, banned, dummy, 1.0, 3, padding_free=True)
+        packed, _ = experience_logprobs(
+            PolicyForward(model, dummy, None, banned, packing=Packing(True, micro_batch_size=3)), exp
+        )
     m = exp.mask.bool()
     assert torch.allclose(padded[m], sdpa[m], atol=1e-5, rtol=0)
     assert torch.allclose(packed[m], padded[m], atol=1e-5, rtol=0)

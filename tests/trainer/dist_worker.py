@@ -29,6 +29,7 @@ from safetensors.torch import save_file
 from easyvideor1.data.config import DataConfig
 from easyvideor1.data.dataset import RecordDataset, encode_prompts
 from easyvideor1.models.loading import load_policy
+from easyvideor1.models.logprobs import Packing, PolicyForward
 from easyvideor1.models.vision import DummyVisionPass
 from easyvideor1.resolve import resolve_data
 from easyvideor1.rollout.base import banned_token_ids
@@ -155,9 +156,10 @@ def one_update(
         else build_episodes(processor, dataset, kinds, session)
     )
     banned = banned_token_ids(processor.tokenizer)
-    exp.old_logp, _ = experience_logprobs(model, exp, banned, dummy, 1.0, micro, padding_free=packed)
-    settings = UpdateSettings(micro_batch_size=micro, max_grad_norm=1e9, padding_free=packed)
-    return policy_update(model, optimizer, None, exp, [list(range(len(exp)))], settings, banned, dummy)
+    forward = PolicyForward(model, dummy, banned=banned, packing=Packing(packed, micro_batch_size=micro))
+    exp.old_logp, _ = experience_logprobs(forward, exp)
+    settings = UpdateSettings(max_grad_norm=1e9)
+    return policy_update(forward, optimizer, None, exp, [list(range(len(exp)))], settings)
 
 
 def _flag(name: str, default: str) -> str:

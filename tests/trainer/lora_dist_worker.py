@@ -20,6 +20,7 @@ from safetensors.torch import save_file
 from easyvideor1.data.config import DataConfig
 from easyvideor1.data.dataset import RecordDataset
 from easyvideor1.models.loading import load_policy
+from easyvideor1.models.logprobs import Packing, PolicyForward
 from easyvideor1.models.lora import adapter_parameters, reference_forward
 from easyvideor1.models.vision import DummyVisionPass
 from easyvideor1.resolve import resolve_data
@@ -66,17 +67,18 @@ def main() -> int:
     exp = build_experience(processor, dataset, kinds)
     banned = banned_token_ids(processor.tokenizer)
     mask = exp.mask.float()
+    forward = PolicyForward(model, dummy, banned=banned, packing=Packing(micro_batch_size=2))
     with reference_forward(model):
-        ref, _ = experience_logprobs(model, exp, banned, dummy, 1.0, 2)
-    exp.old_logp, _ = experience_logprobs(model, exp, banned, dummy, 1.0, 2)
+        ref, _ = experience_logprobs(forward, exp)
+    exp.old_logp, _ = experience_logprobs(forward, exp)
     info = {"ref_logp": _sums(ref, mask), "policy_logp": _sums(exp.old_logp, mask)}
     if not state.enabled:  # the plain base model, loaded on its own
         base, _ = load_policy(model_dir)
-        base_logp, _ = experience_logprobs(base.train(), exp, banned, DummyVisionPass(base), 1.0, 2)
+        base_logp, _ = experience_logprobs(forward.of(base.train(), DummyVisionPass(base)), exp)
         info["base_logp"] = _sums(base_logp, mask)
     optimizer = torch.optim.SGD([p for p in model.parameters() if p.requires_grad], lr=0.1)
-    settings = UpdateSettings(micro_batch_size=2, max_grad_norm=1e9)
-    metrics = policy_update(model, optimizer, None, exp, [list(range(len(exp)))], settings, banned, dummy)
+    settings = UpdateSettings(max_grad_norm=1e9)
+    metrics = policy_update(forward, optimizer, None, exp, [list(range(len(exp)))], settings)
     weights = {k: v.clone().contiguous() for k, v in full_weights(model) if "lora_" in k}
     gathered = all_gather(info)  # rank order = the single process's prompt order
     if state.is_main:

@@ -19,7 +19,7 @@ from pathlib import Path
 
 from easyvideor1.cli import main
 from easyvideor1.rollout.hf import HFRolloutEngine
-from easyvideor1.trainer import advantages, evaluate, loop, rounds, step
+from easyvideor1.trainer import evaluate, loop, rollouts, rounds
 
 seen: dict[str, list] = {"rounds": [], "greedy": [], "validation": [], "steps": []}
 now: list[dict] = []  # the collection in progress (its engine calls count into it)
@@ -35,10 +35,10 @@ def _generate(original):
 
 
 def _collect(original):
-    def collect(engine, processor, batch, samples, *args, **kwargs):
+    def collect(ctx, batch, samples):
         now.append({"records": [s.record.problem_id for s in samples], "generated_prompts": 0})
         try:
-            return original(engine, processor, batch, samples, *args, **kwargs)
+            return original(ctx, batch, samples)
         finally:
             seen["rounds"].append(now.pop())
 
@@ -46,7 +46,8 @@ def _collect(original):
 
 
 def _greedy(original):
-    def greedy_scores(engine, batch, samples, *args, **kwargs):
+    def greedy_baseline(ctx, step):
+        engine = ctx.parts.engine
         real = engine.generate
 
         def generate(batch, repeats, sampling):
@@ -55,11 +56,11 @@ def _greedy(original):
 
         engine.generate = generate
         try:
-            return original(engine, batch, samples, *args, **kwargs)
+            return original(ctx, step)
         finally:
             del engine.generate
 
-    return greedy_scores
+    return greedy_baseline
 
 
 def _validation(original):
@@ -70,24 +71,25 @@ def _validation(original):
     return evaluate
 
 
-def _groups(original):
-    def collect_groups(*args, **kwargs):
-        exp, samples, batch, data_s = original(*args, **kwargs)
+def _steps(original):
+    def collect_step(*args, **kwargs):
+        step = original(*args, **kwargs)
+        exp = step.experience
         digest = hashlib.sha256()
         for t in (exp.ids, exp.mask, exp.offline, exp.truncated, *exp.scores.values()):
             digest.update(t.contiguous().numpy().tobytes())
-        ids = [s.record.problem_id for s in samples]
+        ids = [s.record.problem_id for s in step.samples]
         digest.update(json.dumps([exp.texts, exp.prompt_of, ids, exp.metrics]).encode())
-        seen["steps"].append({"digest": digest.hexdigest(), "prompts": len(samples)})
-        return exp, samples, batch, data_s
+        seen["steps"].append({"digest": digest.hexdigest(), "prompts": len(step.samples)})
+        return step
 
-    return collect_groups
+    return collect_step
 
 
 HFRolloutEngine.generate = _generate(HFRolloutEngine.generate)
-rounds.collect = _collect(rounds.collect)
-step.greedy_scores = _greedy(advantages.greedy_scores)
-loop.collect_groups = _groups(loop.collect_groups)
+rounds.collect = _collect(rollouts.collect)
+rounds.greedy_baseline = _greedy(rounds.greedy_baseline)
+loop.collect_step = _steps(loop.collect_step)
 evaluate.evaluate = _validation(evaluate.evaluate)
 
 if __name__ == "__main__":

@@ -16,6 +16,7 @@ from safetensors.torch import save_file
 from easyvideor1.data.config import DataConfig
 from easyvideor1.data.dataset import RecordDataset
 from easyvideor1.models.loading import load_policy
+from easyvideor1.models.logprobs import Packing, PolicyForward
 from easyvideor1.models.vision import DummyVisionPass
 from easyvideor1.models.vision_cache import VisionFeatureCache
 from easyvideor1.resolve import resolve_data
@@ -55,17 +56,13 @@ def main() -> int:
     budget = 160 if on else 0
     if cache is not None:
         cache.start(exp.batch)
-    exp.old_logp, _ = experience_logprobs(
-        model, exp, banned, dummy, 1.0, 2, padding_free=on, max_tokens=budget, vision=cache
-    )
-    settings = UpdateSettings(
-        micro_batch_size=2, max_grad_norm=1e9, padding_free=on, max_tokens_per_micro_batch=budget
-    )
+    packing = Packing(padding_free=on, max_tokens=budget, micro_batch_size=2)
+    forward = PolicyForward(model, dummy, cache, banned, packing=packing)
+    exp.old_logp, _ = experience_logprobs(forward, exp)
+    settings = UpdateSettings(max_grad_norm=1e9)
     everything = list(range(len(exp)))
     # two PPO epochs over one mini-batch: the second reuses the features again
-    metrics = policy_update(
-        model, optimizer, None, exp, [everything, everything], settings, banned, dummy, vision=cache
-    )
+    metrics = policy_update(forward, optimizer, None, exp, [everything, everything], settings)
     if cache is not None:
         metrics["encodes"] = float(cache.encodes)
         cache.stop()

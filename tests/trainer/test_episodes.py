@@ -4,14 +4,17 @@ the demo's); every other turn, those after the tool results included, is the mod
 
 from __future__ import annotations
 
+import dataclasses
+
 import pytest
 import torch
 
 from easyvideor1.models.inputs import PromptBatch, gather_prompts
+from easyvideor1.models.logprobs import Packing, PolicyForward
 from easyvideor1.rollout.base import Responses
 from easyvideor1.trainer import update
 from easyvideor1.trainer.loop import Trainer
-from easyvideor1.trainer.rounds import collect_groups
+from easyvideor1.trainer.rounds import collect_step
 
 from .conftest import CALL
 
@@ -68,15 +71,7 @@ def script_first_turns(trainer: Trainer) -> None:
 
 def _rollouts(trainer: Trainer):
     """One step's experience (rollouts scored, before log-probs and advantages)."""
-    data = trainer.data
-    return collect_groups(
-        trainer.cfg,
-        trainer.parts,
-        trainer.settings.sampling,
-        data.train_set.loader,
-        trainer._next_samples,
-        {},
-    )[0]
+    return collect_step(trainer.context, trainer.engine_version).experience
 
 
 def test_an_episode_step_trains_on_the_policy_tokens_with_every_frame_in_the_forward(make_cfg):
@@ -109,15 +104,21 @@ def test_tool_result_tokens_get_exactly_zero_gradient(make_cfg):
 
     hook = parts.model.lm_head.register_forward_hook(keep)
     try:
-        logp, _, mask, width = update._logprobs(
-            parts.model, exp, [i], parts.engine.banned, parts.dummy, 1.0, False, None
-        )
+        rows, mask, width = update.response_rows(exp, [i])
+        logp, _ = _forward(parts).logprobs(rows)
         (logp * mask).sum().backward()  # the loss's token weights: the policy's tokens only
     finally:
         hook.remove()
     grad = logits["out"].grad[0, :width]  # position t predicts response token t
     assert torch.all(grad[tool[:width]] == 0)  # tool-result tokens: exactly zero
     assert all(grad[t].abs().sum() > 0 for t in torch.nonzero(exp.mask[i, :width]).flatten().tolist())
+
+
+def _forward(parts, vision=None, padding_free: bool = False) -> PolicyForward:
+    """The policy's log-prob pass at temperature 1, padded or packed, with or without a feature cache."""
+    return dataclasses.replace(
+        parts.forward, temperature=1.0, vision=vision, packing=Packing(padding_free=padding_free)
+    )
 
 
 def _gap(a: torch.Tensor, b: torch.Tensor, where: torch.Tensor) -> float:
@@ -140,12 +141,9 @@ def test_packed_episodes_equal_the_padded_forward(make_cfg):
     idx = list(range(len(exp)))
     assert any(exp.response_media[i] for i in idx) and not all(exp.response_media[i] for i in idx)
     with torch.no_grad():
-        padded_lp, padded_ent, mask, _ = update._logprobs(
-            parts.model, exp, idx, parts.engine.banned, parts.dummy, 1.0, False, None
-        )
-        packed_lp, packed_ent, _, width = update._logprobs(
-            parts.model, exp, idx, parts.engine.banned, parts.dummy, 1.0, True, None
-        )
+        rows, mask, width = update.response_rows(exp, idx)
+        padded_lp, padded_ent = _forward(parts).logprobs(rows)
+        packed_lp, packed_ent = _forward(parts, padding_free=True).logprobs(rows)
     real = exp.real[idx, :width].bool()
     assert _gap(packed_lp, padded_lp, real) < 1e-5 and _gap(packed_ent, padded_ent, real) < 1e-5
 
@@ -160,17 +158,17 @@ def test_the_frozen_tower_feature_cache_serves_the_tool_turns_media(make_cfg):
     tool media; every forward (padded or packed) is served from it and equals re-encoding."""
     trainer = Trainer(make_cfg(*TOOLS, "trainer.val_size=0", "model.freeze_vision_tower=true"))
     script_first_turns(trainer)
-    parts, cache = trainer.parts, trainer.parts.vision_cache
+    parts, cache = trainer.parts, trainer.parts.forward.vision
     exp = _rollouts(trainer)
     idx = list(range(len(exp)))
     assert any(exp.response_media[i] for i in idx)
-    args = (parts.model, exp, idx, parts.engine.banned, parts.dummy, 1.0)
+    rows, _, width = update.response_rows(exp, idx)
     with torch.no_grad():
-        encoded, _, _, width = update._logprobs(*args, False, None)
+        encoded, _ = _forward(parts).logprobs(rows)
         cache.start(exp.batch, exp.response_media)
         try:
-            served, _, _, _ = update._logprobs(*args, False, cache)
-            packed, _, _, _ = update._logprobs(*args, True, cache)
+            served, _ = _forward(parts, vision=cache).logprobs(rows)
+            packed, _ = _forward(parts, vision=cache, padding_free=True).logprobs(rows)
             encodes, hits = cache.encodes, cache.served
         finally:
             cache.stop()

@@ -21,10 +21,10 @@ def _trained_prompts(trainer: Trainer) -> list[list[str]]:
     seen: list[list[str]] = []
     own = trainer._rollouts
 
-    def rollouts(metrics):
-        out = own(metrics)
-        seen.append([s.record.problem_id for s in out[1]])
-        return out
+    def rollouts():
+        step = own()
+        seen.append([s.record.problem_id for s in step.samples])
+        return step
 
     trainer._rollouts = rollouts
     return seen
@@ -65,7 +65,7 @@ def test_staleness_1_trains_each_batch_on_the_weights_one_update_old(make_cfg, m
     monkeypatch.setattr(stages, "correct_rollouts", capture)
     # when generation and updates run: the next batch is sampled while the update runs
     events: list[tuple[str, float, float]] = []
-    own_generate, own_update = trainer.parts.engine.generate, stages.run_update
+    own_generate, own_update = trainer.parts.engine.generate, stages.update
 
     def timed(kind, fn):
         def run(*args, **kwargs):
@@ -77,7 +77,7 @@ def test_staleness_1_trains_each_batch_on_the_weights_one_update_old(make_cfg, m
         return run
 
     trainer.parts.engine.generate = timed("generate", own_generate)
-    monkeypatch.setattr(stages, "run_update", timed("update", own_update))
+    monkeypatch.setattr(stages, "update", timed("update", own_update))
     # the job generating a batch ahead (weights handed over, prompts loaded, then sampled): timed as
     # a whole, since on a loaded machine its loading alone can outlast a tiny model's update
     monkeypatch.setattr(RolloutsAhead, "_run", timed("ahead", RolloutsAhead._run))
@@ -190,13 +190,13 @@ def test_episodes_hybrid_groups_and_dynamic_sampling_run_one_step_off(make_cfg, 
 def _slow_updates(monkeypatch, seconds: float) -> None:
     """Updates that outlast the generation of every batch in flight: the timing the tests below
     describe no longer depends on the machine's load."""
-    own = stages.run_update
+    own = stages.update
 
     def slow(*args, **kwargs):
         time.sleep(seconds)
         return own(*args, **kwargs)
 
-    monkeypatch.setattr(stages, "run_update", slow)
+    monkeypatch.setattr(stages, "update", slow)
 
 
 def test_async_keeps_k_batches_in_flight_each_within_the_bound(make_cfg, monkeypatch):

@@ -3,6 +3,7 @@ a run with it draws, samples, rewards and trains exactly as one without it."""
 
 from __future__ import annotations
 
+import dataclasses
 import threading
 
 import pytest
@@ -37,27 +38,27 @@ def _run(make_cfg, mp, on: bool):
         return original(*args)
 
     mp.setattr(prefetch, "load_media", load)
-    from easyvideor1.trainer import loop
+    from easyvideor1.trainer import draws as drawing
 
-    encode = loop.encode_prompts
+    encode = drawing.encode_prompts
 
     def encoded_when_drawn(*args):
         loads.append("encoded when drawn")
         return encode(*args)
 
-    mp.setattr(loop, "encode_prompts", encoded_when_drawn)
+    mp.setattr(drawing, "encode_prompts", encoded_when_drawn)
     trainer = Trainer(
         make_cfg(f"data.prefetch={str(on).lower()}", "trainer.val_size=0", "trainer.resume=never")
     )
     drawn, metrics = [], []
-    draw = trainer._next_samples
+    draw = trainer.draws.next
 
     def record(draws=None):
         samples, batch = draw(draws)
         drawn.append(([s.record.problem_id for s in samples], batch))
         return samples, batch
 
-    trainer._next_samples = record
+    trainer.context = dataclasses.replace(trainer.context, draw=record)
     for _ in range(2):
         m = trainer.rl_step()
         metrics.append({k: v for k, v in m.items() if not k.startswith(("time/", "perf/", "memory/"))})
@@ -93,6 +94,6 @@ def test_modes_that_draw_ahead_do_not_prefetch(make_cfg, mode):
         make_cfg(f"rollout.mode={mode}", "data.prefetch=true", "trainer.val_size=0", "trainer.resume=never")
     )
     try:
-        assert trainer._prefetch is None
+        assert trainer.draws.prefetch is None
     finally:
         trainer.close()

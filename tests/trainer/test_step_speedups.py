@@ -19,6 +19,7 @@ from safetensors import safe_open
 from easyvideor1.data.config import DataConfig
 from easyvideor1.data.dataset import RecordDataset
 from easyvideor1.models.loading import load_policy
+from easyvideor1.models.logprobs import Packing, PolicyForward
 from easyvideor1.models.vision import DummyVisionPass, vision_tower
 from easyvideor1.models.vision_cache import VisionFeatureCache
 from easyvideor1.resolve import resolve_data
@@ -67,14 +68,13 @@ def _step(model, processor, exp, *, on_budget=0, padding_free=False, cache=None,
     if cache is not None:
         cache.start(exp.batch)
     exp = copy.copy(exp)
-    kw = dict(padding_free=padding_free, max_tokens=on_budget, vision=cache)
-    exp.old_logp, _ = experience_logprobs(model, exp, banned, dummy, 1.0, 3, **kw)
-    settings = UpdateSettings(
-        micro_batch_size=3, max_grad_norm=1e9, padding_free=padding_free, max_tokens_per_micro_batch=on_budget
-    )
+    packing = Packing(padding_free=padding_free, max_tokens=on_budget, micro_batch_size=3)
+    forward = PolicyForward(model, dummy, cache, banned, packing=packing)
+    exp.old_logp, _ = experience_logprobs(forward, exp)
+    settings = UpdateSettings(max_grad_norm=1e9)
     opt = torch.optim.SGD([p for p in model.parameters() if p.requires_grad], lr=0.1)
     everything = list(range(len(exp)))
-    policy_update(model, opt, None, exp, [everything] * epochs, settings, banned, dummy, vision=cache)
+    policy_update(forward, opt, None, exp, [everything] * epochs, settings)
     return model, exp.old_logp, cache
 
 
@@ -203,7 +203,7 @@ def test_trainer_step_with_every_speed_up_on(make_cfg):
     )
     trainer = Trainer(cfg)
     metrics = trainer.rl_step()
-    cache = trainer.parts.vision_cache
+    cache = trainer.parts.forward.vision
     assert cache is not None and not cache.active  # stopped after the update
     assert cache.encodes == 1 and cache.served >= 3  # videos only; old + reference + actor
     assert all(isfinite(v) for v in metrics.values())

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import json
 
 import pytest
@@ -10,9 +11,10 @@ from transformers import AutoModelForImageTextToText
 
 from easyvideor1.data.dataset import encode_prompts
 from easyvideor1.media.cache import CacheError
+from easyvideor1.models.logprobs import Packing
 from easyvideor1.rewards import UnknownTaskError
-from easyvideor1.trainer.experience import collect
 from easyvideor1.trainer.loop import Trainer
+from easyvideor1.trainer.rounds import collect_round
 
 
 def _metrics(path):
@@ -20,16 +22,9 @@ def _metrics(path):
 
 
 def _collect(t: Trainer, batch, samples):
-    """One step's rollouts of ``samples`` with the trainer's engine, sampling and reward settings."""
-    return collect(
-        t.parts.engine,
-        t.parts.processor,
-        batch,
-        samples,
-        t.cfg.rollout,
-        t.settings.sampling,
-        t.cfg.reward,
-    )
+    """One round's scored rollouts of ``samples`` with the trainer's engine, sampling and reward
+    settings."""
+    return collect_round(t.context, samples, batch)
 
 
 def test_hybrid_groups_generate_only_n_minus_k(make_cfg):
@@ -306,12 +301,12 @@ def test_dynamic_sampling_draws_more_prompts_until_groups_carry_signal(make_cfg)
 
 
 def test_merge_groups_keeps_whole_groups_in_order(make_cfg):
-    from easyvideor1.trainer.experience import merge_groups
+    from easyvideor1.trainer.rounds import merge_groups
 
     t = Trainer(make_cfg("rollout.hybrid=always"))
     parts = []
     for _ in range(2):
-        samples, batch = t._next_samples()
+        samples, batch = t.draws.next()
         exp = _collect(t, batch, samples)
         parts.append((exp, samples, [1, 3]))
     kept = [s[p] for _, s, keep in parts for p in keep]
@@ -320,21 +315,14 @@ def test_merge_groups_keeps_whole_groups_in_order(make_cfg):
     first = [i for i, p in enumerate(parts[0][0].prompt_of) if p == 1]
     assert merged.texts[:4] == [parts[0][0].texts[i] for i in first]
     # the merged experience goes through a full update
-    from easyvideor1.trainer.step import advantages
+    from easyvideor1.trainer.advantages import step_advantages
     from easyvideor1.trainer.update import experience_logprobs, policy_update
 
-    merged.old_logp, _ = experience_logprobs(t.model, merged, t.parts.engine.banned, t.parts.dummy, 1.0, 5)
-    merged.advantages = advantages(t.cfg, t.parts.dist, merged, merged.scores["overall"], kept, None)
-    m = policy_update(
-        t.model,
-        t.optimizer,
-        None,
-        merged,
-        [list(range(16))],
-        t.settings.update,
-        t.parts.engine.banned,
-        t.parts.dummy,
-    )
+    old = dataclasses.replace(t.parts.forward, temperature=1.0, packing=Packing(micro_batch_size=5))
+    merged.old_logp, _ = experience_logprobs(old, merged)
+    alg = t.cfg.algorithm
+    merged.advantages = step_advantages(alg, merged, merged.scores["overall"], kept, None, t.parts.dist)
+    m = policy_update(t.parts.forward, t.optimizer, None, merged, [list(range(16))], t.settings.update)
     assert m["actor/skipped_steps"] == 0 and m["actor/ppo_kl"] == pytest.approx(0.0, abs=1e-5)
 
 
@@ -379,7 +367,7 @@ def test_checkpoint_weights_load_back_exactly(tmp_path, family):
 
 def test_record_fields_named_like_score_arguments_do_not_collide(make_cfg):
     from easyvideor1.data.records import parse_record
-    from easyvideor1.trainer.experience import score
+    from easyvideor1.trainer.scoring import score
 
     t = Trainer(make_cfg())
     sample = t.data.train_set[0]

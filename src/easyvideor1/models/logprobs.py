@@ -1,8 +1,17 @@
-"""Per-token log-probabilities and entropy of responses under a model (teacher forcing)."""
+"""Per-token log-probabilities and entropy of responses under a model (teacher forcing).
+
+:class:`PolicyForward` is the one entry for "log-probs of responses under a model": it holds what
+every such pass needs (the model, its dummy vision pass, the frozen tower's feature cache, the
+banned ids, the sampling temperature, the micro-batch packing and the model's sequence-parallel
+group), so a pass takes only its rows (:class:`ResponseRows`). The trainer builds one for the
+policy and one for a reference model; :func:`response_logprobs` is a one-off pass.
+"""
 
 from __future__ import annotations
 
+import dataclasses
 from contextlib import nullcontext
+from dataclasses import dataclass, field
 
 import torch
 import torch.nn.functional as F
@@ -37,6 +46,138 @@ def token_logprobs(
     return logp, entropy.detach()
 
 
+@dataclass(frozen=True)
+class Packing:
+    """How a pass's sequences are grouped into forwards; changes speed and memory, not values."""
+
+    padding_free: bool = False
+    """Pack each micro-batch's sequences into one row (``models/packing.py``)."""
+    max_tokens: int = 0
+    """> 0: micro-batches by this token budget (``trainer.max_tokens_per_micro_batch``)."""
+    micro_batch_size: int = 16
+    """Sequences per micro-batch when there is no token budget."""
+
+
+@dataclass
+class ResponseRows:
+    """The sequences of one forward: prompt rows and the responses that follow them.
+
+    ``real`` marks the responses' real tokens (attended, and given a log-prob): for an episode,
+    its tool turns too (``types`` types their vision tokens); the caller's loss mask keeps the
+    policy's own. ``media_counts`` (videos, images of each sequence) is what a packed forward
+    needs; ``prompt_ids`` (each sequence's prompt index in a started vision cache's batch) and
+    ``sequence_ids`` (each sequence's own media, an episode's tool turns) what a served one needs.
+    """
+
+    inputs: dict
+    ids: torch.Tensor  # [N, T] response ids
+    real: torch.Tensor  # [N, T]
+    media_counts: tuple[list[int], list[int]] | None = None
+    prompt_ids: list[int] | None = None
+    sequence_ids: list[int] | None = None
+    types: torch.Tensor | None = None  # [N, T] the responses' mm_token_type_ids
+
+
+@dataclass(frozen=True)
+class PolicyForward:
+    """What every log-prob pass over ``model`` needs; :meth:`logprobs` is the pass.
+
+    The reference model is a second instance (:meth:`of`); a LoRA policy's adapter-disabled
+    reference is this instance inside ``models.lora.reference_forward``.
+    """
+
+    model: torch.nn.Module
+    dummy: DummyVisionPass | None = None
+    """Vision-tower passes for batches without media (every backward reaches the whole tower)."""
+    vision: VisionFeatureCache | None = None
+    """A frozen tower's features, served to the forwards while it is started."""
+    banned: list[int] | None = None
+    """Token ids generation never samples (vision placeholders): -inf here too."""
+    temperature: float = 1.0
+    packing: Packing = field(default_factory=Packing)
+    sp: object | None = field(default=None, init=False, compare=False)
+    """The model's sequence-parallel group (``models/sequence_parallel.py``), or None."""
+
+    def __post_init__(self):
+        object.__setattr__(self, "sp", group_of(self.model))
+
+    def of(self, model: torch.nn.Module, dummy: DummyVisionPass | None) -> PolicyForward:
+        """The same pass over another model (the reference) with its own dummy vision pass."""
+        return dataclasses.replace(self, model=model, dummy=dummy)
+
+    def logprobs(self, rows: ResponseRows) -> tuple[torch.Tensor, torch.Tensor]:
+        """(logp [N, T], entropy [N, T]) of each response token of ``rows`` given its prompt.
+
+        Packed (``packing.padding_free``) and served (a started ``vision`` cache) forwards give the
+        padded, re-encoding forward's values (within float tolerance).
+        """
+        serve = self.vision is not None and self.vision.active
+        if serve and rows.prompt_ids is None:
+            raise ValueError("a vision feature cache needs the prompt index of every sequence")
+        with self.vision.serving(rows.prompt_ids, rows.sequence_ids) if serve else nullcontext():
+            # a served forward calls no tower, so no dummy either (the frozen tower needs no gradient)
+            expect = self.dummy.expect if self.dummy is not None and not serve else None
+            if self.packing.padding_free:
+                if rows.media_counts is None:
+                    raise ValueError("padding-free log-probs need each sequence's media counts")
+                return self._packed(rows, expect)
+            return self._padded(rows, expect)
+
+    def _padded(self, rows: ResponseRows, expect):
+        model, device = self.model, compute_device(self.model)  # inputs are built on the CPU
+        full = {k: v.to(device) if isinstance(v, torch.Tensor) else v for k, v in rows.inputs.items()}
+        response_ids, response_mask = rows.ids.to(device), rows.real.to(device)
+        types = None if rows.types is None else rows.types.to(device)
+        full = append_responses(full, response_ids, response_mask, types)
+        prompt_len = rows.inputs["input_ids"].shape[1]
+        T = response_ids.shape[1]
+        with expect(full) if expect is not None else nullcontext():
+            # only the positions that predict response tokens go through the LM head: full-vocabulary
+            # logits over a 4k-token video prompt would be ~1.2 GB (bf16, 151k vocab) per sequence
+            out = model(**full, use_cache=False, logits_to_keep=T + 1)
+        assert full["input_ids"].shape[1] == prompt_len + T
+        if self.sp is not None:  # sequence parallelism: this rank's share of the T + 1 kept positions
+            return self._gathered(out.logits, response_ids, response_mask, T + 1, T)
+        return token_logprobs(out.logits[:, :T], response_ids, self.banned, response_mask, self.temperature)
+
+    def _packed(self, rows: ResponseRows, expect):
+        model, device = self.model, compute_device(self.model)
+        videos, images = rows.media_counts
+        packed = pack(model, rows.inputs, rows.ids, rows.real, videos, images, rows.types)
+        inputs = {k: v.to(device) if isinstance(v, torch.Tensor) else v for k, v in packed.inputs.items()}
+        with expect(inputs) if expect is not None else nullcontext():
+            # a tensor logits_to_keep selects exactly the positions that predict response tokens
+            out = model(**inputs, use_cache=False, logits_to_keep=packed.keep.to(device))
+        index = (packed.rows.to(device), packed.cols.to(device))
+        ids = rows.ids.to(device)[index]
+        if self.sp is not None:  # sequence parallelism: this rank's share of the kept positions
+            kept = ids.shape[0]
+            lp, ent = self._gathered(out.logits, ids[None], None, kept, kept)
+        else:
+            lp, ent = token_logprobs(out.logits, ids[None], self.banned, temperature=self.temperature)
+        logp = lp.new_zeros(rows.ids.shape).index_put(index, lp[0])
+        entropy = ent.new_zeros(rows.ids.shape).index_put(index, ent[0])
+        return logp, entropy
+
+    def _gathered(self, logits, ids, mask, kept: int, width: int):
+        """Log-probs and entropy of this rank's share of the ``kept`` positions (its LM head
+        computed only those logits), gathered over the sequence-parallel group: ``[B, width]`` on
+        every rank."""
+        sp = self.sp
+        start, stop = shard_bounds(kept, sp)
+        pad = stop - ids.shape[1]
+        if pad > 0:
+            ids, mask = F.pad(ids, (0, pad)), (None if mask is None else F.pad(mask, (0, pad)))
+        lp, ent = token_logprobs(
+            logits,
+            ids[:, start:stop],
+            self.banned,
+            None if mask is None else mask[:, start:stop],
+            self.temperature,
+        )
+        return gather_tokens(lp, sp, kept)[:, :width], gather_tokens(ent, sp, kept)[:, :width]
+
+
 def response_logprobs(
     model,
     seq_inputs: dict,
@@ -46,98 +187,9 @@ def response_logprobs(
     temperature: float = 1.0,
     dummy: DummyVisionPass | None = None,
     *,
-    padding_free: bool = False,
-    media_counts: tuple[list[int], list[int]] | None = None,
-    vision: VisionFeatureCache | None = None,
-    prompt_ids: list[int] | None = None,
     response_types: torch.Tensor | None = None,
-    sequence_ids: list[int] | None = None,
 ):
-    """(logp [N, T], entropy [N, T]) of each response token given its prompt.
-
-    ``response_mask`` marks the responses' real tokens (attended, and given a log-prob): for an
-    episode, its tool turns too (``response_types`` types their vision tokens); the caller's loss
-    mask keeps the policy's own.
-
-    ``padding_free``: the sequences run as one packed row (``models.packing``); it needs
-    ``media_counts`` (videos, images of each sequence). ``vision``: a started feature cache serves
-    the vision features of ``prompt_ids`` (each sequence's prompt index in the cache's batch) and,
-    with ``sequence_ids``, of each sequence's own media (an episode's tool turns).
-    Both give the padded, re-encoding forward's values (within float tolerance).
-    """
-    device = compute_device(model)  # inputs are built on the CPU; GPU runs move them here
-    serve = vision is not None and vision.active
-    if serve and prompt_ids is None:
-        raise ValueError("a vision feature cache needs the prompt index of every sequence")
-    with vision.serving(prompt_ids, sequence_ids) if serve else nullcontext():
-        if padding_free:
-            if media_counts is None:
-                raise ValueError("padding-free log-probs need each sequence's media counts")
-            return _packed_logprobs(
-                model,
-                seq_inputs,
-                response_ids,
-                response_mask,
-                banned,
-                temperature,
-                dummy,
-                media_counts,
-                serve,
-                response_types,
-            )
-        full = {k: v.to(device) if isinstance(v, torch.Tensor) else v for k, v in seq_inputs.items()}
-        response_ids, response_mask = response_ids.to(device), response_mask.to(device)
-        full = append_responses(
-            full, response_ids, response_mask, None if response_types is None else response_types.to(device)
-        )
-        prompt_len = seq_inputs["input_ids"].shape[1]
-        # a served forward calls no tower, so no dummy either (the frozen tower needs no gradient)
-        ctx = dummy.expect(full) if dummy is not None and not serve else nullcontext()
-        T = response_ids.shape[1]
-        with ctx:
-            # only the positions that predict response tokens go through the LM head: full-vocabulary
-            # logits over a 4k-token video prompt would be ~1.2 GB (bf16, 151k vocab) per sequence
-            out = model(**full, use_cache=False, logits_to_keep=T + 1)
-        assert full["input_ids"].shape[1] == prompt_len + T
-        sp = group_of(model)
-        if sp is not None:  # sequence parallelism: this rank's share of the T + 1 kept positions
-            return _gathered_logprobs(
-                out.logits, response_ids, response_mask, banned, temperature, sp, T + 1, T
-            )
-        return token_logprobs(out.logits[:, :T], response_ids, banned, response_mask, temperature)
-
-
-def _gathered_logprobs(logits, ids, mask, banned, temperature, sp, kept: int, width: int):
-    """Log-probs and entropy of this rank's share of the ``kept`` positions (its LM head computed
-    only those logits), gathered over the sequence-parallel group: ``[B, width]`` on every rank."""
-    start, stop = shard_bounds(kept, sp)
-    pad = stop - ids.shape[1]
-    if pad > 0:
-        ids, mask = F.pad(ids, (0, pad)), (None if mask is None else F.pad(mask, (0, pad)))
-    lp, ent = token_logprobs(
-        logits, ids[:, start:stop], banned, None if mask is None else mask[:, start:stop], temperature
-    )
-    return gather_tokens(lp, sp, kept)[:, :width], gather_tokens(ent, sp, kept)[:, :width]
-
-
-def _packed_logprobs(
-    model, seq_inputs, response_ids, response_mask, banned, temperature, dummy, counts, serve, response_types
-):
-    device = compute_device(model)
-    packed = pack(model, seq_inputs, response_ids, response_mask, counts[0], counts[1], response_types)
-    inputs = {k: v.to(device) if isinstance(v, torch.Tensor) else v for k, v in packed.inputs.items()}
-    ctx = dummy.expect(inputs) if dummy is not None and not serve else nullcontext()
-    with ctx:
-        # a tensor logits_to_keep selects exactly the positions that predict response tokens
-        out = model(**inputs, use_cache=False, logits_to_keep=packed.keep.to(device))
-    ids = response_ids.to(device)[packed.rows.to(device), packed.cols.to(device)]
-    sp = group_of(model)
-    if sp is not None:  # sequence parallelism: this rank's share of the kept positions
-        kept = ids.shape[0]
-        lp, ent = _gathered_logprobs(out.logits, ids[None], None, banned, temperature, sp, kept, kept)
-    else:
-        lp, ent = token_logprobs(out.logits, ids[None], banned, temperature=temperature)
-    index = (packed.rows.to(device), packed.cols.to(device))
-    logp = lp.new_zeros(response_ids.shape).index_put(index, lp[0])
-    entropy = ent.new_zeros(response_ids.shape).index_put(index, ent[0])
-    return logp, entropy
+    """(logp [N, T], entropy [N, T]) of each response token given its prompt: one padded
+    :meth:`PolicyForward.logprobs` pass over ``model`` (what a check outside the trainer needs)."""
+    forward = PolicyForward(model, dummy, banned=banned, temperature=temperature)
+    return forward.logprobs(ResponseRows(seq_inputs, response_ids, response_mask, types=response_types))

@@ -7,14 +7,11 @@ trainer provides exactly those, with no estimator-specific branch.
 
 from __future__ import annotations
 
-import dataclasses
-
 import torch
 
 from ..algorithms.advantages import GREEDY_BASELINE, RAW_REWARD_KEYS, advantage_inputs, compute_advantages
-from ..rollout.base import SamplingConfig
-from .distributed import DistState, all_gather, split_over_group
-from .experience import Experience, score
+from .distributed import DistState, all_gather
+from .experience import Experience
 
 
 def needs_greedy_baseline(alg) -> bool:
@@ -33,35 +30,20 @@ def step_advantages(
     """``[N, T]`` advantages of ``exp`` with ``alg.adv_estimator``.
 
     ``rewards`` are the shaped rewards (``[N]``, or ``[N, T]`` with the KL penalty in the reward);
-    ``baseline`` holds the score of one greedy response per prompt (``[P]``, :func:`greedy_scores`)
-    when the estimator declared ``GREEDY_BASELINE``.
+    ``baseline`` holds the score of one greedy response per prompt (``[P]``, generated with the
+    rollouts: ``rounds.greedy_baseline``) when the estimator declared ``GREEDY_BASELINE``.
     """
     name = alg.adv_estimator
     needs = advantage_inputs(name)
     opts = alg.advantage_options()
     values = {k: exp.scores[k] for k in alg.gdpo_reward_keys} if RAW_REWARD_KEYS in needs else rewards
     if GREEDY_BASELINE in needs:
-        if baseline is None:
-            raise ValueError(f"advantage estimator {name} needs one greedy response per prompt")
+        if baseline is None:  # the collection generates it when the estimator declares it
+            raise RuntimeError(f"advantage estimator {name} needs one greedy response per prompt")
         opts["baseline_scores"] = baseline[torch.tensor(exp.prompt_of)]
     if not state.enabled:
         return scored_advantages(name, values, exp.mask, exp.prompt_of, opts, exp.unscored)
     return _gathered(name, values, exp, len(samples), opts, state)
-
-
-def greedy_scores(
-    engine, batch, samples, sampling: SamplingConfig, reward_cfg, state: DistState
-) -> torch.Tensor:
-    """``[P]``: the score of one greedy response per prompt (a ``GREEDY_BASELINE``). The ranks of a
-    sequence-parallel group generate and score a share each (:func:`split_over_group`)."""
-    greedy = dataclasses.replace(sampling, temperature=0)
-
-    def scored(batch, samples) -> torch.Tensor:
-        out = engine.generate(batch, [1] * len(samples), greedy)
-        lengths = out.mask.sum(1).tolist()
-        return score(out.texts, samples, list(range(len(samples))), lengths, reward_cfg).values["overall"]
-
-    return torch.cat([s for s in split_over_group(scored, batch, samples, state) if s is not None])
 
 
 def scored_advantages(name, values, mask, prompt_of, opts, unscored) -> torch.Tensor:

@@ -1,7 +1,7 @@
 """Rollouts generated ahead of the update (``rollout.mode``: ``one_step_off`` / ``async``).
 
 One background thread generates whole batches (a step's collection: rounds of dynamic sampling,
-episodes, hybrid groups) one after another. Before each batch it loads the newest weights the
+episodes, hybrid groups, the greedy baseline) one after another. Before each batch it loads the newest weights the
 trainer has pushed (:meth:`~.handoff.EngineHandoff.apply_pending`), and the batch records
 that version. The trainer keeps ``depth`` batches submitted: a batch submitted when the trainer
 takes step ``s``'s rollouts is trained at step ``s + depth`` and starts on weights at least ``s``
@@ -19,56 +19,42 @@ from __future__ import annotations
 from collections import deque
 from collections.abc import Callable
 from concurrent.futures import Future, ThreadPoolExecutor
-from dataclasses import dataclass, field
 
 from .distributed import collectives_on, new_thread_group
 from .handoff import EngineHandoff
-
-
-@dataclass
-class AheadBatch:
-    """One batch generated ahead: the collection (experience, samples, batch, data seconds), the
-    weights' version it was sampled with, its rollout metrics and the sampler indices it drew."""
-
-    out: tuple
-    version: int
-    metrics: dict[str, float]
-    draws: list[int] = field(default_factory=list)
+from .state import Step
 
 
 class RolloutsAhead:
     """``depth`` batches in flight on one rollout thread.
 
-    ``collect(metrics, draws)`` runs one step's collection on the engine, filling ``metrics`` and
-    appending every sampler index it draws to ``draws``. Under torchrun its collectives (dynamic
+    ``collect(version)`` runs one step's collection on the engine holding the weights of
+    ``version``: a :class:`~.state.Step` recording its metrics and every sampler index it drew. Under torchrun its collectives (dynamic
     sampling's joint decisions, skipped records) run on a process group of their own, created
     here on every rank.
     """
 
-    def __init__(self, collect: Callable[[dict, list], tuple], handoff: EngineHandoff, depth: int):
+    def __init__(self, collect: Callable[[int], Step], handoff: EngineHandoff, depth: int):
         self.collect, self.handoff, self.depth = collect, handoff, depth
         self.jobs: deque[Future] = deque()
         self._pool = ThreadPoolExecutor(1, thread_name_prefix="rollouts-ahead")
         self._group = new_thread_group()
 
-    def _run(self) -> AheadBatch:
+    def _run(self) -> Step:
         version = self.handoff.apply_pending()
-        metrics: dict[str, float] = {}
-        draws: list[int] = []
         with collectives_on(self._group):
-            out = self.collect(metrics, draws)
-        return AheadBatch(out, version, metrics, draws)
+            return self.collect(version)
 
     def fill(self, wanted: int) -> None:
         """Keep ``min(depth, wanted)`` batches submitted (``wanted``: batches the run still needs)."""
         while len(self.jobs) < min(self.depth, wanted):
             self.jobs.append(self._pool.submit(self._run))
 
-    def take(self) -> AheadBatch | None:
+    def take(self) -> Step | None:
         """The oldest batch in flight (waiting for it), or None when none is."""
         return self.jobs.popleft().result() if self.jobs else None
 
-    def drain(self) -> list[AheadBatch]:
+    def drain(self) -> list[Step]:
         """Wait for every batch in flight and load the newest weights: the engine then holds the
         trainer's current weights (validation, checkpoints). The batches stay queued, in order."""
         done = [job.result() for job in self.jobs]
@@ -81,7 +67,7 @@ class RolloutsAhead:
         self.jobs.clear()
 
 
-def _done(batch: AheadBatch) -> Future:
+def _done(step: Step) -> Future:
     future: Future = Future()
-    future.set_result(batch)
+    future.set_result(step)
     return future

@@ -18,6 +18,7 @@ import torch
 from .. import threads
 from ..data.dataset import RecordDataset
 from ..errors import ConfigError
+from ..models.logprobs import Packing, PolicyForward
 from ..models.packing import check_packable
 from ..models.vision import DummyVisionPass
 from ..models.vision_cache import VisionFeatureCache
@@ -149,6 +150,10 @@ def build_components(cfg, dist: DistState) -> Components:
         engine = make_rollout_engine(cfg, policy.processor, policy.rollout_model, dist, owns_weights=True)
     else:
         engine = make_rollout_engine(cfg, policy.processor, model, dist)
+    # every log-prob pass (old, reference, update) at the rollouts' temperature, without the ids
+    # generation never samples
+    packing = Packing(tc.padding_free, tc.max_tokens_per_micro_batch, tc.micro_batch_size)
+    forward = PolicyForward(model, dummy, vision_cache, engine.banned, cfg.rollout.temperature, packing)
     sleep = cfg.rollout.engine == "vllm" and cfg.rollout.vllm.sleep_between_phases
     params = [p for p in model.parameters() if p.requires_grad]
     optimizer = torch.optim.AdamW(params, lr=tc.lr, betas=tuple(tc.betas), weight_decay=tc.weight_decay)
@@ -163,9 +168,8 @@ def build_components(cfg, dist: DistState) -> Components:
     return Components(
         **{f.name: getattr(policy, f.name) for f in dataclasses.fields(policy)},
         dist=dist,
-        dummy=dummy,
-        ref_dummy=ref_dummy,
-        vision_cache=vision_cache,
+        forward=forward,
+        ref_forward=None if ref_model is None else forward.of(ref_model, ref_dummy),
         engine=engine,
         handoff=EngineHandoff(engine, model, sleep=sleep, deferred=cfg.rollout.overlaps),
         optimizer=optimizer,
@@ -213,7 +217,7 @@ def load_data(cfg, parts: Components) -> tuple[TrainData, DataSkips]:
         read = set() if dataset is None else {*dataset.data_files, *(f for f, _ in dataset.unreadable)}
         empty = [f for f in files if dataset is not None and f not in read]
         if empty:  # else "no prompt fits data.max_prompt_length", which sends one looking elsewhere
-            raise ValueError(f"{split} file {empty[0]} has no records")
+            raise ConfigError(f"{split} file {empty[0]} has no records (data.{split}_files)")
     if parts.dist.is_main:
         parts.skip_log.start()
     skips = DataSkips()
@@ -253,12 +257,8 @@ def step_settings(cfg) -> StepSettings:
             loss_options=alg.policy_loss_options(),
             loss_agg_mode=alg.loss_agg_mode,
             norm_length=alg.loss_norm_length or r.max_new_tokens,
-            kl_loss_coef=alg.kl.coef if alg.kl.enabled and alg.kl.apply_as == "loss" else 0.0,
+            kl_in_loss=alg.kl.enabled and alg.kl.apply_as == "loss",
             kl_kind=alg.kl.type,
-            temperature=r.temperature,
-            micro_batch_size=tc.micro_batch_size,
-            padding_free=tc.padding_free,
-            max_tokens_per_micro_batch=tc.max_tokens_per_micro_batch,
             max_grad_norm=tc.max_grad_norm,
             offline_shaping=r.offline_shaping,
         ),

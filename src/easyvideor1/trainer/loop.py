@@ -1,35 +1,32 @@
-"""The RL loop: batch -> rollout -> rewards -> advantages -> old/ref log-probs -> update -> metrics.
+"""The RL loop: collect -> score -> filter -> log-probs -> shape -> advantages -> mask -> update.
 
 ``Trainer(cfg).train()`` runs ``trainer.max_steps`` steps from a :class:`~easyvideor1.config.RunConfig`,
 validating, checkpointing and resuming as configured. The Trainer holds the typed pieces of
-``state.py`` and orchestrates: start-up is ``build.py``, a step's stages are ``rounds.py`` (rollouts)
-and ``step.py`` (the rest), saving and resuming ``resume.py``.
+``state.py`` and orchestrates: start-up is ``build.py``, a step is a :class:`~.state.Step` record
+passed through the stages of ``rounds.py`` (its collection) and ``step.py`` (the rest), saving and
+resuming ``resume.py``.
 """
 
 from __future__ import annotations
 
 import time
+from functools import partial
 
 import torch
 
-from ..algorithms.masked import masked_mean
-from ..algorithms.shaping import shape_rewards
-from ..data.dataset import MediaSample, encode_prompts
-from ..models.inputs import PromptBatch
+from ..errors import ConfigError
 from ..resolve import resolve_config
 from . import resume, warmup
 from . import step as stages
 from .ahead import RolloutsAhead
 from .background_eval import BackgroundEvals
 from .build import build_components, load_data, start, step_settings
-from .distributed import shutdown_distributed, split_prompts
+from .distributed import shutdown_distributed
+from .draws import PromptDraws
 from .evaluate import has_video, validate_policy
-from .metrics import hybrid_metrics, mismatch_metrics
-from .prefetch import MediaPrefetch
-from .rounds import collect_groups
+from .rounds import collect_step
 from .sampler import PromptSampler
-from .skipping import loadable_samples
-from .state import TrainState
+from .state import Step, StepContext, TrainState
 
 
 class Trainer:
@@ -40,9 +37,11 @@ class Trainer:
         parts: :class:`Components`: models, engine, optimizer, scheduler, KL controller, loggers.
         data: :class:`TrainData`: the training and validation prompts.
         skips: :class:`DataSkips`: the records left out so far.
+        draws: :class:`~.draws.PromptDraws`: this rank's prompts, step after step.
         settings: :class:`StepSettings`: sampling and update settings derived from ``cfg``.
         state: :class:`TrainState`: where the run is (step, prompt order, history); what a
             checkpoint restores.
+        context: :class:`StepContext`: the above as every stage of a step reads them.
     """
 
     def __init__(self, cfg):
@@ -53,13 +52,18 @@ class Trainer:
         self.settings = step_settings(cfg)
         tc = cfg.trainer
         self.state = TrainState(PromptSampler(len(self.data.train_idx), tc.prompts_per_step, seed=tc.seed))
+        # sync mode: the next draw's media load while this step trains (prefetch.py)
+        prefetch = cfg.data.prefetch and not cfg.rollout.overlaps
+        self.draws = PromptDraws(cfg, self.parts, self.data, self.skips, self.state, prefetch)
+        self.context = StepContext(
+            cfg, self.parts, self.settings, self.data, self.skips, self.state, self.draws.next
+        )
         # rollout.mode one_step_off / async: the batches generated during the updates (ahead.py)
         rc = cfg.rollout
-        self._ahead = RolloutsAhead(self._collect, self.parts.handoff, rc.depth) if rc.overlaps else None
-        # sync mode: the next draw's media load while this step trains (prefetch.py)
-        prefetch = cfg.data.prefetch and not rc.overlaps
-        self._prefetch = (
-            MediaPrefetch(self.data.train_set, cfg.data, self.parts.processor) if prefetch else None
+        self._ahead = (
+            RolloutsAhead(partial(collect_step, self.context), self.parts.handoff, rc.depth)
+            if rc.overlaps
+            else None
         )
         # trainer.eval: benchmark evaluations of checkpoints in background processes
         self.evals = BackgroundEvals(cfg, self.parts)
@@ -108,154 +112,55 @@ class Trainer:
 
     # ------------------------------------------------------------------------------------- one step
     def rl_step(self) -> dict[str, float]:
-        """One step, as the README describes it: prompts and media -> rollouts -> rewards (and
-        dynamic sampling) -> old and reference log-probs -> reward shaping -> advantages -> PPO
-        update (the rollout engine asleep, then given the new weights)."""
-        cfg, parts, settings = self.cfg, self.parts, self.settings
-        t0 = time.perf_counter()
-        metrics: dict[str, float] = {}
-        exp, samples, batch, data_s = self._rollouts(metrics)
-        # the greedy baseline (ReMax) is generated with the rollouts, before the engine sleeps
-        baseline = stages.greedy_baseline(cfg, parts.engine, settings.sampling, parts.dist, batch, samples)
-        parts.handoff.release()  # generation is over: the engine sleeps through log-probs and update
+        """One step, as the README describes it: collect -> score -> filter (``rounds.py``, here or
+        generated ahead) -> log-probs -> shape -> advantages -> mask -> update (``step.py``), the
+        rollout engine asleep from the log-probs on, then given the new weights."""
+        ctx, handoff = self.context, self.parts.handoff
+        started = time.perf_counter()
+        step = self._rollouts()
+        handoff.release()  # generation is over: the engine sleeps through log-probs and update
         if self._ahead is not None:  # the next steps' rollouts, on the weights from before this update
-            self._ahead.fill(cfg.trainer.max_steps - self.state.step - 1)
-        t_data, t_rollout = t0 + data_s, time.perf_counter()
-        exp.old_logp, exp.ref_logp, entropy = stages.logprobs(
-            parts, exp, settings.update, settings.kl_reference, self.state.reference_from_warmup
-        )
-        parts.handoff.mark("after_logprobs")
-        # overlong penalty and KL-in-reward on the ``overall`` scores, with the KL coefficient
-        # this step's rollouts were made under
-        shaped = shape_rewards(
-            exp.scores["overall"],
-            exp.mask,
-            cfg.algorithm,
-            max_response_length=settings.sampling.max_new_tokens,
-            kl_coef=parts.kl_ctl.value,
-            log_prob=exp.old_logp,
-            ref_log_prob=exp.ref_logp,
-        )
-        metrics.update(shaped.metrics)
-        if settings.kl_reference:  # the loss uses the controller's new coefficient
-            metrics.update(stages.feed_kl_controller(cfg.algorithm, parts.kl_ctl, exp))
-            settings.update.kl_loss_coef = parts.kl_ctl.value if cfg.algorithm.kl.apply_as == "loss" else 0.0
-        metrics.update(mismatch_metrics(exp))
-        t_logp = time.perf_counter()
-        exp.advantages = stages.advantages(cfg, parts.dist, exp, shaped.rewards, samples, baseline)
-        metrics.update(hybrid_metrics(exp))
-        stages.leave_out_unscored(exp)
-        metrics.update(stages.correct_rollouts(cfg.algorithm, exp))
-        metrics["actor/entropy_rollout"] = float(masked_mean(entropy, exp.mask.bool()))
-        tc = cfg.trainer
-        mini = stages.mini_batches(
-            exp.prompt_of, tc.mini_batch_prompts // parts.dist.data_world, tc.ppo_epochs
-        )
+            self._ahead.fill(self.cfg.trainer.max_steps - self.state.step - 1)
+        step.start_clock(started)
+        step.lap("rollout")
+        stages.logprobs(ctx, step)
+        stages.shape(ctx, step)
+        step.lap("logprobs")
+        stages.advantages(ctx, step)
+        stages.mask(ctx, step)
         # after the update: free the cache, wake the engine's weights, push, wake its KV cache
         # (generating ahead: the rollout thread loads the new weights before its next batch)
-        with parts.handoff:
-            update = stages.run_update(parts, exp, mini, settings.update)
-        metrics.update({f"memory/{phase}_gib": gib for phase, gib in parts.handoff.memory.items()})
-        t_end = time.perf_counter()
-        times = {"data": t_data - t0, "rollout": t_rollout - t_data, "logprobs": t_logp - t_rollout}
-        times.update(update=t_end - t_logp, step=t_end - t0)
-        metrics = stages.reduce_metrics(metrics, exp, batch, times, self.skips, cfg, parts.dist)
-        metrics.update(update)  # already global
-        return metrics
+        with handoff:
+            stages.update(ctx, step)
+        step.lap("update")
+        return stages.metrics(ctx, step)
 
-    def _collect(self, metrics: dict[str, float], draws: list[int] | None = None):
-        """One step's rollouts on the engine's current weights: (experience, samples, batch, data
-        seconds). ``draws`` collects the sampler indices drawn."""
-        return collect_groups(
-            self.cfg,
-            self.parts,
-            self.settings.sampling,
-            self.data.train_set.loader,
-            lambda: self._next_samples(draws),
-            metrics,
-        )
-
-    def _rollouts(self, metrics: dict[str, float]):
+    def _rollouts(self) -> Step:
         """This step's rollouts: the oldest batch generated ahead (``one_step_off`` / ``async``),
-        else sampled now. Logs their staleness (updates between their weights and the policy's);
+        else collected now. Logs their staleness (updates between their weights and the policy's);
         a batch past ``rollout.max_staleness`` (``on_stale=drop``) is dropped, its prompts given
         back to the sampler."""
         rc, step = self.cfg.rollout, self.state.step
         dropped = 0
         got = self._ahead.take() if self._ahead is not None else None
-        while got is not None and step - got.version > (rc.max_staleness or 0):
-            dropped += len(got.out[1])
+        while got is not None and step - got.engine_version > (rc.max_staleness or 0):
+            dropped += len(got.samples)
             self.state.sampler.requeue(got.draws)
             self._ahead.fill(self.cfg.trainer.max_steps - step)
             got = self._ahead.take()
         if got is None:
             self.parts.handoff.ensure_awake()
-            version = self.engine_version
-            out = self._collect(metrics)
-        else:
-            out, version = got.out, got.version
-            metrics.update(got.metrics)
+            got = collect_step(self.context, self.engine_version)
         if rc.mode != "sync":
-            staleness = float(step - version)
-            metrics.update(
+            staleness = float(step - got.engine_version)
+            got.metrics.update(
                 {
                     "rollout/staleness_mean": staleness,
                     "rollout/staleness_max": staleness,
                     "rollout/dropped_stale": float(dropped),
                 }
             )
-        return out
-
-    def _next_samples(self, draws: list[int] | None = None) -> tuple[list[MediaSample], PromptBatch]:
-        """This rank's share of the next global batch (every rank draws it, so samplers stay in
-        step), its unloadable records skipped and, with ``data.preflight=fast``, its overlong
-        prompts dropped (both counted in ``self.skips``)."""
-        data, dcfg = self.data, self.cfg.data
-        drawn = self.state.sampler.next_batch()
-        if draws is not None:
-            draws += drawn
-        chosen = [data.train_idx[i] for i in drawn]
-        balance = self.cfg.distributed.balance_tokens
-        chosen = split_prompts(chosen, self.parts.dist, data.prompt_tokens if balance else None)
-        ready = self._prefetch.take(chosen) if self._prefetch is not None else None
-        samples = self.loadable(chosen, None if ready is None else ready.samples)
-        if ready is not None and ready.batch is not None and _same(ready.encoded, samples):
-            batch = ready.batch  # loaded and encoded while the previous step trained
-        else:
-            batch = encode_prompts(self.parts.processor, samples, dcfg, data.train_set.loader)
-        if self._prefetch is not None and self.state.step + 1 < self.cfg.trainer.max_steps:
-            ahead = [data.train_idx[i] for i in self.state.sampler.peek_batch()]
-            ahead = split_prompts(ahead, self.parts.dist, data.prompt_tokens if balance else None)
-            self._prefetch.start(ahead, self.skips.bad_prompts)
-        if dcfg.preflight == "fast":  # lengths were not checked at start-up: check them here
-            lengths = batch.inputs["attention_mask"].sum(1).tolist()
-            fits = [s for s, n in zip(samples, lengths, strict=True) if n <= dcfg.max_prompt_length]
-            self.skips.dropped_overlong += len(samples) - len(fits)
-            if not fits:
-                raise ValueError(
-                    f"every prompt of this step is longer than data.max_prompt_length="
-                    f"{dcfg.max_prompt_length}, e.g. {samples[0].record.problem_id}"
-                )
-            if len(fits) < len(samples):
-                samples = fits
-                batch = encode_prompts(self.parts.processor, samples, dcfg, data.train_set.loader)
-        return samples, batch
-
-    def loadable(self, chosen: list[int], ready: dict[int, MediaSample] | None = None) -> list[MediaSample]:
-        """The samples of ``chosen`` whose media load; the others are skipped, listed and counted
-        (``skipping.py``), and not drawn again. ``ready``: samples loaded ahead (prefetch.py)."""
-        samples, rows = loadable_samples(
-            self.data.train_set,
-            self.cfg.data,
-            chosen,
-            self.skips.bad_prompts,
-            self.state.step + 1,
-            self.parts.skip_log,
-            ready,
-        )
-        self.skips.bad_prompts.update(row["index"] for row in rows)
-        self.skips.skipped_at_step += len(rows)
-        return samples
+        return got
 
     # ------------------------------------------------------------------ warm-up and validation
     def sft_warmup(self) -> bool:
@@ -266,7 +171,7 @@ class Trainer:
             self.parts,
             self.data.train_set,
             self.data.train_idx,
-            self.loadable,
+            self.draws.loadable,
             self.settings.sampling.max_new_tokens,
         ):
             return False
@@ -307,9 +212,6 @@ class Trainer:
         self.parts.handoff.renumber(self.state.step)  # resume.restore pushed the restored weights
         if self._ahead is not None:
             self._ahead.drain()  # the rollout thread loads them now
-        kl = self.cfg.algorithm.kl
-        if kl.enabled and kl.apply_as == "loss":  # the loss takes the restored coefficient
-            self.settings.update.kl_loss_coef = self.parts.kl_ctl.value
         return True
 
     def save(self) -> None:
@@ -335,7 +237,7 @@ class Trainer:
         tc, logger = self.cfg.trainer, self.parts.logger
         probing = tc.video_probe_every > 0
         if probing and not self.data.val_idx:
-            raise ValueError(
+            raise ConfigError(
                 "trainer.video_probe_every needs validation prompts: set data.val_files and "
                 "trainer.val_size > 0 (or trainer.video_probe_every=0)"
             )
@@ -390,14 +292,7 @@ class Trainer:
         if self._ahead is not None:
             self._ahead.close()
             self._ahead = None
-        if self._prefetch is not None:
-            self._prefetch.close()
-            self._prefetch = None
+        self.draws.close()
         self.evals.close()
         self.parts.release()
         shutdown_distributed()
-
-
-def _same(a: list, b: list) -> bool:
-    """Whether two lists hold the very same objects, in order."""
-    return len(a) == len(b) and all(x is y for x, y in zip(a, b, strict=True))

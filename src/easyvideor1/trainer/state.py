@@ -5,6 +5,8 @@
 - :class:`TrainData`: the prompts, fixed after the start-up checks.
 - :class:`DataSkips`: records left out so far (counted in the metrics, never checkpointed).
 - :class:`StepSettings`: what the run config fixes for every step, derived once.
+- :class:`StepContext`: what every stage of a step reads (the above, bundled once).
+- :class:`Step`: one step's record, passed from stage to stage (``step.py``).
 - :class:`TrainState`: where the run is; what a checkpoint's ``trainer_state.json`` restores
   besides the tensors. :meth:`TrainState.state_dict` and :meth:`TrainState.load_state_dict` are
   the one way it is saved and restored (``resume.py``).
@@ -14,18 +16,21 @@ The run config itself is ``Trainer.cfg`` (:class:`~easyvideor1.config.RunConfig`
 
 from __future__ import annotations
 
+import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
 import torch
 
 from ..algorithms.kl import AdaptiveKLController, FixedKLController
-from ..data.dataset import RecordDataset
-from ..models.vision import DummyVisionPass
-from ..models.vision_cache import VisionFeatureCache
+from ..data.dataset import MediaSample, RecordDataset
+from ..models.inputs import PromptBatch
+from ..models.logprobs import PolicyForward
 from ..rollout.base import RolloutEngine, SamplingConfig
 from ..tools.session import ToolSession
 from .distributed import DistState
+from .experience import Experience
 from .handoff import EngineHandoff
 from .metrics import MetricsLogger
 from .policy import Policy
@@ -46,12 +51,11 @@ class Components(Policy):
 
     dist: DistState
     """This process's rank, world size and device (one process: rank 0 of 1)."""
-    dummy: DummyVisionPass
-    """Vision-tower passes for batches without media, so every backward reaches the whole tower."""
-    ref_dummy: DummyVisionPass | None
-    """The same for the reference model under FSDP (there its forward is a collective too)."""
-    vision_cache: VisionFeatureCache | None
-    """With a frozen vision tower: each step's features, computed once and served to every forward."""
+    forward: PolicyForward
+    """The policy's log-prob pass: its dummy vision passes, the frozen tower's feature cache, banned
+    ids, temperature and micro-batch packing (also the LoRA reference's, adapter disabled)."""
+    ref_forward: PolicyForward | None
+    """The same pass over the reference model, when there is one."""
     engine: RolloutEngine
     """The rollout engine (HF over the policy or its copy, or vLLM)."""
     handoff: EngineHandoff
@@ -81,7 +85,7 @@ class Components(Policy):
         self.model = self.ref_model = self.rollout_model = self.optimizer = self.engine = None
         self.lora_reference = None
         self.handoff = None
-        self.dummy = self.ref_dummy = None
+        self.forward = self.ref_forward = None
 
 
 @dataclass
@@ -119,7 +123,7 @@ class DataSkips:
     """Train indices whose media failed at a step: listed once, not retried."""
 
 
-@dataclass
+@dataclass(frozen=True)
 class StepSettings:
     """What the run config fixes for every step, derived once at start-up."""
 
@@ -128,8 +132,7 @@ class StepSettings:
     val_sampling: SamplingConfig
     """Validation sampling (``rollout.val_temperature``)."""
     update: UpdateSettings
-    """Loss, aggregation and micro-batching of the update; ``kl_loss_coef`` follows the KL
-    controller after every step."""
+    """Loss and aggregation of the update (its KL coefficient is the KL controller's)."""
     kl_reference: bool
     """Whether reference log-probs are computed (``algorithm.kl`` enabled)."""
 
@@ -174,3 +177,62 @@ class TrainState:
         self.step = saved["step"]
         self.history = saved.get("history", [])
         self.reference_from_warmup = bool(saved.get("reference_from_warmup", False))
+
+
+@dataclass(frozen=True)
+class StepContext:
+    """What every stage of a step reads, bundled once by the trainer: the run config, the
+    components, the step settings, the prompts and the records left out, where the run is, and
+    how the next prompts are drawn (``draw(draws)``: this rank's samples and their encoded batch,
+    the sampler indices drawn appended to ``draws``)."""
+
+    cfg: Any
+    parts: Components
+    settings: StepSettings
+    data: TrainData
+    skips: DataSkips
+    state: TrainState
+    draw: Callable[[list[int]], tuple[list[MediaSample], PromptBatch]]
+
+
+@dataclass
+class Step:
+    """One RL step's record, filled stage by stage (``step.py``): what was drawn and generated
+    (``rounds.py``: collect -> score -> filter), then the log-probs, rewards, advantages and
+    update of its experience, and the step's metrics and phase times."""
+
+    engine_version: int
+    """Updates behind the weights the rollouts were sampled with (their staleness's origin)."""
+    samples: list[MediaSample] = field(default_factory=list)
+    """This rank's prompts, in the experience's prompt order."""
+    batch: PromptBatch | None = None
+    """Their encoded prompt batch."""
+    experience: Experience | None = None
+    """The scored groups of responses; the stages add log-probs, advantages and masks."""
+    greedy_scores: torch.Tensor | None = None
+    """``[P]``: the score of one greedy response per prompt, when the estimator needs it (ReMax)."""
+    rewards: torch.Tensor | None = None
+    """The shaped rewards (``[N]``, or ``[N, T]`` with the KL penalty in the reward)."""
+    entropy: torch.Tensor | None = None
+    """``[N, T]``: the old policy's entropy of each response token."""
+    draws: list[int] = field(default_factory=list)
+    """The sampler indices drawn (filtered-out refills included): given back if never trained."""
+    metrics: dict[str, float] = field(default_factory=dict)
+    """This rank's metrics of the step so far (reduced over ranks at the end)."""
+    update_metrics: dict[str, float] = field(default_factory=dict)
+    """The update's metrics, global already."""
+    times: dict[str, float] = field(default_factory=dict)
+    """Seconds per phase: ``data`` (drawing and encoding prompts), ``rollout``, ``logprobs``,
+    ``update`` and the whole ``step``."""
+    _started: float = field(default=0.0, repr=False)
+    _mark: float = field(default=0.0, repr=False)
+
+    def start_clock(self, started: float) -> None:
+        """The step began at ``started`` (``time.perf_counter``); its data time was spent in it."""
+        self._started, self._mark = started, started + self.times.get("data", 0.0)
+
+    def lap(self, phase: str) -> None:
+        """``phase`` ends now: its seconds since the previous phase ended, and the step's so far."""
+        now = time.perf_counter()
+        self.times[phase], self._mark = now - self._mark, now
+        self.times["step"] = now - self._started

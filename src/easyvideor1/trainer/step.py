@@ -1,80 +1,81 @@
-"""The stages of one RL step after the rollouts, over its :class:`Experience`: old and reference
-log-probs, the KL controller, advantages, the update, and the step's metrics reduced over ranks.
+"""The stages of one RL step after its rollouts, each a function of ``(ctx, step)``: the
+:class:`~.state.StepContext` it reads and the :class:`~.state.Step` record it fills.
 
-``Trainer.rl_step`` (``loop.py``) runs them in order; each takes the pieces it uses and returns
-its result.
+``Trainer.rl_step`` (``loop.py``) runs them in the README's order, after collection
+(``rounds.py``: collect -> score -> filter, with the greedy baseline): :func:`logprobs` ->
+:func:`shape` -> :func:`advantages` -> :func:`mask` -> :func:`update` -> :func:`metrics`.
 """
 
 from __future__ import annotations
 
-import torch
-
 from ..algorithms.kl import kl_penalty
+from ..algorithms.masked import masked_mean
 from ..algorithms.rollout_correction import rollout_correction
+from ..algorithms.shaping import shape_rewards
 from ..models.inputs import compute_device, pixels_to_device
 from ..models.lora import reference_forward
-from ..rollout.base import SamplingConfig
-from .advantages import greedy_scores, needs_greedy_baseline, step_advantages
-from .distributed import DistState, all_gather, reduce_over_ranks, sum_over_ranks
+from .advantages import step_advantages
+from .distributed import all_gather, reduce_over_ranks, sum_over_ranks
 from .experience import Experience
-from .state import Components, DataSkips
-from .update import UpdateSettings, experience_logprobs, policy_update
-
-# metrics that count things per step (summed over ranks; every other metric is averaged)
-COUNT_METRICS = (
-    "reward/errors",
-    "reward/judge_failures",
-    "reward/judge_cache_hits",
-    "reward/unscored",
-    "hybrid/groups_with_offline",
-    "hybrid/offline_truncated",
-    "filter/kept_groups",
-    "filter/dropped_groups",
-    "data/dropped_overlong",
-    "data/skipped_records",
-)
+from .metrics import hybrid_metrics, mismatch_metrics
+from .state import Step, StepContext
+from .step_metrics import COUNT_METRICS
+from .update import experience_logprobs, policy_update
 
 
-def logprobs(
-    parts: Components,
-    exp: Experience,
-    update: UpdateSettings,
-    kl_reference: bool,
-    reference_from_warmup: bool,
-) -> tuple[torch.Tensor, torch.Tensor | None, torch.Tensor]:
-    """(old log-probs, reference log-probs or None, the old policy's entropy) of the responses.
+def logprobs(ctx: StepContext, step: Step) -> None:
+    """The old log-probs, the reference log-probs (None without KL) and the old policy's entropy
+    of the responses, into the experience and ``step.entropy``.
 
     With a frozen vision tower the feature cache is started here and serves every forward until
-    the update ends (:func:`run_update` stops it). The reference is the reference model, or with
+    the update ends (:func:`update` stops it). The reference is the reference model, or with
     LoRA the policy itself with its adapter disabled (or swapped for the warm-up's).
     """
-    temperature, mb, banned = update.temperature, update.micro_batch_size, parts.engine.banned
+    parts, exp = ctx.parts, step.experience
+    forward = parts.forward
     # the step's pixels go to the device once, here: every micro-batch of the old, reference and
     # update forwards takes its rows from that copy (a prompt's n sequences, several PPO epochs)
     # instead of copying them from the host again; the caller's batch stays on the host
-    device = compute_device(parts.model)
-    exp.batch, exp.response_media = pixels_to_device(exp.batch, exp.response_media, device)
-    if parts.vision_cache is not None:
-        parts.vision_cache.start(exp.batch, exp.response_media)  # episodes: their tool media too
-    speed = dict(
-        padding_free=update.padding_free,
-        max_tokens=update.max_tokens_per_micro_batch,
-        vision=parts.vision_cache,
+    exp.batch, exp.response_media = pixels_to_device(
+        exp.batch, exp.response_media, compute_device(forward.model)
     )
-    old, entropy = experience_logprobs(parts.model, exp, banned, parts.dummy, temperature, mb, **speed)
-    ref = None
-    if parts.ref_model is not None:
-        ref, _ = experience_logprobs(parts.ref_model, exp, banned, parts.ref_dummy, temperature, mb, **speed)
-    elif kl_reference:
-        snapshot = parts.lora_reference if reference_from_warmup else None
-        with reference_forward(parts.model, snapshot):
-            ref, _ = experience_logprobs(parts.model, exp, banned, parts.dummy, temperature, mb, **speed)
-    return old, ref, entropy
+    if forward.vision is not None:
+        forward.vision.start(exp.batch, exp.response_media)  # episodes: their tool media too
+    exp.old_logp, step.entropy = experience_logprobs(forward, exp)
+    if parts.ref_forward is not None:
+        exp.ref_logp, _ = experience_logprobs(parts.ref_forward, exp)
+    elif ctx.settings.kl_reference:
+        snapshot = parts.lora_reference if ctx.state.reference_from_warmup else None
+        with reference_forward(forward.model, snapshot):
+            exp.ref_logp, _ = experience_logprobs(forward, exp)
+    parts.handoff.mark("after_logprobs")
+
+
+def shape(ctx: StepContext, step: Step) -> None:
+    """The shaped rewards (``step.rewards``): overlong penalty and KL-in-reward on the ``overall``
+    scores, with the KL coefficient this step's rollouts were made under; then the KL controller
+    is fed this step's KL (the loss reads its new coefficient), and the rollout/trainer log-prob
+    mismatch is measured."""
+    exp, alg, kl_ctl = step.experience, ctx.cfg.algorithm, ctx.parts.kl_ctl
+    shaped = shape_rewards(
+        exp.scores["overall"],
+        exp.mask,
+        alg,
+        max_response_length=ctx.settings.sampling.max_new_tokens,
+        kl_coef=kl_ctl.value,
+        log_prob=exp.old_logp,
+        ref_log_prob=exp.ref_logp,
+    )
+    step.rewards = shaped.rewards
+    step.metrics.update(shaped.metrics)
+    if ctx.settings.kl_reference:
+        step.metrics.update(feed_kl_controller(alg, kl_ctl, exp))
+    step.metrics.update(mismatch_metrics(exp))
 
 
 def feed_kl_controller(alg, kl_ctl, exp: Experience) -> dict[str, float]:
     """Feed this step's KL (totalled over ranks) to the KL controller ``kl_ctl``; returns the
-    ``actor/kl_coef`` metric. The caller passes the new ``kl_ctl.value`` on to the loss.
+    ``actor/kl_coef`` metric. The update reads the new ``kl_ctl.value``.
 
     The controller is fed the token mean of the per-token KL over the whole batch (every response
     token weighs the same, a long response more than a short one). veRL feeds the mean over
@@ -88,18 +89,23 @@ def feed_kl_controller(alg, kl_ctl, exp: Experience) -> dict[str, float]:
     return {"actor/kl_coef": kl_ctl.value}
 
 
-def greedy_baseline(cfg, engine, sampling: SamplingConfig, dist: DistState, batch, samples: list):
-    """``[P]`` scores of one greedy response per prompt when the estimator declared it needs them
-    (e.g. ReMax), else None: generated with the rollouts, before the engine sleeps for the update."""
-    if not needs_greedy_baseline(cfg.algorithm):
-        return None
-    return greedy_scores(engine, batch, samples, sampling, cfg.reward, dist)
+def advantages(ctx: StepContext, step: Step) -> None:
+    """The advantages of the shaped rewards, with the extra inputs the estimator declared (the
+    greedy baseline's scores the collection generated)."""
+    exp = step.experience
+    exp.advantages = step_advantages(
+        ctx.cfg.algorithm, exp, step.rewards, step.samples, step.greedy_scores, ctx.parts.dist
+    )
+    step.metrics.update(hybrid_metrics(exp))
 
 
-def advantages(cfg, dist: DistState, exp: Experience, rewards: torch.Tensor, samples: list, baseline):
-    """Advantages of the shaped ``rewards``, with the extra inputs the estimator declared
-    (``baseline``: :func:`greedy_baseline`'s scores)."""
-    return step_advantages(cfg.algorithm, exp, rewards, samples, baseline, dist)
+def mask(ctx: StepContext, step: Step) -> None:
+    """The loss mask after the advantages: unscored responses out, rollout correction's weights
+    and dropped tokens in; the old policy's entropy over what remains is logged."""
+    exp = step.experience
+    leave_out_unscored(exp)
+    step.metrics.update(correct_rollouts(ctx.cfg.algorithm, exp))
+    step.metrics["actor/entropy_rollout"] = float(masked_mean(step.entropy, exp.mask.bool()))
 
 
 def leave_out_unscored(exp: Experience) -> None:
@@ -152,47 +158,45 @@ def mini_batches(prompt_of: list[int], per_mini: int, ppo_epochs: int) -> list[l
     return mini
 
 
-def run_update(parts: Components, exp: Experience, mini: list[list[int]], update: UpdateSettings) -> dict:
-    """The PPO epochs over mini-batches and micro-batches (metrics already global)."""
+def update(ctx: StepContext, step: Step) -> None:
+    """The PPO epochs over mini-batches and micro-batches, the loss's KL coefficient read from the
+    KL controller (``step.update_metrics``: the update's metrics, already global)."""
+    parts, tc = ctx.parts, ctx.cfg.trainer
+    exp = step.experience
+    mini = mini_batches(exp.prompt_of, tc.mini_batch_prompts // parts.dist.data_world, tc.ppo_epochs)
     try:
-        return policy_update(
-            parts.model,
+        step.update_metrics = policy_update(
+            parts.forward,
             parts.optimizer,
             parts.scheduler,
             exp,
             mini,
-            update,
-            parts.engine.banned,
-            parts.dummy,
-            vision=parts.vision_cache,
+            ctx.settings.update,
+            parts.kl_ctl.value,
         )
     finally:
-        if parts.vision_cache is not None:
-            parts.vision_cache.stop()  # the next step's weights and media differ
+        if parts.forward.vision is not None:
+            parts.forward.vision.stop()  # the next step's weights and media differ
 
 
-def reduce_metrics(
-    metrics: dict,
-    exp: Experience,
-    batch,
-    times: dict[str, float],
-    skips: DataSkips,
-    cfg,
-    dist: DistState,
-) -> dict[str, float]:
-    """The step's metrics with times, data counters and throughput, reduced over ranks
-    (counts summed, rates and means averaged)."""
-    metrics.update({f"time/{k}": v for k, v in times.items()})
+def metrics(ctx: StepContext, step: Step) -> dict[str, float]:
+    """The step's metrics with memory, times, data counters and throughput, reduced over ranks
+    (counts summed, rates and means averaged), then the update's (global already)."""
+    cfg, dist, skips, exp = ctx.cfg, ctx.parts.dist, ctx.skips, step.experience
+    out = dict(step.metrics)
+    out.update({f"memory/{phase}_gib": gib for phase, gib in ctx.parts.handoff.memory.items()})
+    out.update({f"time/{k}": v for k, v in step.times.items()})
     if cfg.data.preflight == "fast":
-        metrics["data/dropped_overlong"] = float(skips.dropped_overlong)  # so far, this rank
+        out["data/dropped_overlong"] = float(skips.dropped_overlong)  # so far, this rank
     # records left out so far: start-up's (counted once, on rank 0) plus this rank's since
-    metrics["data/skipped_records"] = float(
+    out["data/skipped_records"] = float(
         skips.skipped_at_step + (skips.skipped_preflight if dist.is_main else 0)
     )
-    tokens = int(exp.mask.sum()) + int(batch.inputs["attention_mask"].sum()) * cfg.rollout.n
+    tokens = int(exp.mask.sum()) + int(step.batch.inputs["attention_mask"].sum()) * cfg.rollout.n
     per_rank = all_gather(tokens)  # [tokens] in one process
     if dist.enabled:
-        metrics["perf/rank_token_imbalance"] = max(per_rank) / max(sum(per_rank) / len(per_rank), 1)
-    metrics = reduce_over_ranks(metrics, summed=COUNT_METRICS)
-    metrics["perf/tokens_per_s"] = sum(per_rank) / times["step"]
-    return metrics
+        out["perf/rank_token_imbalance"] = max(per_rank) / max(sum(per_rank) / len(per_rank), 1)
+    out = reduce_over_ranks(out, summed=COUNT_METRICS)
+    out["perf/tokens_per_s"] = sum(per_rank) / step.times["step"]
+    out.update(step.update_metrics)
+    return out

@@ -13,26 +13,25 @@ from ..algorithms.aggregation import GlobalBatchStats, aggregate_loss
 from ..algorithms.kl import kl_loss
 from ..algorithms.policy_losses import compute_policy_loss
 from ..models.inputs import gather_prompts, gather_sequences, media_counts
-from ..models.logprobs import response_logprobs
-from ..models.vision_cache import VisionFeatureCache
+from ..models.logprobs import Packing, PolicyForward, ResponseRows
 from .distributed import data_group, max_over_ranks, sum_over_ranks
 from .experience import Experience
 
 
-@dataclass
+@dataclass(frozen=True)
 class UpdateSettings:
+    """What the run config fixes for every update (the forward's settings are its
+    :class:`~easyvideor1.models.logprobs.PolicyForward`'s; the KL coefficient is the controller's,
+    passed to each update)."""
+
     policy_loss: str = "ppo"
     loss_options: dict | None = None  # clip ratios etc., passed to the policy loss
     loss_agg_mode: str = "token-mean"
     norm_length: int = 64
-    kl_loss_coef: float = 0.0
+    kl_in_loss: bool = False  # the KL to the reference is a loss term (``algorithm.kl.apply_as=loss``)
     kl_kind: str = "k3"
-    temperature: float = 1.0
-    micro_batch_size: int = 16
     max_grad_norm: float = 1.0
     offline_shaping: float = 0.0  # LUFFY-style policy shaping gamma for offline responses (0 = off)
-    padding_free: bool = False  # pack each micro-batch into one row (models/packing.py)
-    max_tokens_per_micro_batch: int = 0  # > 0: micro-batches by token budget instead of a count
 
 
 def global_stats(masks: list[torch.Tensor]) -> GlobalBatchStats:
@@ -85,54 +84,41 @@ def token_micro_batches(exp: Experience, indices: list[int], max_tokens: int, pa
     return out
 
 
-def split_micro_batches(exp: Experience, indices: list[int], settings: UpdateSettings) -> list[list[int]]:
+def split_micro_batches(exp: Experience, indices: list[int], packing: Packing) -> list[list[int]]:
     """The micro-batches of ``indices``: by token budget when one is set, else by count."""
-    if settings.max_tokens_per_micro_batch > 0:
-        return token_micro_batches(exp, indices, settings.max_tokens_per_micro_batch, settings.padding_free)
-    return micro_batches(indices, settings.micro_batch_size)
+    if packing.max_tokens > 0:
+        return token_micro_batches(exp, indices, packing.max_tokens, packing.padding_free)
+    return micro_batches(indices, packing.micro_batch_size)
 
 
-def _micro_inputs(exp: Experience, idx: list[int]):
-    """The sequences ``idx``: prompt rows (with each episode's tool media after its prompt's),
-    response ids, real-token mask and loss mask, all cut to the longest response."""
+def response_rows(exp: Experience, idx: list[int]) -> tuple[ResponseRows, torch.Tensor, int]:
+    """The sequences ``idx`` as one forward's rows, with their loss mask and width (all cut to the
+    longest response): prompt rows (with each episode's tool media after its prompt's) and
+    responses. The forward attends every real token (an episode's tool turns too); the loss mask
+    holds the policy's."""
     real = exp.real
     width = int(real[idx].sum(1).max())  # responses are right-padded
     prompts = [exp.prompt_of[i] for i in idx]
-    if exp.response_media is None:
-        seq_inputs = gather_prompts(exp.batch, prompts)
-    else:
-        seq_inputs = gather_sequences(exp.batch, prompts, [exp.response_media[i] for i in idx])
-    return seq_inputs, exp.ids[idx, :width], real[idx, :width], exp.mask[idx, :width], width
-
-
-def _logprobs(model, exp: Experience, idx: list[int], banned, dummy, temperature, padding_free, vision):
-    """One forward over the sequences ``idx``: (logp, entropy, loss mask, width). The forward
-    attends every real token (an episode's tool turns too); the loss mask holds the policy's."""
-    seq_inputs, ids, real, mask, width = _micro_inputs(exp, idx)
-    prompts = [exp.prompt_of[i] for i in idx]
     counts = ([exp.batch.video_counts[p] for p in prompts], [exp.batch.image_counts[p] for p in prompts])
-    if exp.response_media is not None:  # an episode's media: its prompt's, then its tool turns'
+    if exp.response_media is None:
+        inputs = gather_prompts(exp.batch, prompts)
+    else:  # an episode's media: its prompt's, then its tool turns'
+        inputs = gather_sequences(exp.batch, prompts, [exp.response_media[i] for i in idx])
         tool = [media_counts(exp.response_media[i]) for i in idx]
         counts = (
             [c + t[0] for c, t in zip(counts[0], tool, strict=True)],
             [c + t[1] for c, t in zip(counts[1], tool, strict=True)],
         )
-    logp, entropy = response_logprobs(
-        model,
-        seq_inputs,
-        ids,
-        real,
-        banned,
-        temperature,
-        dummy,
-        padding_free=padding_free,
+    rows = ResponseRows(
+        inputs,
+        exp.ids[idx, :width],
+        real[idx, :width],
         media_counts=counts,
-        vision=vision,
         prompt_ids=prompts,
         sequence_ids=None if exp.response_media is None else idx,
-        response_types=None if exp.response_types is None else exp.response_types[idx, :width],
+        types=None if exp.response_types is None else exp.response_types[idx, :width],
     )
-    return logp, entropy, mask, width
+    return rows, exp.mask[idx, :width], width
 
 
 def padded(chunks: list[list[int]]) -> list[tuple[list[int], bool]]:
@@ -149,30 +135,14 @@ def padded(chunks: list[list[int]]) -> list[tuple[list[int], bool]]:
 
 
 @torch.no_grad()
-def experience_logprobs(
-    model,
-    exp: Experience,
-    banned,
-    dummy,
-    temperature: float,
-    micro_batch_size: int,
-    *,
-    padding_free: bool = False,
-    max_tokens: int = 0,
-    vision: VisionFeatureCache | None = None,
-):
-    """Per-token log-probs ``[N, T]`` and entropy of every response under ``model`` (no gradient).
-
-    ``padding_free``, ``max_tokens`` (token-budget micro-batches) and ``vision`` (a started
-    feature cache) change speed and memory, not the values (see ``UpdateSettings``).
-    """
+def experience_logprobs(forward: PolicyForward, exp: Experience) -> tuple[torch.Tensor, torch.Tensor]:
+    """Per-token log-probs ``[N, T]`` and entropy of every response under ``forward``'s model (no
+    gradient), micro-batch after micro-batch as its packing says."""
     logp = torch.zeros(exp.ids.shape, dtype=torch.float32)
     entropy = torch.zeros(exp.ids.shape, dtype=torch.float32)
-    split = UpdateSettings(
-        micro_batch_size=micro_batch_size, padding_free=padding_free, max_tokens_per_micro_batch=max_tokens
-    )
-    for idx, real in padded(split_micro_batches(exp, list(range(len(exp))), split)):
-        lp, ent, mask, width = _logprobs(model, exp, idx, banned, dummy, temperature, padding_free, vision)
+    for idx, real in padded(split_micro_batches(exp, list(range(len(exp))), forward.packing)):
+        rows, mask, width = response_rows(exp, idx)
+        lp, ent = forward.logprobs(rows)
         if real:
             lp, ent, m = lp.cpu(), ent.cpu(), mask.bool()
             logp[idx, :width] = torch.where(m, lp, torch.zeros_like(lp))
@@ -181,36 +151,35 @@ def experience_logprobs(
 
 
 def policy_update(
-    model,
+    forward: PolicyForward,
     optimizer,
     scheduler,
     exp: Experience,
     mini_batches: list[list[int]],
     settings: UpdateSettings,
-    banned,
-    dummy,
-    vision: VisionFeatureCache | None = None,
+    kl_coef: float = 0.0,
 ) -> dict[str, float]:
-    """One optimizer step per mini-batch (lists of sequence indices); returns averaged metrics.
-
-    ``vision``: a started feature cache serving the (frozen) vision features of ``exp``'s prompts.
+    """One optimizer step per mini-batch (lists of sequence indices) of ``forward``'s model;
+    returns averaged metrics. ``kl_coef``: the KL controller's coefficient (with
+    ``settings.kl_in_loss`` and reference log-probs, the loss's KL term).
 
     Under data parallelism each rank passes its own sequences; the loss denominators are summed over
     ranks first, so the step equals the single-process step on the union of the ranks' batches.
     """
+    model = forward.model
+    kl_coef = kl_coef if settings.kl_in_loss else 0.0
     sums: dict[str, float] = {}
     replicated: dict[str, float] = {}
     steps = skipped = 0
     for seqs, real_step in padded(mini_batches):
-        micros = split_micro_batches(exp, seqs, settings)
+        micros = split_micro_batches(exp, seqs, forward.packing)
         local = [exp.mask[m] for m in micros] if real_step else []
         stats = global_stats(local)
         optimizer.zero_grad(set_to_none=True)
         for idx, real in padded(micros):
             real = real and real_step
-            logp, entropy, mask, width = _logprobs(
-                model, exp, idx, banned, dummy, settings.temperature, settings.padding_free, vision
-            )
+            rows, mask, width = response_rows(exp, idx)
+            logp, entropy = forward.logprobs(rows)
             mask = mask.to(logp.device)
             old_logp, adv = (
                 exp.old_logp[idx, :width].to(logp.device),
@@ -244,7 +213,7 @@ def policy_update(
                 continue
             # aggregate_loss scales by dp_size (FSDP averages gradients); metrics are summed over ranks
             _add(sums, "actor/pg_loss", float(loss.detach()) / stats.dp_size)  # the policy term alone
-            if settings.kl_loss_coef and exp.ref_logp is not None:
+            if kl_coef and exp.ref_logp is not None:
                 kl = kl_loss(
                     logp,
                     exp.ref_logp[idx, :width].to(logp.device),
@@ -254,7 +223,7 @@ def policy_update(
                     global_stats=stats,
                     norm_length=settings.norm_length,
                 )
-                loss = loss + settings.kl_loss_coef * kl
+                loss = loss + kl_coef * kl
                 _add(sums, "actor/kl_loss", float(kl.detach()) / stats.dp_size)
             loss.backward()
             share = float(mask.sum()) / max(stats.num_tokens, 1)

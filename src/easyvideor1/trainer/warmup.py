@@ -9,17 +9,20 @@ single-process one.
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Callable
 
 import torch
 
 from ..data.dataset import MediaSample, RecordDataset, encode_prompts
+from ..models.logprobs import Packing
 from ..models.lora import copy_adapter
 from ..rollout.sampling import SamplingConfig
 from .distributed import sum_over_ranks
-from .experience import offline_response, stacked
+from .experience import stacked
+from .hybrid import offline_response
 from .state import Components
-from .update import _logprobs
+from .update import response_rows
 
 
 def sft_warmup(
@@ -51,6 +54,8 @@ def sft_warmup(
     g = torch.Generator().manual_seed(tc.seed + 1)  # the same global batches on every rank
     per = max(tc.sft_batch_size // state.data_world, 1)
     sampling = SamplingConfig(max_new_tokens=max_new_tokens)  # an offline turn's token limit
+    # the trainer's forward at temperature 1 (the supervised loss), padded, its tower encoding
+    forward = dataclasses.replace(parts.forward, temperature=1.0, vision=None, packing=Packing())
     for step in range(tc.sft_warmup_steps):
         pick = torch.randint(len(with_offline), (per * state.data_world,), generator=g).tolist()
         pick = pick[state.data_rank * per : (state.data_rank + 1) * per]
@@ -63,9 +68,8 @@ def sft_warmup(
         exp = stacked(batch, groups, engine.pad_id)
         tokens = sum_over_ranks({"n": float(exp.mask.sum())})["n"]
         # the trainer's forward (episodes: tool turns attended, their frames in; policy tokens trained)
-        logp, _, mask, _ = _logprobs(
-            model, exp, list(range(len(exp))), engine.banned, parts.dummy, 1.0, False, None
-        )
+        rows, mask, _ = response_rows(exp, list(range(len(exp))))
+        logp, _ = forward.logprobs(rows)
         # FSDP averages gradients over all ranks: scale by their number so they add up to the
         # global mean's (sequence parallelism: each rank's are its tokens' share of its group's)
         # (where, not a product: a vision placeholder of a tool turn has log-prob -inf, and -inf * 0 is NaN)
