@@ -5,8 +5,9 @@ from __future__ import annotations
 from dataclasses import dataclass, field, replace
 
 from ..media.cache import CACHE_MODES
-from ..media.sampling import DEFAULT_FPS, SamplingParams, factor_for_family, family_factors
+from ..media.sampling import DEFAULT_FPS, SamplingParams
 from ..media.video import TIMESTAMP_MODES
+from ..models.families import factor_for_family, family_factors
 
 
 @dataclass
@@ -238,4 +239,4 @@ class DataConfig:
             return "qwen"
         from ..models.families import get_family
 
-        return get_family(self.model_family).frame_rule
+        return get_family(self.model_family).frames.rule

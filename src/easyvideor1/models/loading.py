@@ -74,11 +74,11 @@ def load_policy(
         path, dtype=DTYPES[dtype], attn_implementation=attn_implementation
     )
     processor = AutoProcessor.from_pretrained(path)
-    family.prepare_model(model)
+    family.vision.prepare_model(model)
     if gradient_checkpointing:
         model.gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": False})
     if freeze_vision_tower:
-        for module in family.vision_modules(model):
+        for module in family.vision.modules(model):
             for p in module.parameters():
                 p.requires_grad_(False)
     if lora is not None and lora.rank > 0:
@@ -102,7 +102,7 @@ def write_released_layout(directory: str | os.PathLike) -> None:
     from .families import family_of_checkpoint
 
     family = family_of_checkpoint(str(directory))
-    ends = family.transposed_in_checkpoints
+    ends = family.engine.transposed_in_checkpoints
     if not ends:
         return
     for shard in sorted(Path(directory).glob("*.safetensors")):
@@ -110,7 +110,7 @@ def write_released_layout(directory: str | os.PathLike) -> None:
             metadata = f.metadata()
             if not any(k.endswith(ends) for k in f.keys()):
                 continue
-            tensors = dict(family.checkpoint_tensors((k, f.get_tensor(k)) for k in f.keys()))
+            tensors = dict(family.engine.checkpoint_tensors((k, f.get_tensor(k)) for k in f.keys()))
         tmp = shard.with_name(shard.name + ".tmp")
         save_file({k: v.contiguous() for k, v in tensors.items()}, str(tmp), metadata=metadata)
         os.replace(tmp, shard)

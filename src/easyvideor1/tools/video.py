@@ -35,6 +35,7 @@ from ..media.sampling import (
     video_frame_size,
 )
 from ..media.video import FORMAT_VERSION, SampledVideo, source_stat
+from ..models.families import get_family
 from .base import ToolError, ToolResult, register_tool
 from .config import ToolsConfig
 
@@ -51,7 +52,7 @@ def track_params(settings: ToolsConfig, kind: str, model_family: str) -> Samplin
         if kind == "seek"
         else (settings.detail_fps, settings.detail_max_pixels)
     )
-    factor = SamplingParams.for_family(model_family).factor
+    factor = get_family(model_family).frames.factor
     return SamplingParams(
         factor=factor,
         fps=fps,
@@ -204,12 +205,10 @@ class ToolSession:
 
     def __post_init__(self) -> None:
         self.specs = self.settings.specs()  # an unknown tool name fails here, before any episode
-        from ..models.families import get_family
-
         family = get_family(self.model_family)
-        if self.specs and family.no_tools:
+        if self.specs and family.tokens.no_tools:
             raise ValueError(
-                f"tools.names: {family.model_type} cannot run tool episodes ({family.no_tools}); "
+                f"tools.names: {family.model_type} cannot run tool episodes ({family.tokens.no_tools}); "
                 "use a Qwen-VL or Qwen3.5 model or drop tools.names"
             )
 
@@ -337,7 +336,7 @@ def frame_at(ctx: ToolContext, args: dict[str, Any]) -> ToolResult:
     track = ctx.video.track("detail")
     p = _nearest(track, t)
     frame = ctx.video.frames("detail", [p])[0]
-    factor = SamplingParams.for_family(ctx.video.family).factor
+    factor = get_family(ctx.video.family).frames.factor
     return ToolResult(text=f"Frame at {track.time(p):.2f} s.", images=[_image(frame, ctx.settings, factor)])
 
 
@@ -377,7 +376,7 @@ def zoom(ctx: ToolContext, args: dict[str, Any]) -> ToolResult:
     c0, c1 = min(int(x1 / 1000 * w), w - 1), max(min(round(x2 / 1000 * w), w), 1)
     r0, r1 = min(int(y1 / 1000 * h), h - 1), max(min(round(y2 / 1000 * h), h), 1)
     crop = frame[r0 : max(r1, r0 + 1), c0 : max(c1, c0 + 1)].contiguous()
-    factor = SamplingParams.for_family(ctx.video.family).factor
+    factor = get_family(ctx.video.family).frames.factor
     image = _image(crop, ctx.settings, factor)
     return ToolResult(
         text=f"Region {[round(v) for v in (x1, y1, x2, y2)]} of the frame at {track.time(p):.2f} s.",

@@ -11,6 +11,7 @@ import json
 import os
 from typing import TYPE_CHECKING
 
+from ...errors import ConfigError, UserError
 from ...registry import Registry, UnknownNameError
 
 if TYPE_CHECKING:
@@ -51,6 +52,16 @@ def get_family(name: str) -> ModelFamily:
     return FAMILIES.get(name)
 
 
+def factor_for_family(name: str) -> int:
+    """Resize factor (patch size x spatial merge) of the family ``name``: 28 or 32."""
+    return get_family(name).frames.factor
+
+
+def family_factors() -> tuple[int, ...]:
+    """The resize factors of every registered family (28 and 32 today)."""
+    return tuple(sorted({entry.value.frames.factor for entry in FAMILIES.entries()}))
+
+
 def family_of_checkpoint(path: str) -> ModelFamily:
     """The family of the checkpoint directory ``path``, from its ``config.json`` ``model_type``."""
     config = os.path.join(path, "config.json")
@@ -60,11 +71,11 @@ def family_of_checkpoint(path: str) -> ModelFamily:
         try:
             model_type = json.load(f).get("model_type")
         except (json.JSONDecodeError, AttributeError) as e:
-            raise ValueError(f"{config}: not a JSON object ({e})") from None
+            raise UserError(f"{config}: not a JSON object ({e})") from None
     if not model_type:
-        raise ValueError(f"{config}: no model_type key")
+        raise UserError(f"{config}: no model_type key")
     if not isinstance(model_type, str) or model_type not in FAMILIES:
-        raise ValueError(
+        raise UserError(
             f"{config}: model_type {model_type!r} is not a supported family "
             f"({', '.join(family_names())}); see docs/concepts/model-families.md ('Adding a model family')"
         )
@@ -85,14 +96,14 @@ def resolve_family(
     """
     if model_path is None:
         if declared is None:
-            raise ValueError(
+            raise ConfigError(
                 "the model family is not known: give a model (model.path, --model PATH) or name the "
                 f"family ({declared_as}, --model-family)"
             )
         return get_family(declared)
     actual = family_of_checkpoint(model_path)
     if declared is not None and get_family(declared) is not actual:
-        raise ValueError(
+        raise ConfigError(
             f"{declared_as} is {declared!r} but the model at {model_path} is {actual.model_type!r} "
             f"(config.json model_type); drop {declared_as} (the model decides) or fix it"
         )
