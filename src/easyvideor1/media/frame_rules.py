@@ -23,7 +23,7 @@ import math
 from dataclasses import asdict
 from typing import Any
 
-from ..errors import ConfigError
+from ..errors import ConfigError, UserError
 from ..registry import Registry, UnknownNameError
 
 # Constants of qwen-vl-utils 0.0.14 (vision_process.py).
@@ -73,13 +73,18 @@ def floor_by_factor(number: float, factor: int) -> int:
     return math.floor(number / factor) * factor
 
 
+def check_frame_size(height: int, width: int) -> None:
+    """Refuse a video whose frames are empty (the decoder reports it with the file)."""
+    if min(height, width) <= 0:
+        raise UserError(f"frame size must be positive, got {height}x{width}")
+
+
 def check_frame_shape(height: int, width: int) -> None:
     """Refuse an empty frame or one whose aspect ratio no processor takes (qwen-vl-utils' and GLM's
-    bound); a video's frames, so a plain error the decoder reports with the file."""
-    if min(height, width) <= 0:
-        raise ValueError(f"frame size must be positive, got {height}x{width}")
+    bound)."""
+    check_frame_size(height, width)
     if max(height, width) / min(height, width) > MAX_RATIO:
-        raise ValueError(f"aspect ratio must be smaller than {MAX_RATIO}, got {height}x{width}")
+        raise UserError(f"aspect ratio must be smaller than {MAX_RATIO}, got {height}x{width}")
 
 
 def smart_resize(
@@ -108,9 +113,9 @@ def smart_resize(
 def frame_range(params, total_frames: int, video_fps: float) -> tuple[int, int, int]:
     """First and last source frame of the ``video_start``/``video_end`` window, and its length."""
     if video_fps <= 0:
-        raise ValueError(f"video fps must be positive, got {video_fps}")
+        raise UserError(f"video fps must be positive, got {video_fps}")
     if total_frames <= 0:
-        raise ValueError(f"video has no frames (total_frames={total_frames})")
+        raise UserError(f"video has no frames (total_frames={total_frames})")
     start, end = params.video_start, params.video_end
     if start is None and end is None:
         return 0, total_frames - 1, total_frames
@@ -120,7 +125,7 @@ def frame_range(params, total_frames: int, video_fps: float) -> tuple[int, int, 
     if end is not None:
         last = min(math.floor(max(0.0, min(end, duration)) * video_fps), total_frames - 1)
     if first >= last:
-        raise ValueError(
+        raise UserError(
             f"clip window [{start}, {end}] s selects no frames of a {duration:.2f} s video "
             f"({total_frames} frames at {video_fps:.3f} fps)"
         )
@@ -140,7 +145,7 @@ def smart_nframes(params, total_frames: int, video_fps: float) -> int:
         nframes = min(min(max(nframes, min_frames), max_frames), total_frames)
         nframes = floor_by_factor(nframes, FRAME_FACTOR)
     if not FRAME_FACTOR <= nframes <= total_frames:
-        raise ValueError(
+        raise UserError(
             f"cannot sample {nframes} frames from a window of {total_frames} frames "
             f"(need {FRAME_FACTOR} <= nframes <= total frames)"
         )
@@ -239,8 +244,7 @@ def glm_smart_resize(
 ) -> tuple[int, int]:
     """GLM-4.1V's resize: sides on the ``factor`` grid, the whole video's pixels (frames rounded
     to pairs x height x width) within ``[min_pixels, max_pixels]``, aspect kept."""
-    if min(height, width) <= 0:
-        raise ValueError(f"frame size must be positive, got {height}x{width}")
+    check_frame_size(height, width)
     if height < factor or width < factor:  # GLM scales a too-small side up before rounding
         scale = max(factor / height, factor / width)
         height, width = int(height * scale), int(width * scale)
@@ -367,15 +371,14 @@ class InternVLRule(FrameRule):
         first, _, window = frame_range(params, total_frames, video_fps)
         n = int(params.nframes)
         if n > window:
-            raise ValueError(f"cannot sample {n} frames from a window of {window} frames")
+            raise UserError(f"cannot sample {n} frames from a window of {window} frames")
         step = window / n
         idx = torch.arange(step / 2, window, step).int().tolist()
         return [first + i for i in idx], len(idx) / window * video_fps
 
     def frame_size(self, params, height: int, width: int, nframes: int) -> tuple[int, int]:
         """Every frame becomes one square tile (the processor's ``size``), aspect not kept."""
-        if min(height, width) <= 0:
-            raise ValueError(f"frame size must be positive, got {height}x{width}")
+        check_frame_size(height, width)
         side = self.frame_side(params)
         return side, side
 

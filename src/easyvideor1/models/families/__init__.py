@@ -21,17 +21,7 @@ from . import (  # noqa: F401  (register)
     qwen3_vl,
     qwen3_vl_moe,
 )
-from .base import (
-    QWEN_SPECIAL_TOKENS,
-    QWEN_VISION_TOKENS,
-    VISION_INPUTS,
-    ChatTokens,
-    EngineFacts,
-    Frames,
-    ModelFamily,
-    TinyFixture,
-    VisionLayout,
-)
+from .base import QWEN_SPECIAL_TOKENS, QWEN_VISION_TOKENS, VISION_INPUTS, ModelFamily
 from .registry import (
     FAMILIES,
     UnknownFamilyError,
@@ -51,13 +41,8 @@ __all__ = [
     "QWEN_SPECIAL_TOKENS",
     "QWEN_VISION_TOKENS",
     "VISION_INPUTS",
-    "ChatTokens",
-    "EngineFacts",
-    "Frames",
     "ModelFamily",
-    "TinyFixture",
     "UnknownFamilyError",
-    "VisionLayout",
     "all_names",
     "factor_for_family",
     "family_factors",

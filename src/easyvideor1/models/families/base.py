@@ -22,7 +22,7 @@ from __future__ import annotations
 
 import re
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING, Any
 
 from ...media.sampling import SamplingParams
@@ -224,6 +224,7 @@ class VisionLayout:
             in vLLM requests, so all three count the same tokens (and transformers does not warn).
         resize_images: Our loader resizes images to the factor grid within the image pixel budget
             (Qwen-VL); False: the family's processor sizes images itself (InternVL tiles them).
+        tower_attribute: The vision tower's attribute on the inner model (``model.model.visual``).
     """
 
     processor_class: str
@@ -231,6 +232,7 @@ class VisionLayout:
     image_processor_class: str = "Qwen2VLImageProcessor"
     cap_pixels_per_frame: bool | None = None
     resize_images: bool = True
+    tower_attribute: str = "visual"
 
     @property
     def tower_calls(self) -> dict[str, str]:
@@ -246,9 +248,9 @@ class VisionLayout:
 
     def tower(self, model: torch.nn.Module) -> torch.nn.Module:
         """The vision encoder (+ merger) module of a loaded model."""
-        tower = getattr(getattr(model, "model", model), "visual", None)
+        tower = getattr(getattr(model, "model", model), self.tower_attribute, None)
         if tower is None:
-            raise TypeError(f"{type(model).__name__} has no vision tower at .model.visual")
+            raise TypeError(f"{type(model).__name__} has no vision tower at .model.{self.tower_attribute}")
         return tower
 
     def modules(self, model: torch.nn.Module) -> list[torch.nn.Module]:
@@ -380,93 +382,24 @@ VLLM_MOE_RELOAD = (
 )
 
 
-# M-RoPE of the tiny models' rotary dims (head_dim 32 -> 16 frequencies split t/h/w)
-TINY_MROPE = {"rope_type": "default", "rope_theta": 10000.0, "mrope_section": [6, 5, 5]}
-
-
-def tiny_decoder_fields(vocab_size: int, hidden: int, layers: int) -> dict[str, Any]:
-    """The decoder sizes every tiny config shares: 4 attention heads of 32 (2 for keys and values)
-    and an MLP twice as wide as the model."""
-    return dict(
-        vocab_size=vocab_size,
-        hidden_size=hidden,
-        intermediate_size=hidden * 2,
-        num_hidden_layers=layers,
-        num_attention_heads=4,
-        num_key_value_heads=2,
-        head_dim=32,
-        max_position_embeddings=4096,
+def moe_family(
+    dense: ModelFamily,
+    model_type: str,
+    aliases: tuple[str, ...],
+    vllm_architecture: str,
+    tiny_config: Callable[..., Any],
+    **engine_facts: Any,
+) -> ModelFamily:
+    """The mixture-of-experts version of a ``dense`` family: its frames, tokens and vision parts
+    around an MoE decoder (vLLM's other architecture, which takes no pushed weights, and the
+    MoE's own ``engine_facts``) with its tiny config."""
+    engine = replace(
+        dense.engine,
+        vllm_architecture=vllm_architecture,
+        moe=True,
+        vllm_weight_push=VLLM_MOE_RELOAD,
+        **engine_facts,
     )
-
-
-def qwen_text_config(vocab_size: int, token_ids: dict[str, int], hidden: int, layers: int) -> dict[str, Any]:
-    """Text-model fields shared by the tiny Qwen configs."""
-    return dict(
-        **tiny_decoder_fields(vocab_size, hidden, layers),
-        bos_token_id=token_ids["<|endoftext|>"],
-        eos_token_id=token_ids["<|im_end|>"],
-        pad_token_id=token_ids["<|endoftext|>"],
+    return replace(
+        dense, model_type=model_type, aliases=aliases, engine=engine, fixture=TinyFixture(tiny_config)
     )
-
-
-# The frame grids and processors each Qwen-VL generation's families share
-QWEN2_FRAMES = Frames(patch_size=14)
-QWEN3_FRAMES = Frames(patch_size=16)
-QWEN3_VISION = VisionLayout(
-    processor_class="Qwen3VLProcessor",
-    video_processor_class="Qwen3VLVideoProcessor",
-    cap_pixels_per_frame=True,
-)
-
-
-def qwen2_vision(processor_class: str) -> VisionLayout:
-    """A Qwen2/2.5-VL processor of class ``processor_class`` around Qwen2-VL's video processor."""
-    return VisionLayout(
-        processor_class=processor_class,
-        video_processor_class="Qwen2VLVideoProcessor",
-        cap_pixels_per_frame=True,
-    )
-
-
-def moe_engine(vllm_architecture: str, **facts: Any) -> EngineFacts:
-    """The engine facts of a mixture-of-experts family (vLLM takes no pushed weights of it)."""
-    return EngineFacts(vllm_architecture, moe=True, vllm_weight_push=VLLM_MOE_RELOAD, **facts)
-
-
-def qwen_token_fields(token_ids: dict[str, int]) -> dict[str, Any]:
-    """Top-level placeholder-token ids of a Qwen-VL config."""
-    return dict(
-        image_token_id=token_ids["<|image_pad|>"],
-        video_token_id=token_ids["<|video_pad|>"],
-        vision_start_token_id=token_ids["<|vision_start|>"],
-        vision_end_token_id=token_ids["<|vision_end|>"],
-        tie_word_embeddings=False,
-    )
-
-
-def tiny_qwen_config(config_class: str, vocab_size, token_ids, hidden, layers, vision, **text_fields):
-    """A tiny Qwen-VL config of transformers class ``config_class``: the shared text model with the
-    family's ``text_fields`` (rotary split, experts, ...) and the family's ``vision`` tower."""
-    import transformers
-
-    text = {**qwen_text_config(vocab_size, token_ids, hidden, layers), **text_fields}
-    return getattr(transformers, config_class)(
-        text_config=text, vision_config=vision, **qwen_token_fields(token_ids)
-    )
-
-
-def tiny_vision_config(patch_size: int, **fields: Any) -> dict[str, Any]:
-    """A 2-block, 2-head vision tower merging 2x2 patches and 2 frames, plus the family's ``fields``."""
-    return dict(
-        depth=2, num_heads=2, patch_size=patch_size, spatial_merge_size=2, temporal_patch_size=2, **fields
-    )
-
-
-def qwen3_vision_config(hidden: int, deepstack: bool = True) -> dict[str, Any]:
-    """A 2-block Qwen3-VL-style vision tower (patch 16), used by Qwen3-VL and Qwen3.5."""
-    cfg = tiny_vision_config(
-        16, hidden_size=64, intermediate_size=128, out_hidden_size=hidden, num_position_embeddings=256
-    )
-    if deepstack:
-        cfg["deepstack_visual_indexes"] = [0]
-    return cfg

@@ -18,8 +18,9 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
-from .base import ChatTokens, EngineFacts, Frames, ModelFamily, TinyFixture, VisionLayout, tiny_decoder_fields
+from .base import ChatTokens, EngineFacts, Frames, ModelFamily, TinyFixture, VisionLayout
 from .registry import register
+from .tiny_configs import tiny_decoder_fields, token_id_fields
 
 GLM_VISION_TOKENS = (
     "<|image|>",
@@ -100,17 +101,15 @@ def glm_vision_config(hidden: int) -> dict[str, Any]:
     )
 
 
-def glm_token_fields(token_ids: dict[str, int]) -> dict[str, Any]:
-    """Top-level placeholder-token ids of a GLM-4.1V/4.5V config."""
-    return dict(
-        image_token_id=token_ids["<|image|>"],
-        video_token_id=token_ids["<|video|>"],
-        image_start_token_id=token_ids["<|begin_of_image|>"],
-        image_end_token_id=token_ids["<|end_of_image|>"],
-        video_start_token_id=token_ids["<|begin_of_video|>"],
-        video_end_token_id=token_ids["<|end_of_video|>"],
-        tie_word_embeddings=False,
-    )
+# the top-level config fields of a GLM-4.1V/4.5V config that hold placeholder-token ids, by token
+GLM_TOKEN_ID_FIELDS = {
+    "image_token_id": "<|image|>",
+    "video_token_id": "<|video|>",
+    "image_start_token_id": "<|begin_of_image|>",
+    "image_end_token_id": "<|end_of_image|>",
+    "video_start_token_id": "<|begin_of_video|>",
+    "video_end_token_id": "<|end_of_video|>",
+}
 
 
 @dataclass(frozen=True)
@@ -158,36 +157,31 @@ def tiny_config(vocab_size, token_ids, hidden=128, layers=2):
     return Glm4vConfig(
         text_config=glm_text_config(vocab_size, token_ids, hidden, layers),
         vision_config=glm_vision_config(hidden),
-        **glm_token_fields(token_ids),
+        **token_id_fields(GLM_TOKEN_ID_FIELDS, token_ids),
     )
 
-
-# what GLM-4.1V and GLM-4.5V share (keyword arguments of ModelFamily; the engine's vLLM limit too)
-GLM4V_PARTS = dict(
-    frames=Frames(patch_size=14, rule="glm4v"),
-    tokens=ChatTokens(
-        special_tokens=GLM_SPECIAL_TOKENS,
-        placeholder_tokens=GLM_VISION_TOKENS,
-        eos_tokens=("<|endoftext|>", "<|user|>", "<|observation|>"),
-        # GLM-4.5V's XML call format is not read yet
-        no_tools="GLM-4.1V's chat template has no tool-call format",
-        template_body=GLM_TEMPLATE_BODY,
-        assistant_prompt="<|assistant|>\n",
-    ),
-    vision=Glm4vVision(
-        processor_class="Glm4vProcessor",
-        video_processor_class="Glm4vVideoProcessor",
-        image_processor_class="Glm4vImageProcessor",
-    ),
-)
-VLLM_MAX_VIDEOS = 1  # vLLM 0.32's GLM-4.1V/4.5V: "At most 1 video(s) may be provided in one prompt"
 
 FAMILY = register(
     ModelFamily(
         model_type="glm4v",
         aliases=("glm4.1v", "glm41v", "glm-4.1v"),
-        engine=EngineFacts("Glm4vForConditionalGeneration", vllm_max_videos=VLLM_MAX_VIDEOS),
+        frames=Frames(patch_size=14, rule="glm4v"),
+        tokens=ChatTokens(
+            special_tokens=GLM_SPECIAL_TOKENS,
+            placeholder_tokens=GLM_VISION_TOKENS,
+            eos_tokens=("<|endoftext|>", "<|user|>", "<|observation|>"),
+            # GLM-4.5V's XML call format is not read yet
+            no_tools="GLM-4.1V's chat template has no tool-call format",
+            template_body=GLM_TEMPLATE_BODY,
+            assistant_prompt="<|assistant|>\n",
+        ),
+        vision=Glm4vVision(
+            processor_class="Glm4vProcessor",
+            video_processor_class="Glm4vVideoProcessor",
+            image_processor_class="Glm4vImageProcessor",
+        ),
+        # vLLM 0.32's GLM-4.1V/4.5V: "At most 1 video(s) may be provided in one prompt"
+        engine=EngineFacts("Glm4vForConditionalGeneration", vllm_max_videos=1),
         fixture=TinyFixture(tiny_config),
-        **GLM4V_PARTS,
     )
 )

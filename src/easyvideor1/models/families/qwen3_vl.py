@@ -2,17 +2,17 @@
 
 from __future__ import annotations
 
-from .base import (
-    QWEN3_FRAMES,
-    QWEN3_VISION,
-    TINY_MROPE,
-    EngineFacts,
-    ModelFamily,
-    TinyFixture,
-    qwen3_vision_config,
-    tiny_qwen_config,
-)
+from .base import EngineFacts, Frames, ModelFamily, TinyFixture, VisionLayout
 from .registry import register
+from .tiny_configs import TINY_MROPE, qwen3_vision_config, tiny_qwen_config
+
+# the frame grid and processor Qwen3-VL and Qwen3.5 (dense and MoE) share
+QWEN3_FRAMES = Frames(patch_size=16)
+QWEN3_VISION = VisionLayout(
+    processor_class="Qwen3VLProcessor",
+    video_processor_class="Qwen3VLVideoProcessor",
+    cap_pixels_per_frame=True,
+)
 
 # the tiny models' M-RoPE split, interleaved as Qwen3-VL's
 TINY_MROPE_INTERLEAVED = {**TINY_MROPE, "mrope_interleaved": True}

@@ -2,7 +2,8 @@
 
 from __future__ import annotations
 
-from .base import QWEN3_FRAMES, QWEN3_VISION, ModelFamily, TinyFixture, moe_engine
+from .base import moe_family
+from .qwen3_vl import FAMILY as QWEN3_VL
 from .qwen3_vl import tiny_config as qwen3_vl_tiny_config
 from .registry import register
 
@@ -27,17 +28,14 @@ def tiny_config(vocab_size, token_ids, hidden=128, layers=2):
 
 
 FAMILY = register(
-    ModelFamily(
-        model_type="qwen3_vl_moe",
-        aliases=("qwen3vlmoe", "qwen3vl_moe"),
-        frames=QWEN3_FRAMES,
-        vision=QWEN3_VISION,
-        engine=moe_engine(
-            "Qwen3VLMoeForConditionalGeneration",
-            # released Qwen3-VL-MoE checkpoints (and vLLM) hold the fused experts as [E, H, 2I] and
-            # [E, I, H]; transformers 5.19 keeps and writes [E, 2I, H] and [E, H, I]
-            transposed_in_checkpoints=("mlp.experts.gate_up_proj", "mlp.experts.down_proj"),
-        ),
-        fixture=TinyFixture(tiny_config),
+    moe_family(
+        QWEN3_VL,
+        "qwen3_vl_moe",
+        ("qwen3vlmoe", "qwen3vl_moe"),
+        "Qwen3VLMoeForConditionalGeneration",
+        tiny_config,
+        # released Qwen3-VL-MoE checkpoints (and vLLM) hold the fused experts as [E, H, 2I] and
+        # [E, I, H]; transformers 5.19 keeps and writes [E, 2I, H] and [E, H, I]
+        transposed_in_checkpoints=("mlp.experts.gate_up_proj", "mlp.experts.down_proj"),
     )
 )

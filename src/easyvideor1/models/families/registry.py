@@ -22,10 +22,14 @@ class UnknownFamilyError(UnknownNameError):
     """A family name (``data.model_family``, ``--model-family``) that no family answers to."""
 
 
-# the family modules register themselves at import (the package's __init__ imports them all)
+class NotAModelDirectoryError(UserError, FileNotFoundError):
+    """A model path without a ``config.json`` (also a ``FileNotFoundError``, as callers catch)."""
+
+
+# the family modules register themselves when the package is imported (its __init__ imports them
+# all), and Python imports the package before this module: every lookup finds them registered
 FAMILIES: Registry[ModelFamily] = Registry(
     "model family",
-    builtins=("easyvideor1.models.families",),
     error=UnknownFamilyError,
     how_to_add="See docs/concepts/model-families.md ('Adding a model family')",
 )
@@ -66,7 +70,7 @@ def family_of_checkpoint(path: str) -> ModelFamily:
     """The family of the checkpoint directory ``path``, from its ``config.json`` ``model_type``."""
     config = os.path.join(path, "config.json")
     if not os.path.isfile(config):
-        raise FileNotFoundError(f"{path!r} has no config.json: not a Hugging Face model directory")
+        raise NotAModelDirectoryError(f"{path!r} has no config.json: not a Hugging Face model directory")
     with open(config, encoding="utf-8") as f:
         try:
             model_type = json.load(f).get("model_type")
