@@ -12,7 +12,7 @@ import os
 from typing import TYPE_CHECKING
 
 from ...errors import ConfigError, UserError
-from ...registry import Registry, UnknownNameError
+from ...registry import Registry, UnknownNameError, normalize_name
 
 if TYPE_CHECKING:
     from .base import ModelFamily
@@ -41,13 +41,16 @@ def register(family: ModelFamily) -> ModelFamily:
 
 
 def family_names() -> tuple[str, ...]:
-    """Registered ``model_type`` names, in registration order."""
-    return tuple(entry.name for entry in FAMILIES.entries())
+    """Registered ``model_type`` names, sorted (not in import order: an MoE family's module imports
+    its dense family's first)."""
+    return tuple(FAMILIES.names())
 
 
 def all_names() -> tuple[str, ...]:
-    """Every accepted spelling (model types and aliases, normalised): CLI choices."""
-    return FAMILIES.keys()
+    """Every accepted spelling (model types and aliases, normalised), family by family: CLI choices."""
+    return tuple(
+        key for name in family_names() for key in (normalize_name(name), *FAMILIES.entry(name).aliases)
+    )
 
 
 def get_family(name: str) -> ModelFamily:
