@@ -1,7 +1,7 @@
 """InternVL3.5 (``InternVLForConditionalGeneration``): InternViT tower, pixel-shuffle MLP projector,
 Qwen3 (or Qwen2) text model with plain 1-D RoPE.
 
-How it differs from the Qwen-VL families, and what this adapter therefore answers differently:
+How it differs from the Qwen-VL families, and what its parts therefore answer differently:
 
 - **One pixel tensor.** The processor returns a single ``pixel_values`` ``[rows, 3, S, S]`` holding
   image tiles and video frames in placeholder order across the batch, and no grid tensors. A
