@@ -91,7 +91,7 @@ def load_policy(
 def write_released_layout(directory: str | os.PathLike) -> None:
     """Rewrite, in place, the tensors of the HF model directory ``directory`` that its family's
     released checkpoints store otherwise than transformers writes them
-    (``ModelFamily.transposed_in_checkpoints``: Qwen3-VL-MoE's fused experts), so that vLLM and
+    (``family.engine.transposed_in_checkpoints``: Qwen3-VL-MoE's fused experts), so that vLLM and
     other readers of the released format load it; transformers reads either layout. Every place
     that writes a model directory calls it after ``save_pretrained``. Each shard is written beside
     itself and renamed over it, so a reader never sees half of one.
