@@ -12,8 +12,8 @@ import pytest
 from easyvideor1.data.records import load_records
 from easyvideor1.data.synthetic import COLOURS, OPTION_LETTERS, tool_demo_windows, write_tool_demo_set
 from easyvideor1.demo import REFUSED, run_tool_demo, window_hit_rate
-from easyvideor1.media.sampling import SamplingParams
 from easyvideor1.media.video import sample_video
+from easyvideor1.models.families import get_family
 from easyvideor1.tools.config import ToolsConfig
 from easyvideor1.tools.session import ToolSession
 from easyvideor1.tools.tracks import track_params
@@ -30,7 +30,7 @@ def _square_colour(frame: np.ndarray) -> str:
 def test_the_window_is_never_in_the_first_view_and_always_in_seek(tmp_path):
     assert tool_demo_windows(12, 4.0, 4) == [1, 2, 5, 6, 8, 9, 10]  # first view: frames 0, 16, 31, 47
     train, _ = write_tool_demo_set(str(tmp_path), n_train=12, n_val=1)
-    first = SamplingParams.for_family("qwen3_vl", nframes=4, min_pixels=1024, max_pixels=1024)
+    first = get_family("qwen3_vl").frames.params(nframes=4, min_pixels=1024, max_pixels=1024)
     seek = track_params(ToolsConfig(names=["seek"], seek_max_pixels=4096), "seek", "qwen3_vl")
     distractor_differs = 0
     for rec in load_records(train):

@@ -84,7 +84,7 @@ def run_demo(
         f"model.path={model_dir}",
         f"trainer.output_dir={os.path.join(out, run_name)}",
     ]
-    base += list(get_family(family).demo_overrides)  # where the Qwen-VL demo settings do not apply
+    base += list(get_family(family).fixture.demo_overrides)  # where the Qwen-VL demo settings do not apply
     if cold_start:  # the cold start the hybrid interface exists for: no warm-up, no offline responses
         base += ["rollout.hybrid=off", "trainer.sft_warmup_steps=0"]
     cfg: RunConfig = resolve_config(

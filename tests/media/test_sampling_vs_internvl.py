@@ -62,7 +62,7 @@ def test_frames_equal_the_internvl_video_processor(videos, side):
             if n > len(frames):
                 continue
             ours = sample_video(
-                path, SamplingParams.for_family("internvl", nframes=n, max_pixels=side * side)
+                path, SamplingParams(factor=28, rule="internvl", nframes=n, max_pixels=side * side)
             )
             want = processor.sample_frames(meta, num_frames=n).tolist()
             assert ours.meta["frame_indices"] == want, (name, n)
@@ -87,8 +87,8 @@ def test_frames_equal_the_internvl_video_processor(videos, side):
 def test_the_internvl_rule_refuses_fps_sampling_and_small_budgets(videos):
     path = videos["ntsc"][0]
     with pytest.raises(DecodeError, match="data.video_nframes"):
-        sample_video(path, SamplingParams.for_family("internvl", fps=2.0))
+        sample_video(path, SamplingParams(factor=28, rule="internvl", fps=2.0))
     with pytest.raises(DecodeError, match="data.video_max_pixels"):
-        sample_video(path, SamplingParams.for_family("internvl", nframes=4, max_pixels=500))
+        sample_video(path, SamplingParams(factor=28, rule="internvl", nframes=4, max_pixels=500))
     with pytest.raises(DecodeError, match="cannot sample 200 frames"):
-        sample_video(path, SamplingParams.for_family("internvl", nframes=200, max_pixels=56 * 56))
+        sample_video(path, SamplingParams(factor=28, rule="internvl", nframes=200, max_pixels=56 * 56))

@@ -67,10 +67,10 @@ def test_tiny_model_loads_and_its_adapter_knows_it(tiny):
     assert sum(p.numel() for p in model.parameters()) < 1_100_000
     # the vision tower is where the adapter says, and freezing it froze exactly it (and InternVL's
     # projector, which Qwen-VL towers hold as their merger)
-    tower = family.vision_tower(model)
+    tower = family.vision.tower(model)
     expected_tower = model.model.vision_tower if name == "internvl" else model.model.visual
     assert tower is expected_tower
-    frozen = {id(p) for m in family.vision_modules(model) for p in m.parameters()}
+    frozen = {id(p) for m in family.vision.modules(model) for p in m.parameters()}
     assert frozen >= {id(p) for p in tower.parameters()}
     assert all(p.requires_grad != (id(p) in frozen) for p in model.parameters())
     # FSDP2 units from _no_split_modules: every decoder layer (linear- and full-attention alike) and
@@ -82,17 +82,22 @@ def test_tiny_model_loads_and_its_adapter_knows_it(tiny):
     assert [id(u) for u in units] == [id(m) for m in (*text_layers, *blocks)] or sorted(
         map(id, units)
     ) == sorted(map(id, (*text_layers, *blocks)))
-    if family.hybrid_attention:
+    if family.engine.hybrid_attention:
         kinds = {lt for lt in model.config.text_config.layer_types}
         assert kinds == {"linear_attention", "full_attention"}
     # the per-frame cap is explicit in the saved processor (no "cap_pixels_per_frame" warning)
-    assert getattr(processor.video_processor, "cap_pixels_per_frame", None) == family.cap_pixels_per_frame
-    assert type(processor).__name__ == family.processor_class
+    assert (
+        getattr(processor.video_processor, "cap_pixels_per_frame", None) == family.vision.cap_pixels_per_frame
+    )
+    assert type(processor).__name__ == family.vision.processor_class
     if hasattr(processor.video_processor, "merge_size"):  # Qwen-VL-style processors (and GLM's)
-        assert family.factor == processor.video_processor.patch_size * processor.video_processor.merge_size
+        assert (
+            family.frames.factor
+            == processor.video_processor.patch_size * processor.video_processor.merge_size
+        )
     else:  # InternVL: patch 14, pixel shuffle 0.5 (2x2 patches per token)
         vision = model.config.vision_config
-        assert family.factor == vision.patch_size[0] * round(1 / model.config.downsample_ratio)
+        assert family.frames.factor == vision.patch_size[0] * round(1 / model.config.downsample_ratio)
 
 
 def _dataset(media, cfg):
@@ -123,15 +128,15 @@ def test_cached_and_decoded_inputs_identical_and_a_step_reaches_every_parameter(
     assert "cap_pixels_per_frame" not in caplog.text
     family = get_family(name)
     # every tower call's pixels are there (Qwen-VL: videos and images apart; InternVL: together)
-    assert a.keys() == b.keys() and all(key in a for key in family.tower_calls.values())
+    assert a.keys() == b.keys() and all(key in a for key in family.vision.tower_calls.values())
     for k in a:
         assert torch.equal(torch.as_tensor(a[k]), torch.as_tensor(b[k])), k
     if "video_grid_thw" in a:
         # frames on the family's grid: patches per frame pair = (h / patch) * (w / patch)
         t, gh, gw = a["video_grid_thw"][0].tolist()
-        assert t == 2 and (gh * family.patch_size) % family.factor == 0
+        assert t == 2 and (gh * family.frames.patch_size) % family.frames.factor == 0
     else:  # grid-less: the 4 frames and the image's one tile, each a 56x56 tile of the tiny model
-        assert family.pixel_rows(processor, a) == {"pixel_values": [5]}
+        assert family.vision.pixel_rows(processor, a) == {"pixel_values": [5]}
         assert a["pixel_values"].shape[1:] == (3, 56, 56)
 
     # a text-only forward still calls the vision tower (dummy pass): every parameter gets a gradient
@@ -140,7 +145,7 @@ def test_cached_and_decoded_inputs_identical_and_a_step_reaches_every_parameter(
     with dummy.expect(text):
         loss = model(**text, labels=text["input_ids"]).loss
     loss.backward()
-    assert torch.isfinite(loss) and dummy.calls == len(family.tower_calls)
+    assert torch.isfinite(loss) and dummy.calls == len(family.vision.tower_calls)
     missing = [n for n, p in model.named_parameters() if p.requires_grad and p.grad is None]
     assert not missing, missing[:5]
 
@@ -160,7 +165,7 @@ def test_checkpoint_round_trip_loads_with_from_pretrained(tiny, tmp_path):
     # tensors the released checkpoints hold transposed (Qwen3-VL-MoE's fused experts) are on disk so
     from safetensors import safe_open
 
-    ends = get_family(name).transposed_in_checkpoints
+    ends = get_family(name).engine.transposed_in_checkpoints
     with safe_open(str(next(ckpt.glob("*.safetensors"))), "pt") as f:
         on_disk = {k: tuple(f.get_slice(k).get_shape()) for k in f.keys() if ends and k.endswith(ends)}
     live = dict(model.state_dict())
@@ -207,7 +212,7 @@ def test_aliases_and_factors():
         "qwen2_5_vl"
     )
     assert get_family("GLM-4.1V") is get_family("glm4v")
-    assert {n: get_family(n).factor for n in FAMILIES} == {
+    assert {n: get_family(n).frames.factor for n in FAMILIES} == {
         "glm4v": 28,
         "glm4v_moe": 28,
         "qwen2_vl": 28,

@@ -2,7 +2,7 @@
 
 The reference is transformers run as a user would: its PyAV reader picks frames with
 ``Glm4vVideoProcessor.sample_frames`` and the processor resizes and renders them. Ours samples and
-resizes with the ``glm4v`` frame rule (``models/families/glm4v.py``) and hands the processor
+resizes with the ``glm4v`` frame rule (``media/frame_rules.py``) and hands the processor
 finished frames (``do_sample_frames=False, do_resize=False``), as training and evaluation do.
 """
 
@@ -18,6 +18,7 @@ import torch
 from easyvideor1.data.config import DataConfig
 from easyvideor1.data.dataset import RecordDataset, encode_sample
 from easyvideor1.data.records import load_records
+from easyvideor1.media.frame_rules import frame_rule
 from easyvideor1.media.sampling import SamplingParams
 from easyvideor1.media.video import sample_video
 from easyvideor1.models.families import get_family
@@ -25,6 +26,8 @@ from easyvideor1.models.loading import load_policy
 from easyvideor1.models.tiny import build_processor, make_tiny_model
 from easyvideor1.resolve import resolve_data
 from tests.conftest import make_video
+
+GLM_FRAMES = get_family("glm4v").frames
 
 # (name, fps, duration s, (width, height), codec): codecs whose containers declare a frame count
 # (transformers' PyAV reader trusts it)
@@ -88,7 +91,7 @@ def test_frames_and_pixels_equal_the_glm_processor(videos, setting):
     compared = 0
     for name, path in videos.items():
         ref, meta = _reference(path, call)
-        params = SamplingParams.for_family("glm4v", **ours_fields)
+        params = GLM_FRAMES.params(**ours_fields)
         ours = sample_video(path, params)
         assert ours.meta["frame_indices"] == list(meta.frames_indices), name
         mine = vp(
@@ -105,33 +108,33 @@ def test_frames_and_pixels_equal_the_glm_processor(videos, setting):
 
 
 def test_rule_details_by_hand():
-    glm = get_family("glm4v")
-    p = SamplingParams.for_family("glm4v")
+    glm = frame_rule("glm4v")
+    p = GLM_FRAMES.params()
     assert p.rule == "glm4v" and p.to_dict()["fps"] == 2.0 and p.to_dict()["rule"] == "glm4v"
     # 3 s at 10 fps, 2 frames a second: ceil(i * 10 / 2) for i < 6
     assert glm.frame_indices(p, 30, 10.0)[0] == [0, 5, 10, 15, 20, 25]
     # 1.5 s: 3 frames, the odd count repeats the last
     assert glm.frame_indices(p, 15, 10.0)[0] == [0, 5, 10, 10]
     # a clip window shifts the picks to its start
-    win = SamplingParams.for_family("glm4v", video_start=1.0, video_end=2.0)
+    win = GLM_FRAMES.params(video_start=1.0, video_end=2.0)
     assert glm.frame_indices(win, 30, 10.0)[0] == [10, 15]
     # max_frames caps the count: that many evenly over the clip
-    capped = SamplingParams.for_family("glm4v", max_frames=4)
+    capped = GLM_FRAMES.params(max_frames=4)
     assert glm.frame_indices(capped, 100, 10.0)[0] == [0, 34, 67, 99]
     # nframes: evenly, as qwen-vl-utils (GLM's processor has no frame count)
-    assert glm.frame_indices(SamplingParams.for_family("glm4v", nframes=4), 40, 10.0)[0] == [0, 13, 26, 39]
+    assert glm.frame_indices(GLM_FRAMES.params(nframes=4), 40, 10.0)[0] == [0, 13, 26, 39]
     # the budget is the whole video's: more frames, smaller frames
     assert glm.frame_size(p, 720, 1280, 4) == (728, 1288)
-    small = SamplingParams.for_family("glm4v", total_pixels=64 * 28 * 28)
+    small = GLM_FRAMES.params(total_pixels=64 * 28 * 28)
     # beta = sqrt(4 x 720 x 1280 / 50176) = 8.57: floor(720 / 8.57 / 28) = 3 rows of 28, floor(1280 / 8.57 / 28) = 5
     assert glm.frame_size(small, 720, 1280, 4) == (84, 140) and glm.frame_size(small, 720, 1280, 16) == (
         28,
         56,
     )
     # a per-frame cap on top of it
-    assert glm.frame_size(SamplingParams.for_family("glm4v", max_pixels=28 * 28 * 4), 720, 1280, 8)[0] <= 56
+    assert glm.frame_size(GLM_FRAMES.params(max_pixels=28 * 28 * 4), 720, 1280, 8)[0] <= 56
     with pytest.raises(ValueError, match="video_min_frames is a qwen-vl-utils setting"):
-        SamplingParams.for_family("glm4v", min_frames=4).to_dict()
+        GLM_FRAMES.params(min_frames=4).to_dict()
     with pytest.raises(ValueError, match="unknown frame rule 'glm5'"):
         SamplingParams(factor=28, rule="glm5")
 

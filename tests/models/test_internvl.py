@@ -142,13 +142,13 @@ def test_a_text_only_forward_makes_one_dummy_tower_call(tiny):
 def test_reused_vision_features_equal_re_encoded_with_one_tower_call(tiny, tmp_path):
     records = write_modality_records(tmp_path, 4, 1)
     model, processor = load_policy(tiny, freeze_vision_tower=True)
-    assert not any(p.requires_grad for m in FAMILY.vision_modules(model) for p in m.parameters())
+    assert not any(p.requires_grad for m in FAMILY.vision.modules(model) for p in m.parameters())
     cfg = resolve_data(DataConfig(video_fps=None, video_nframes=4), tiny)
     exp = build_experience(processor, RecordDataset.from_files([records], cfg), list(KINDS))
     banned = banned_token_ids(processor.tokenizer)
     calls: list[int] = []
     cached_model = copy.deepcopy(model)
-    FAMILY.vision_tower(cached_model).register_forward_hook(lambda *a: calls.append(1))
+    FAMILY.vision.tower(cached_model).register_forward_hook(lambda *a: calls.append(1))
     fresh, _ = experience_logprobs(
         PolicyForward(model, DummyVisionPass(model), None, banned, packing=Packing(micro_batch_size=3)), exp
     )

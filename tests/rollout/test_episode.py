@@ -11,8 +11,8 @@ import pytest
 import torch
 from transformers import AutoModelForImageTextToText, AutoProcessor
 
-from easyvideor1.media.sampling import SamplingParams
 from easyvideor1.media.video import sample_video
+from easyvideor1.models.families import get_family
 from easyvideor1.models.tiny import make_tiny_model
 from easyvideor1.rollout.base import Prompt, Responses, SamplingConfig
 from easyvideor1.rollout.episode import ANSWER, BUDGET, MAX_TURNS, first_turn, render_with_tools, run_episode
@@ -56,7 +56,7 @@ def tiny(tmp_path_factory):
 def _prompt(processor, counting_video, tools, family="qwen3_vl"):
     first_view = sample_video(
         counting_video,
-        SamplingParams.for_family(family, nframes=4, min_pixels=1024, max_pixels=32 * 32 * 4),
+        get_family(family).frames.params(nframes=4, min_pixels=1024, max_pixels=32 * 32 * 4),
     )
     content = [{"type": "video"}, {"type": "text", "text": "What is the grey level at 2 s?"}]
     return first_turn(

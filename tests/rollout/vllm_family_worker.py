@@ -37,12 +37,12 @@ def main(model_dir: str, data_file: str, out_path: str, dtype: str) -> None:
     ds = RecordDataset(load_records(data_file), cfg, data_file)
     samples = [ds[i] for i in range(len(ds))]
     # prompts with more videos than vLLM's implementation of the family takes: refused, not sent
-    limit = get_family(cfg.model_family).vllm_max_videos or 99
+    limit = get_family(cfg.model_family).engine.vllm_max_videos or 99
     too_many = [s for s in samples if len(s.videos) > limit]
     samples = [s for s in samples if len(s.videos) <= limit]
     report["kinds"] = [s.record.extra.get("kind", "") for s in samples]
     model = AutoModelForImageTextToText.from_pretrained(model_dir, dtype=getattr(torch, dtype)).eval()
-    family_of_model(model).prepare_model(model)
+    family_of_model(model).vision.prepare_model(model)
     processor = AutoProcessor.from_pretrained(model_dir)
     batch = encode_prompts(processor, samples, cfg, ds.loader)
     dummy = DummyVisionPass(model)

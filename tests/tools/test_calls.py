@@ -101,11 +101,11 @@ def test_qwen_calls_are_split_from_the_turn_text():
         'I will look closer.\n<tool_call>\n{"name": "seek", "arguments": {"start_s": 1, "end_s": 2}}\n'
         '</tool_call>\n<tool_call>\n{"name": "zoom", "arguments": {"time_s": 1, "bo'
     )
-    content, bodies = family.split_tool_calls(text)
+    content, bodies = family.tokens.split_tool_calls(text)
     assert content == "I will look closer."
     assert parse_call(bodies[0]) == ("seek", {"start_s": 1, "end_s": 2}, None)
     assert parse_call(bodies[1])[2].startswith("the call is not valid JSON")  # cut mid-call: still a call
-    assert family.split_tool_calls("<answer>B</answer>") == ("<answer>B</answer>", [])
+    assert family.tokens.split_tool_calls("<answer>B</answer>") == ("<answer>B</answer>", [])
 
 
 def test_arguments_as_a_json_string_are_accepted():

@@ -120,7 +120,7 @@ def build_experience(processor, dataset, kinds: list[str]) -> Experience:
     tok = processor.tokenizer
     from easyvideor1.models.families import get_family
 
-    eos = tok.convert_tokens_to_ids(get_family(dataset.cfg.model_family).eos_tokens[0])
+    eos = tok.convert_tokens_to_ids(get_family(dataset.cfg.model_family).tokens.eos_tokens[0])
     rows, prompt_of = [], []
     for p in range(len(samples)):
         for text in RESPONSES:

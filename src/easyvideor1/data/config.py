@@ -6,8 +6,9 @@ from dataclasses import dataclass, field
 
 from ..errors import ConfigError
 from ..media.cache import CACHE_MODES
-from ..media.sampling import DEFAULT_FPS, SamplingParams, factor_for_family, family_factors
+from ..media.sampling import DEFAULT_FPS, SamplingParams
 from ..media.video import TIMESTAMP_MODES
+from ..models.families import factor_for_family, family_factors
 
 
 @dataclass
@@ -229,4 +230,4 @@ class DataConfig:
             return "qwen"
         from ..models.families import get_family
 
-        return get_family(self.model_family).frame_rule
+        return get_family(self.model_family).frames.rule

@@ -129,7 +129,7 @@ def load_image(path: str, cfg: DataConfig):
                 im = src.convert("RGB")  # decodes the whole image
         except (ValueError, SyntaxError) as e:  # what some PIL plugins raise for a malformed file
             raise MediaFailure(path, f"cannot decode: {e}") from e
-        if cfg.model_family is not None and not _family(cfg.model_family).resize_images:
+        if cfg.model_family is not None and not _family(cfg.model_family).vision.resize_images:
             return im
         try:
             h, w = image_size(im.height, im.width, cfg.factor, cfg.image_min_pixels, cfg.image_max_pixels)
@@ -253,7 +253,7 @@ def _process(
     if videos:
         kwargs.update(videos=videos, video_metadata=metadata, do_sample_frames=False)
         # the family's explicit per-frame pixel cap (the one our sampler applied), never a default
-        kwargs.update(get_family(model_family or _unknown_family()).video_processor_kwargs())
+        kwargs.update(get_family(model_family or _unknown_family()).vision.video_processor_kwargs())
     if images:
         kwargs["images"] = images
     # our frames and images are already on the factor grid within their budgets
@@ -309,7 +309,9 @@ def encode_loaded(processor, texts: list[str], loaded: list[tuple[list, list]], 
         texts=texts,
         media=[raw_media(v, im) for v, im in loaded],
         # grid-less families (InternVL): each prompt's rows of the vision tensors
-        pixel_rows=None if model_family is None else _family(model_family).pixel_rows(processor, inputs),
+        pixel_rows=None
+        if model_family is None
+        else _family(model_family).vision.pixel_rows(processor, inputs),
     )
 
 

@@ -297,10 +297,11 @@ def write_demo_set(
 def tool_demo_windows(duration_s: int, fps: float, first_view_frames: int, model_family: str = "qwen3_vl"):
     """The one-second windows ``[k, k + 1]`` of a ``duration_s`` video that no frame of the first
     view (``first_view_frames`` sampled as the trainer samples them) falls in."""
-    from ..media.sampling import SamplingParams, frame_indices
+    from ..media.sampling import frame_indices
+    from ..models.families import get_family
 
     total = round(duration_s * fps)
-    params = SamplingParams.for_family(model_family, nframes=first_view_frames)
+    params = get_family(model_family).frames.params(nframes=first_view_frames)
     seen = set(frame_indices(params, total, fps)[0])
     per_s = round(fps)
     return [k for k in range(duration_s) if not seen & set(range(k * per_s, (k + 1) * per_s + 1))]

@@ -73,11 +73,11 @@ def load_policy(
         path, dtype=DTYPES[dtype], attn_implementation=attn_implementation
     )
     processor = AutoProcessor.from_pretrained(path)
-    family.prepare_model(model)
+    family.vision.prepare_model(model)
     if gradient_checkpointing:
         model.gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": False})
     if freeze_vision_tower:
-        for module in family.vision_modules(model):
+        for module in family.vision.modules(model):
             for p in module.parameters():
                 p.requires_grad_(False)
     if lora is not None and lora.rank > 0:

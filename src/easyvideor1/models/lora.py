@@ -43,7 +43,7 @@ def _vision_prefix(model: torch.nn.Module) -> tuple[str, ...] | None:
     from .families import family_of_model
 
     try:
-        modules = family_of_model(model).vision_modules(model)
+        modules = family_of_model(model).vision.modules(model)
     except (TypeError, KeyError, ValueError, AttributeError):
         return None
     ids = {id(m) for m in modules}

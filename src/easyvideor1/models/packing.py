@@ -102,7 +102,7 @@ def varlen_inputs(model, lengths: list[int]) -> dict[str, Any]:
 def check_packable(model) -> None:
     """Raise a clear error when ``trainer.padding_free`` cannot be exact for ``model``'s family."""
     family = family_of_model(model)
-    if family.hybrid_attention:
+    if family.engine.hybrid_attention:
         raise ConfigError(
             f"trainer.padding_free is not supported for {family.model_type}: its linear-attention "
             "(gated DeltaNet) layers take sequence boundaries only through the fla kernels' "
@@ -142,7 +142,7 @@ def pack(
     responses' ``mm_token_type_ids`` where they hold vision tokens (an episode's tool turns).
     """
     check_packable(model)
-    mrope = family_of_model(model).mrope
+    mrope = family_of_model(model).engine.mrope
     inner = getattr(model, "model", model)
     n_seq = response_ids.shape[0]
     if len(video_counts) != n_seq or len(image_counts) != n_seq:

@@ -22,7 +22,7 @@ def write_released_layout(directory: str | os.PathLike) -> None:
     from .families import family_of_checkpoint
 
     family = family_of_checkpoint(str(directory))
-    ends = family.transposed_in_checkpoints
+    ends = family.engine.transposed_in_checkpoints
     if not ends:
         return
     for shard in sorted(Path(directory).glob("*.safetensors")):
@@ -30,7 +30,7 @@ def write_released_layout(directory: str | os.PathLike) -> None:
             metadata = f.metadata()
             if not any(k.endswith(ends) for k in f.keys()):
                 continue
-            tensors = dict(family.checkpoint_tensors((k, f.get_tensor(k)) for k in f.keys()))
+            tensors = dict(family.engine.checkpoint_tensors((k, f.get_tensor(k)) for k in f.keys()))
         tmp = shard.with_name(shard.name + ".tmp")
         save_file({k: v.contiguous() for k, v in tensors.items()}, str(tmp), metadata=metadata)
         os.replace(tmp, shard)

@@ -205,7 +205,7 @@ def check(model, size: int) -> None:
 
     key = f"distributed.sequence_parallel_size={size}"
     family = family_of_model(model)  # a model of a family we know
-    if not family.mrope:
+    if not family.engine.mrope:
         # the split follows Qwen-VL's layout: M-RoPE positions and a tower split by frame grids
         raise ConfigError(
             f"{key} is not supported for {family.model_type}: sequence parallelism splits Qwen-VL "

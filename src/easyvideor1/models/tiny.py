@@ -14,8 +14,8 @@ from .families import get_family
 
 
 def chat_template(model_family: str = "qwen3_vl") -> str:
-    """The tiny tokenizer's chat template for a family (its adapter writes it)."""
-    return get_family(model_family).tiny_chat_template()
+    """The tiny tokenizer's chat template for a family (its tokens part writes it)."""
+    return get_family(model_family).tokens.tiny_chat_template()
 
 
 CHAT_TEMPLATE = chat_template()
@@ -37,8 +37,8 @@ def build_tokenizer(vocab_size: int = 512, model_family: str = "qwen3_vl"):
     from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
     from transformers import PreTrainedTokenizerFast
 
-    family = get_family(model_family)
-    special = list(family.special_tokens)
+    tokens = get_family(model_family).tokens
+    special = list(tokens.special_tokens)
     tok = Tokenizer(models.BPE())
     tok.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
     tok.decoder = decoders.ByteLevel()
@@ -51,13 +51,34 @@ def build_tokenizer(vocab_size: int = 512, model_family: str = "qwen3_vl"):
     tok.train_from_iterator([_CORPUS] * 20, trainer=trainer)
     fast = PreTrainedTokenizerFast(
         tokenizer_object=tok,
-        eos_token=family.eos_tokens[0],
+        eos_token=tokens.eos_tokens[0],
         pad_token=special[0],
         additional_special_tokens=special[1:],
-        **family.tokenizer_fields(),
+        **tokens.tokenizer_fields(),
     )
     fast.chat_template = chat_template(model_family)
     return fast
+
+
+def processor_parts(family) -> dict:
+    """The tiny processor's parts: the fixture's own, else the family's image and video processor
+    classes with its patch sizes and video-processor settings."""
+    if family.fixture.processor_parts is not None:
+        return family.fixture.processor_parts()
+    import transformers
+
+    frames, vision = family.frames, family.vision
+    sizes = dict(
+        patch_size=frames.patch_size,
+        merge_size=frames.merge_size,
+        temporal_patch_size=frames.temporal_patch_size,
+    )
+    return {
+        "image_processor": getattr(transformers, vision.image_processor_class)(**sizes),
+        "video_processor": getattr(transformers, vision.video_processor_class)(
+            **sizes, **vision.video_processor_kwargs()
+        ),
+    }
 
 
 def build_processor(model_family: str = "qwen3_vl"):
@@ -65,8 +86,8 @@ def build_processor(model_family: str = "qwen3_vl"):
     import transformers
 
     family = get_family(model_family)
-    return getattr(transformers, family.processor_class)(
-        **family.tiny_processor_parts(),
+    return getattr(transformers, family.vision.processor_class)(
+        **processor_parts(family),
         tokenizer=build_tokenizer(model_family=family.model_type),
         chat_template=chat_template(family.model_type),
     )
@@ -82,7 +103,7 @@ def tiny_config(
     model_family: str, vocab_size: int, token_ids: dict[str, int], hidden: int = 128, layers: int = 2
 ):
     """A sub-1M-parameter config of the family's real architecture."""
-    return get_family(model_family).tiny_config(vocab_size, token_ids, hidden=hidden, layers=layers)
+    return get_family(model_family).fixture.config(vocab_size, token_ids, hidden=hidden, layers=layers)
 
 
 def make_tiny_model(
@@ -99,18 +120,18 @@ def make_tiny_model(
     import torch
     from transformers import AutoModelForImageTextToText, GenerationConfig
 
-    family = get_family(model_family)
+    tokens = get_family(model_family).tokens
     processor = build_processor(model_family)
     tok = processor.tokenizer
-    ids = {t: tok.convert_tokens_to_ids(t) for t in family.special_tokens}
+    ids = {t: tok.convert_tokens_to_ids(t) for t in tokens.special_tokens}
     config = tiny_config(model_family, len(tok), ids, hidden=hidden, layers=layers)
     for name, value in (text_fields or {}).items():
         setattr(config.text_config, name, value)
     torch.manual_seed(seed)
     model = AutoModelForImageTextToText.from_config(config)
     model.generation_config = GenerationConfig(
-        eos_token_id=[ids[t] for t in family.eos_tokens],
-        pad_token_id=ids[family.special_tokens[0]],
+        eos_token_id=[ids[t] for t in tokens.eos_tokens],
+        pad_token_id=ids[tokens.special_tokens[0]],
         do_sample=True,
         temperature=1.0,
         top_k=0,

@@ -6,8 +6,8 @@ and the ranks' all-gathers would no longer line up (transformers#37186 and its m
 when a modality is missing we run the tower on a tiny zero input and add its output, times 0, to
 the token embeddings *before* the language model: the call order, and the backward order, match
 a real vision pass, every vision parameter receives a (zero) gradient, and the loss is unchanged.
-The family's adapter says which tower calls a forward makes (``tower_calls``: Qwen-VL one per
-modality, InternVL one for tiles and frames together) and how to make the smallest one.
+The family's vision layout says which tower calls a forward makes (``family.vision.tower_calls``:
+Qwen-VL one per modality, InternVL one for tiles and frames together) and how to make the smallest one.
 
 Use it as a context manager around training forwards only (generation needs none of this)::
 
@@ -24,10 +24,10 @@ import torch
 
 
 def vision_tower(model) -> torch.nn.Module:
-    """The model's vision tower, where its family's adapter says it is."""
+    """The model's vision tower, where its family's vision layout says it is."""
     from .families import family_of_model
 
-    return family_of_model(model).vision_tower(model)
+    return family_of_model(model).vision.tower(model)
 
 
 def smallest_vision_input(tower: torch.nn.Module) -> tuple[torch.Tensor, torch.Tensor]:
@@ -47,8 +47,8 @@ class DummyVisionPass:
         from .families import family_of_model
 
         self.model = model
-        self.family = family_of_model(model)
-        self.tower = vision_tower(model)
+        self.vision = family_of_model(model).vision
+        self.tower = self.vision.tower(model)
         self.missing: tuple[str, ...] = ()
         self.calls = 0  # dummy tower calls made (for tests and metrics)
         model.get_input_embeddings().register_forward_hook(self._add_dummy)
@@ -59,7 +59,7 @@ class DummyVisionPass:
         missing, self.missing = self.missing, ()  # once per forward (generation reuses the embedder)
         zero = output.new_zeros(())
         for _ in missing:
-            zero = zero + self.family.dummy_vision_output(self.model)
+            zero = zero + self.vision.dummy_output(self.model)
             self.calls += 1
         return output + 0.0 * zero.to(output.dtype)
 
@@ -67,7 +67,7 @@ class DummyVisionPass:
     def expect(self, inputs: dict[str, Any], enabled: bool = True):
         """Within the block, the next forward gets dummy passes for the modalities ``inputs`` lacks."""
         if enabled:
-            calls = self.family.tower_calls
+            calls = self.vision.tower_calls
             self.missing = tuple(m for m, key in calls.items() if inputs.get(key) is None)
         try:
             yield self
@@ -75,9 +75,8 @@ class DummyVisionPass:
             self.missing = ()
 
 
-def qwen_dummy_output(model) -> torch.Tensor:
+def qwen_dummy_output(tower: torch.nn.Module) -> torch.Tensor:
     """The sum of a Qwen-VL tower's outputs on its smallest zero input (one merged token)."""
-    tower = vision_tower(model)
     x, grid = smallest_vision_input(tower)
     return _sum_outputs(tower(x, grid_thw=grid))
 

@@ -146,7 +146,7 @@ class VisionFeatureCache:
         inner = getattr(model, "model", model)
         family = family_of_model(model)
         # the feature methods the family's forward calls: one per tower call
-        methods = {kind: _METHODS[kind] for kind in family.tower_calls}
+        methods = {kind: _METHODS[kind] for kind in family.vision.tower_calls}
         originals = {kind: getattr(inner, name) for kind, name in methods.items()}
         self._originals[id(inner)] = originals
         self._towers[id(inner)] = vision_tower(model)
@@ -186,7 +186,7 @@ class VisionFeatureCache:
         pixels, _ = self.inputs.get("image", (None, None))
         if pixels is None:
             family, model = self._families[id(inner)]
-            family.dummy_vision_output(model)  # the same call every rank makes
+            family.vision.dummy_output(model)  # the same call every rank makes
             return
         self.features["image"] = original(pixel_values=pixels.to(device), return_dict=True)
         self.encodes += 1

@@ -151,7 +151,7 @@ class RolloutEngine(Protocol):
 
 def banned_token_ids(tokenizer) -> list[int]:
     """Ids of every registered family's vision placeholder tokens that the tokenizer has."""
-    tokens = dict.fromkeys(t for name in family_names() for t in get_family(name).placeholder_tokens)
+    tokens = dict.fromkeys(t for name in family_names() for t in get_family(name).tokens.placeholder_tokens)
     ids = [tokenizer.convert_tokens_to_ids(t) for t in tokens]
     return [i for i in ids if i is not None and i != tokenizer.unk_token_id]
 

@@ -194,7 +194,7 @@ class _Run:
         if ep.engine_ids is not None:
             ep.engine_ids += ids
         text = out.texts[row]
-        _, bodies = self.family.split_tool_calls(text)
+        _, bodies = self.family.tokens.split_tool_calls(text)
         record = {"text": text, "calls": []}
         ep.turns.append(record)
         ep.final_text = text

@@ -172,10 +172,10 @@ class VLLMRolloutEngine(RequestQueue, VLLMResponses):
         )
         if limit_mm_per_prompt:
             kwargs["limit_mm_per_prompt"] = dict(limit_mm_per_prompt)
-            if self.family.vllm_max_videos is not None and "video" in limit_mm_per_prompt:
+            if self.family.engine.vllm_max_videos is not None and "video" in limit_mm_per_prompt:
                 # more than the model's implementation takes fails vLLM's start-up: ask for its most
                 kwargs["limit_mm_per_prompt"]["video"] = min(
-                    limit_mm_per_prompt["video"], self.family.vllm_max_videos
+                    limit_mm_per_prompt["video"], self.family.engine.vllm_max_videos
                 )
         self.adapter_sync = max_lora_rank > 0  # RolloutEngine.adapter_sync
         self._adapter = None  # the LoRARequest every request carries, once an adapter was sent
@@ -286,11 +286,11 @@ class VLLMRolloutEngine(RequestQueue, VLLMResponses):
         (peak host memory: one copy of the weights). Send every weight of a layer in the same call:
         vLLM fuses some (q/k/v, gate/up) and processes a layer once all its parts arrived.
         """
-        if self.family.vllm_weight_push:
+        if self.family.engine.vllm_weight_push:
             raise RuntimeError(
-                f"cannot push weights to vLLM's {self.family.model_type}: {self.family.vllm_weight_push}"
+                f"cannot push weights to vLLM's {self.family.model_type}: {self.family.engine.vllm_weight_push}"
             )
-        named_tensors = self.family.checkpoint_tensors(named_tensors)  # vLLM reads the released layout
+        named_tensors = self.family.engine.checkpoint_tensors(named_tensors)  # vLLM reads the released layout
         named_tensors = _cast_floating(named_tensors, self.weight_dtype)
         if self.in_process and self.weight_transport == "auto":
             payload: Any = named_tensors

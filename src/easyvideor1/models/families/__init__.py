@@ -1,10 +1,11 @@
-"""Model families: one module per family, each registering a :class:`ModelFamily` adapter.
+"""Model families: one module per family, each registering a :class:`ModelFamily` of its parts.
 
-Everything family-specific (frame factor, placeholder tokens, the vision tower's place, what FSDP2
-shards, processor settings, the tiny offline config, vLLM's architecture name and quirks) lives
-here; the rest of the package asks the adapter. To add a family: one module like ``qwen3_5.py``
-(a ``ModelFamily`` subclass with ``tiny_config`` + ``register(...)``), its import below, and a row
-in the family test matrix (``tests/models/test_families.py``).
+Everything family-specific (the frame rule and factor, tokens and chat template, the vision
+tower's place and calls, processor settings, vLLM's architecture name and quirks, the tiny offline
+config) lives here, in a family's parts (``base.py``); the rest of the package asks the part
+(``family.frames.factor``, ``family.vision.tower(model)``, ``family.engine.vllm_max_videos``). To add a
+family: one module like ``qwen3_5.py`` (its parts, a tiny config and ``register(ModelFamily(...))``),
+its import below, and a row in the family test matrix (``tests/models/test_families.py``).
 """
 
 from __future__ import annotations
@@ -25,6 +26,8 @@ from .registry import (
     FAMILIES,
     UnknownFamilyError,
     all_names,
+    factor_for_family,
+    family_factors,
     family_names,
     family_of_checkpoint,
     family_of_model,
@@ -41,6 +44,8 @@ __all__ = [
     "ModelFamily",
     "UnknownFamilyError",
     "all_names",
+    "factor_for_family",
+    "family_factors",
     "family_names",
     "family_of_checkpoint",
     "family_of_model",

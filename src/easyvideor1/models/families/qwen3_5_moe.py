@@ -2,37 +2,38 @@
 
 from __future__ import annotations
 
-from .base import VLLM_MOE_RELOAD, ModelFamily, qwen3_vision_config, qwen_token_fields
-from .qwen3_5 import QWEN3_5_DECODER, hybrid_text_config
+from .base import moe_family
+from .qwen3_5 import FAMILY as QWEN3_5
+from .qwen3_5 import hybrid_text_config
 from .registry import register
+from .tiny_configs import qwen3_vision_config, qwen_token_fields
 
 
-class Qwen3_5MoeFamily(ModelFamily):
-    def tiny_config(self, vocab_size, token_ids, hidden=128, layers=2):
-        from transformers import Qwen3_5MoeConfig
+def tiny_config(vocab_size, token_ids, hidden=128, layers=2):
+    from transformers import Qwen3_5MoeConfig
 
-        text = hybrid_text_config(vocab_size, token_ids, hidden, max(layers, 2))
-        text.pop("intermediate_size")
-        text.update(
-            num_experts=4,
-            num_experts_per_tok=2,
-            moe_intermediate_size=hidden,
-            shared_expert_intermediate_size=hidden,
-        )
-        return Qwen3_5MoeConfig(
-            text_config=text,
-            vision_config=qwen3_vision_config(hidden, deepstack=False),
-            **qwen_token_fields(token_ids),
-        )
+    text = hybrid_text_config(vocab_size, token_ids, hidden, max(layers, 2))
+    text.pop("intermediate_size")
+    text.update(
+        num_experts=4,
+        num_experts_per_tok=2,
+        moe_intermediate_size=hidden,
+        shared_expert_intermediate_size=hidden,
+    )
+    return Qwen3_5MoeConfig(
+        text_config=text,
+        vision_config=qwen3_vision_config(hidden, deepstack=False),
+        **qwen_token_fields(token_ids),
+    )
 
 
+# Qwen3.5 with experts: its thinking switch and hybrid decoder's vLLM facts too
 FAMILY = register(
-    Qwen3_5MoeFamily(
-        model_type="qwen3_5_moe",
-        aliases=("qwen3.5_moe", "qwen35moe", "qwen3_5moe"),
-        vllm_architecture="Qwen3_5MoeForConditionalGeneration",
-        moe=True,
-        vllm_weight_push=VLLM_MOE_RELOAD,
-        **QWEN3_5_DECODER,
+    moe_family(
+        QWEN3_5,
+        "qwen3_5_moe",
+        ("qwen3.5_moe", "qwen35moe", "qwen3_5moe"),
+        "Qwen3_5MoeForConditionalGeneration",
+        tiny_config,
     )
 )

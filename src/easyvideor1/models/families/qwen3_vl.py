@@ -2,26 +2,43 @@
 
 from __future__ import annotations
 
-from .base import QWEN3_VISION, TINY_MROPE, ModelFamily, qwen3_vision_config, tiny_qwen_config
+from .base import EngineFacts, Frames, ModelFamily, TinyFixture, VisionLayout
 from .registry import register
+from .tiny_configs import TINY_MROPE, qwen3_vision_config, tiny_qwen_config
+
+# the frame grid and processor Qwen3-VL and Qwen3.5 (dense and MoE) share
+QWEN3_FRAMES = Frames(patch_size=16)
+QWEN3_VISION = VisionLayout(
+    processor_class="Qwen3VLProcessor",
+    video_processor_class="Qwen3VLVideoProcessor",
+    cap_pixels_per_frame=True,
+)
 
 # the tiny models' M-RoPE split, interleaved as Qwen3-VL's
-_TINY_MROPE = {**TINY_MROPE, "mrope_interleaved": True}
+TINY_MROPE_INTERLEAVED = {**TINY_MROPE, "mrope_interleaved": True}
 
 
-class Qwen3VLFamily(ModelFamily):
-    def tiny_config(self, vocab_size, token_ids, hidden=128, layers=2):
-        vision = qwen3_vision_config(hidden)
-        return tiny_qwen_config(
-            "Qwen3VLConfig", vocab_size, token_ids, hidden, layers, vision, rope_parameters=dict(_TINY_MROPE)
-        )
+def tiny_config(vocab_size, token_ids, hidden=128, layers=2, config_class="Qwen3VLConfig", **text_fields):
+    """A tiny Qwen3-VL config (``config_class`` and ``text_fields``: Qwen3-VL-MoE's)."""
+    return tiny_qwen_config(
+        config_class,
+        vocab_size,
+        token_ids,
+        hidden,
+        layers,
+        qwen3_vision_config(hidden),
+        rope_parameters=dict(TINY_MROPE_INTERLEAVED),
+        **text_fields,
+    )
 
 
 FAMILY = register(
-    Qwen3VLFamily(
+    ModelFamily(
         model_type="qwen3_vl",
         aliases=("qwen3vl",),
-        vllm_architecture="Qwen3VLForConditionalGeneration",
-        **QWEN3_VISION,
+        frames=QWEN3_FRAMES,
+        vision=QWEN3_VISION,
+        engine=EngineFacts("Qwen3VLForConditionalGeneration"),
+        fixture=TinyFixture(tiny_config),
     )
 )

@@ -11,7 +11,8 @@ import json
 import os
 from typing import TYPE_CHECKING
 
-from ...registry import Registry, UnknownNameError
+from ...errors import ConfigError, UserError
+from ...registry import Registry, UnknownNameError, normalize_name
 
 if TYPE_CHECKING:
     from .base import ModelFamily
@@ -21,10 +22,14 @@ class UnknownFamilyError(UnknownNameError):
     """A family name (``data.model_family``, ``--model-family``) that no family answers to."""
 
 
-# the family modules register themselves at import (the package's __init__ imports them all)
+class NotAModelDirectoryError(UserError, FileNotFoundError):
+    """A model path without a ``config.json`` (also a ``FileNotFoundError``, as callers catch)."""
+
+
+# the family modules register themselves when the package is imported (its __init__ imports them
+# all), and Python imports the package before this module: every lookup finds them registered
 FAMILIES: Registry[ModelFamily] = Registry(
     "model family",
-    builtins=("easyvideor1.models.families",),
     error=UnknownFamilyError,
     how_to_add="See docs/concepts/model-families.md ('Adding a model family')",
 )
@@ -36,13 +41,16 @@ def register(family: ModelFamily) -> ModelFamily:
 
 
 def family_names() -> tuple[str, ...]:
-    """Registered ``model_type`` names, in registration order."""
-    return tuple(entry.name for entry in FAMILIES.entries())
+    """Registered ``model_type`` names, sorted (not in import order: an MoE family's module imports
+    its dense family's first)."""
+    return tuple(FAMILIES.names())
 
 
 def all_names() -> tuple[str, ...]:
-    """Every accepted spelling (model types and aliases, normalised): CLI choices."""
-    return FAMILIES.keys()
+    """Every accepted spelling (model types and aliases, normalised), family by family: CLI choices."""
+    return tuple(
+        key for name in family_names() for key in (normalize_name(name), *FAMILIES.entry(name).aliases)
+    )
 
 
 def get_family(name: str) -> ModelFamily:
@@ -51,20 +59,30 @@ def get_family(name: str) -> ModelFamily:
     return FAMILIES.get(name)
 
 
+def factor_for_family(name: str) -> int:
+    """Resize factor (patch size x spatial merge) of the family ``name``: 28 or 32."""
+    return get_family(name).frames.factor
+
+
+def family_factors() -> tuple[int, ...]:
+    """The resize factors of every registered family (28 and 32 today)."""
+    return tuple(sorted({entry.value.frames.factor for entry in FAMILIES.entries()}))
+
+
 def family_of_checkpoint(path: str) -> ModelFamily:
     """The family of the checkpoint directory ``path``, from its ``config.json`` ``model_type``."""
     config = os.path.join(path, "config.json")
     if not os.path.isfile(config):
-        raise FileNotFoundError(f"{path!r} has no config.json: not a Hugging Face model directory")
+        raise NotAModelDirectoryError(f"{path!r} has no config.json: not a Hugging Face model directory")
     with open(config, encoding="utf-8") as f:
         try:
             model_type = json.load(f).get("model_type")
         except (json.JSONDecodeError, AttributeError) as e:
-            raise ValueError(f"{config}: not a JSON object ({e})") from None
+            raise UserError(f"{config}: not a JSON object ({e})") from None
     if not model_type:
-        raise ValueError(f"{config}: no model_type key")
+        raise UserError(f"{config}: no model_type key")
     if not isinstance(model_type, str) or model_type not in FAMILIES:
-        raise ValueError(
+        raise UserError(
             f"{config}: model_type {model_type!r} is not a supported family "
             f"({', '.join(family_names())}); see docs/concepts/model-families.md ('Adding a model family')"
         )
@@ -85,14 +103,14 @@ def resolve_family(
     """
     if model_path is None:
         if declared is None:
-            raise ValueError(
+            raise ConfigError(
                 "the model family is not known: give a model (model.path, --model PATH) or name the "
                 f"family ({declared_as}, --model-family)"
             )
         return get_family(declared)
     actual = family_of_checkpoint(model_path)
     if declared is not None and get_family(declared) is not actual:
-        raise ValueError(
+        raise ConfigError(
             f"{declared_as} is {declared!r} but the model at {model_path} is {actual.model_type!r} "
             f"(config.json model_type); drop {declared_as} (the model decides) or fix it"
         )

@@ -21,9 +21,9 @@ def train(request: TrainingEngineRequest):
 
     cfg, model = request.cfg, request.model
     family = family_of_model(model)
-    if family.vllm_weight_push:  # the engine would keep sampling from the first weights
+    if family.engine.vllm_weight_push:  # the engine would keep sampling from the first weights
         raise ConfigError(
-            f"rollout.engine=vllm cannot train {family.model_type}: {family.vllm_weight_push}; "
+            f"rollout.engine=vllm cannot train {family.model_type}: {family.engine.vllm_weight_push}; "
             "use rollout.engine=hf (vLLM still serves it for evaluation)"
         )
     v = cfg.rollout.vllm
@@ -50,7 +50,7 @@ def adapter_sync_applies(model) -> bool:
 
     from ...models.families import family_of_model
 
-    vision = family_of_model(model).vision_modules(model)  # the tower (InternVL: and its projector)
+    vision = family_of_model(model).vision.modules(model)  # the tower (InternVL: and its projector)
     inside = [m for v in vision for m in v.modules() if isinstance(m, LoraLayer)]
     if inside:
         raise ConfigError(
