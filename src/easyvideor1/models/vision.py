@@ -30,16 +30,6 @@ def vision_tower(model) -> torch.nn.Module:
     return family_of_model(model).vision.tower(model)
 
 
-def smallest_vision_input(tower: torch.nn.Module) -> tuple[torch.Tensor, torch.Tensor]:
-    """Zero pixels and their grid: the smallest input ``tower`` accepts (one merged token)."""
-    cfg = tower.config
-    merge = getattr(cfg, "spatial_merge_size", 2)
-    patch_dim = cfg.in_channels * cfg.temporal_patch_size * cfg.patch_size**2
-    p = next(tower.parameters())
-    grid = torch.tensor([[1, merge, merge]], device=p.device)
-    return torch.zeros(merge * merge, patch_dim, dtype=p.dtype, device=p.device), grid
-
-
 class DummyVisionPass:
     """Adds zero-weighted dummy vision-tower passes for the modalities a forward lacks."""
 
@@ -73,23 +63,3 @@ class DummyVisionPass:
             yield self
         finally:
             self.missing = ()
-
-
-def qwen_dummy_output(tower: torch.nn.Module) -> torch.Tensor:
-    """The sum of a Qwen-VL tower's outputs on its smallest zero input (one merged token)."""
-    x, grid = smallest_vision_input(tower)
-    return _sum_outputs(tower(x, grid_thw=grid))
-
-
-def _sum_outputs(out) -> torch.Tensor:
-    """Sum of every tensor a vision tower returns (merged embeddings and DeepStack features)."""
-    total = 0.0
-    if isinstance(out, torch.Tensor):
-        return out.sum()
-    for key in ("last_hidden_state", "pooler_output"):
-        t = getattr(out, key, None)
-        if isinstance(t, torch.Tensor):
-            total = total + t.sum()
-    for t in getattr(out, "deepstack_features", None) or []:
-        total = total + t.sum()
-    return total

@@ -34,7 +34,8 @@ import torch
 
 from .families import VISION_INPUTS
 from .inputs import PromptBatch
-from .vision import smallest_vision_input, vision_tower
+from .tower_inputs import smallest_vision_input
+from .vision import vision_tower
 
 _METHODS = {"image": "get_image_features", "video": "get_video_features"}
 

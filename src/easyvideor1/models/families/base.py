@@ -264,7 +264,7 @@ class VisionLayout:
 
     def dummy_output(self, model: torch.nn.Module) -> torch.Tensor:
         """The summed output of one smallest real tower call (``DummyVisionPass``)."""
-        from ..vision import qwen_dummy_output
+        from ..tower_inputs import qwen_dummy_output
 
         return qwen_dummy_output(self.tower(model))
 
