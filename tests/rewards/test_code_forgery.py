@@ -342,7 +342,8 @@ def test_without_root_a_program_cannot_inject_verdicts() -> None:
             shutil.copy(Path(rewards.__file__).with_name(f"{name}.py"), package)
         # the sandbox's config pulls in the judge's settings, and both validate with the
         # standard-library-only helpers one level up
-        shutil.copy(Path(rewards.__file__).parent.with_name("validation.py"), package.parent)
+        for helper in ("validation.py", "errors.py"):  # the checks raise the user-error type
+            shutil.copy(Path(rewards.__file__).parent.with_name(helper), package.parent)
         for path in [root, *root.rglob("*")]:
             path.chmod(0o755)
         drop = {"user": 65534, "group": 65534, "extra_groups": []} if os.geteuid() == 0 else {}

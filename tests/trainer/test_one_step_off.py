@@ -42,15 +42,17 @@ def test_max_staleness_0_gives_the_weights_of_sync(make_cfg, mode):
 
 
 def test_staleness_1_trains_each_batch_on_the_weights_one_update_old(make_cfg, monkeypatch):
-    # responses of a fixed 32 tokens: a generation lasts longer than the log-prob forwards before
-    # the update, so the batch generated ahead is still being generated when the update starts
+    # responses of up to 32 tokens (the tiny untrained model rarely ends one early): a generation
+    # lasts longer than the log-prob forwards before the update, so the batch generated ahead is
+    # still being generated when the update starts. Not rollout.min_new_tokens: the engine would
+    # sample with the end-of-turn token suppressed, and its log-probs would rightly differ from the
+    # trainer's, which the sync step's check below compares.
     trainer = Trainer(
         make_cfg(
             *QUIET,
             "rollout.mode=one_step_off",
             "algorithm.rollout_correction=tis",
             "rollout.max_new_tokens=32",
-            "rollout.min_new_tokens=32",
         )
     )
     assert trainer.parts.engine.owns_weights  # a copy to generate with during the update

@@ -31,7 +31,7 @@ def test_hybrid_groups_generate_only_n_minus_k(make_cfg):
     cfg = make_cfg("rollout.hybrid=always", "rollout.offline_k=1")
     t = Trainer(cfg)
     samples = [t.data.train_set[i] for i in range(3)]
-    batch = encode_prompts(t.parts.processor, samples, cfg.data, t.data.train_set.loader)
+    batch = encode_prompts(t.parts.processor, samples, t.cfg.data, t.data.train_set.loader)
     calls = []
     original = t.parts.engine.generate
     t.parts.engine.generate = lambda b, repeats, s: calls.append(list(repeats)) or original(b, repeats, s)
@@ -52,7 +52,7 @@ def test_offline_responses_are_truncated_and_flagged(make_cfg):
     cfg = make_cfg("rollout.hybrid=always", "rollout.max_new_tokens=2")
     t = Trainer(cfg)
     samples = [t.data.train_set[0]]
-    batch = encode_prompts(t.parts.processor, samples, cfg.data, t.data.train_set.loader)
+    batch = encode_prompts(t.parts.processor, samples, t.cfg.data, t.data.train_set.loader)
     exp = _collect(t, batch, samples)
     off = exp.offline.nonzero().flatten().tolist()
     assert off and all(bool(exp.truncated[i]) and int(exp.mask[i].sum()) == 2 for i in off)
@@ -64,7 +64,7 @@ def test_below_threshold_mode_completes_confident_groups_online(make_cfg):
     cfg = make_cfg("rollout.hybrid=below_threshold", "rollout.hybrid_threshold=0.0")  # never below 0
     t = Trainer(cfg)
     samples = [t.data.train_set[i] for i in range(2)]
-    batch = encode_prompts(t.parts.processor, samples, cfg.data, t.data.train_set.loader)
+    batch = encode_prompts(t.parts.processor, samples, t.cfg.data, t.data.train_set.loader)
     exp = _collect(t, batch, samples)
     assert len(exp) == 8 and not exp.offline.any()
     cfg = make_cfg("rollout.hybrid=below_threshold", "rollout.hybrid_threshold=1.0")  # below unless all right

@@ -31,7 +31,9 @@ class SamplingConfig:
         top_k: Keep the k most likely tokens; 0 keeps the whole vocabulary (HF's default is 50).
         max_new_tokens: Response length limit, in tokens.
         min_new_tokens: End-of-turn tokens are suppressed before this many tokens (benchmarks set it
-            to ``max_new_tokens`` so every engine generates the same number of tokens).
+            to ``max_new_tokens`` so every engine generates the same number of tokens). In training
+            the engine then samples from that suppressed distribution: its log-probs (the
+            ``rollout/logprob_gap_*`` check, rollout correction) are of it, the trainer's are not.
         presence_penalty: Subtracted from the logit of every token already in the response, before
             temperature (OpenAI / vLLM semantics; Qwen3-VL's official evaluation uses 1.5).
         return_logprobs: Also return each sampled token's log-prob (HF keeps every step's scores,
