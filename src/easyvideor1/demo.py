@@ -137,8 +137,7 @@ def run_tool_demo(out: str, overrides: list[str] | None = None, n_train: int = 2
     episodes, hybrid GRPO over episodes, then the held-out set three ways: with the tools, with
     every call refused (the same prompt, the policy must answer from its first view) and without
     the tools in the prompt. ``report.json`` and ``reward_curve.png`` in ``out``."""
-    from .tools.session import ToolSession
-    from .tools.tracks import tool_tracks
+    from .tools.session import ToolSession, tool_tracks
     from .trainer.evaluate import evaluate, summarize
     from .trainer.loop import Trainer
 

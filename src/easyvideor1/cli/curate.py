@@ -52,14 +52,10 @@ def cmd_filter(args: argparse.Namespace, extra: list[str]) -> int:
         max_in_flight=args.max_in_flight,
     )
 
-    def make_engine():
-        from .. import threads
-        from ..rollout.engines import load_engine  # loaded as `easyvideor1 eval` loads them
+    from .. import threads
 
-        threads.apply(explicit=cfg.cpu.threads, reserved=settings.load_workers)  # loaders keep their cores
-        return load_engine(model, settings.engine, settings.dtype, cfg.rollout.vllm, max_batch=1)
-
-    curate(paths, cfg.data, cfg.reward, settings, model, args.out, make_engine)
+    threads.apply(explicit=cfg.cpu.threads, reserved=settings.load_workers)  # loaders keep their cores
+    curate(paths, cfg.data, cfg.reward, settings, model, args.out, cfg.rollout.vllm)
     return 0
 
 

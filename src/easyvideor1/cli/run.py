@@ -59,7 +59,7 @@ def cmd_preprocess(args: argparse.Namespace, extra: list[str]) -> int:
         )
     tracks = []
     if cfg.tools.enabled:  # the frames the configured tools will read (tools/tracks.py)
-        from ..tools.tracks import tool_tracks
+        from ..tools.session import tool_tracks
 
         tracks = tool_tracks(cfg.tools, cfg.data.model_family or _family_needed())
     report = preprocess(

@@ -4,13 +4,13 @@ from __future__ import annotations
 
 import dataclasses
 import os
-from collections.abc import Callable
-from typing import Any
 
 from ..data.config import DataConfig
 from ..outdir import hold
 from ..resolve import resolve_data
 from ..rewards import RewardConfig
+from ..rollout.config import VLLMConfig
+from ..rollout.engines import load_engine
 from .filter import FilterSettings, run_filter, settings_digest, to_sample
 from .inputs import InputFile, load_inputs
 from .outputs import collect, write_json_lines, write_kept
@@ -26,12 +26,13 @@ def curate(
     settings: FilterSettings,
     model: str,
     out_dir: str,
-    make_engine: Callable[[], tuple[Any, Any]],
+    vllm: VLLMConfig | None = None,
 ) -> dict:
     """Filter the records of ``paths`` by ``model``'s pass rate; returns the report dict.
 
-    Inputs are read and checked before ``make_engine()`` loads the model; the engine is closed
-    (vLLM's engine process stopped) before the results are written."""
+    Inputs are read and checked before the engine of ``settings.engine`` loads the model (one
+    request per ``generate``: each record's samples are seeded; ``vllm``: the ``rollout.vllm``
+    section); the engine is closed (vLLM's engine process stopped) before the results are written."""
     from ..evaluation.identity import model_fingerprint
 
     files = load_inputs(paths, reward)
@@ -43,7 +44,7 @@ def curate(
         items, _, todo = to_sample(files, data, settings, out_dir, model_id)
         stats = {"records": len(items), "sampled": 0, "reused": len(items), "seconds": 0.0}
         if todo:  # a rerun with every record sampled (another band, other thresholds) loads no model
-            engine, processor = make_engine()
+            engine, processor = load_engine(model, settings.engine, settings.dtype, vllm, max_batch=1)
             try:
                 stats = run_filter(files, data, reward, settings, out_dir, model_id, engine, processor)
             finally:

@@ -258,7 +258,7 @@ def preprocess(
     """Build the cache for ``data_files``; returns the report (also written to ``report.json``).
 
     ``tracks``: more entries per video (the frame tracks of the configured tools,
-    :func:`easyvideor1.tools.tracks.tool_tracks`)."""
+    :func:`easyvideor1.tools.session.tool_tracks`)."""
     t0 = time.monotonic()
     # not held (outdir.hold): runs on one cache overlap on purpose, each merging its manifest rows
     root = check_writable(cache_dir, "--cache-dir")

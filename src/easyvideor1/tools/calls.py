@@ -16,13 +16,10 @@ import json
 import threading
 import time
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any
+from typing import Any, Protocol
 
-from .base import TOOLS, ToolError, ToolResult, ToolSpec
+from .base import TOOLS, ToolContext, ToolError, ToolResult, ToolSpec
 from .config import ToolsConfig
-
-if TYPE_CHECKING:
-    from .session import ToolSession
 
 OK, INVALID, ERROR = "ok", "invalid", "error"
 
@@ -85,12 +82,25 @@ def _schema_error(spec: ToolSpec, args: dict[str, Any]) -> str | None:
     return f"{spec.name}: {'argument ' + where + ': ' if where else ''}{e.message}"
 
 
+class CallMemory(Protocol):
+    """What an episode's calls share with the others of its step or job (``ToolSession``): the
+    context a call runs in, and the answers to calls already made."""
+
+    def context(self, record: Any, video_paths: list[str], max_frames: int) -> ToolContext: ...
+
+    def remembered(
+        self, ctx: ToolContext, name: str, args: dict[str, Any]
+    ) -> tuple[str, ToolResult | None]: ...
+
+    def remember(self, key: str, result: ToolResult) -> None: ...
+
+
 @dataclass
 class EpisodeTools:
     """The tools of one episode: what it offers, what it has spent, and its counts."""
 
     specs: list[ToolSpec]
-    session: ToolSession
+    session: CallMemory
     record: Any
     video_paths: list[str]
     settings: ToolsConfig

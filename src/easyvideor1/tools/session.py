@@ -11,11 +11,18 @@ from typing import Any
 
 from ..errors import ConfigError
 from ..media.cache import VideoLoader
+from ..media.sampling import SamplingParams
 from ..models.families import get_family
 from .base import ToolContext, ToolResult, tool_specs
 from .calls import EpisodeTools
 from .config import ToolsConfig
-from .tracks import VideoSource
+from .tracks import VideoSource, track_params
+
+
+def tool_tracks(settings: ToolsConfig, model_family: str) -> list[SamplingParams]:
+    """The tracks the configured tools read, as the frame-cache parameters ``preprocess`` writes."""
+    kinds = sorted({kind for spec in tool_specs(settings) for kind in spec.tracks})
+    return [track_params(settings, kind, model_family) for kind in kinds]
 
 
 @dataclass

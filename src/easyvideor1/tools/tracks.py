@@ -27,7 +27,6 @@ from ..media.resize import FrameResizer
 from ..media.sampling import SamplingParams, frame_indices, video_frame_size
 from ..media.video import FORMAT_VERSION, SampledVideo, source_stat
 from ..models.families import get_family
-from .base import tool_specs
 from .config import ToolsConfig
 
 # A track samples every frame up to this many (qwen-vl-utils would stop at 768 frames); its pixel
@@ -52,12 +51,6 @@ def track_params(settings: ToolsConfig, kind: str, model_family: str) -> Samplin
         max_pixels=cap,
         total_pixels=cap * _TRACK_MAX_FRAMES,
     )
-
-
-def tool_tracks(settings: ToolsConfig, model_family: str) -> list[SamplingParams]:
-    """The tracks the configured tools read, as the frame-cache parameters ``preprocess`` writes."""
-    kinds = sorted({kind for spec in tool_specs(settings) for kind in spec.tracks})
-    return [track_params(settings, kind, model_family) for kind in kinds]
 
 
 @dataclass

@@ -28,6 +28,7 @@ from pathlib import Path
 from typing import Any
 
 from ..config_loading import to_yaml
+from ..errors import ConfigError
 from .config import TrainingEvalConfig
 
 
@@ -58,7 +59,7 @@ class BackgroundEvals:
         try:
             load_inputs(resolve_benchmarks(run.eval, run.data.prompt_template), run.eval)
         except EvalInputError as e:
-            raise ValueError(f"trainer.eval (or the eval section it reads): {e}") from None
+            raise ConfigError(f"trainer.eval (or the eval section it reads): {e}") from None
 
     @property
     def enabled(self) -> bool:
