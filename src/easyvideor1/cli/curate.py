@@ -52,10 +52,7 @@ def cmd_filter(args: argparse.Namespace, extra: list[str]) -> int:
         max_in_flight=args.max_in_flight,
     )
 
-    from .. import threads
-
-    threads.apply(explicit=cfg.cpu.threads, reserved=settings.load_workers)  # loaders keep their cores
-    curate(paths, cfg.data, cfg.reward, settings, model, args.out, cfg.rollout.vllm)
+    curate(paths, cfg.data, cfg.reward, settings, model, args.out, cfg.rollout.vllm, cfg.cpu)
     return 0
 
 

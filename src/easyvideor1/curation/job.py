@@ -5,12 +5,14 @@ from __future__ import annotations
 import dataclasses
 import os
 
+from .. import threads
 from ..data.config import DataConfig
 from ..outdir import hold
 from ..resolve import resolve_data
 from ..rewards import RewardConfig
 from ..rollout.config import VLLMConfig
 from ..rollout.engines import load_engine
+from ..threads import CPUConfig
 from .filter import FilterSettings, run_filter, settings_digest, to_sample
 from .inputs import InputFile, load_inputs
 from .outputs import collect, write_json_lines, write_kept
@@ -27,23 +29,26 @@ def curate(
     model: str,
     out_dir: str,
     vllm: VLLMConfig | None = None,
+    cpu: CPUConfig | None = None,
 ) -> dict:
     """Filter the records of ``paths`` by ``model``'s pass rate; returns the report dict.
 
     Inputs are read and checked before the engine of ``settings.engine`` loads the model (one
     request per ``generate``: each record's samples are seeded; ``vllm``: the ``rollout.vllm``
-    section); the engine is closed (vLLM's engine process stopped) before the results are written."""
+    section; ``cpu``: the ``cpu`` section, applied when the model loads); the engine is closed
+    (vLLM's engine process stopped) before the results are written."""
     from ..evaluation.identity import model_fingerprint
 
     files = load_inputs(paths, reward)
-    data = resolve_data(
-        data, model
-    )  # the checkpoint names the family (frame size); data.model_family checks it
+    # the checkpoint names the family (frame size); data.model_family checks it
+    data = resolve_data(data, model)
     model_id = model_fingerprint(model)
     with hold(out_dir, "--out", "filter"):  # two runs appending to one responses.jsonl mix their rows
         items, _, todo = to_sample(files, data, settings, out_dir, model_id)
         stats = {"records": len(items), "sampled": 0, "reused": len(items), "seconds": 0.0}
         if todo:  # a rerun with every record sampled (another band, other thresholds) loads no model
+            # the loaders keep their cores
+            threads.apply(explicit=cpu.threads if cpu else None, reserved=settings.load_workers)
             engine, processor = load_engine(model, settings.engine, settings.dtype, vllm, max_batch=1)
             try:
                 stats = run_filter(files, data, reward, settings, out_dir, model_id, engine, processor)
