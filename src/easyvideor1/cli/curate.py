@@ -52,7 +52,7 @@ def cmd_filter(args: argparse.Namespace, extra: list[str]) -> int:
         max_in_flight=args.max_in_flight,
     )
 
-    curate(paths, cfg.data, cfg.reward, settings, model, args.out, cfg.rollout.vllm, cfg.cpu)
+    curate(cfg, settings, paths, model, args.out)
     return 0
 
 

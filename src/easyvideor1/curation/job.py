@@ -4,13 +4,14 @@ from __future__ import annotations
 
 import dataclasses
 import os
+from typing import Protocol
 
 from .. import threads
 from ..data.config import DataConfig
 from ..outdir import hold
 from ..resolve import resolve_data
 from ..rewards import RewardConfig
-from ..rollout.config import VLLMConfig
+from ..rollout.config import RolloutConfig
 from ..rollout.engines import load_engine
 from ..threads import CPUConfig
 from .filter import FilterSettings, run_filter, settings_digest, to_sample
@@ -21,35 +22,38 @@ from .report import write_report
 PASS_RATES = "pass_rates.jsonl"
 
 
-def curate(
-    paths: list[str],
-    data: DataConfig,
-    reward: RewardConfig,
-    settings: FilterSettings,
-    model: str,
-    out_dir: str,
-    vllm: VLLMConfig | None = None,
-    cpu: CPUConfig | None = None,
-) -> dict:
+class FilterSections(Protocol):
+    """The sections of the run configuration a filter job reads (a ``RunConfig`` has them; the run
+    config sits above curation in the layers, so curation names what it reads instead)."""
+
+    data: DataConfig
+    reward: RewardConfig
+    rollout: RolloutConfig  # its vllm section configures the vllm engine
+    cpu: CPUConfig
+
+
+def curate(cfg: FilterSections, settings: FilterSettings, paths: list[str], model: str, out_dir: str) -> dict:
     """Filter the records of ``paths`` by ``model``'s pass rate; returns the report dict.
 
     Inputs are read and checked before the engine of ``settings.engine`` loads the model (one
-    request per ``generate``: each record's samples are seeded; ``vllm``: the ``rollout.vllm``
-    section; ``cpu``: the ``cpu`` section, applied when the model loads); the engine is closed
-    (vLLM's engine process stopped) before the results are written."""
+    request per ``generate``: each record's samples are seeded); the engine is closed (vLLM's
+    engine process stopped) before the results are written."""
     from ..evaluation.identity import model_fingerprint
 
+    reward = cfg.reward
     files = load_inputs(paths, reward)
     # the checkpoint names the family (frame size); data.model_family checks it
-    data = resolve_data(data, model)
+    data = resolve_data(cfg.data, model)
     model_id = model_fingerprint(model)
     with hold(out_dir, "--out", "filter"):  # two runs appending to one responses.jsonl mix their rows
         items, _, todo = to_sample(files, data, settings, out_dir, model_id)
         stats = {"records": len(items), "sampled": 0, "reused": len(items), "seconds": 0.0}
         if todo:  # a rerun with every record sampled (another band, other thresholds) loads no model
             # the loaders keep their cores
-            threads.apply(explicit=cpu.threads if cpu else None, reserved=settings.load_workers)
-            engine, processor = load_engine(model, settings.engine, settings.dtype, vllm, max_batch=1)
+            threads.apply(explicit=cfg.cpu.threads, reserved=settings.load_workers)
+            engine, processor = load_engine(
+                model, settings.engine, settings.dtype, cfg.rollout.vllm, max_batch=1
+            )
             try:
                 stats = run_filter(files, data, reward, settings, out_dir, model_id, engine, processor)
             finally:
