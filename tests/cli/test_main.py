@@ -72,3 +72,17 @@ def test_the_installed_command_exits_2_with_one_line():
         [sys.executable, "-m", "easyvideor1", *BAD_KEY], capture_output=True, text=True, env=env, timeout=120
     )
     assert done.returncode == 2 and done.stderr.splitlines() == [BAD_KEY_LINE]
+
+
+def test_a_renamed_key_is_one_warning_line_naming_the_new_key(no_debug_env):
+    r = subprocess.run(
+        [sys.executable, "-m", "easyvideor1", "eval", "--list", "algorithm.clip_ratio_low=0.1"],
+        capture_output=True,
+        text=True,
+        env={**os.environ, "OMP_NUM_THREADS": "1"},
+    )
+    assert r.returncode == 0, r.stderr
+    assert r.stderr.splitlines() == [
+        "easyvideor1 eval: warning: algorithm.clip_ratio_low is deprecated: use "
+        "algorithm.loss_options.clip_ratio_low"
+    ]

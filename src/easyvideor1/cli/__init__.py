@@ -9,7 +9,7 @@ Errors: a :class:`~easyvideor1.errors.UserError` (a config key, a path, a record
 unusable output path or cache entry, or a file that cannot be read is printed as one line (exit 2,
 or 1 for a machine failure such as a full disk); any other exception is a bug and prints its
 traceback (exit 1). ``--debug`` (or ``EASYVIDEOR1_DEBUG=1``) prints the traceback of user errors
-too.
+too. A deprecated key (``FutureWarning`` from this package) is one line as well.
 """
 
 from __future__ import annotations
@@ -18,6 +18,7 @@ import argparse
 import os
 import sys
 import traceback
+import warnings
 
 from .. import threads
 from ..errors import UserError
@@ -62,6 +63,7 @@ def main(argv: list[str] | None = None) -> int:
     # what the user can fix ends here as one line: 2 for what the command line asked for (a flag, a
     # key, a file, a path), 1 for a valid run the machine failed (disk full while writing: outdir.py);
     # anything else is a bug and keeps its traceback
+    _one_line_deprecations(command)
     try:
         # before torch loads OpenMP, which would warn about a bad value and carry on with its own
         threads.env_threads()
@@ -75,6 +77,23 @@ def main(argv: list[str] | None = None) -> int:
     except Exception:
         traceback.print_exc()
         return 1
+
+
+def _one_line_deprecations(command: str) -> None:
+    """Show this package's ``FutureWarning``s (a renamed key) as one line naming the command, not
+    Python's file, line and source line; every other warning keeps Python's form."""
+    package = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+    default, shown = warnings.showwarning, set()
+
+    def show(message, category, filename, lineno, file=None, line=None):
+        if issubclass(category, FutureWarning) and os.path.abspath(filename).startswith(package):
+            if str(message) not in shown:  # once, however many times the config is read
+                shown.add(str(message))
+                print(f"{command}: warning: {message}", file=sys.stderr)
+        else:
+            default(message, category, filename, lineno, file, line)
+
+    warnings.showwarning = show
 
 
 def _user_error(command: str, message: str, exit_code: int, debug: bool) -> int:
