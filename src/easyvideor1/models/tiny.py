@@ -93,12 +93,6 @@ def build_processor(model_family: str = "qwen3_vl"):
     )
 
 
-def save_processor(out_dir: str, model_family: str = "qwen3_vl") -> str:
-    os.makedirs(out_dir, exist_ok=True)
-    build_processor(model_family).save_pretrained(out_dir)
-    return out_dir
-
-
 def tiny_config(
     model_family: str, vocab_size: int, token_ids: dict[str, int], hidden: int = 128, layers: int = 2
 ):

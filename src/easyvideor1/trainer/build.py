@@ -29,7 +29,7 @@ from .distributed import DistState, init_distributed
 from .handoff import EngineHandoff
 from .metrics import MetricsLogger
 from .policy import build_policy
-from .precision import DTYPES
+from .precision import DTYPES, compute_dtype
 from .preflight import preflight
 from .skipping import SkipLog
 from .state import Components, DataSkips, StepSettings, TrainData
@@ -62,13 +62,13 @@ def start(cfg) -> DistState:
     if cfg.rollout.overlaps:
         check_overlap(cfg, dist)
     if cfg.rollout.engine == "vllm":
-        engine_dtype, compute = cfg.rollout.vllm.dtype, cfg.distributed.param_dtype or cfg.model.dtype
-        if engine_dtype != "auto" and DTYPES[engine_dtype] != DTYPES[compute]:
+        engine_dtype, compute = cfg.rollout.vllm.dtype, compute_dtype(cfg)
+        if engine_dtype != "auto" and DTYPES[engine_dtype] != compute:
             log.warning(
                 "rollout.vllm.dtype=%s while the trainer computes in %s: rollout/logprob_gap_* then "
                 "measures the precision gap too (set distributed.param_dtype=%s to compare like with like)",
                 engine_dtype,
-                compute,
+                str(compute).removeprefix("torch."),
                 engine_dtype,
             )
         if dist.enabled:

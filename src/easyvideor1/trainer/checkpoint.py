@@ -37,7 +37,7 @@ from safetensors.torch import load_file, save_file
 from ..models.loading import DTYPES
 from ..models.lora import is_lora, save_adapter, save_merged
 from ..models.released import write_released_layout
-from .checkpoint_check import find_resumable, read_state, record_files
+from .checkpoint_check import read_state, record_files
 from .distributed import DistState, barrier
 
 # DCP warns that it "assumes a single process" whenever no process group exists: that is our intent
@@ -216,11 +216,6 @@ def _quietly(fn, *args, **kwargs):
     finally:
         if shown:
             hf_logging.enable_progress_bar()
-
-
-def find_latest(output_dir: str | os.PathLike) -> Path | None:
-    """The newest whole checkpoint: the one ``latest`` names, else the highest step that verifies."""
-    return find_resumable(output_dir)[0]
 
 
 def load_checkpoint(

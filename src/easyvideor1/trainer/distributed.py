@@ -280,14 +280,6 @@ def all_gather(obj: Any) -> list[Any]:
     return out
 
 
-def raise_if_any(error: str | None) -> None:
-    """Start-up checks: if any rank found a problem, every rank raises it (rather than some hanging)."""
-    errors = [(r, e) for r, e in enumerate(all_gather(error)) if e]
-    if errors:
-        rank, msg = errors[0]
-        raise RuntimeError(f"rank {rank}: {msg}")
-
-
 def barrier() -> None:
     if dist.is_available() and dist.is_initialized():
         dist.barrier()

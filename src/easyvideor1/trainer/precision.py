@@ -25,10 +25,6 @@ _FROZEN_SHARE_REFUSED = 0.5
 _SAMPLE_PER_TENSOR = 4096
 
 
-def master_dtype(cfg) -> torch.dtype:
-    return DTYPES[cfg.model.dtype]
-
-
 def compute_dtype(cfg) -> torch.dtype:
     """The dtype forwards and backwards run in: ``distributed.param_dtype``, else the masters'."""
     return DTYPES[cfg.distributed.param_dtype or cfg.model.dtype]
