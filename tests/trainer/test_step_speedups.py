@@ -95,18 +95,26 @@ def _max_diff(a, b) -> float:
 def test_token_budget_micro_batches_respect_the_budget(setup):
     _, _, exp = setup
     idx = list(range(len(exp)))
-    for padding_free in (False, True):
+    width = exp.batch.inputs["input_ids"].shape[1]
+    for packing in (Packing(False), Packing(True), Packing(shared_prefix="on")):
         for budget in (1, 150, 400, 10**6):
-            chunks = token_micro_batches(exp, idx, budget, padding_free)
+            chunks = token_micro_batches(exp, idx, budget, packing)
             assert [i for c in chunks for i in c] == idx
-            width = exp.batch.inputs["input_ids"].shape[1]
             for c in chunks:
                 resp = exp.mask[c].sum(1)
                 prompt = exp.batch.inputs["attention_mask"][[exp.prompt_of[i] for i in c]].sum(1)
-                size = int((prompt + resp).sum()) if padding_free else len(c) * (width + int(resp.max()))
+                if packing.shared_prefix == "on":  # each prompt of the micro-batch once
+                    size = int(resp.sum()) + sum(
+                        int(exp.batch.inputs["attention_mask"][p].sum())
+                        for p in {exp.prompt_of[i] for i in c}
+                    )
+                elif packing.padding_free:
+                    size = int((prompt + resp).sum())
+                else:
+                    size = len(c) * (width + int(resp.max()))
                 assert size <= budget or len(c) == 1
-        assert len(token_micro_batches(exp, idx, 1, padding_free)) == len(exp)
-        assert len(token_micro_batches(exp, idx, 10**6, padding_free)) == 1
+        assert len(token_micro_batches(exp, idx, 1, packing)) == len(exp)
+        assert len(token_micro_batches(exp, idx, 10**6, packing)) == 1
 
 
 def test_token_budget_gives_the_fixed_count_update(setup, all_off):

@@ -136,6 +136,20 @@ def media_counts(vision: dict[str, Any] | None) -> tuple[int, int]:
     return videos, images
 
 
+def merge_media(media: list[dict[str, Any] | None]) -> dict[str, Any] | None:
+    """Several sequences' own media (episodes' tool turns) as one, in order: each key's tensors
+    concatenated (None when none has any)."""
+    present = [m for m in media if m]
+    if not present:
+        return None
+    keys = dict.fromkeys(k for m in present for k in m)
+    return {
+        k: torch.cat([torch.as_tensor(m[k]) for m in present if m.get(k) is not None])
+        for k in keys
+        if any(m.get(k) is not None for m in present)
+    }
+
+
 def _split_items(inputs: dict[str, Any], kind: str, counts: list[int]) -> list[dict[str, Any]]:
     """Per-prompt slices of one modality's tensors."""
     pix_key, grid_key, extra_key = _VISION[kind]

@@ -18,8 +18,9 @@ import torch.nn.functional as F
 
 from .chunked_logits import logprobs_and_entropy
 from .inputs import append_responses, compute_device
-from .packing import pack
+from .packing import Packed, pack, pack_shared
 from .sequence_parallel import gather_tokens, group_of, shard_bounds
+from .shared_prefix import install as install_shared_prefix
 from .vision import DummyVisionPass
 from .vision_cache import VisionFeatureCache
 
@@ -46,6 +47,9 @@ def token_logprobs(
     return logp, entropy.detach()
 
 
+SHARED_PREFIX_MODES = ("auto", "on", "off")
+
+
 @dataclass(frozen=True)
 class Packing:
     """How a pass's sequences are grouped into forwards; changes speed and memory, not values."""
@@ -56,6 +60,16 @@ class Packing:
     """> 0: micro-batches by this token budget (``trainer.max_tokens_per_micro_batch``)."""
     micro_batch_size: int = 16
     """Sequences per micro-batch when there is no token budget."""
+    shared_prefix: str = "off"
+    """``on``, ``auto`` or ``off``: lay a micro-batch out with every prompt once, its responses
+    after it (``models/shared_prefix.py``); see :meth:`shares`."""
+
+    def shares(self, prompts: list[int]) -> bool:
+        """Whether a forward of sequences answering ``prompts`` (a prompt index per sequence) lays
+        each prompt out once: always (``on``), or where a prompt repeats (``auto``)."""
+        if self.shared_prefix == "on":
+            return True
+        return self.shared_prefix == "auto" and len(set(prompts)) < len(prompts)
 
 
 @dataclass
@@ -64,9 +78,14 @@ class ResponseRows:
 
     ``real`` marks the responses' real tokens (attended, and given a log-prob): for an episode,
     its tool turns too (``types`` types their vision tokens); the caller's loss mask keeps the
-    policy's own. ``media_counts`` (videos, images of each sequence) is what a packed forward
-    needs; ``prompt_ids`` (each sequence's prompt index in a started vision cache's batch) and
-    ``sequence_ids`` (each sequence's own media, an episode's tool turns) what a served one needs.
+    policy's own. ``media_counts`` (videos, images of each row of ``inputs``) is what a packed
+    forward needs; ``prompt_ids`` (each row's prompt index in a started vision cache's batch) and
+    ``sequence_ids`` (each row's sequence, or sequences, whose own media follow its prompt's: an
+    episode's tool turns) what a served one needs.
+
+    Two shapes: one row of ``inputs`` per sequence (``blocks`` None), or, for a shared-prefix
+    forward, one row per prompt and ``blocks[s]`` the row sequence ``s`` answers (the sequences
+    of a row consecutive), with ``own_counts`` the (videos, images) each sequence adds.
     """
 
     inputs: dict
@@ -74,8 +93,10 @@ class ResponseRows:
     real: torch.Tensor  # [N, T]
     media_counts: tuple[list[int], list[int]] | None = None
     prompt_ids: list[int] | None = None
-    sequence_ids: list[int] | None = None
+    sequence_ids: list[int] | list[list[int]] | None = None
     types: torch.Tensor | None = None  # [N, T] the responses' mm_token_type_ids
+    blocks: list[int] | None = None
+    own_counts: tuple[list[int], list[int]] | None = None
 
 
 @dataclass(frozen=True)
@@ -117,6 +138,8 @@ class PolicyForward:
         with self.vision.serving(rows.prompt_ids, rows.sequence_ids) if serve else nullcontext():
             # a served forward calls no tower, so no dummy either (the frozen tower needs no gradient)
             expect = self.dummy.expect if self.dummy is not None and not serve else None
+            if rows.blocks is not None:
+                return self._shared(rows, expect)
             if self.packing.padding_free:
                 if rows.media_counts is None:
                     raise ValueError("padding-free log-probs need each sequence's media counts")
@@ -141,13 +164,33 @@ class PolicyForward:
         return token_logprobs(out.logits[:, :T], response_ids, self.banned, response_mask, self.temperature)
 
     def _packed(self, rows: ResponseRows, expect):
-        model, device = self.model, compute_device(self.model)
         videos, images = rows.media_counts
-        packed = pack(model, rows.inputs, rows.ids, rows.real, videos, images, rows.types)
+        packed = pack(self.model, rows.inputs, rows.ids, rows.real, videos, images, rows.types)
+        return self._kept(rows, packed, expect)
+
+    def _shared(self, rows: ResponseRows, expect):
+        if rows.media_counts is None:
+            raise ValueError("shared-prefix log-probs need each prompt row's media counts")
+        install_shared_prefix(self.model)
+        packed = pack_shared(
+            self.model,
+            rows.inputs,
+            rows.blocks,
+            rows.ids,
+            rows.real,
+            rows.media_counts,
+            rows.own_counts,
+            rows.types,
+        )
+        return self._kept(rows, packed, expect, shared_layout=packed.layout)
+
+    def _kept(self, rows: ResponseRows, packed: Packed, expect, **extra):
+        """The forward of one packed row; each kept position's log-prob back in its response's place."""
+        model, device = self.model, compute_device(self.model)
         inputs = {k: v.to(device) if isinstance(v, torch.Tensor) else v for k, v in packed.inputs.items()}
         with expect(inputs) if expect is not None else nullcontext():
             # a tensor logits_to_keep selects exactly the positions that predict response tokens
-            out = model(**inputs, use_cache=False, logits_to_keep=packed.keep.to(device))
+            out = model(**inputs, use_cache=False, logits_to_keep=packed.keep.to(device), **extra)
         index = (packed.rows.to(device), packed.cols.to(device))
         ids = rows.ids.to(device)[index]
         if self.sp is not None:  # sequence parallelism: this rank's share of the kept positions

@@ -128,9 +128,10 @@ class VisionFeatureCache:
         return self.batch is not None
 
     @contextmanager
-    def serving(self, prompt_ids: list[int], sequence_ids: list[int] | None = None):
+    def serving(self, prompt_ids: list[int], sequence_ids: list[int] | list[list[int]] | None = None):
         """The next forward is of sequences answering ``prompt_ids`` (indices into the batch); with
-        ``sequence_ids`` (indices into ``start``'s ``own_media``) each is followed by its own media."""
+        ``sequence_ids`` (indices into ``start``'s ``own_media``; a list of them for a prompt read
+        once by several sequences) each prompt is followed by that media."""
         if self.batch is None:
             raise RuntimeError("VisionFeatureCache.serving outside a step: call start(batch) first")
         self.prompts = list(prompt_ids)
@@ -244,11 +245,13 @@ class VisionFeatureCache:
         return served if return_dict else served.to_tuple()
 
     def _items(self, kind: str) -> list[int]:
-        """The step's items of ``kind`` this forward serves: each prompt's, then its sequence's own."""
+        """The step's items of ``kind`` this forward serves: each prompt's, then its sequence's own
+        (or its sequences', one after another: a shared-prefix row)."""
         prompts = self.prompts or []
         own = self.sequences if self.sequences is not None else [None] * len(prompts)
-        return [
-            i
-            for p, s in zip(prompts, own, strict=True)
-            for i in self.prompt_items[kind][p] + (self.own_items[kind][s] if s is not None else [])
-        ]
+        out: list[int] = []
+        for p, seqs in zip(prompts, own, strict=True):
+            out += self.prompt_items[kind][p]
+            for s in [] if seqs is None else [seqs] if isinstance(seqs, int) else seqs:
+                out += self.own_items[kind][s]
+        return out

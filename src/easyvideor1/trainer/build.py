@@ -152,7 +152,7 @@ def build_components(cfg, dist: DistState) -> Components:
         engine = make_rollout_engine(cfg, policy.processor, model, dist)
     # every log-prob pass (old, reference, update) at the rollouts' temperature, without the ids
     # generation never samples
-    packing = Packing(tc.padding_free, tc.max_tokens_per_micro_batch, tc.micro_batch_size)
+    packing = Packing(tc.padding_free, tc.max_tokens_per_micro_batch, tc.micro_batch_size, tc.shared_prefix)
     forward = PolicyForward(model, dummy, vision_cache, engine.banned, cfg.rollout.temperature, packing)
     sleep = cfg.rollout.engine == "vllm" and cfg.rollout.vllm.sleep_between_phases
     params = [p for p in model.parameters() if p.requires_grad]

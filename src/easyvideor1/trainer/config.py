@@ -8,6 +8,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 from ..data.probe import PROBES
+from ..models.logprobs import SHARED_PREFIX_MODES
 from ..rollout.config import ENGINES, RolloutConfig, VLLMConfig  # noqa: F401  (re-exported)
 from ..validation import at_least, in_range, non_negative, one_of, positive, require
 
@@ -172,6 +173,15 @@ class TrainerConfig:
         padding_free: Run each micro-batch's sequences packed into one row (per-sequence M-RoPE
             positions and attention boundaries) instead of padded to the longest; same log-probs
             (fp32, within 1e-5). Not for hybrid linear-attention families (Qwen3.5: refused).
+        shared_prefix: ``auto`` (default), ``on`` or ``off``: lay each micro-batch out with every
+            prompt once and the responses that answer it after it, each response attending to the
+            prompt and to itself (``models/shared_prefix.py``). Every pass (old and reference
+            log-probs, the update's forward and backward) then runs the language model over a
+            group's prompt once instead of once per response: for a video prompt that is most of
+            the tokens. The log-probs and gradients are those of the unshared forward (fp32,
+            within 1e-5). ``auto``: for every micro-batch that holds two or more responses to one
+            prompt; ``on``: for every micro-batch (a packed row even without repeats); ``off``:
+            never. ``perf/prefix_tokens_saved`` logs the share of language-model tokens it saves.
         max_tokens_per_micro_batch: When > 0, micro-batches are formed by this token budget (prompt
             tokens, media placeholders included, plus response tokens; padded micro-batches count
             rows times the widest row) instead of ``micro_batch_size`` sequences; a longer sequence
@@ -216,6 +226,7 @@ class TrainerConfig:
     micro_batch_size: int = 16
     ppo_epochs: int = 1
     padding_free: bool = False
+    shared_prefix: str = "auto"
     max_tokens_per_micro_batch: int = 0
     lr: float = 1e-6
     weight_decay: float = 0.01
@@ -257,6 +268,9 @@ class TrainerConfig:
             "must be true or false",
             self.padding_free,
         )
+        if isinstance(self.shared_prefix, bool):  # YAML reads a bare on/off as true/false
+            self.shared_prefix = "on" if self.shared_prefix else "off"
+        one_of("trainer.shared_prefix", self.shared_prefix, SHARED_PREFIX_MODES)
         n = self.max_tokens_per_micro_batch
         require(
             isinstance(n, int) and not isinstance(n, bool) and n >= 0,

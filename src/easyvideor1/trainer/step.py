@@ -20,7 +20,7 @@ from .experience import Experience
 from .metrics import hybrid_metrics, mismatch_metrics
 from .state import Step, StepContext
 from .step_metrics import COUNT_METRICS
-from .update import experience_logprobs, policy_update
+from .update import experience_logprobs, policy_update, prefix_tokens_saved
 
 
 def logprobs(ctx: StepContext, step: Step) -> None:
@@ -42,6 +42,7 @@ def logprobs(ctx: StepContext, step: Step) -> None:
     if forward.vision is not None:
         forward.vision.start(exp.batch, exp.response_media)  # episodes: their tool media too
     exp.old_logp, step.entropy = experience_logprobs(forward, exp)
+    step.metrics["perf/prefix_tokens_saved"] = prefix_tokens_saved(exp, forward.packing)
     if parts.ref_forward is not None:
         exp.ref_logp, _ = experience_logprobs(parts.ref_forward, exp)
     elif ctx.settings.kl_reference:

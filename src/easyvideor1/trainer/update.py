@@ -12,7 +12,7 @@ import torch.distributed as dist
 from ..algorithms.aggregation import GlobalBatchStats, aggregate_loss
 from ..algorithms.kl import kl_loss
 from ..algorithms.policy_losses import compute_policy_loss
-from ..models.inputs import gather_prompts, gather_sequences, media_counts
+from ..models.inputs import gather_prompts, gather_sequences, media_counts, merge_media
 from ..models.logprobs import Packing, PolicyForward, ResponseRows
 from .distributed import data_group, max_over_ranks, sum_over_ranks
 from .experience import Experience
@@ -56,29 +56,33 @@ def sequence_tokens(exp: Experience, idx: list[int]) -> list[int]:
     return [int(prompt[exp.prompt_of[i]]) + int(real[i].sum()) for i in idx]
 
 
-def token_micro_batches(exp: Experience, indices: list[int], max_tokens: int, padding_free: bool):
-    """Consecutive micro-batches whose forward holds at most ``max_tokens`` tokens.
+def forward_tokens(exp: Experience, idx: list[int], packing: Packing) -> int:
+    """Tokens the language model computes in one forward of the sequences ``idx``: rows times the
+    widest row when padded (prompts are padded to the step's longest prompt), the real tokens
+    when packed, each prompt once when its prefix is shared."""
+    prompt = exp.batch.inputs["attention_mask"].sum(1)
+    prompts = [exp.prompt_of[i] for i in idx]
+    responses = [int(exp.real[i].sum()) for i in idx]
+    if packing.shares(prompts):
+        return sum(responses) + sum(int(prompt[p]) for p in dict.fromkeys(prompts))
+    if packing.padding_free:
+        return sum(responses) + sum(int(prompt[p]) for p in prompts)
+    return len(idx) * (exp.batch.inputs["input_ids"].shape[1] + max(responses, default=0))
 
-    A forward's size is what it computes: the sum of the sequences' lengths when packed, rows times
-    the widest row when padded (prompts are padded to the step's longest prompt). A sequence over
-    the budget on its own forms a micro-batch alone (it cannot be split). The loss does not depend
-    on the split (GlobalBatchStats), so this changes memory and speed only.
+
+def token_micro_batches(exp: Experience, indices: list[int], max_tokens: int, packing: Packing):
+    """Consecutive micro-batches whose forward computes at most ``max_tokens`` tokens
+    (:func:`forward_tokens`). A sequence over the budget on its own forms a micro-batch alone (it
+    cannot be split). The loss does not depend on the split (GlobalBatchStats), so this changes
+    memory and speed only.
     """
-    width = exp.batch.inputs["input_ids"].shape[1]
-    lengths = sequence_tokens(exp, indices)
     out: list[list[int]] = []
     current: list[int] = []
-    longest = total = 0
-    for i, n in zip(indices, lengths, strict=True):
-        resp = int(exp.real[i].sum())
-        new_longest = max(longest, width + resp)
-        cost = total + n if padding_free else new_longest * (len(current) + 1)
-        if current and cost > max_tokens:
+    for i in indices:
+        if current and forward_tokens(exp, [*current, i], packing) > max_tokens:
             out.append(current)
-            current, longest, total = [], 0, 0
-            new_longest = width + resp
+            current = []
         current.append(i)
-        longest, total = new_longest, total + n
     if current:
         out.append(current)
     return out
@@ -87,27 +91,57 @@ def token_micro_batches(exp: Experience, indices: list[int], max_tokens: int, pa
 def split_micro_batches(exp: Experience, indices: list[int], packing: Packing) -> list[list[int]]:
     """The micro-batches of ``indices``: by token budget when one is set, else by count."""
     if packing.max_tokens > 0:
-        return token_micro_batches(exp, indices, packing.max_tokens, packing.padding_free)
+        return token_micro_batches(exp, indices, packing.max_tokens, packing)
     return micro_batches(indices, packing.micro_batch_size)
 
 
-def response_rows(exp: Experience, idx: list[int]) -> tuple[ResponseRows, torch.Tensor, int]:
+def prefix_tokens_saved(exp: Experience, packing: Packing) -> float:
+    """The share of language-model tokens a pass over ``exp`` does not compute because prompts are
+    shared (0 without sharing): each micro-batch's real tokens, every sequence's prompt counted,
+    against the same with each shared prompt counted once."""
+    full = shared = 0
+    for idx in split_micro_batches(exp, list(range(len(exp))), packing):
+        alone = forward_tokens(exp, idx, dataclasses.replace(packing, padding_free=True, shared_prefix="off"))
+        full += alone
+        shared += (
+            forward_tokens(exp, idx, packing) if packing.shares([exp.prompt_of[i] for i in idx]) else alone
+        )
+    return 1.0 - shared / max(full, 1)
+
+
+def response_rows(
+    exp: Experience, idx: list[int], shared: bool = False
+) -> tuple[ResponseRows, torch.Tensor, int]:
     """The sequences ``idx`` as one forward's rows, with their loss mask and width (all cut to the
     longest response): prompt rows (with each episode's tool media after its prompt's) and
     responses. The forward attends every real token (an episode's tool turns too); the loss mask
-    holds the policy's."""
+    holds the policy's. ``shared``: one row per prompt, read once by its sequences
+    (``models/shared_prefix.py``)."""
     real = exp.real
     width = int(real[idx].sum(1).max())  # responses are right-padded
-    prompts = [exp.prompt_of[i] for i in idx]
+    if shared:
+        prompts = list(dict.fromkeys(exp.prompt_of[i] for i in idx))
+        blocks = [prompts.index(exp.prompt_of[i]) for i in idx]
+        members = [[i for i, b in zip(idx, blocks, strict=True) if b == row] for row in range(len(prompts))]
+    else:
+        prompts = [exp.prompt_of[i] for i in idx]
+        blocks, members = None, [[i] for i in idx]
     counts = ([exp.batch.video_counts[p] for p in prompts], [exp.batch.image_counts[p] for p in prompts])
+    own_counts = None
     if exp.response_media is None:
         inputs = gather_prompts(exp.batch, prompts)
-    else:  # an episode's media: its prompt's, then its tool turns'
-        inputs = gather_sequences(exp.batch, prompts, [exp.response_media[i] for i in idx])
+    else:  # an episode's media: its prompt's, then its tool turns' (each of the row's sequences')
+        inputs = gather_sequences(
+            exp.batch, prompts, [merge_media([exp.response_media[i] for i in m]) for m in members]
+        )
         tool = [media_counts(exp.response_media[i]) for i in idx]
-        counts = (
-            [c + t[0] for c, t in zip(counts[0], tool, strict=True)],
-            [c + t[1] for c, t in zip(counts[1], tool, strict=True)],
+        own_counts = ([t[0] for t in tool], [t[1] for t in tool])
+        counts = tuple(
+            [
+                c + sum(media_counts(exp.response_media[i])[k] for i in m)
+                for c, m in zip(counts[k], members, strict=True)
+            ]
+            for k in (0, 1)
         )
     rows = ResponseRows(
         inputs,
@@ -115,8 +149,10 @@ def response_rows(exp: Experience, idx: list[int]) -> tuple[ResponseRows, torch.
         real[idx, :width],
         media_counts=counts,
         prompt_ids=prompts,
-        sequence_ids=None if exp.response_media is None else idx,
+        sequence_ids=None if exp.response_media is None else (members if shared else idx),
         types=None if exp.response_types is None else exp.response_types[idx, :width],
+        blocks=blocks,
+        own_counts=own_counts if shared else None,
     )
     return rows, exp.mask[idx, :width], width
 
@@ -141,7 +177,7 @@ def experience_logprobs(forward: PolicyForward, exp: Experience) -> tuple[torch.
     logp = torch.zeros(exp.ids.shape, dtype=torch.float32)
     entropy = torch.zeros(exp.ids.shape, dtype=torch.float32)
     for idx, real in padded(split_micro_batches(exp, list(range(len(exp))), forward.packing)):
-        rows, mask, width = response_rows(exp, idx)
+        rows, mask, width = response_rows(exp, idx, forward.packing.shares([exp.prompt_of[i] for i in idx]))
         lp, ent = forward.logprobs(rows)
         if real:
             lp, ent, m = lp.cpu(), ent.cpu(), mask.bool()
@@ -178,7 +214,9 @@ def policy_update(
         optimizer.zero_grad(set_to_none=True)
         for idx, real in padded(micros):
             real = real and real_step
-            rows, mask, width = response_rows(exp, idx)
+            rows, mask, width = response_rows(
+                exp, idx, forward.packing.shares([exp.prompt_of[i] for i in idx])
+            )
             logp, entropy = forward.logprobs(rows)
             mask = mask.to(logp.device)
             old_logp, adv = (

@@ -1,0 +1,196 @@
+"""The shared-prefix layout: each prompt once in the row, its responses after it. Log-probs,
+entropies, gradients and one update equal the unshared padded forward's (fp32, CPU) for every
+family, with video, image and text prompts mixed, groups split over micro-batches, packed and
+under a token budget; the attention kernel equals a dense mask."""
+
+from __future__ import annotations
+
+import copy
+
+import pytest
+import torch
+import torch.nn.functional as F
+
+from easyvideor1.data.config import DataConfig
+from easyvideor1.data.dataset import RecordDataset
+from easyvideor1.models.loading import load_policy
+from easyvideor1.models.logprobs import Packing, PolicyForward
+from easyvideor1.models.packing import pack_shared
+from easyvideor1.models.shared_prefix import Block, SharedLayout, shared_attention
+from easyvideor1.models.tiny import make_tiny_model
+from easyvideor1.models.vision import DummyVisionPass
+from easyvideor1.resolve import resolve_data
+from easyvideor1.rollout.base import banned_token_ids
+from easyvideor1.trainer.update import (
+    UpdateSettings,
+    experience_logprobs,
+    policy_update,
+    prefix_tokens_saved,
+    response_rows,
+)
+from tests.conftest import write_modality_records
+
+from ..trainer.dist_worker import build_experience
+
+KINDS = ["video", "image", "text", "mixed"]
+
+
+@pytest.fixture(autouse=True, scope="module")
+def _one_thread(one_thread):
+    yield
+
+
+@pytest.fixture(scope="module")
+def records(tmp_path_factory) -> str:
+    return write_modality_records(tmp_path_factory.mktemp("shared"), 8, 0)
+
+
+_SETUPS: dict[str, tuple] = {}
+
+
+def _setup(tmp_path, family: str, records: str):
+    """A tiny 2-layer model of ``family`` (Qwen3.5: one DeltaNet and one attention layer) and an
+    experience of 4 prompts x 2 responses (built once per family)."""
+    if family not in _SETUPS:
+        model_dir = make_tiny_model(str(tmp_path / family), family, layers=2)
+        model, processor = load_policy(model_dir)
+        model.eval()
+        cfg = resolve_data(DataConfig(video_fps=None, video_nframes=4), model_dir)
+        exp = build_experience(processor, RecordDataset.from_files([records], cfg), KINDS)
+        _SETUPS[family] = (model, processor, exp)
+    return _SETUPS[family]
+
+
+def _forward(model, processor, **packing) -> PolicyForward:
+    return PolicyForward(
+        model, DummyVisionPass(model), None, banned_token_ids(processor.tokenizer), packing=Packing(**packing)
+    )
+
+
+def _dense_reference(q, k, v, layout: SharedLayout):
+    """The layout as an ``S x S`` boolean mask (what the kernel must equal)."""
+    length = q.shape[2]
+    allowed = torch.zeros(length, length, dtype=torch.bool)
+    for b in layout.blocks:
+        p0, p1 = b.start, b.start + b.prompt
+        allowed[p0:p1, p0:p1] = torch.ones(b.prompt, b.prompt, dtype=torch.bool).tril()
+        for s, n in zip(b.response_starts(), b.responses, strict=True):
+            allowed[s : s + n, p0:p1] = True
+            allowed[s : s + n, s : s + n] = torch.ones(n, n, dtype=torch.bool).tril()
+    allowed |= torch.eye(length, dtype=torch.bool)  # padding rows attend to themselves (never read)
+    groups = q.shape[1] // k.shape[1]
+    k, v = k.repeat_interleave(groups, 1), v.repeat_interleave(groups, 1)
+    out = F.scaled_dot_product_attention(q, k, v, attn_mask=allowed)
+    real = torch.zeros(length, dtype=torch.bool)
+    real[: layout.length] = True
+    return out * real[None, None, :, None]
+
+
+def test_the_kernel_equals_the_dense_mask_values_and_gradients():
+    torch.manual_seed(0)
+    # a prompt with 3 responses of different lengths, a sequence alone, then padding
+    layout = SharedLayout((Block(0, 7, (3, 5, 1)), Block(16, 6)))
+    q = torch.randn(1, 4, 25, 8, dtype=torch.float64, requires_grad=True)
+    k = torch.randn(1, 2, 25, 8, dtype=torch.float64, requires_grad=True)  # grouped-query heads
+    v = torch.randn(1, 2, 25, 8, dtype=torch.float64, requires_grad=True)
+    w = torch.randn(1, 4, 25, 8, dtype=torch.float64)
+    got = shared_attention(q, k, v, layout)
+    grads = torch.autograd.grad((got * w).sum(), (q, k, v))
+    want = _dense_reference(q, k, v, layout)
+    grads_want = torch.autograd.grad((want * w).sum(), (q, k, v))
+    assert torch.allclose(got, want, atol=1e-12)
+    for g, h in zip(grads, grads_want, strict=True):
+        assert torch.allclose(g, h, atol=1e-12)
+
+
+FAMILIES = [
+    "qwen2_5_vl",  # M-RoPE with video timestamps (second_per_grid_ts)
+    "qwen3_vl",  # DeepStack features, timestamps as text
+    "glm4v",  # its own 3-D positions
+    "internvl",  # 1-D RoPE: responses continue from the prompt's end
+    "qwen3_5",  # gated DeltaNet: the prompt's recurrent and convolution state starts each response
+]
+
+
+@pytest.mark.parametrize("family", FAMILIES)
+def test_shared_logprobs_equal_the_unshared_forward(tmp_path, records, family):
+    model, processor, exp = _setup(tmp_path, family, records)
+    padded, ent_padded = experience_logprobs(_forward(model, processor, micro_batch_size=3), exp)
+    m = exp.mask.bool()
+    assert torch.isfinite(padded[m]).all() and padded[m].abs().min() > 0
+    # 3 sequences per micro-batch: groups of 2 split over micro-batches (a prompt with part of its
+    # responses); then the whole batch in one row; then by token budget
+    for packing in (
+        dict(micro_batch_size=3, shared_prefix="on"),
+        dict(micro_batch_size=8, shared_prefix="auto", padding_free=family != "qwen3_5"),
+        dict(max_tokens=150, shared_prefix="auto"),
+    ):
+        shared, ent_shared = experience_logprobs(_forward(model, processor, **packing), exp)
+        assert torch.allclose(shared[m], padded[m], atol=1e-5, rtol=0), packing
+        assert torch.allclose(ent_shared[m], ent_padded[m], atol=1e-5, rtol=0), packing
+        assert (shared[~m] == 0).all()
+
+
+@pytest.mark.parametrize("family", ["qwen3_vl", "qwen3_5"])
+def test_the_layout_is_what_makes_it_exact(tmp_path, records, family):
+    """A control: the same shared row run as one plain causal sequence (no layout) differs, so the
+    equality above is the layout's work (Qwen3.5: its DeltaNet layers' too)."""
+    model, processor, exp = _setup(tmp_path, family, records)
+    rows, _, _ = response_rows(exp, list(range(len(exp))), shared=True)
+    p = pack_shared(model, rows.inputs, rows.blocks, rows.ids, rows.real, rows.media_counts)
+    # the row: each prompt once, then its responses
+    prompt = exp.batch.inputs["attention_mask"].sum(1)
+    assert p.inputs["input_ids"].shape[1] == int(prompt.sum() + exp.mask.sum())
+    assert [b.responses for b in p.layout.blocks] == [
+        tuple(int(n) for n in exp.mask[2 * i : 2 * i + 2].sum(1)) for i in range(4)
+    ]
+    forward = _forward(model, processor, shared_prefix="on")
+    with torch.no_grad():
+        exact = forward.logprobs(rows)[0]
+        leaky = model(**p.inputs, use_cache=False, logits_to_keep=p.keep).logits  # no shared_layout
+        kept = model(**p.inputs, use_cache=False, logits_to_keep=p.keep, shared_layout=p.layout).logits
+    assert (leaky - kept).abs().max() > 1e-3
+    assert torch.isfinite(exact).all()
+
+
+@pytest.mark.parametrize("family", ["qwen3_vl", "qwen3_5"])
+def test_one_update_equals_the_unshared_update(tmp_path, records, family):
+    model, processor, exp = _setup(tmp_path, family, records)
+    results = {}
+    for mode in ("off", "on"):
+        policy = copy.deepcopy(model).train()
+        forward = _forward(policy, processor, micro_batch_size=3, shared_prefix=mode)
+        step = copy.copy(exp)
+        step.old_logp, _ = experience_logprobs(forward, step)
+        opt = torch.optim.SGD([p for p in policy.parameters() if p.requires_grad], lr=0.1)
+        grads = {}
+        # the gradient of the first mini-batch, then the step
+        hooks = [
+            p.register_hook(lambda g, n=n: grads.__setitem__(n, g.clone()))
+            for n, p in policy.named_parameters()
+            if p.requires_grad
+        ]
+        policy_update(forward, opt, None, step, [list(range(len(step)))], UpdateSettings(max_grad_norm=1e9))
+        for h in hooks:
+            h.remove()
+        results[mode] = (policy, grads)
+    (off, g_off), (on, g_on) = results["off"], results["on"]
+    assert g_off.keys() == g_on.keys() and g_off
+    for name, g in g_off.items():
+        scale = float(g.abs().max())
+        assert float((g_on[name] - g).abs().max()) <= 1e-5 * max(scale, 1e-3), name
+    before, after_off, after_on = model.state_dict(), off.state_dict(), on.state_dict()
+    assert max(float((after_off[k] - before[k]).abs().max()) for k in before) > 1e-4  # it moved
+    assert max(float((after_on[k] - after_off[k]).abs().max()) for k in before) < 1e-6
+
+
+def test_prefix_tokens_saved_counts_each_shared_prompt_once(tmp_path, records):
+    _, _, exp = _setup(tmp_path, "qwen3_vl", records)
+    prompt = exp.batch.inputs["attention_mask"].sum(1)
+    full = int(prompt.sum()) * 2 + int(exp.mask.sum())  # two responses per prompt
+    shared = int(prompt.sum()) + int(exp.mask.sum())
+    saved = prefix_tokens_saved(exp, Packing(micro_batch_size=8, shared_prefix="auto"))
+    assert saved == pytest.approx(1 - shared / full)
+    assert prefix_tokens_saved(exp, Packing(micro_batch_size=8)) == 0.0
+    # one sequence per micro-batch: nothing repeats, nothing saved under auto
+    assert prefix_tokens_saved(exp, Packing(micro_batch_size=1, shared_prefix="auto")) == 0.0
