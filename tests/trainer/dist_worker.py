@@ -148,7 +148,8 @@ def build_experience(processor, dataset, kinds: list[str]) -> Experience:
 
 
 def one_update(
-    model, optimizer, processor, dataset, kinds, dummy, micro: int, session=None, packed: bool = False
+    model, optimizer, processor, dataset, kinds, dummy, micro: int, session=None, packed: bool = False,
+    shared: str = "off",
 ) -> dict[str, float]:
     exp = (
         build_experience(processor, dataset, kinds)
@@ -156,7 +157,8 @@ def one_update(
         else build_episodes(processor, dataset, kinds, session)
     )
     banned = banned_token_ids(processor.tokenizer)
-    forward = PolicyForward(model, dummy, banned=banned, packing=Packing(packed, micro_batch_size=micro))
+    packing = Packing(packed, micro_batch_size=micro, shared_prefix=shared)
+    forward = PolicyForward(model, dummy, banned=banned, packing=packing)
     exp.old_logp, _ = experience_logprobs(forward, exp)
     settings = UpdateSettings(max_grad_norm=1e9)
     return policy_update(forward, optimizer, None, exp, [list(range(len(exp)))], settings)
@@ -218,8 +220,10 @@ def main() -> int:
         if state.data_world > 1:
             kinds = kinds[:3] if state.data_rank == 0 else kinds[3:]
         packed = "--packed" in sys.argv
+        shared = "on" if "--shared" in sys.argv else "off"
         metrics = one_update(
-            model, optimizer, processor, dataset, kinds, dummy, micro=2, session=session, packed=packed
+            model, optimizer, processor, dataset, kinds, dummy, micro=2, session=session, packed=packed,
+            shared=shared,
         )
         weights = {k: v.clone().contiguous() for k, v in full_weights(model)}
         if state.is_main:

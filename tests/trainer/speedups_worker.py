@@ -1,5 +1,5 @@
 """Run by tests under ``torchrun`` (or plain ``python``): one step's log-probs and update with the
-step speed-ups all on or all off, on the global batch [video, image, text, mixed] (rank 0: the
+step speed-ups (packing, a token budget, reused vision features, shared prefixes) all on or all off, on the global batch [video, image, text, mixed] (rank 0: the
 first three prompts, rank 1: the last, so filler micro-batches run). Writes the updated weights.
 
 Usage: speedups_worker.py MODEL RECORDS OUT (--all-on | --all-off)
@@ -56,7 +56,7 @@ def main() -> int:
     budget = 160 if on else 0
     if cache is not None:
         cache.start(exp.batch)
-    packing = Packing(padding_free=on, max_tokens=budget, micro_batch_size=2)
+    packing = Packing(padding_free=on, max_tokens=budget, micro_batch_size=2, shared_prefix="on" if on else "off")
     forward = PolicyForward(model, dummy, cache, banned, packing=packing)
     exp.old_logp, _ = experience_logprobs(forward, exp)
     settings = UpdateSettings(max_grad_norm=1e9)

@@ -74,6 +74,17 @@ def test_sp2_packed_update_equals_the_single_process_packed_update(assets, famil
     )
 
 
+@pytest.mark.parametrize(
+    "family, extra",
+    [("qwen3_vl", ("--checkpointing",)), ("qwen3_5", ())],  # Qwen3.5: its DeltaNet heads split over ranks
+)
+def test_sp2_shared_prefix_update_equals_the_single_process_update(assets, family, extra):
+    """Each prompt once in the row, its shards shared by the group, the responses after it: the
+    same update as one process running every sequence in its own row."""
+    one = _update(assets, family, 1)
+    assert_same_update(one, _update(assets, family, 2, "--sp", "2", "--shared", *extra))
+
+
 def test_sp2_times_dp2_update_equals_the_single_process_update(assets):
     """4 ranks: two data-parallel groups (3 + 1 prompts) of two sequence-parallel ranks."""
     assert_same_update(_update(assets, "qwen3_vl", 1), _update(assets, "qwen3_vl", 4, "--sp", "2"))

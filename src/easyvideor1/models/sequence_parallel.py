@@ -44,7 +44,9 @@ import torch
 import torch.nn.functional as F
 
 from ..errors import ConfigError
+from . import layers
 from .sequence_parallel_comms import AllToAll, Gather, GatherShared, SPGroup, gather_tokens, shard_bounds
+from .shared_prefix import DeltaNetHeads, blockwise_deltanet, deltanet_core, layout_of, shared_attention
 
 __all__ = ["SPGroup", "check", "enable", "frame_split", "gather_tokens", "group_of", "shard_bounds"]
 
@@ -97,7 +99,10 @@ def ulysses_attention(module, query, key, value, attention_mask, dropout=0.0, sc
         k = k.repeat_interleave(q.shape[1] // k.shape[1], dim=1)
         v = v.repeat_interleave(q.shape[1] // v.shape[1], dim=1)
     p = dropout if module.training else 0.0
-    if layout.spans is not None:  # the causal kernel on each sequence's stretch: no mask in memory
+    shared = layout_of(module)
+    if shared is not None:  # each prompt once, its responses after it (whole sequence, my heads)
+        out = shared_attention(q, k, v, shared, p, scaling)
+    elif layout.spans is not None:  # the causal kernel on each sequence's stretch: no mask in memory
         out = span_attention(q, k, v, layout.spans, p, scaling)
     else:
         out = F.scaled_dot_product_attention(
@@ -211,10 +216,10 @@ def check(model, size: int) -> None:
             f"{key} is not supported for {family.model_type}: sequence parallelism splits Qwen-VL "
             "M-RoPE positions and grid-split vision towers; use distributed.sequence_parallel_size=1"
         )
-    language_model = _language_model(model)
+    language_model = layers.language_model(model)
     text = language_model.config
     heads = {"attention heads": text.num_attention_heads}
-    if any(_is_deltanet(m) for m in language_model.modules()):
+    if any(layers.is_deltanet(m) for m in language_model.modules()):
         heads["linear-attention key heads"] = text.linear_num_key_heads
         heads["linear-attention value heads"] = text.linear_num_value_heads
     for what, n in heads.items():
@@ -222,19 +227,6 @@ def check(model, size: int) -> None:
             raise ConfigError(f"{key} must divide the model's {what} ({n})")
 
 
-def _language_model(model):
-    """The decoder stack inside a (possibly LoRA-wrapped) vision-language model."""
-    for name, module in model.named_modules():
-        if name.endswith("language_model") and hasattr(module, "layers") and hasattr(module, "embed_tokens"):
-            return module
-    raise ValueError(f"{type(model).__name__} has no language model to split by sequence")
-
-
-def _lm_head(model):
-    for name, module in model.named_modules():
-        if name.endswith("lm_head"):
-            return module
-    raise ValueError(f"{type(model).__name__} has no lm_head")
 
 
 def _vision_tower(model):
@@ -315,14 +307,13 @@ def enable(model, sp: SPGroup) -> None:
     plain forward."""
     check(model, sp.size)
     register()
-    language_model = _language_model(model)
+    language_model = layers.language_model(model)
     language_model.config._attn_implementation = ATTENTION
     original = language_model.forward
 
     holder = _Holder()
-    for module in language_model.modules():  # the layers that read the layout
-        if hasattr(module, "q_proj") or _is_deltanet(module):
-            module._sp_holder = holder
+    for module in layers.mixing_layers(language_model):  # the layers that read the layout
+        module._sp_holder = holder
 
     def forward(*args, **kwargs):
         if kwargs.get("use_cache") or kwargs.get("past_key_values") is not None:
@@ -331,7 +322,7 @@ def enable(model, sp: SPGroup) -> None:
         return sharded(original, language_model, sp, holder, *args, **kwargs)
 
     language_model.forward = forward
-    head = _lm_head(model)
+    head = layers.lm_head(model)
     head_forward = head.forward
 
     def head_on_my_share(hidden):
@@ -348,7 +339,7 @@ def enable(model, sp: SPGroup) -> None:
     model._sp_group = sp
     _split_tower(_vision_tower(model), sp)
     for module in language_model.modules():
-        if _is_deltanet(module):
+        if layers.is_deltanet(module):
             module.forward = _sharded_deltanet(module, module.forward)
 
 
@@ -409,24 +400,16 @@ def sharded(original, language_model, sp: SPGroup, holder: _Holder, input_ids=No
 
 
 # --------------------------------------------------------------- gated DeltaNet, head-parallel
-def _is_deltanet(module) -> bool:
-    return all(
-        hasattr(module, a) for a in ("in_proj_qkv", "in_proj_z", "in_proj_b", "in_proj_a", "conv1d", "A_log")
-    )
-
 
 def _sharded_deltanet(module, original):
     """``module``'s forward on a sequence shard: its heads split over the group instead (the
     layer's own forward outside a sharded forward, e.g. generation with a cache)."""
-    import sys
-
-    kernels = sys.modules[type(module).__module__]  # the modeling file's conv and recurrence
-
     def forward(hidden_states, cache_params=None, attention_mask=None, **kwargs):
         layout: _Layout | None = module._sp_holder.layout
         if layout is None or cache_params is not None:
             return original(hidden_states, cache_params=cache_params, attention_mask=attention_mask, **kwargs)
-        if layout.segments is not None:
+        shared = layout_of(module)
+        if layout.segments is not None and shared is None:
             raise ConfigError("packed rows cannot run through gated-DeltaNet layers (trainer.padding_free)")
         sp, m = layout.group, module
         k, hk, hv, dk, dv = sp.size, m.num_k_heads, m.num_v_heads, m.head_k_dim, m.head_v_dim
@@ -453,29 +436,13 @@ def _sharded_deltanet(module, original):
         ).to(h.device)
         weight = m.conv1d.weight.squeeze(1)[channels]
         bias = None if m.conv1d.bias is None else m.conv1d.bias[channels]
-        mixed = kernels.causal_conv1d_fn(
-            torch.cat([q, key, v], dim=-1).transpose(1, 2), weight, bias, activation=m.activation
-        )
-        q, key, v = mixed.transpose(1, 2).split(widths[:3], dim=-1)
-        q = q.reshape(batch, length, hk // k, dk)
-        key = key.reshape(batch, length, hk // k, dk)
-        v = v.reshape(batch, length, hv // k, dv)
         heads = slice(r * (hv // k), (r + 1) * (hv // k))
-        beta = b.sigmoid()
-        g = -m.A_log[heads].float().exp() * F.softplus(a.float() + m.dt_bias[heads])
-        if hv // hk > 1:
-            q = q.repeat_interleave(hv // hk, dim=2)
-            key = key.repeat_interleave(hv // hk, dim=2)
-        core, _ = kernels.torch_chunk_gated_delta_rule(
-            q,
-            key,
-            v,
-            g=g,
-            beta=beta,
-            initial_state=None,
-            output_final_state=False,
-            use_qk_l2norm_in_kernel=True,
-        )
+        mine_heads = DeltaNetHeads(m, weight, bias, heads, hk // k, hv // k)
+        mixed = torch.cat([q, key, v], dim=-1)
+        if shared is not None:  # each prompt's state starts its responses (``models/shared_prefix.py``)
+            core = blockwise_deltanet(mine_heads, mixed, a, b, shared)
+        else:
+            core = deltanet_core(mine_heads, mixed, a, b)
         core = m.norm(core.reshape(-1, dv), z.reshape(-1, dv)).reshape(batch, length, 1, -1)
         out = AllToAll.apply(core, sp, 1, 2).reshape(batch, local, -1)  # back to my shard, all heads
         return m.out_proj(out)

@@ -234,6 +234,11 @@ def _stack(parts: list[torch.Tensor], length: int) -> torch.Tensor:
     return torch.stack([F.pad(p, (0,) * (2 * (p.dim() - 1)) + (0, length - p.shape[0])) for p in parts])
 
 
+def deltanet_core(h: DeltaNetHeads, mixed, a, b) -> torch.Tensor:
+    """The gated-DeltaNet core of rows that each hold one sequence: ``[N, T, heads, dv]``."""
+    return _recurrence(h, _conv(h, mixed), a, b, None, False)[0]
+
+
 def blockwise_deltanet(h: DeltaNetHeads, mixed, a, b, layout: SharedLayout) -> torch.Tensor:
     """The gated-DeltaNet core (convolution and recurrence) of one row laid out as ``layout``:
     ``mixed [1, S, C]`` (the layer's ``in_proj_qkv`` output for the heads ``h`` runs), gates
