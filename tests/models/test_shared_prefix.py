@@ -15,12 +15,17 @@ from easyvideor1.data.config import DataConfig
 from easyvideor1.data.dataset import RecordDataset
 from easyvideor1.models.loading import load_policy
 from easyvideor1.models.logprobs import Packing, PolicyForward
+from easyvideor1.models.lora import attach_lora, reference_forward
 from easyvideor1.models.packing import pack_shared
 from easyvideor1.models.shared_prefix import Block, SharedLayout, shared_attention
 from easyvideor1.models.tiny import make_tiny_model
 from easyvideor1.models.vision import DummyVisionPass
+from easyvideor1.models.vision_cache import VisionFeatureCache
 from easyvideor1.resolve import resolve_data
 from easyvideor1.rollout.base import banned_token_ids
+from easyvideor1.tools import ToolsConfig
+from easyvideor1.tools.session import ToolSession
+from easyvideor1.trainer.config import LoraConfig
 from easyvideor1.trainer.update import (
     UpdateSettings,
     experience_logprobs,
@@ -30,7 +35,7 @@ from easyvideor1.trainer.update import (
 )
 from tests.conftest import write_modality_records
 
-from ..trainer.dist_worker import build_experience
+from ..trainer.dist_worker import build_episodes, build_experience
 
 KINDS = ["video", "image", "text", "mixed"]
 
@@ -56,9 +61,9 @@ def _setup(tmp_path, family: str, records: str):
         model, processor = load_policy(model_dir)
         model.eval()
         cfg = resolve_data(DataConfig(video_fps=None, video_nframes=4), model_dir)
-        exp = build_experience(processor, RecordDataset.from_files([records], cfg), KINDS)
-        _SETUPS[family] = (model, processor, exp)
-    return _SETUPS[family]
+        dataset = RecordDataset.from_files([records], cfg)
+        _SETUPS[family] = (model, processor, build_experience(processor, dataset, KINDS), dataset)
+    return _SETUPS[family][:3]
 
 
 def _forward(model, processor, **packing) -> PolicyForward:
@@ -153,21 +158,30 @@ def test_the_layout_is_what_makes_it_exact(tmp_path, records, family):
     assert torch.isfinite(exact).all()
 
 
-@pytest.mark.parametrize("family", ["qwen3_vl", "qwen3_5"])
-def test_one_update_equals_the_unshared_update(tmp_path, records, family):
-    model, processor, exp = _setup(tmp_path, family, records)
-    results = {}
-    for mode in ("off", "on"):
-        policy = copy.deepcopy(model).train()
-        forward = _forward(policy, processor, micro_batch_size=3, shared_prefix=mode)
-        step = copy.copy(exp)
-        step.old_logp, _ = experience_logprobs(forward, step)
-        opt = torch.optim.SGD([p for p in policy.parameters() if p.requires_grad], lr=0.1)
-        policy_update(forward, opt, None, step, [list(range(len(step)))], UpdateSettings(max_grad_norm=1e9))
-        # one mini-batch: the gradients it accumulated are still there after its step
-        grads = {n: p.grad.clone() for n, p in policy.named_parameters() if p.grad is not None}
-        results[mode] = (policy, grads)
-    (off, g_off), (on, g_on) = results["off"], results["on"]
+def _updated(model, processor, exp, mode: str, cache: bool = False):
+    """One update (one mini-batch, 3 sequences per micro-batch) of ``model`` itself with shared
+    prefixes ``mode``: its gradient, as accumulated before the step, by parameter name."""
+    vision = VisionFeatureCache([model]) if cache else None
+    if vision is not None:
+        vision.start(exp.batch, exp.response_media)
+    forward = PolicyForward(
+        model, None if cache else DummyVisionPass(model), vision, banned_token_ids(processor.tokenizer),
+        packing=Packing(micro_batch_size=3, shared_prefix=mode),
+    )  # fmt: skip
+    step = copy.copy(exp)
+    step.old_logp, _ = experience_logprobs(forward, step)
+    opt = torch.optim.SGD([p for p in model.parameters() if p.requires_grad], lr=0.1)
+    policy_update(forward, opt, None, step, [list(range(len(step)))], UpdateSettings(max_grad_norm=1e9))
+    if vision is not None:
+        vision.stop()
+    # one mini-batch: the gradients it accumulated are still there after its step
+    return step.old_logp, {n: p.grad.clone() for n, p in model.named_parameters() if p.grad is not None}
+
+
+def _assert_same_update(before, off, on, off_out, on_out, mask):
+    (lp_off, g_off), (lp_on, g_on) = off_out, on_out
+    m = mask.bool()
+    assert torch.allclose(lp_on[m], lp_off[m], atol=1e-5, rtol=0)
     assert g_off.keys() == g_on.keys() and g_off
     flat_off = torch.cat([g.flatten() for g in g_off.values()])
     flat_on = torch.cat([g_on[n].flatten() for n in g_off])
@@ -175,9 +189,60 @@ def test_one_update_equals_the_unshared_update(tmp_path, records, family):
     largest = float(flat_off.abs().max())
     for name, g in g_off.items():  # every tensor, against the gradient's scale
         assert float((g_on[name] - g).abs().max()) <= 1e-5 * largest, name
-    before, after_off, after_on = model.state_dict(), off.state_dict(), on.state_dict()
-    assert max(float((after_off[k] - before[k]).abs().max()) for k in before) > 1e-4  # it moved
-    assert max(float((after_on[k] - after_off[k]).abs().max()) for k in before) < 1e-6
+    start, after_off, after_on = before, off.state_dict(), on.state_dict()
+    assert max(float((after_off[k] - start[k]).abs().max()) for k in start) > 1e-4  # it moved
+    assert max(float((after_on[k] - after_off[k]).abs().max()) for k in start) < 1e-6
+
+
+@pytest.mark.parametrize("family", ["qwen3_vl", "qwen3_5"])
+def test_one_update_equals_the_unshared_update(tmp_path, records, family):
+    model, processor, exp = _setup(tmp_path, family, records)
+    off, on = copy.deepcopy(model).train(), copy.deepcopy(model).train()
+    _assert_same_update(
+        model.state_dict(), off, on, _updated(off, processor, exp, "off"), _updated(on, processor, exp, "on"), exp.mask
+    )
+
+
+def test_with_lora_the_adapter_and_its_adapter_free_reference(tmp_path, records):
+    model, processor, exp = _setup(tmp_path, "qwen3_vl", records)
+    base = copy.deepcopy(model)
+    attach_lora(base, LoraConfig(rank=4))
+    torch.manual_seed(0)
+    with torch.no_grad():  # adapters that change the forward (peft starts them at zero)
+        for name, p in base.named_parameters():
+            if "lora_B" in name:
+                p.normal_(0, 0.05)
+    off, on = copy.deepcopy(base).train(), copy.deepcopy(base).train()
+    _assert_same_update(
+        base.state_dict(), off, on, _updated(off, processor, exp, "off"), _updated(on, processor, exp, "on"), exp.mask
+    )
+    m = exp.mask.bool()
+    with reference_forward(off), torch.no_grad():  # the reference: the adapter disabled
+        ref_off, _ = experience_logprobs(_forward(off, processor, micro_batch_size=3), exp)
+        ref_on, _ = experience_logprobs(_forward(off, processor, micro_batch_size=3, shared_prefix="on"), exp)
+    assert torch.allclose(ref_on[m], ref_off[m], atol=1e-5, rtol=0)
+
+
+def test_episodes_share_their_first_prompt_tool_turns_stay_their_own(tmp_path, records):
+    """Replayed episodes (a seek, its frames, then the answer): each response carries its own
+    tool turns and their frames after the one shared prompt; recomputed and served (a frozen
+    tower's cached features) alike."""
+    _setup(tmp_path, "qwen3_vl", records)
+    model, processor, _, dataset = _SETUPS["qwen3_vl"]
+    session = ToolSession(ToolsConfig(names=["seek"], seek_max_pixels=4096), dataset.cfg.model_family)
+    dataset = copy.copy(dataset)
+    dataset.tools = session.schemas()
+    exp = build_episodes(processor, dataset, KINDS, session)
+    assert sum(m is not None for m in exp.response_media) >= 2  # tool frames inside responses
+    frozen = copy.deepcopy(model)
+    for p in frozen.model.visual.parameters():
+        p.requires_grad_(False)
+    for cache in (False, True):
+        off, on = copy.deepcopy(frozen).train(), copy.deepcopy(frozen).train()
+        _assert_same_update(
+            frozen.state_dict(), off, on,
+            _updated(off, processor, exp, "off", cache), _updated(on, processor, exp, "on", cache), exp.real,
+        )  # fmt: skip
 
 
 def test_prefix_tokens_saved_counts_each_shared_prompt_once(tmp_path, records):
