@@ -39,6 +39,7 @@ import torch
 
 from ..errors import ConfigError
 from .families import VISION_INPUTS, family_of_model
+from .shared_prefix import ATTENTION as SHARED_ATTENTION
 from .shared_prefix import Block, SharedLayout
 
 # keys copied as they are: the vision tensors of the micro-batch, in sequence order
@@ -78,6 +79,9 @@ def flash_text_attention(model) -> bool:
     config = getattr(model, "config", None)
     text = getattr(config, "text_config", None) or config
     name = getattr(text, "_attn_implementation", None)
+    holder = getattr(model, "_shared_holder", None)
+    if name == SHARED_ATTENTION and holder is not None:  # the shared layout's: a forward without one runs this
+        name = holder.fallback
     return bool(name) and is_flash_attention_requested(requested_attention_implementation=name)
 
 
