@@ -93,6 +93,34 @@ def make_assets(out: Path, frames=FRAMES, n_text: int = 3, seed: int = 0) -> tup
     return str(model_dir), str(records)
 
 
+def random_experience(batch, prompt_of: list[int], shortest: int, longest: int, gen):
+    """An experience of ``batch``'s prompts: a response of ``shortest`` to ``longest`` random
+    (non-special) token ids per entry of ``prompt_of``, random advantages."""
+    import torch
+
+    from easyvideor1.trainer.experience import Experience, pad_stack
+
+    rows = []
+    for _ in prompt_of:
+        n = int(torch.randint(shortest, longest + 1, (1,), generator=gen))
+        rows.append(torch.randint(64, 400, (n,), generator=gen))  # no special token ids
+    ids = pad_stack(rows, 0)
+    mask = pad_stack([torch.ones(len(r), dtype=torch.long) for r in rows], 0)
+    n = len(rows)
+    return Experience(
+        batch=batch,
+        prompt_of=list(prompt_of),
+        ids=ids,
+        mask=mask,
+        texts=[""] * n,
+        offline=torch.zeros(n, dtype=torch.bool),
+        truncated=torch.zeros(n, dtype=torch.bool),
+        scores={},
+        tasks=[""] * n,
+        advantages=torch.randn(n, 1, generator=gen) * mask.float(),
+    )
+
+
 def build_experience(model_dir: str, records: str, seed: int = 0):
     """The step's experience: every prompt with N_RESPONSES random responses of 8..32 tokens."""
     import torch
@@ -101,7 +129,6 @@ def build_experience(model_dir: str, records: str, seed: int = 0):
     from easyvideor1.data.dataset import RecordDataset, encode_prompts
     from easyvideor1.models.loading import load_policy
     from easyvideor1.resolve import resolve_data
-    from easyvideor1.trainer.experience import Experience, pad_stack
 
     model, processor = load_policy(model_dir, freeze_vision_tower=True)
     cfg = DataConfig(
@@ -112,28 +139,8 @@ def build_experience(model_dir: str, records: str, seed: int = 0):
     random.Random(seed).shuffle(samples)  # text and videos mixed within micro-batches
     batch = encode_prompts(processor, samples, dataset.cfg, dataset.loader)
     gen = torch.Generator().manual_seed(seed)
-    rows, prompt_of = [], []
-    for p in range(len(samples)):
-        for _ in range(N_RESPONSES):
-            n = int(torch.randint(8, 33, (1,), generator=gen))
-            rows.append(torch.randint(64, 400, (n,), generator=gen))  # no special token ids
-            prompt_of.append(p)
-    ids = pad_stack(rows, 0)
-    mask = pad_stack([torch.ones(len(r), dtype=torch.long) for r in rows], 0)
-    adv = torch.randn(len(rows), 1, generator=gen) * mask.float()
-    n = len(rows)
-    exp = Experience(
-        batch=batch,
-        prompt_of=prompt_of,
-        ids=ids,
-        mask=mask,
-        texts=[""] * n,
-        offline=torch.zeros(n, dtype=torch.bool),
-        truncated=torch.zeros(n, dtype=torch.bool),
-        scores={},
-        tasks=[""] * n,
-        advantages=adv,
-    )
+    prompt_of = [p for p in range(len(samples)) for _ in range(N_RESPONSES)]
+    exp = random_experience(batch, prompt_of, 8, 32, gen)
     return model, processor, exp
 
 

@@ -98,11 +98,11 @@ def build(model_dir: str, records: str, size: dict):
     ``n`` random responses of ``shortest`` to ``longest`` tokens."""
     import torch
 
+    from _step_profile import random_experience  # a helper next to this script
     from easyvideor1.data.config import DataConfig
     from easyvideor1.data.dataset import RecordDataset, encode_prompts
     from easyvideor1.models.loading import load_policy
     from easyvideor1.resolve import resolve_data
-    from easyvideor1.trainer.experience import Experience, pad_stack
 
     model, processor = load_policy(model_dir, freeze_vision_tower=True, gradient_checkpointing=True)
     pixels = size["side"] ** 2
@@ -117,25 +117,7 @@ def build(model_dir: str, records: str, size: dict):
     sample = dataset[0]
     batch = encode_prompts(processor, [sample], dataset.cfg, dataset.loader)
     gen = torch.Generator().manual_seed(0)
-    rows = [
-        torch.randint(64, 400, (int(torch.randint(size["shortest"], size["longest"] + 1, (1,), generator=gen)),), generator=gen)
-        for _ in range(size["n"])
-    ]  # fmt: skip
-    ids = pad_stack(rows, 0)
-    mask = pad_stack([torch.ones(len(r), dtype=torch.long) for r in rows], 0)
-    n = len(rows)
-    exp = Experience(
-        batch=batch,
-        prompt_of=[0] * n,
-        ids=ids,
-        mask=mask,
-        texts=[""] * n,
-        offline=torch.zeros(n, dtype=torch.bool),
-        truncated=torch.zeros(n, dtype=torch.bool),
-        scores={},
-        tasks=[""] * n,
-        advantages=torch.randn(n, 1, generator=gen) * mask.float(),
-    )
+    exp = random_experience(batch, [0] * size["n"], size["shortest"], size["longest"], gen)
     return model, processor, exp
 
 
@@ -188,7 +170,9 @@ def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--steps", type=int, default=1, help="timed steps after the warm-up one")
     ap.add_argument("--smoke", action="store_true")
-    ap.add_argument("--variant", nargs=4, metavar=("SHARED", "MODEL", "RECORDS", "OUT"), help=argparse.SUPPRESS)
+    ap.add_argument(
+        "--variant", nargs=4, metavar=("SHARED", "MODEL", "RECORDS", "OUT"), help=argparse.SUPPRESS
+    )
     args = ap.parse_args(argv)
     size = SMOKE if args.smoke else FULL
     if args.variant:
@@ -203,7 +187,18 @@ def main(argv=None) -> int:
         for shared in ("off", "on"):  # each in its own process: its peak is its own
             out = work / f"{shared}.json"
             smoke = ["--smoke"] if args.smoke else []
-            cmd = [sys.executable, __file__, *smoke, "--steps", str(steps), "--variant", shared, model_dir, records, str(out)]
+            cmd = [
+                sys.executable,
+                __file__,
+                *smoke,
+                "--steps",
+                str(steps),
+                "--variant",
+                shared,
+                model_dir,
+                records,
+                str(out),
+            ]
             r = subprocess.run(cmd, capture_output=True, text=True)
             if r.returncode:
                 raise RuntimeError(f"variant shared_prefix={shared} failed:\n{r.stderr[-3000:]}")

@@ -10,22 +10,15 @@ import pytest
 import torch
 import torch.nn.functional as F
 
-from easyvideor1.data.config import DataConfig
-from easyvideor1.data.dataset import RecordDataset
 from easyvideor1.models.inputs import gather_prompts
-from easyvideor1.models.loading import load_policy
 from easyvideor1.models.logprobs import Packing, PolicyForward
 from easyvideor1.models.packing import check_packable, cu_seqlens, pack
-from easyvideor1.models.tiny import make_tiny_model
 from easyvideor1.models.vision import DummyVisionPass
-from easyvideor1.resolve import resolve_data
 from easyvideor1.rollout.base import banned_token_ids
 from easyvideor1.trainer.update import experience_logprobs
 from tests.conftest import write_modality_records
 
-from ..trainer.dist_worker import build_experience
-
-KINDS = ["video", "image", "text", "mixed"]
+from .conftest import family_experience
 
 
 @pytest.fixture(autouse=True, scope="module")
@@ -45,13 +38,8 @@ _SETUPS: dict[str, tuple] = {}
 def _setup(tmp_path, family: str, records: str):
     """A tiny model of ``family`` and a 4-prompt experience (built once per family)."""
     if family not in _SETUPS:
-        model_dir = make_tiny_model(str(tmp_path / family), family, layers=1)
-        model, processor = load_policy(model_dir)
-        model.eval()
-        cfg = resolve_data(DataConfig(video_fps=None, video_nframes=4), model_dir)
-        exp = build_experience(processor, RecordDataset.from_files([records], cfg), KINDS)
-        _SETUPS[family] = (model, processor, exp)
-    return _SETUPS[family]
+        _SETUPS[family] = family_experience(tmp_path, family, records)
+    return _SETUPS[family][:3]
 
 
 SLOW = pytest.mark.slow  # the same code path as the fast families, another architecture

@@ -11,17 +11,12 @@ import pytest
 import torch
 import torch.nn.functional as F
 
-from easyvideor1.data.config import DataConfig
-from easyvideor1.data.dataset import RecordDataset
-from easyvideor1.models.loading import load_policy
 from easyvideor1.models.logprobs import Packing, PolicyForward
 from easyvideor1.models.lora import attach_lora, reference_forward
 from easyvideor1.models.packing import pack_shared
 from easyvideor1.models.shared_prefix import Block, SharedLayout, shared_attention
-from easyvideor1.models.tiny import make_tiny_model
 from easyvideor1.models.vision import DummyVisionPass
 from easyvideor1.models.vision_cache import VisionFeatureCache
-from easyvideor1.resolve import resolve_data
 from easyvideor1.rollout.base import banned_token_ids
 from easyvideor1.tools import ToolsConfig
 from easyvideor1.tools.session import ToolSession
@@ -35,9 +30,8 @@ from easyvideor1.trainer.update import (
 )
 from tests.conftest import write_modality_records
 
-from ..trainer.dist_worker import build_episodes, build_experience
-
-KINDS = ["video", "image", "text", "mixed"]
+from ..trainer.dist_worker import build_episodes
+from .conftest import KINDS, family_experience
 
 
 @pytest.fixture(autouse=True, scope="module")
@@ -57,12 +51,7 @@ def _setup(tmp_path, family: str, records: str):
     """A tiny 2-layer model of ``family`` (Qwen3.5: one DeltaNet and one attention layer) and an
     experience of 4 prompts x 2 responses (built once per family)."""
     if family not in _SETUPS:
-        model_dir = make_tiny_model(str(tmp_path / family), family, layers=2)
-        model, processor = load_policy(model_dir)
-        model.eval()
-        cfg = resolve_data(DataConfig(video_fps=None, video_nframes=4), model_dir)
-        dataset = RecordDataset.from_files([records], cfg)
-        _SETUPS[family] = (model, processor, build_experience(processor, dataset, KINDS), dataset)
+        _SETUPS[family] = family_experience(tmp_path, family, records, layers=2)
     return _SETUPS[family][:3]
 
 
@@ -199,7 +188,12 @@ def test_one_update_equals_the_unshared_update(tmp_path, records, family):
     model, processor, exp = _setup(tmp_path, family, records)
     off, on = copy.deepcopy(model).train(), copy.deepcopy(model).train()
     _assert_same_update(
-        model.state_dict(), off, on, _updated(off, processor, exp, "off"), _updated(on, processor, exp, "on"), exp.mask
+        model.state_dict(),
+        off,
+        on,
+        _updated(off, processor, exp, "off"),
+        _updated(on, processor, exp, "on"),
+        exp.mask,
     )
 
 
@@ -214,7 +208,12 @@ def test_with_lora_the_adapter_and_its_adapter_free_reference(tmp_path, records)
                 p.normal_(0, 0.05)
     off, on = copy.deepcopy(base).train(), copy.deepcopy(base).train()
     _assert_same_update(
-        base.state_dict(), off, on, _updated(off, processor, exp, "off"), _updated(on, processor, exp, "on"), exp.mask
+        base.state_dict(),
+        off,
+        on,
+        _updated(off, processor, exp, "off"),
+        _updated(on, processor, exp, "on"),
+        exp.mask,
     )
     m = exp.mask.bool()
     with reference_forward(off), torch.no_grad():  # the reference: the adapter disabled
