@@ -13,8 +13,10 @@ import torch.nn.functional as F
 
 from easyvideor1.models.logprobs import Packing, PolicyForward
 from easyvideor1.models.lora import attach_lora, reference_forward
-from easyvideor1.models.packing import pack_shared
+from easyvideor1.models.packing import flash_text_attention, pack_shared
+from easyvideor1.models.shared_prefix import ATTENTION as SHARED_ATTENTION
 from easyvideor1.models.shared_prefix import Block, SharedLayout, shared_attention
+from easyvideor1.models.shared_prefix import install as install_shared_prefix
 from easyvideor1.models.vision import DummyVisionPass
 from easyvideor1.models.vision_cache import VisionFeatureCache
 from easyvideor1.rollout.base import banned_token_ids
@@ -254,3 +256,22 @@ def test_prefix_tokens_saved_counts_each_shared_prompt_once(tmp_path, records):
     assert prefix_tokens_saved(exp, Packing(micro_batch_size=8)) == 0.0
     # one sequence per micro-batch: nothing repeats, nothing saved under auto
     assert prefix_tokens_saved(exp, Packing(micro_batch_size=1, shared_prefix="auto")) == 0.0
+
+
+def test_a_model_keeps_its_own_attention_for_forwards_without_a_layout(tmp_path, records):
+    """Installed, a model's forwards without a layout (generation, padded passes) run the
+    implementation it had: sdpa here; flash-attention's packed rows still get their varlen inputs."""
+    model, processor, exp = _setup(tmp_path, "qwen3_vl", records)
+    flash = copy.deepcopy(model)
+    flash.config.text_config._attn_implementation = "flash_attention_2"
+    install_shared_prefix(flash)
+    assert flash.config.text_config._attn_implementation == SHARED_ATTENTION
+    assert flash_text_attention(flash)  # the packed path keeps its cu_seqlens (GPU)
+    plain = copy.deepcopy(model)
+    install_shared_prefix(plain)
+    assert not flash_text_attention(plain)
+    rows, _, _ = response_rows(exp, [0, 1])
+    with torch.no_grad():
+        before = _forward(model, processor).logprobs(rows)[0]
+        after = _forward(plain, processor).logprobs(rows)[0]
+    assert torch.equal(before, after)

@@ -184,6 +184,7 @@ def test_all_on_on_two_ranks_equals_all_off_in_one_process(demo_assets, records,
         ({"padding_free": "yes"}, "trainer.padding_free"),
         ({"max_tokens_per_micro_batch": -1}, "trainer.max_tokens_per_micro_batch"),
         ({"max_tokens_per_micro_batch": 1.5}, "trainer.max_tokens_per_micro_batch"),
+        ({"shared_prefix": "yes"}, "trainer.shared_prefix"),
     ],
 )
 def test_bad_settings_name_their_key(kw, key):
@@ -191,6 +192,14 @@ def test_bad_settings_name_their_key(kw, key):
 
     with pytest.raises(ValueError, match=key.replace(".", r"\.")):
         TrainerConfig(**kw)
+
+
+def test_shared_prefix_reads_yaml_on_and_off():
+    from easyvideor1.trainer.config import TrainerConfig
+
+    assert TrainerConfig(shared_prefix=True).shared_prefix == "on"  # YAML's bare on
+    assert TrainerConfig(shared_prefix=False).shared_prefix == "off"
+    assert TrainerConfig().shared_prefix == "auto"
 
 
 def test_trainer_step_with_every_speed_up_on(make_cfg):
@@ -216,6 +225,8 @@ def test_trainer_step_with_every_speed_up_on(make_cfg):
     assert cache is not None and not cache.active  # stopped after the update
     assert cache.encodes == 1 and cache.served >= 3  # videos only; old + reference + actor
     assert all(isfinite(v) for v in metrics.values())
+    # shared prefixes (auto, the default): each micro-batch's repeated prompts read once
+    assert 0 < metrics["perf/prefix_tokens_saved"] < 1
     trainer.close()
 
 
