@@ -11,12 +11,14 @@ import pytest
 import torch
 import torch.nn.functional as F
 
+from easyvideor1.models.loading import load_policy
 from easyvideor1.models.logprobs import Packing, PolicyForward
 from easyvideor1.models.lora import attach_lora, reference_forward
 from easyvideor1.models.packing import flash_text_attention, pack_shared
 from easyvideor1.models.shared_prefix import ATTENTION as SHARED_ATTENTION
 from easyvideor1.models.shared_prefix import Block, SharedLayout, shared_attention
 from easyvideor1.models.shared_prefix import install as install_shared_prefix
+from easyvideor1.models.tiny import make_tiny_model
 from easyvideor1.models.vision import DummyVisionPass
 from easyvideor1.models.vision_cache import VisionFeatureCache
 from easyvideor1.rollout.base import banned_token_ids
@@ -261,7 +263,8 @@ def test_prefix_tokens_saved_counts_each_shared_prompt_once(tmp_path, records):
 def test_a_model_keeps_its_own_attention_for_forwards_without_a_layout(tmp_path, records):
     """Installed, a model's forwards without a layout (generation, padded passes) run the
     implementation it had: sdpa here; flash-attention's packed rows still get their varlen inputs."""
-    model, processor, exp = _setup(tmp_path, "qwen3_vl", records)
+    _, processor, exp = _setup(tmp_path, "qwen3_vl", records)
+    model = load_policy(make_tiny_model(str(tmp_path / "fresh"), "qwen3_vl", layers=1))[0].eval()
     flash = copy.deepcopy(model)
     flash.config.text_config._attn_implementation = "flash_attention_2"
     install_shared_prefix(flash)

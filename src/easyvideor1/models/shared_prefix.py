@@ -8,8 +8,8 @@ layers that mix tokens need to know the layout (:class:`SharedLayout`):
 
 - attention (:func:`shared_attention`): the prompt attends to itself causally; response ``i``
   attends to the whole prompt and to itself causally, never to another response. The prompt's
-  keys and values are computed once and read by every response, so gradients from all ``n``
-  responses flow back into the one prompt;
+  keys and values are computed once and read, in place, by every response, so gradients from all
+  ``n`` responses flow back into the one prompt;
 - gated DeltaNet (Qwen3.5, :func:`blockwise_deltanet`): the prompt's recurrence runs once and its
   final state starts each response's; the causal convolution of a response's first tokens reads
   the prompt's last ones, as it would in the response's own row.
@@ -87,9 +87,15 @@ def layout_of(module) -> SharedLayout | None:
 
 
 # ------------------------------------------------------------------------------------ attention
-def _pad_to(t: torch.Tensor, length: int) -> torch.Tensor:
-    """``t [H, T, D]`` right-padded with zeros to ``length`` positions."""
-    return F.pad(t, (0, 0, 0, length - t.shape[1])) if t.shape[1] < length else t
+def _responses_mask(block: Block, device) -> torch.Tensor:
+    """``[responses' tokens, prompt + responses' tokens]`` bool: each response token sees the whole
+    prompt and its own response up to itself."""
+    seg = torch.repeat_interleave(
+        torch.arange(len(block.responses), device=device), torch.tensor(block.responses, device=device)
+    )
+    n = len(seg)
+    own = (seg[:, None] == seg[None, :]) & torch.ones(n, n, dtype=torch.bool, device=device).tril()
+    return torch.cat([torch.ones(n, block.prompt, dtype=torch.bool, device=device), own], dim=1)
 
 
 def shared_attention(
@@ -101,44 +107,34 @@ def shared_attention(
     scale: float | None = None,
 ) -> torch.Tensor:
     """``[1, H, S, D]`` attention of a row laid out as ``layout`` (``k``/``v`` may have fewer heads:
-    grouped-query attention). Each prompt runs the causal kernel; a block's responses run as one
-    batch whose keys are the prompt's and their own, under a mask of ``response x (prompt +
-    response)`` (never ``S x S``). Positions after the last block (padding) are zeros."""
+    grouped-query attention). Per block, two kernel calls on views of the row (no copy of the
+    prompt's keys): the prompt causally on itself, then all its responses at once on the block's
+    keys (prompt and responses) under a ``responses x block`` mask that keeps each response to the
+    prompt and to itself (never ``S x S``). Positions after the last block (padding) are zeros."""
     if q.shape[0] != 1:
         raise ValueError(f"a shared-prefix row is one row, not {q.shape[0]}")
     gqa = k.shape[1] != q.shape[1]
-    q, k, v = q[0], k[0], v[0]
-    length = q.shape[1]
+    length = q.shape[2]
 
-    def attend(qs, ks, vs, **kw):
+    def attend(rows: slice, keys: slice, **kw):
         return F.scaled_dot_product_attention(
-            qs, ks, vs, dropout_p=dropout, scale=scale, enable_gqa=gqa, **kw
+            q[:, :, rows], k[:, :, keys], v[:, :, keys], dropout_p=dropout, scale=scale, enable_gqa=gqa, **kw
         )
 
     pieces: list[torch.Tensor] = []
     at = 0
     for block in layout.blocks:
         if block.start > at:
-            pieces.append(q.new_zeros(q.shape[0], block.start - at, v.shape[-1]))
-        p0, p1 = block.start, block.start + block.prompt
-        pieces.append(attend(q[None, :, p0:p1], k[None, :, p0:p1], v[None, :, p0:p1], is_causal=True)[0])
+            pieces.append(q.new_zeros(1, q.shape[1], block.start - at, v.shape[-1]))
+        prompt_end = block.start + block.prompt
+        pieces.append(attend(slice(block.start, prompt_end), slice(block.start, prompt_end), is_causal=True))
         if block.responses:
-            starts, widest = block.response_starts(), max(block.responses)
-            spans = [(s, s + n) for s, n in zip(starts, block.responses, strict=True)]
-            qr = torch.stack([_pad_to(q[:, a:b], widest) for a, b in spans])
-            kp, vp = k[:, p0:p1], v[:, p0:p1]
-            kr = torch.stack([torch.cat([kp, _pad_to(k[:, a:b], widest)], dim=1) for a, b in spans])
-            vr = torch.stack([torch.cat([vp, _pad_to(v[:, a:b], widest)], dim=1) for a, b in spans])
-            # every query sees the whole prompt (so no row is empty, padding included) and its
-            # own response up to itself
-            mask = torch.ones(widest, block.prompt + widest, dtype=torch.bool, device=q.device)
-            mask[:, block.prompt :] = torch.ones(widest, widest, dtype=torch.bool, device=q.device).tril()
-            out = attend(qr, kr, vr, attn_mask=mask)
-            pieces.extend(out[i, :, : b - a] for i, (a, b) in enumerate(spans))
+            mask = _responses_mask(block, q.device)
+            pieces.append(attend(slice(prompt_end, block.stop), slice(block.start, block.stop), attn_mask=mask))
         at = block.stop
     if at < length:
-        pieces.append(q.new_zeros(q.shape[0], length - at, v.shape[-1]))
-    return torch.cat(pieces, dim=1)[None]
+        pieces.append(q.new_zeros(1, q.shape[1], length - at, v.shape[-1]))
+    return torch.cat(pieces, dim=2)
 
 
 def _attention(module, query, key, value, attention_mask, dropout=0.0, scaling=None, **kwargs):
