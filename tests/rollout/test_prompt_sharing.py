@@ -1,0 +1,169 @@
+"""The HF engine reads a group's prompt once: the vision tower encodes the video once and the
+language model reads the prompt's tokens once for the group's n samples (counted with forward
+hooks on tiny real models), and the responses and their log-probs are those of ``generate`` over
+the group's n copies of the prompt (the unshared path, reached here only)."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+import torch
+from transformers import AutoModelForImageTextToText, AutoProcessor
+
+from easyvideor1.data.config import DataConfig
+from easyvideor1.data.dataset import RecordDataset, encode_prompts
+from easyvideor1.data.records import load_records
+from easyvideor1.data.synthetic import write_synthetic_set
+from easyvideor1.models.families import get_family
+from easyvideor1.models.inputs import expand, to_device
+from easyvideor1.models.tiny import make_tiny_model
+from easyvideor1.resolve import resolve_data
+from easyvideor1.rollout.base import SamplingConfig
+from easyvideor1.rollout.hf import HFRolloutEngine
+
+COUNTED = ["qwen2_5_vl", "qwen3_vl", "internvl"]
+# M-RoPE (Qwen2.5/3-VL, GLM-4.1V), 1-D RoPE (InternVL), gated-DeltaNet layers (Qwen3.5)
+EXACT = [*COUNTED, "glm4v", "qwen3_5"]
+N = 4
+NEW_TOKENS = 5
+
+
+@pytest.fixture(scope="module")
+def records(tmp_path_factory):
+    """One video prompt and one shorter text-only prompt (batched together they are left-padded)."""
+    d = tmp_path_factory.mktemp("sharing")
+    syn = write_synthetic_set(str(d), 1, size=(64, 48), duration=1.0)
+    video = json.loads(open(syn).readline())
+    text = {
+        "problem_id": "text",
+        "problem": "What is two plus three?",
+        "answer": "5",
+        "problem_type": "numerical",
+    }
+    path = d / "mixed.jsonl"
+    path.write_text(json.dumps(video) + "\n" + json.dumps(text) + "\n")
+    return str(path)
+
+
+def _engine(tmp_path_factory, family: str, records: str):
+    model_dir = make_tiny_model(str(tmp_path_factory.mktemp(family)), family)
+    cfg = resolve_data(
+        DataConfig(video_fps=None, video_nframes=4, video_min_pixels=1024, video_max_pixels=4096), model_dir
+    )
+    ds = RecordDataset(load_records(records), cfg, records)
+    processor = AutoProcessor.from_pretrained(model_dir)
+    model = AutoModelForImageTextToText.from_pretrained(model_dir, dtype=torch.float32).eval()
+    engine = HFRolloutEngine(model, processor)
+    return engine, encode_prompts(processor, [ds[0], ds[1]], ds.cfg, ds.loader)
+
+
+class Reads:
+    """What the vision tower and the language model read, call by call (forward pre-hooks)."""
+
+    def __init__(self, model, family: str):
+        self.tower_rows: list[int] = []
+        self.lm_tokens: list[int] = []
+        tower = get_family(family).vision.tower(model)
+        self._hooks = [
+            tower.register_forward_pre_hook(self._tower, with_kwargs=True),
+            model.model.language_model.register_forward_pre_hook(self._lm, with_kwargs=True),
+        ]
+
+    def _tower(self, module, args, kwargs):
+        pixels = next(t for t in (*args, *kwargs.values()) if isinstance(t, torch.Tensor))
+        self.tower_rows.append(pixels.shape[0])
+
+    def _lm(self, module, args, kwargs):
+        embeds = kwargs.get("inputs_embeds")
+        ids = kwargs.get("input_ids") if embeds is None else embeds
+        self.lm_tokens.append(ids.shape[0] * ids.shape[1])
+
+    def close(self) -> None:
+        for h in self._hooks:
+            h.remove()
+
+
+@pytest.mark.parametrize("family", COUNTED)
+def test_a_group_reads_its_video_and_prompt_once(tmp_path_factory, records, family):
+    engine, batch = _engine(tmp_path_factory, family, records)
+    model = engine.model
+    one = expand(batch, [1, 0])
+    prompt_len = one["input_ids"].shape[1]
+    video_rows = next(one[k].shape[0] for k in ("pixel_values_videos", "pixel_values") if k in one)
+    fixed = SamplingConfig(temperature=0, max_new_tokens=NEW_TOKENS, min_new_tokens=NEW_TOKENS)
+
+    reads = Reads(model, family)
+    shared = engine.generate(batch, [N, 0], fixed)
+    reads.close()
+    assert shared.mask.sum(1).tolist() == [NEW_TOKENS] * N
+    # the tower once, over one copy of the video; the prompt but its last token once, then each of
+    # the n rows' last prompt token (whose logits give the first sampled token), then the
+    # generated tokens
+    assert reads.tower_rows == [video_rows]
+    assert reads.lm_tokens == [prompt_len - 1] + [N] * NEW_TOKENS
+
+    reads = Reads(model, family)  # the unshared path: generate over n copies of the prompt
+    with torch.no_grad():
+        model.generate(
+            **to_device(expand(batch, [N, 0]), "cpu"),
+            do_sample=False,
+            max_new_tokens=NEW_TOKENS,
+            min_new_tokens=NEW_TOKENS,
+            eos_token_id=engine.eos_ids,
+            pad_token_id=engine.pad_id,
+        )
+    reads.close()
+    assert reads.tower_rows == [N * video_rows]
+    assert reads.lm_tokens == [N * prompt_len] + [N] * (NEW_TOKENS - 1)
+    print(
+        f"\n{family}: prompt {prompt_len} tokens, n={N}: tower rows {N * video_rows} -> {video_rows}; "
+        f"language-model prompt tokens {N * prompt_len} -> {prompt_len - 1 + N}"
+    )
+
+
+def _unshared(engine: HFRolloutEngine, batch, repeats: list[int], sampling: SamplingConfig):
+    """The engine's responses when its ``model.generate`` runs over the expanded prompts from
+    scratch (no prefilled cache, its own positions): the unshared path, everything else equal."""
+    generate = engine.model.generate
+    shared_inputs = ("input_ids", "attention_mask", "position_ids", "past_key_values")
+
+    def from_scratch(**kwargs):
+        rest = {k: v for k, v in kwargs.items() if k not in shared_inputs}
+        return generate(**expand(batch, repeats), **rest)
+
+    engine.model.generate = from_scratch
+    try:
+        return engine.generate(batch, repeats, sampling)
+    finally:
+        del engine.model.generate
+
+
+SAMPLINGS = {
+    "greedy": SamplingConfig(temperature=0, max_new_tokens=8, return_logprobs=True),
+    "every key": SamplingConfig(
+        temperature=0.7,
+        top_p=0.9,
+        top_k=20,
+        max_new_tokens=8,
+        min_new_tokens=3,
+        presence_penalty=0.8,
+        return_logprobs=True,
+    ),
+}
+
+
+@pytest.mark.parametrize("family", EXACT)
+def test_shared_prefill_gives_the_unshared_responses_and_logprobs(tmp_path_factory, records, family):
+    engine, batch = _engine(tmp_path_factory, family, records)
+    assert batch.inputs["attention_mask"][1].eq(0).any()  # the text prompt is left-padded
+    for name, sampling in SAMPLINGS.items():
+        for repeats in ([3, 2], [0, 2], [1, 1]):
+            torch.manual_seed(7)
+            shared = engine.generate(batch, repeats, sampling)
+            torch.manual_seed(7)
+            unshared = _unshared(engine, batch, repeats, sampling)
+            where = f"{family}, {name}, repeats {repeats}"
+            assert torch.equal(shared.ids, unshared.ids) and torch.equal(shared.mask, unshared.mask), where
+            assert shared.texts == unshared.texts and shared.truncated == unshared.truncated, where
+            torch.testing.assert_close(shared.logprobs, unshared.logprobs, atol=1e-5, rtol=0, msg=where)
