@@ -1,11 +1,20 @@
-"""The HF engine reads a group's prompt once: the vision tower encodes the video once and the
-language model reads the prompt's tokens once for the group's n samples (counted with forward
-hooks on tiny real models), and the responses and their log-probs are those of ``generate`` over
-the group's n copies of the prompt (the unshared path, reached here only)."""
+"""A group's n samples share its prompt in every engine.
+
+HF: the vision tower encodes the video once and the language model reads the prompt's tokens once
+for the group's n samples (counted with forward hooks on tiny real models), and the responses and
+their log-probs are those of ``generate`` over the group's n copies of the prompt (the unshared
+path, reached here only). vLLM: a group is one request (``SamplingParams.n``), whose n children
+share the prompt's KV blocks through prefix caching (measured with vLLM's counters).
+"""
 
 from __future__ import annotations
 
 import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+from types import SimpleNamespace
 
 import pytest
 import torch
@@ -167,3 +176,87 @@ def test_shared_prefill_gives_the_unshared_responses_and_logprobs(tmp_path_facto
             assert torch.equal(shared.ids, unshared.ids) and torch.equal(shared.mask, unshared.mask), where
             assert shared.texts == unshared.texts and shared.truncated == unshared.truncated, where
             torch.testing.assert_close(shared.logprobs, unshared.logprobs, atol=1e-5, rtol=0, msg=where)
+
+
+class RecordingLLM:
+    """Stands in for ``vllm.LLM``: keeps its arguments and what each ``generate`` is handed, and
+    answers every request with ``params.n`` completions (no engine is started)."""
+
+    def __init__(self, **kwargs):
+        self.kwargs, self.calls = kwargs, []
+        self.llm_engine = SimpleNamespace(model_config=SimpleNamespace(dtype=torch.float32))
+
+    def generate(self, prompts, params, use_tqdm=False, lora_request=None):
+        self.calls.append((prompts, params))
+        return [
+            SimpleNamespace(
+                outputs=[SimpleNamespace(index=i, token_ids=[100 * r + i], logprobs=None) for i in range(p.n)]
+            )
+            for r, p in enumerate(params)
+        ]
+
+
+def test_vllm_gets_a_group_as_one_request(monkeypatch, tmp_path_factory, records):
+    """The training engine hands ``LLM.generate`` one request per prompt: ``n`` completions when
+    sampled (their seeds one request's), one completion repeated when greedy; prefix caching on."""
+    vllm = pytest.importorskip("vllm")
+    from easyvideor1.rollout.base import Prompt, Request
+    from easyvideor1.rollout.vllm import VLLMRolloutEngine
+
+    hf_engine, batch = _engine(tmp_path_factory, "qwen3_vl", records)
+    monkeypatch.setattr(vllm, "LLM", RecordingLLM)
+    engine = VLLMRolloutEngine(hf_engine.model.name_or_path, hf_engine.processor)
+    assert engine.llm.kwargs["enable_prefix_caching"] is True  # the children share the prompt's blocks
+    batch.texts, batch.media = [batch.texts[0]] * 3, [batch.media[0]] * 3  # three prompts: one unused
+    batch.video_counts, batch.image_counts = [1] * 3, [0] * 3
+    prompts = engine.batch_prompts(batch)
+
+    sampled = engine.generate(batch, [3, 0, 2], SamplingConfig(max_new_tokens=4))
+    sent, params = engine.llm.calls[-1]
+    assert sent == [prompts[0], prompts[2]] and [p.n for p in params] == [3, 2]
+    assert len({p.seed for p in params}) == 2 and None not in {p.seed for p in params}
+    assert sampled.ids[:, 0].tolist() == [0, 1, 2, 100, 101]  # completions in index order, per prompt
+
+    greedy = engine.generate(batch, [3, 0, 2], SamplingConfig(temperature=0, max_new_tokens=4))
+    sent, params = engine.llm.calls[-1]
+    assert sent == [prompts[0], prompts[2]] and [p.n for p in params] == [1, 1]
+    assert greedy.ids[:, 0].tolist() == [0, 0, 0, 100, 100]
+
+    request = Request("seeded", Prompt(batch.texts[0], raw=batch.media[0]), SamplingConfig(), n=4, seed=11)
+    (out,) = engine.run_batch([request])
+    (sent,), (params,) = engine.llm.calls[-1]
+    assert params.n == 4 and params.seed == 11 and len(out.texts) == 4  # vLLM seeds child i with 11 + i
+
+
+@pytest.mark.slow
+def test_vllm_children_prefill_the_prompt_once_through_prefix_caching(tmp_path_factory, records):
+    """vLLM forks a request's ``n`` completions into ``n`` child requests: with prefix caching (on
+    by default) the first child computes the prompt and the others read its KV blocks (each
+    recomputes only the tokens after its last full block); without it every child prefills the
+    whole prompt. The vision tower runs once either way (vLLM's encoder cache)."""
+    pytest.importorskip("vllm")
+    model_dir = make_tiny_model(str(tmp_path_factory.mktemp("vllm_sharing")), "qwen3_vl")
+    out = tmp_path_factory.mktemp("report") / "report.json"
+    worker = Path(__file__).with_name("vllm_sharing_worker.py")
+    r = subprocess.run(
+        [sys.executable, str(worker), model_dir, records, str(out)],
+        capture_output=True,
+        text=True,
+        timeout=600,
+        env={**os.environ, "TOKENIZERS_PARALLELISM": "false"},
+    )
+    assert r.returncode == 0, r.stderr[-4000:]
+    report = json.loads(out.read_text())
+    P, n, block = report["prompt_tokens"], report["n"], report["block"]
+    cached = (P - 1) // block * block  # full blocks, the last token always recomputed
+    assert cached > 0
+    shared = report["sampled, prefix caching on"]
+    assert shared["requests"] == n and shared["distinct_rows"] == n
+    assert shared["vllm:prompt_tokens_cached"] == (n - 1) * cached
+    assert shared["computed"] == P + (n - 1) * (P - cached)
+    unshared = report["sampled, prefix caching off"]
+    assert unshared["computed"] == n * P and unshared["vllm:prompt_tokens_cached"] == 0
+    for greedy in (report["greedy, prefix caching on"], report["greedy, prefix caching off"]):
+        assert greedy["requests"] == 1 and greedy["computed"] == P and greedy["rows"] == n
+    assert all(v["tower_calls"] == 1 for k, v in report.items() if isinstance(v, dict))
+    print(f"\nvLLM, prompt {P} tokens, n={n}: computed {shared['computed']:.0f} (caching on), {n * P} (off)")
