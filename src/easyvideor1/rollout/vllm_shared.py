@@ -3,15 +3,15 @@ the engine arguments, built in this one place with the project's corrections for
 processor; per-request sampling parameters; the HF engine's response contract; and prompts.
 
 A group (one prompt's ``n`` samples) is one vLLM request (:class:`GroupRequest`): sampled, it asks
-for ``n`` completions (``SamplingParams.n``); vLLM processes the prompt and its media once and
-forks ``n`` child sequences, whose prefills share the prompt's KV blocks through prefix caching
-(the first child computes them, the others find them cached, in the same scheduler step) and
-whose vision features come from the encoder cache (the video is encoded once). Greedy, it asks for
-one completion and repeats it ``n`` times (vLLM refuses ``n > 1`` without sampling; the ``n``
-answers would be the same). Prefix caching is on (vLLM's default) except where
-:func:`engine_args` turns it off: on the CPU for hybrid-attention families (Qwen3.5), whose
-linear-attention state vLLM caches only with chunked prefill, which the CPU backend must not use;
-there each child prefills the prompt itself.
+for ``n`` completions (``SamplingParams.n``). vLLM processes the prompt and its media once and
+forks ``n`` child requests, whose prefills share the prompt's KV blocks through prefix caching:
+the first child computes them and the others find them cached (vLLM caches a block as it
+allocates it, so children scheduled in the same step share it too); the video is encoded once
+(the encoder cache). Greedy, it asks for one completion and repeats it ``n`` times (vLLM refuses
+``n > 1`` without sampling; the ``n`` answers would be the same). Prefix caching is on (vLLM's
+default) except where :func:`engine_args` turns it off: on the CPU for hybrid-attention families
+(Qwen3.5), whose linear-attention state vLLM caches only with chunked prefill, which the CPU
+backend must not use; there each child prefills the prompt itself.
 """
 
 from __future__ import annotations
