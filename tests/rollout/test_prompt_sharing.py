@@ -9,10 +9,8 @@ share the prompt's KV blocks through prefix caching (measured with vLLM's counte
 
 from __future__ import annotations
 
+import dataclasses
 import json
-import os
-import subprocess
-import sys
 from pathlib import Path
 from types import SimpleNamespace
 
@@ -30,6 +28,8 @@ from easyvideor1.models.tiny import make_tiny_model
 from easyvideor1.resolve import resolve_data
 from easyvideor1.rollout.base import SamplingConfig
 from easyvideor1.rollout.hf import HFRolloutEngine
+from tests.rollout.test_sampling import CHANGED
+from tests.rollout.test_vllm_engine import run_worker
 
 COUNTED = ["qwen2_5_vl", "qwen3_vl", "internvl"]
 # M-RoPE (Qwen2.5/3-VL, GLM-4.1V), 1-D RoPE (InternVL), gated-DeltaNet layers (Qwen3.5)
@@ -150,15 +150,7 @@ def _unshared(engine: HFRolloutEngine, batch, repeats: list[int], sampling: Samp
 
 SAMPLINGS = {
     "greedy": SamplingConfig(temperature=0, max_new_tokens=8, return_logprobs=True),
-    "every key": SamplingConfig(
-        temperature=0.7,
-        top_p=0.9,
-        top_k=20,
-        max_new_tokens=8,
-        min_new_tokens=3,
-        presence_penalty=0.8,
-        return_logprobs=True,
-    ),
+    "every key": dataclasses.replace(SamplingConfig(**CHANGED), max_new_tokens=8),
 }
 
 
@@ -238,15 +230,7 @@ def test_vllm_children_prefill_the_prompt_once_through_prefix_caching(tmp_path_f
     model_dir = make_tiny_model(str(tmp_path_factory.mktemp("vllm_sharing")), "qwen3_vl")
     out = tmp_path_factory.mktemp("report") / "report.json"
     worker = Path(__file__).with_name("vllm_sharing_worker.py")
-    r = subprocess.run(
-        [sys.executable, str(worker), model_dir, records, str(out)],
-        capture_output=True,
-        text=True,
-        timeout=600,
-        env={**os.environ, "TOKENIZERS_PARALLELISM": "false"},
-    )
-    assert r.returncode == 0, r.stderr[-4000:]
-    report = json.loads(out.read_text())
+    report = run_worker(worker, out, model_dir, records, str(out))
     P, n, block = report["prompt_tokens"], report["n"], report["block"]
     cached = (P - 1) // block * block  # full blocks, the last token always recomputed
     assert cached > 0
