@@ -162,9 +162,12 @@ def test_shared_prefill_gives_the_unshared_responses_and_logprobs(tmp_path_facto
         for repeats in ([3, 2], [0, 2], [1, 1]):
             torch.manual_seed(7)
             shared = engine.generate(batch, repeats, sampling)
+            deltas = getattr(engine.model.model, "rope_deltas", None)  # M-RoPE: left for each row
             torch.manual_seed(7)
             unshared = _unshared(engine, batch, repeats, sampling)
             where = f"{family}, {name}, repeats {repeats}"
+            if deltas is not None:
+                assert torch.equal(deltas, engine.model.model.rope_deltas), where
             assert torch.equal(shared.ids, unshared.ids) and torch.equal(shared.mask, unshared.mask), where
             assert shared.texts == unshared.texts and shared.truncated == unshared.truncated, where
             torch.testing.assert_close(shared.logprobs, unshared.logprobs, atol=1e-5, rtol=0, msg=where)
