@@ -71,18 +71,24 @@ def assets(tmp_path_factory) -> tuple[str, str]:
     return make_tiny_model(str(d / "model"), "qwen3vl"), write_mixed_set(d)
 
 
-def _run_worker(assets: tuple[str, str], out: Path, *flags: str) -> dict:
-    model, data = assets
-    t = time.perf_counter()
+def run_worker(worker: Path, out: Path, *args: str) -> dict:
+    """``python worker *args`` in a process of its own (importing vLLM changes process state):
+    the JSON report it wrote to ``out``."""
     r = subprocess.run(
-        [sys.executable, str(WORKER), model, data, str(out), *flags],
+        [sys.executable, str(worker), *args],
         capture_output=True,
         text=True,
         timeout=600,
         env={**os.environ, "TOKENIZERS_PARALLELISM": "false"},
     )
     assert r.returncode == 0, r.stderr[-4000:]
-    report = json.loads(out.read_text())
+    return json.loads(out.read_text())
+
+
+def _run_worker(assets: tuple[str, str], out: Path, *flags: str) -> dict:
+    model, data = assets
+    t = time.perf_counter()
+    report = run_worker(WORKER, out, model, data, str(out), *flags)
     report["wall_seconds"] = time.perf_counter() - t
     print(f"vLLM worker: {report['wall_seconds']:.1f} s", {k: v for k, v in report.items() if "parity" in k})
     return report

@@ -4,6 +4,13 @@
 time and batches whatever has gathered (:class:`~.base.RequestQueue`), encoding the rendered
 prompts with the processor here. A seeded request runs alone after ``torch.manual_seed(seed)``,
 so its responses do not depend on what else was waiting.
+
+A group's prompt is read once: one forward over the prompt batch (one row per prompt, its video
+through the vision tower once) fills a KV cache with every prompt token but the last, the cache
+is repeated to the group's ``n`` rows, and ``generate`` continues from it (it feeds only the
+tokens the cache lacks: each row's last prompt token, whose logits give the first sampled token).
+Positions are the ones ``generate`` itself would give the full rows (M-RoPE included), passed
+explicitly, so the decode steps are those of an unshared ``generate``.
 """
 
 from __future__ import annotations
@@ -11,9 +18,9 @@ from __future__ import annotations
 from collections.abc import Iterable
 
 import torch
-from transformers import LogitsProcessor, LogitsProcessorList
+from transformers import Cache, LogitsProcessor, LogitsProcessorList
 
-from ..models.inputs import PromptBatch, expand
+from ..models.inputs import PromptBatch, gather_prompts, to_device
 from .base import (
     Request,
     RequestQueue,
@@ -23,6 +30,9 @@ from .base import (
     cut_at_eos,
     split_responses,
 )
+
+# the inputs with one value per prompt token (what the cache covers is cut from them)
+_PER_TOKEN = ("input_ids", "attention_mask", "mm_token_type_ids")
 
 
 class PresencePenalty(LogitsProcessor):
@@ -77,20 +87,28 @@ class HFRolloutEngine(RequestQueue):
 
     @torch.no_grad()
     def generate(self, batch: PromptBatch, repeats: list[int], sampling: SamplingConfig) -> Responses:
+        if len(repeats) != len(batch):
+            raise ValueError(f"{len(repeats)} repeat counts for {len(batch)} prompts")
         if sum(repeats) == 0:
             empty = torch.zeros((0, 0), dtype=torch.long)
             return Responses(ids=empty, mask=empty, texts=[], truncated=[])
         device = next(self.model.parameters()).device
-        inputs = {
-            k: v.to(device) if isinstance(v, torch.Tensor) else v for k, v in expand(batch, repeats).items()
-        }
-        prompt_len = inputs["input_ids"].shape[1]
+        kept = [i for i, r in enumerate(repeats) if r]
+        prompts = to_device(gather_prompts(batch, kept), device)
+        rows = torch.repeat_interleave(
+            torch.arange(len(kept), device=device), torch.tensor([repeats[i] for i in kept], device=device)
+        )
+        prompt_len = prompts["input_ids"].shape[1]
         greedy = sampling.temperature == 0
         was_training = self.model.training
         self.model.eval()
         try:
+            cache, positions = self._shared_prefill(prompts, rows)
             out = self.model.generate(
-                **inputs,
+                input_ids=prompts["input_ids"][rows],
+                attention_mask=prompts["attention_mask"][rows],
+                position_ids=positions,
+                past_key_values=cache,
                 max_new_tokens=sampling.max_new_tokens,
                 min_new_tokens=sampling.min_new_tokens or None,
                 logits_processor=(
@@ -119,6 +137,39 @@ class HFRolloutEngine(RequestQueue):
             logprobs = torch.where(mask.bool(), logprobs, torch.zeros_like(logprobs))
         texts = [self.decode(row[m.bool()]) for row, m in zip(ids, mask, strict=True)]
         return Responses(ids=ids, mask=mask, texts=texts, truncated=truncated, logprobs=logprobs)
+
+    def _shared_prefill(self, prompts: dict, rows: torch.Tensor) -> tuple[Cache, torch.Tensor]:
+        """The KV cache of every prompt token but the last, computed once per prompt (vision
+        included) and repeated to ``rows`` (prompt index per sampled row), and the positions of the
+        rows' full prompts, as ``generate`` gives them.
+
+        The positions come from ``generate``'s own hook (M-RoPE's 3-D positions for the Qwen-VL
+        and GLM families, the attention mask's running count for 1-D RoPE), computed on the prompt
+        rows and repeated; ``rope_deltas``, which the M-RoPE families keep on the model for decode
+        steps without positions, is repeated with them. The cache's ``reorder_cache`` repeats every
+        layer's state: keys and values, and the conv and recurrent states of Qwen3.5's
+        gated-DeltaNet layers (the state after the prompt's last-but-one token, which the decode
+        step then advances).
+        """
+        model = self.model
+        model_kwargs = {k: v for k, v in prompts.items() if k != "input_ids"}
+        positions = model._prepare_position_ids_for_generation(prompts["input_ids"], dict(model_kwargs))
+        head = {k: v[:, :-1] for k, v in prompts.items() if k in _PER_TOKEN}
+        mask = head.pop("attention_mask")
+        out = model(
+            **{k: v for k, v in prompts.items() if k not in _PER_TOKEN},
+            **head,
+            attention_mask=None if bool((mask == 1).all()) else mask,  # generate drops an all-ones mask too
+            position_ids=positions[..., :-1],
+            use_cache=True,
+            logits_to_keep=1,
+        )
+        cache = out.past_key_values
+        cache.reorder_cache(rows)
+        base = model.model
+        if getattr(base, "rope_deltas", None) is not None:
+            base.rope_deltas = base.rope_deltas[rows]
+        return cache, positions.index_select(positions.ndim - 2, rows)
 
     def run_batch(self, requests: list[Request]) -> list[Responses]:
         """The request path: encode the rendered prompts, one ``generate``, rows split per request."""

@@ -252,29 +252,20 @@ class VLLMRolloutEngine(RequestQueue, VLLMResponses):
         return split_responses(out, counts)
 
     def _sample(self, prompts: list[dict], repeats: list[int], samplings: list, seeds: list) -> Responses:
-        requests, params = [], []
-        for prompt, r, sampling, seed in zip(prompts, repeats, samplings, seeds, strict=True):
-            if r == 0:
-                continue
-            greedy = sampling.temperature == 0
-            # vLLM refuses n > 1 with greedy decoding: greedy repeats are separate requests
-            for n in [1] * r if greedy else [r]:
-                requests.append(prompt)
-                params.append(self.sampling_params(sampling, n))
-                if seed is not None and not greedy:
-                    params[-1].seed = seed  # vLLM gives completion i the seed seed + i
-        want_logprobs = any(s.return_logprobs for s in samplings)
-        outs = self.llm.generate(requests, params, use_tqdm=False, lora_request=self._adapter)
+        groups = [
+            self.group_request(prompt, sampling, r, seed)
+            for prompt, r, sampling, seed in zip(prompts, repeats, samplings, seeds, strict=True)
+            if r
+        ]
+        outs = self.llm.generate(
+            [g.prompt for g in groups], [g.params for g in groups], use_tqdm=False, lora_request=self._adapter
+        )
         rows, logprobs = [], []
-        for out in outs:
-            for c in sorted(out.outputs, key=lambda c: c.index):
-                rows.append(list(c.token_ids))
-                logprobs.append(
-                    [lp[t].logprob for t, lp in zip(c.token_ids, c.logprobs, strict=True)]
-                    if c.logprobs
-                    else None
-                )
-        return self.responses(rows, logprobs if want_logprobs else None)
+        for group, out in zip(groups, outs, strict=True):
+            ids, lps = group.rows(out)
+            rows += ids
+            logprobs += lps
+        return self.responses(rows, logprobs if any(s.return_logprobs for s in samplings) else None)
 
     def update_weights(self, named_tensors: Iterable[tuple[str, torch.Tensor]]) -> None:
         """Load new policy weights, then drop the prefix and encoder caches.

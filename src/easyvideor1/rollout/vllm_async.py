@@ -23,7 +23,7 @@ from typing import Any
 from ..models.inputs import PromptBatch
 from .base import Request, Responses, SamplingConfig
 from .config import VLLMConfig
-from .vllm_shared import VLLMResponses, engine_args
+from .vllm_shared import GroupRequest, VLLMResponses, engine_args
 
 
 class AsyncVLLMEngine(VLLMResponses):
@@ -104,14 +104,10 @@ class AsyncVLLMEngine(VLLMResponses):
     def _submit(self, key: str, prompt: dict[str, Any], sampling: SamplingConfig, n: int, seed) -> Future:
         from vllm.sampling_params import RequestOutputKind
 
-        greedy = sampling.temperature == 0
-        params = self.sampling_params(sampling, n=1 if greedy else n)
-        if seed is not None and not greedy:
-            params.seed = seed
-        params.output_kind = RequestOutputKind.FINAL_ONLY  # one output per request, no streaming
+        group = self.group_request(prompt, sampling, n, seed)
+        group.params.output_kind = RequestOutputKind.FINAL_ONLY  # one output per request, no streaming
         request_id = f"{key}#{next(self._ids)}"
-        copies = n if greedy else 1
-        return asyncio.run_coroutine_threadsafe(self._run(request_id, prompt, params, copies), self._loop)
+        return asyncio.run_coroutine_threadsafe(self._run(request_id, group), self._loop)
 
     def generate(self, batch: PromptBatch, repeats: list[int], sampling: SamplingConfig) -> Responses:
         """The batch path on top of :meth:`submit`: every prompt in flight at once, rows in order
@@ -133,15 +129,13 @@ class AsyncVLLMEngine(VLLMResponses):
             return Responses(ids=empty, mask=empty, texts=[], truncated=[])
         return self.responses(rows, None)
 
-    async def _run(self, request_id: str, prompt: dict[str, Any], params, copies: int) -> Responses:
+    async def _run(self, request_id: str, group: GroupRequest) -> Responses:
         final = None
-        async for out in self.llm.generate(prompt, params, request_id):
+        async for out in self.llm.generate(group.prompt, group.params, request_id):
             final = out
-        got = 0 if final is None else len(final.outputs)
-        if got != params.n:
-            raise RuntimeError(f"vLLM returned {got} of {params.n} completions for request {request_id}")
-        rows = [list(o.token_ids) for o in sorted(final.outputs, key=lambda o: o.index)]
-        return self.responses(rows * copies, None)
+        if final is None:
+            raise RuntimeError(f"vLLM returned no output for request {request_id}")
+        return self.responses(group.rows(final)[0], None)
 
     def update_weights(self, named_tensors) -> None:
         raise RuntimeError("the AsyncLLM engine serves a checkpoint: weights are not pushed to it")

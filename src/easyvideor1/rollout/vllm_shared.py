@@ -1,12 +1,24 @@
 """What both vLLM engines share (``vllm.py``'s ``LLM`` for training, ``vllm_async.py``'s ``AsyncLLM``):
 the engine arguments, built in this one place with the project's corrections for the platform and
 processor; per-request sampling parameters; the HF engine's response contract; and prompts.
+
+A group (one prompt's ``n`` samples) is one vLLM request (:class:`GroupRequest`): sampled, it asks
+for ``n`` completions (``SamplingParams.n``). vLLM processes the prompt and its media once and
+forks ``n`` child requests, whose prefills share the prompt's KV blocks through prefix caching:
+the first child computes them and the others find them cached (vLLM caches a block as it
+allocates it, so children scheduled in the same step share it too); the video is encoded once
+(the encoder cache). Greedy, it asks for one completion and repeats it ``n`` times (vLLM refuses
+``n > 1`` without sampling; the ``n`` answers would be the same). Prefix caching is on (vLLM's
+default) except where :func:`engine_args` turns it off: on the CPU for hybrid-attention families
+(Qwen3.5), whose linear-attention state vLLM caches only with chunked prefill, which the CPU
+backend must not use; there each child prefills the prompt itself.
 """
 
 from __future__ import annotations
 
 import logging
 import random
+from dataclasses import dataclass
 from typing import Any
 
 import torch
@@ -15,6 +27,29 @@ from ..errors import ConfigError, UserError
 from .base import Responses, SamplingConfig, banned_token_ids
 
 log = logging.getLogger(__name__)
+
+
+@dataclass
+class GroupRequest:
+    """One vLLM request for a prompt's ``n`` samples: ``params.n`` completions, each standing for
+    ``copies`` rows (greedy: one completion, ``n`` copies; sampled: ``n`` completions, one each)."""
+
+    prompt: dict[str, Any]
+    params: Any  # vllm.SamplingParams
+    copies: int
+
+    def rows(self, output) -> tuple[list[list[int]], list[list[float] | None]]:
+        """The request's rows from its vLLM output (completions in index order, each ``copies``
+        times): token ids and the sampled tokens' log-probs (``None`` where none were asked)."""
+        done = sorted(output.outputs, key=lambda c: c.index)
+        if len(done) != self.params.n:
+            raise RuntimeError(f"vLLM returned {len(done)} of {self.params.n} completions for one request")
+        ids = [list(c.token_ids) for c in done]
+        logprobs = [
+            [lp[t].logprob for t, lp in zip(c.token_ids, c.logprobs, strict=True)] if c.logprobs else None
+            for c in done
+        ]
+        return ids * self.copies, logprobs * self.copies
 
 
 class VLLMResponses:
@@ -56,6 +91,17 @@ class VLLMResponses:
             logprobs=0 if sampling.return_logprobs else None,
             detokenize=False,  # we decode ourselves, like the HF engine
         )
+
+    def group_request(
+        self, prompt: dict[str, Any], sampling: SamplingConfig, n: int, seed: int | None = None
+    ) -> GroupRequest:
+        """One request for ``n`` samples of ``prompt`` (see the module doc); a ``seed`` covers the
+        ``n`` (vLLM gives completion ``i`` the seed ``seed + i``), greedy decoding ignores it."""
+        greedy = sampling.temperature == 0
+        params = self.sampling_params(sampling, n=1 if greedy else n)
+        if seed is not None and not greedy:
+            params.seed = seed
+        return GroupRequest(prompt, params, copies=n if greedy else 1)
 
     def responses(self, rows: list[list[int]], logprobs: list[list[float] | None] | None) -> Responses:
         """Token lists -> :class:`Responses` with the HF engine's ``cut_at_eos`` semantics."""
