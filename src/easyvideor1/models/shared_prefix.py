@@ -29,6 +29,7 @@ installed model (a reference) runs on its own.
 
 from __future__ import annotations
 
+import importlib
 import sys
 from dataclasses import dataclass
 
@@ -144,19 +145,11 @@ def _attention(module, query, key, value, attention_mask, dropout=0.0, scaling=N
 
     holder = module._shared_holder
     if holder.layout is None:
-        fallback = holder.fallback
-        if fallback in (None, "eager"):
-            from transformers.integrations.sdpa_attention import sdpa_attention_forward as fallback_fn
-
-            if fallback == "eager":
-                import importlib
-
-                fallback_fn = importlib.import_module(type(module).__module__).eager_attention_forward
-        else:
-            fallback_fn = ALL_ATTENTION_FUNCTIONS[fallback]
-        return fallback_fn(
-            module, query, key, value, attention_mask, dropout=dropout, scaling=scaling, **kwargs
-        )
+        if holder.fallback in ALL_ATTENTION_FUNCTIONS:
+            fallback = ALL_ATTENTION_FUNCTIONS[holder.fallback]
+        else:  # eager: the modeling file's own
+            fallback = importlib.import_module(type(module).__module__).eager_attention_forward
+        return fallback(module, query, key, value, attention_mask, dropout=dropout, scaling=scaling, **kwargs)
     p = dropout if module.training else 0.0
     out = shared_attention(query, key, value, holder.layout, p, scaling)
     return out.transpose(1, 2).contiguous(), None
