@@ -194,12 +194,11 @@ def test_bad_settings_name_their_key(kw, key):
         TrainerConfig(**kw)
 
 
-def test_shared_prefix_reads_yaml_on_and_off():
-    from easyvideor1.trainer.config import TrainerConfig
-
-    assert TrainerConfig(shared_prefix=True).shared_prefix == "on"  # YAML's bare on
-    assert TrainerConfig(shared_prefix=False).shared_prefix == "off"
-    assert TrainerConfig().shared_prefix == "auto"
+def test_shared_prefix_reads_yaml_on_and_off(make_cfg):
+    # YAML reads a bare on/off as a boolean, which the string field then holds as "True"/"False"
+    assert make_cfg("trainer.shared_prefix=on").trainer.shared_prefix == "on"
+    assert make_cfg("trainer.shared_prefix=off").trainer.shared_prefix == "off"
+    assert make_cfg().trainer.shared_prefix == "auto"
 
 
 def test_trainer_step_with_every_speed_up_on(make_cfg):

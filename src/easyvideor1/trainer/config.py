@@ -268,8 +268,8 @@ class TrainerConfig:
             "must be true or false",
             self.padding_free,
         )
-        if isinstance(self.shared_prefix, bool):  # YAML reads a bare on/off as true/false
-            self.shared_prefix = "on" if self.shared_prefix else "off"
+        if str(self.shared_prefix).lower() in ("true", "false"):  # YAML reads a bare on/off as a bool
+            self.shared_prefix = "on" if str(self.shared_prefix).lower() == "true" else "off"
         one_of("trainer.shared_prefix", self.shared_prefix, SHARED_PREFIX_MODES)
         n = self.max_tokens_per_micro_batch
         require(
