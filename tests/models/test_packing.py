@@ -12,7 +12,7 @@ import torch.nn.functional as F
 
 from easyvideor1.models.inputs import gather_prompts
 from easyvideor1.models.logprobs import Packing, PolicyForward
-from easyvideor1.models.packing import check_packable, cu_seqlens, pack
+from easyvideor1.models.packing import cu_seqlens, needs_blocks, pack
 from easyvideor1.models.vision import DummyVisionPass
 from easyvideor1.rollout.base import banned_token_ids
 from easyvideor1.trainer.update import experience_logprobs
@@ -52,6 +52,7 @@ SLOW = pytest.mark.slow  # the same code path as the fast families, another arch
         "qwen2_5_vl",
         "glm4v",  # 3-D RoPE from its own get_rope_index (per-frame grids, timestamps between frames)
         "internvl",  # 1-D RoPE: positions restart per sequence, no get_rope_index
+        "qwen3_5",  # gated DeltaNet: each sequence a block of the shared-prefix layout
         pytest.param("qwen2_vl", marks=SLOW),
         pytest.param("qwen3_vl_moe", marks=SLOW),
     ],
@@ -100,10 +101,11 @@ def test_packing_removes_padding_and_restarts_positions(tmp_path, records):
     assert (leaky - exact).abs().max() > 1e-3
 
 
-def test_hybrid_family_is_refused_naming_the_key():
+def test_hybrid_families_pack_as_blocks_not_as_one_causal_row():
     fake = SimpleNamespace(config=SimpleNamespace(model_type="qwen3_5"))
-    with pytest.raises(ValueError, match="trainer.padding_free.*qwen3_5"):
-        check_packable(fake)
+    assert needs_blocks(fake)
+    with pytest.raises(ValueError, match="qwen3_5 packs as shared-prefix blocks"):
+        pack(fake, {}, torch.zeros(1, 1), torch.zeros(1, 1), [0], [0])
 
 
 def test_one_dimensional_positions_restart_per_sequence(tmp_path, records):

@@ -120,7 +120,7 @@ def test_shared_logprobs_equal_the_unshared_forward(tmp_path, records, family):
     # responses); then the whole batch in one row; then by token budget
     for packing in (
         dict(micro_batch_size=3, shared_prefix="on"),
-        dict(micro_batch_size=8, shared_prefix="auto", padding_free=family != "qwen3_5"),
+        dict(micro_batch_size=8, shared_prefix="auto", padding_free=True),
         dict(max_tokens=150, shared_prefix="auto"),
     ):
         shared, ent_shared = experience_logprobs(_forward(model, processor, **packing), exp)

@@ -18,7 +18,7 @@ import torch.nn.functional as F
 
 from .chunked_logits import logprobs_and_entropy
 from .inputs import append_responses, compute_device
-from .packing import Packed, pack, pack_shared
+from .packing import Packed, needs_blocks, pack, pack_shared
 from .sequence_parallel import gather_tokens, group_of, shard_bounds
 from .shared_prefix import install as install_shared_prefix
 from .vision import DummyVisionPass
@@ -143,6 +143,8 @@ class PolicyForward:
             if self.packing.padding_free:
                 if rows.media_counts is None:
                     raise ValueError("padding-free log-probs need each sequence's media counts")
+                if needs_blocks(self.model):  # each sequence a block of its own
+                    return self._shared(dataclasses.replace(rows, blocks=list(range(len(rows.ids)))), expect)
                 return self._packed(rows, expect)
             return self._padded(rows, expect)
 

@@ -24,9 +24,11 @@ Families with 1-D RoPE (InternVL's Qwen3 text model) need neither: a sequence's 
 text positions, ``position_ids`` ``[1, L]`` restart at 0 at every sequence, and transformers reads
 the same restarts as the packed layout.
 
-Hybrid families (Qwen3.5's gated-DeltaNet layers) are refused: their linear-attention layers take
-sequence boundaries only through the ``fla`` kernels' ``cu_seqlens``; transformers' torch fallback
-ignores them, so the recurrent state would run on from one sequence into the next, silently wrong.
+Hybrid families (Qwen3.5's gated-DeltaNet layers) pack as :func:`pack_shared` blocks of one
+sequence each (:func:`needs_blocks`): their linear-attention layers take sequence boundaries only
+through the ``fla`` kernels' ``cu_seqlens``, which transformers' torch fallback ignores, so in
+:func:`pack`'s row the recurrent state would run on from one sequence into the next; the layout
+runs them per sequence.
 """
 
 from __future__ import annotations
@@ -37,7 +39,6 @@ from typing import Any
 
 import torch
 
-from ..errors import ConfigError
 from .families import VISION_INPUTS, family_of_model
 from .shared_prefix import ATTENTION as SHARED_ATTENTION
 from .shared_prefix import Block, SharedLayout
@@ -104,16 +105,13 @@ def varlen_inputs(model, lengths: list[int]) -> dict[str, Any]:
     return {"cu_seq_lens_q": cu, "cu_seq_lens_k": cu, "max_length_q": longest, "max_length_k": longest}
 
 
-def check_packable(model) -> None:
-    """Raise a clear error when ``trainer.padding_free`` cannot be exact for ``model``'s family."""
-    family = family_of_model(model)
-    if family.engine.hybrid_attention:
-        raise ConfigError(
-            f"trainer.padding_free is not supported for {family.model_type}: its linear-attention "
-            "(gated DeltaNet) layers take sequence boundaries only through the fla kernels' "
-            "cu_seqlens, which transformers' torch fallback ignores, so packed sequences would leak "
-            "state into each other; set trainer.padding_free=false"
-        )
+def needs_blocks(model) -> bool:
+    """Whether packed sequences of ``model`` must run as blocks of the shared-prefix layout (one
+    sequence each, :func:`pack_shared`) instead of :func:`pack`'s row: hybrid families, whose
+    gated-DeltaNet layers take sequence boundaries only through the fla kernels' ``cu_seqlens``
+    (transformers' torch fallback ignores them, so the recurrent state would run on from one
+    sequence into the next); the layout runs those layers per sequence itself."""
+    return family_of_model(model).engine.hybrid_attention
 
 
 def sequence_lengths(seq_inputs: dict[str, Any], response_mask: torch.Tensor) -> list[int]:
@@ -232,7 +230,8 @@ def pack(
     ``models.inputs.gather_prompts`` / ``gather_sequences`` build them). ``response_types``: the
     responses' ``mm_token_type_ids`` where they hold vision tokens (an episode's tool turns).
     """
-    check_packable(model)
+    if needs_blocks(model):
+        raise ValueError(f"{family_of_model(model).model_type} packs as shared-prefix blocks (pack_shared), not pack")
     n_seq = response_ids.shape[0]
     if len(video_counts) != n_seq or len(image_counts) != n_seq:
         raise ValueError(f"media counts for {len(video_counts)}/{len(image_counts)} of {n_seq} sequences")

@@ -19,7 +19,6 @@ from .. import threads
 from ..data.dataset import RecordDataset
 from ..errors import ConfigError
 from ..models.logprobs import Packing, PolicyForward
-from ..models.packing import check_packable
 from ..models.vision import DummyVisionPass
 from ..models.vision_cache import VisionFeatureCache
 from ..rollout.engines import make_rollout_engine
@@ -141,8 +140,6 @@ def build_components(cfg, dist: DistState) -> Components:
     dummy = DummyVisionPass(model)
     # under FSDP the reference forward is a collective too; alone, it needs no dummy passes
     ref_dummy = DummyVisionPass(ref_model) if ref_model is not None and dist.enabled else None
-    if tc.padding_free:
-        check_packable(model)  # a clear start-up error where packing cannot be exact
     # a frozen tower's features are computed once per step and reused by every forward
     vision_cache = VisionFeatureCache([model, ref_model]) if cfg.model.freeze_vision_tower else None
     # the engine generates with its own copy when there is one, kept equal to the trainer's

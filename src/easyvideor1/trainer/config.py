@@ -172,7 +172,8 @@ class TrainerConfig:
         ppo_epochs: Passes over each rollout batch.
         padding_free: Run each micro-batch's sequences packed into one row (per-sequence M-RoPE
             positions and attention boundaries) instead of padded to the longest; same log-probs
-            (fp32, within 1e-5). Not for hybrid linear-attention families (Qwen3.5: refused).
+            (fp32, within 1e-5). Hybrid linear-attention families (Qwen3.5) pack as blocks of
+            the shared-prefix layout, one sequence each (their DeltaNet layers run per sequence).
         shared_prefix: ``auto`` (default), ``on`` or ``off``: lay each micro-batch out with every
             prompt once and the responses that answer it after it, each response attending to the
             prompt and to itself (``models/shared_prefix.py``). Every pass (old and reference
