@@ -171,8 +171,18 @@ def _updated(model, processor, exp, mode: str, cache: bool = False):
     return step.old_logp, {n: p.grad.clone() for n, p in model.named_parameters() if p.grad is not None}
 
 
-def _assert_same_update(before, off, on, off_out, on_out, mask):
-    (lp_off, g_off), (lp_on, g_on) = off_out, on_out
+def _same_update(model, processor, exp, mask, cache: bool = False, prepare=None):
+    """One update of two copies of ``model`` (``prepare`` applied to each), unshared and shared:
+    the same old log-probs, gradients (relative 1e-5, each tensor against the gradient's scale)
+    and weights (1e-6). Returns the unshared copy."""
+    off, on = copy.deepcopy(model).train(), copy.deepcopy(model).train()
+    for m in (off, on):
+        if prepare is not None:
+            prepare(m)
+    (lp_off, g_off), (lp_on, g_on) = (
+        _updated(off, processor, exp, "off", cache),
+        _updated(on, processor, exp, "on", cache),
+    )
     m = mask.bool()
     assert torch.allclose(lp_on[m], lp_off[m], atol=1e-5, rtol=0)
     assert g_off.keys() == g_on.keys() and g_off
@@ -180,11 +190,16 @@ def _assert_same_update(before, off, on, off_out, on_out, mask):
     flat_on = torch.cat([g_on[n].flatten() for n in g_off])
     assert float((flat_on - flat_off).norm() / flat_off.norm()) < 1e-5
     largest = float(flat_off.abs().max())
-    for name, g in g_off.items():  # every tensor, against the gradient's scale
+    for name, g in g_off.items():
         assert float((g_on[name] - g).abs().max()) <= 1e-5 * largest, name
-    start, after_off, after_on = before, off.state_dict(), on.state_dict()
+    start, after_off, after_on = model.state_dict(), off.state_dict(), on.state_dict()
     assert max(float((after_off[k] - start[k]).abs().max()) for k in start) > 1e-4  # it moved
     assert max(float((after_on[k] - after_off[k]).abs().max()) for k in start) < 1e-6
+    return off
+
+
+def _checkpointed(model) -> None:
+    model.gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": False})
 
 
 @pytest.mark.parametrize("family, checkpointing", [("qwen3_vl", False), ("qwen3_5", True)])
@@ -192,18 +207,7 @@ def test_one_update_equals_the_unshared_update(tmp_path, records, family, checkp
     """Qwen3.5 with gradient checkpointing: its layers recomputed in the backward read the layout
     of the forward they recompute."""
     model, processor, exp = _setup(tmp_path, family, records)
-    off, on = copy.deepcopy(model).train(), copy.deepcopy(model).train()
-    if checkpointing:
-        for m in (off, on):
-            m.gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": False})
-    _assert_same_update(
-        model.state_dict(),
-        off,
-        on,
-        _updated(off, processor, exp, "off"),
-        _updated(on, processor, exp, "on"),
-        exp.mask,
-    )
+    _same_update(model, processor, exp, exp.mask, prepare=_checkpointed if checkpointing else None)
 
 
 def test_with_lora_the_adapter_and_its_adapter_free_reference(tmp_path, records):
@@ -215,15 +219,7 @@ def test_with_lora_the_adapter_and_its_adapter_free_reference(tmp_path, records)
         for name, p in base.named_parameters():
             if "lora_B" in name:
                 p.normal_(0, 0.05)
-    off, on = copy.deepcopy(base).train(), copy.deepcopy(base).train()
-    _assert_same_update(
-        base.state_dict(),
-        off,
-        on,
-        _updated(off, processor, exp, "off"),
-        _updated(on, processor, exp, "on"),
-        exp.mask,
-    )
+    off = _same_update(base, processor, exp, exp.mask)
     m = exp.mask.bool()
     with reference_forward(off), torch.no_grad():  # the reference: the adapter disabled
         ref_off, _ = experience_logprobs(_forward(off, processor, micro_batch_size=3), exp)
@@ -246,11 +242,7 @@ def test_episodes_share_their_first_prompt_tool_turns_stay_their_own(tmp_path, r
     for p in frozen.model.visual.parameters():
         p.requires_grad_(False)
     for cache in (False, True):
-        off, on = copy.deepcopy(frozen).train(), copy.deepcopy(frozen).train()
-        _assert_same_update(
-            frozen.state_dict(), off, on,
-            _updated(off, processor, exp, "off", cache), _updated(on, processor, exp, "on", cache), exp.real,
-        )  # fmt: skip
+        _same_update(frozen, processor, exp, exp.real, cache=cache)
 
 
 def test_prefix_tokens_saved_counts_each_shared_prompt_once(tmp_path, records):
