@@ -5,6 +5,11 @@ every such pass needs (the model, its dummy vision pass, the frozen tower's feat
 banned ids, the sampling temperature, the micro-batch packing and the model's sequence-parallel
 group), so a pass takes only its rows (:class:`ResponseRows`). The trainer builds one for the
 policy and one for a reference model; :func:`response_logprobs` is a one-off pass.
+
+A forward lays its rows out one of three ways, all giving the same values: padded (one row per
+sequence), packed (``models/packing.py``: the sequences in one row), or shared (rows that hold
+each prompt once, :attr:`ResponseRows.blocks`: the prompt once in the row, its responses after
+it, ``models/shared_prefix.py``).
 """
 
 from __future__ import annotations
@@ -129,8 +134,9 @@ class PolicyForward:
     def logprobs(self, rows: ResponseRows) -> tuple[torch.Tensor, torch.Tensor]:
         """(logp [N, T], entropy [N, T]) of each response token of ``rows`` given its prompt.
 
-        Packed (``packing.padding_free``) and served (a started ``vision`` cache) forwards give the
-        padded, re-encoding forward's values (within float tolerance).
+        Packed (``packing.padding_free``), shared (``rows.blocks``) and served (a started
+        ``vision`` cache) forwards give the padded, re-encoding forward's values (within float
+        tolerance).
         """
         serve = self.vision is not None and self.vision.active
         if serve and rows.prompt_ids is None:
