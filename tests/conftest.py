@@ -112,6 +112,13 @@ def one_thread():
     torch.set_num_threads(before)
 
 
+def pytest_configure(config):
+    """Keep the order set below under ``--dist loadfile``: xdist otherwise re-sorts the files by
+    their number of tests, which sends the slow files (a few long tests each) out last."""
+    if hasattr(config.option, "loadscopereorder"):
+        config.option.loadscopereorder = False
+
+
 def pytest_collection_modifyitems(config, items):
     """Files with slow tests first (stable: the rest keep their order, each file its own).
 
