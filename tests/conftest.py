@@ -23,6 +23,12 @@ def _find_shared() -> Path:
 
 
 SHARED = _find_shared()
+
+# vLLM's CPU engine compiles its model with inductor and warms it up at every start (about 20 s of a
+# 2-core machine per engine, 30 s before its compile cache is filled); the switch vLLM's own CPU CI
+# uses traces the same graph once and runs it with dynamo's eager backend, without the warm-up
+# (5 s). Every process a test starts inherits it; test_vllm_training keeps one run on inductor.
+os.environ.setdefault("VLLM_CPU_CI_ENV", "1")
 ANNOTATIONS = SHARED / "benchmarks" / "annotations"
 
 
