@@ -15,7 +15,9 @@ Both behaviours run in the same round at each load, alternately, ``--repeats`` r
 Prints one JSON line: the new behaviour's ``quiet_step_s``, ``loaded1_step_s``,
 ``loaded3_step_s``, ``ratio1``, ``ratio3`` (loaded / quiet), the same with an ``old_`` prefix, the
 threads each chose, the per-round figures and the cores other programs kept busy before each load
-level (``background_busy_cpus``). ``--smoke``: one round, one step not warmed up, 16 records, new only.
+level (``background_busy_cpus``). ``--smoke``: one round, one step not warmed up, 16 records, new only,
+the competing processes at the lowest priority (it checks that the benchmark runs, not its figures;
+at full priority its busy loops would take the cores from whatever runs beside it, the test suite).
 Run it alone: anything else busy on the machine is load it does not control.
 
 Usage: python benchmarks/threads_under_load.py [--steps N] [--repeats N] [--smoke]
@@ -55,6 +57,7 @@ _KEYS = {0: "quiet_step_s", 1: "loaded1_step_s", 3: "loaded3_step_s"}
 # every process started here dies with this one (a killed benchmark must not leave busy loops behind)
 _DIE = "\nfrom easyvideor1.media.workers import die_with_parent\ndie_with_parent(%d)\n"
 _HOG = _DIE + "while True: pass\n"
+_IDLE_HOG = _DIE + "import os\nos.nice(19)\nwhile True: pass\n"  # --smoke: runs only on idle cores
 
 # the child: build the demo trainer, time the steps, print one JSON line
 _CHILD = r"""
@@ -132,12 +135,13 @@ def run_all(work: Path, steps: int, repeats: int, modes: tuple[str, ...], smoke:
     prepare(work, n_train=16 if smoke else 64)
     rounds: dict[str, dict[int, list[dict]]] = {m: {n: [] for n in LOADS} for m in modes}
     run, background = 0, []
+    hog = _IDLE_HOG if smoke else _HOG
     for _ in range(repeats):
         for load in LOADS:
             # cores others kept busy just before (other jobs on a shared machine are load we do not control)
             background.append(round(busy_cpus(sample_s=0.5), 2))
             hogs = [
-                subprocess.Popen([sys.executable, "-c", _HOG % os.getpid()], env=_env()) for _ in range(load)
+                subprocess.Popen([sys.executable, "-c", hog % os.getpid()], env=_env()) for _ in range(load)
             ]
             try:
                 for mode in modes:

@@ -23,6 +23,12 @@ def _find_shared() -> Path:
 
 
 SHARED = _find_shared()
+
+# vLLM's CPU engine compiles its model with inductor and warms it up at every start (about 20 s of a
+# 2-core machine per engine, 30 s before its compile cache is filled); the switch vLLM's own CPU CI
+# uses traces the same graph once and runs it with dynamo's eager backend, without the warm-up
+# (5 s). Every process a test starts inherits it; test_vllm_training keeps one run on inductor.
+os.environ.setdefault("VLLM_CPU_CI_ENV", "1")
 ANNOTATIONS = SHARED / "benchmarks" / "annotations"
 
 
@@ -110,6 +116,13 @@ def one_thread():
     torch.set_num_threads(1)
     yield
     torch.set_num_threads(before)
+
+
+def pytest_configure(config):
+    """Keep the order set below under ``--dist loadfile``: xdist otherwise re-sorts the files by
+    their number of tests, which sends the slow files (a few long tests each) out last."""
+    if hasattr(config.option, "loadscopereorder"):
+        config.option.loadscopereorder = False
 
 
 def pytest_collection_modifyitems(config, items):

@@ -85,16 +85,33 @@ def _load(path: Path) -> tuple[dict[str, torch.Tensor], dict]:
         return {k: f.get_tensor(k) for k in f.keys()}, json.loads(f.metadata()["metrics"])
 
 
+def single_process(mode: str, model: str, records: str, out: Path, *flags: str):
+    """``dist_worker.py MODE`` in one process: the full weights after the update and its metrics."""
+    r = _run([sys.executable, str(HERE / "dist_worker.py"), mode, model, records, str(out), *flags])
+    assert r.returncode == 0, r.stderr[-3000:]
+    return _load(out)
+
+
+def two_ranks(mode: str, model: str, records: str, out: Path, *flags: str):
+    """``dist_worker.py MODE`` under 2 torchrun ranks: the full weights after the update and its metrics."""
+    r = _torchrun(2, str(HERE / "dist_worker.py"), mode, model, records, str(out), *flags)
+    assert r.returncode == 0, r.stdout[-3000:] + r.stderr[-3000:]
+    return _load(out)
+
+
 def single_and_two_ranks(mode: str, model: str, records: str, tmp_path, *flags: str):
     """``dist_worker.py MODE`` in one process and under 2 torchrun ranks: each run's full weights
     after the update and its metrics, ((w1, m1), (w2, m2))."""
-    single, double = tmp_path / "single.safetensors", tmp_path / "double.safetensors"
-    args = [str(HERE / "dist_worker.py"), mode, model, records]
-    r1 = _run([sys.executable, *args, str(single), *flags])
-    assert r1.returncode == 0, r1.stderr[-3000:]
-    r2 = _torchrun(2, *args, str(double), *flags)
-    assert r2.returncode == 0, r2.stdout[-3000:] + r2.stderr[-3000:]
-    return _load(single), _load(double)
+    one = single_process(mode, model, records, tmp_path / "single.safetensors", *flags)
+    return one, two_ranks(mode, model, records, tmp_path / "double.safetensors", *flags)
+
+
+@pytest.fixture(scope="module")
+def single_update(demo_assets, records, tmp_path_factory):
+    """The float32 ``update`` in one process, once: the reference of the float32 and the bfloat16
+    2-rank updates."""
+    out = tmp_path_factory.mktemp("single") / "single.safetensors"
+    return single_process("update", str(demo_assets["model"]), records, out)
 
 
 def assert_same_update(one, two) -> None:
@@ -108,11 +125,13 @@ def assert_same_update(one, two) -> None:
     assert worst < 1e-6, worst
 
 
-def test_two_rank_update_equals_single_process_update(demo_assets, records, tmp_path):
+def test_two_rank_update_equals_single_process_update(demo_assets, records, single_update, tmp_path):
     """Same global batch (4 prompts, 8 sequences): 2 ranks with an uneven split (3 + 1 prompts, so
     rank 1 runs filler micro-batches) versus one process."""
-    one, two = single_and_two_ranks("update", str(demo_assets["model"]), records, tmp_path)
-    assert_same_update(one, two)
+    one = single_update
+    assert_same_update(
+        one, two_ranks("update", str(demo_assets["model"]), records, tmp_path / "double.safetensors")
+    )
     base = _load_base(demo_assets["model"])
     moved = max(float((one[0][k] - base[k]).abs().max()) for k in one[0] if k in base)
     assert moved > 1e-4  # the update did something, so agreeing is not trivial
@@ -126,17 +145,14 @@ def test_two_rank_episode_update_equals_single_process_update(demo_assets, recor
     assert_same_update(*single_and_two_ranks("episodes", str(demo_assets["model"]), records, tmp_path))
 
 
-def test_bf16_mixed_precision_with_gradient_checkpointing_tracks_float32(demo_assets, records, tmp_path):
+def test_bf16_mixed_precision_with_gradient_checkpointing_tracks_float32(
+    demo_assets, records, single_update, tmp_path
+):
     """FSDP2 with bfloat16 compute (float32 master weights, float32 gradient reduction) and
     gradient checkpointing: the same update as float32 up to bfloat16 rounding."""
-    ref, mixed = tmp_path / "fp32.safetensors", tmp_path / "bf16.safetensors"
-    args = [str(HERE / "dist_worker.py"), "update", str(demo_assets["model"]), records]
-    r1 = _run([sys.executable, *args, str(ref)])
-    assert r1.returncode == 0, r1.stderr[-3000:]
-    r2 = _torchrun(2, *args, str(mixed), "--bf16", "--checkpointing")
-    assert r2.returncode == 0, r2.stdout[-3000:] + r2.stderr[-3000:]
-    w1, m1 = _load(ref)
-    w2, m2 = _load(mixed)
+    mixed = tmp_path / "bf16.safetensors"
+    w1, m1 = single_update
+    w2, m2 = two_ranks("update", str(demo_assets["model"]), records, mixed, "--bf16", "--checkpointing")
     assert all(v.dtype == torch.float32 for v in w2.values())  # master weights stay float32
     assert m2["actor/pg_loss"] == pytest.approx(m1["actor/pg_loss"], rel=0.05, abs=1e-3)
     assert m2["actor/grad_norm"] == pytest.approx(m1["actor/grad_norm"], rel=0.05)

@@ -43,8 +43,12 @@ def _greedy(model_dir, cfg, indices) -> list[str]:
 
 
 @pytest.mark.parametrize("ranks", [1, 2])
-def test_vllm_rollouts_follow_the_trainer_weights(make_cfg, demo_assets, tmp_path, ranks):
-    """With 2 torchrun ranks each rank runs its own in-process engine, fed from FSDP2 shards."""
+def test_vllm_rollouts_follow_the_trainer_weights(make_cfg, demo_assets, tmp_path, monkeypatch, ranks):
+    """With 2 torchrun ranks each rank runs its own in-process engine, fed from FSDP2 shards. The
+    one-process run compiles the engine's model with inductor, as vLLM does on a CPU outside its CI
+    (tests/conftest.py), so the pushed weights are shown to reach a compiled model too."""
+    if ranks == 1:
+        monkeypatch.setenv("VLLM_CPU_CI_ENV", "0")
     out = tmp_path / "run"
     overrides = [
         *base_overrides(demo_assets, out),
