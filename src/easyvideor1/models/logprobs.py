@@ -52,9 +52,6 @@ def token_logprobs(
     return logp, entropy.detach()
 
 
-SHARED_PREFIX_MODES = ("auto", "on", "off")
-
-
 @dataclass(frozen=True)
 class Packing:
     """How a pass's sequences are grouped into forwards; changes speed and memory, not values."""

@@ -8,13 +8,13 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 from ..data.probe import PROBES
-from ..models.logprobs import SHARED_PREFIX_MODES
 from ..rollout.config import ENGINES, RolloutConfig, VLLMConfig  # noqa: F401  (re-exported)
 from ..validation import at_least, in_range, non_negative, one_of, positive, require
 
 LOGGERS = ("console", "jsonl", "tensorboard", "wandb")
 # transformers' attention kernels a policy may run with (model.attn_implementation)
 ATTENTION_IMPLEMENTATIONS = ("sdpa", "eager", "flash_attention_2")
+SHARED_PREFIX_MODES = ("auto", "on", "off")  # models.logprobs.Packing.shares reads them
 
 
 @dataclass
