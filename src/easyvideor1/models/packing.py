@@ -81,7 +81,9 @@ def flash_text_attention(model) -> bool:
     text = getattr(config, "text_config", None) or config
     name = getattr(text, "_attn_implementation", None)
     holder = getattr(model, "_shared_holder", None)
-    if name == SHARED_ATTENTION and holder is not None:  # the shared layout's: a forward without one runs this
+    if (
+        name == SHARED_ATTENTION and holder is not None
+    ):  # the shared layout's: a forward without one runs this
         name = holder.fallback
     return bool(name) and is_flash_attention_requested(requested_attention_implementation=name)
 
@@ -231,7 +233,9 @@ def pack(
     responses' ``mm_token_type_ids`` where they hold vision tokens (an episode's tool turns).
     """
     if needs_blocks(model):
-        raise ValueError(f"{family_of_model(model).model_type} packs as shared-prefix blocks (pack_shared), not pack")
+        raise ValueError(
+            f"{family_of_model(model).model_type} packs as shared-prefix blocks (pack_shared), not pack"
+        )
     n_seq = response_ids.shape[0]
     if len(video_counts) != n_seq or len(image_counts) != n_seq:
         raise ValueError(f"media counts for {len(video_counts)}/{len(image_counts)} of {n_seq} sequences")

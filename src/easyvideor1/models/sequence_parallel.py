@@ -227,8 +227,6 @@ def check(model, size: int) -> None:
             raise ConfigError(f"{key} must divide the model's {what} ({n})")
 
 
-
-
 def _vision_tower(model):
     for name, module in model.named_modules():
         if name.endswith("visual") and hasattr(module, "blocks"):
@@ -401,9 +399,11 @@ def sharded(original, language_model, sp: SPGroup, holder: _Holder, input_ids=No
 
 # --------------------------------------------------------------- gated DeltaNet, head-parallel
 
+
 def _sharded_deltanet(module, original):
     """``module``'s forward on a sequence shard: its heads split over the group instead (the
     layer's own forward outside a sharded forward, e.g. generation with a cache)."""
+
     def forward(hidden_states, cache_params=None, attention_mask=None, **kwargs):
         layout: _Layout | None = module._sp_holder.layout
         if layout is None or cache_params is not None:

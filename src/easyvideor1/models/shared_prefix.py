@@ -31,7 +31,7 @@ from __future__ import annotations
 
 import importlib
 import sys
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import torch
 import torch.nn.functional as F
@@ -68,10 +68,19 @@ class SharedLayout:
     """The blocks of one packed row, in row order (positions after the last block: padding)."""
 
     blocks: tuple[Block, ...]
+    # each block's responses mask, built by the first attention layer that needs it on a device
+    _masks: dict = field(default_factory=dict, compare=False, hash=False, repr=False)
 
     @property
     def length(self) -> int:
         return self.blocks[-1].stop if self.blocks else 0
+
+    def responses_mask(self, block: Block, device) -> torch.Tensor:
+        """:func:`_responses_mask` of ``block``, once per forward (every layer reads the same)."""
+        key = (block, str(device))
+        if key not in self._masks:
+            self._masks[key] = _responses_mask(block, device)
+        return self._masks[key]
 
 
 class _Holder:
@@ -130,8 +139,10 @@ def shared_attention(
         prompt_end = block.start + block.prompt
         pieces.append(attend(slice(block.start, prompt_end), slice(block.start, prompt_end), is_causal=True))
         if block.responses:
-            mask = _responses_mask(block, q.device)
-            pieces.append(attend(slice(prompt_end, block.stop), slice(block.start, block.stop), attn_mask=mask))
+            mask = layout.responses_mask(block, q.device)
+            pieces.append(
+                attend(slice(prompt_end, block.stop), slice(block.start, block.stop), attn_mask=mask)
+            )
         at = block.stop
     if at < length:
         pieces.append(q.new_zeros(1, q.shape[1], length - at, v.shape[-1]))

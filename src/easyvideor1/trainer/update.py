@@ -62,7 +62,7 @@ def forward_tokens(exp: Experience, idx: list[int], packing: Packing) -> int:
     when packed, each prompt once when its prefix is shared."""
     prompt = exp.batch.inputs["attention_mask"].sum(1)
     prompts = [exp.prompt_of[i] for i in idx]
-    responses = [int(exp.real[i].sum()) for i in idx]
+    responses = exp.real[idx].sum(1).tolist()  # one tensor op: the token budget calls this per sequence
     if packing.shares(prompts):
         return sum(responses) + sum(int(prompt[p]) for p in dict.fromkeys(prompts))
     if packing.padding_free:
@@ -134,14 +134,10 @@ def response_rows(
         inputs = gather_sequences(
             exp.batch, prompts, [merge_media([exp.response_media[i] for i in m]) for m in members]
         )
-        tool = [media_counts(exp.response_media[i]) for i in idx]
-        own_counts = ([t[0] for t in tool], [t[1] for t in tool])
+        tool = {i: media_counts(exp.response_media[i]) for i in idx}
+        own_counts = ([tool[i][0] for i in idx], [tool[i][1] for i in idx])
         counts = tuple(
-            [
-                c + sum(media_counts(exp.response_media[i])[k] for i in m)
-                for c, m in zip(counts[k], members, strict=True)
-            ]
-            for k in (0, 1)
+            [c + sum(tool[i][k] for i in m) for c, m in zip(counts[k], members, strict=True)] for k in (0, 1)
         )
     rows = ResponseRows(
         inputs,
