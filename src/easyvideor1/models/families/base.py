@@ -22,7 +22,7 @@ from __future__ import annotations
 
 import re
 from collections.abc import Callable
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING, Any
 
 from ...media.sampling import SamplingParams
@@ -354,6 +354,13 @@ class ModelFamily:
     Attributes:
         model_type: ``config.json`` ``model_type`` (the registry key).
         aliases: Other accepted spellings (``qwen3vl`` for ``qwen3_vl``; older configs use them).
+        released: The family's released sizes the planner knows without their checkpoint: the
+            hub name (``Qwen/Qwen3-VL-8B-Instruct``) -> that checkpoint's ``config.json`` fields
+            that decide its architecture (``text_config``, ``vision_config``,
+            ``tie_word_embeddings``, the placeholder-token ids), without ``model_type``.
+            ``easyvideor1 plan`` builds a released size from them when ``model.path`` names it
+            (``registry.released_config``); every entry's parameter count is tested against
+            the checkpoint's published size.
     """
 
     model_type: str
@@ -363,6 +370,7 @@ class ModelFamily:
     engine: EngineFacts
     fixture: TinyFixture
     tokens: ChatTokens = ChatTokens()
+    released: dict[str, dict[str, Any]] = field(default_factory=dict, hash=False)
 
     @property
     def names(self) -> tuple[str, ...]:
@@ -392,7 +400,7 @@ def moe_family(
 ) -> ModelFamily:
     """The mixture-of-experts version of a ``dense`` family: its frames, tokens and vision parts
     around an MoE decoder (vLLM's other architecture, which takes no pushed weights, and the
-    MoE's own ``engine_facts``) with its tiny config."""
+    MoE's own ``engine_facts``) with its tiny config, and no released sizes of its own."""
     engine = replace(
         dense.engine,
         vllm_architecture=vllm_architecture,
@@ -400,6 +408,12 @@ def moe_family(
         vllm_weight_push=VLLM_MOE_RELOAD,
         **engine_facts,
     )
+    # the dense family's released sizes are not the MoE's
     return replace(
-        dense, model_type=model_type, aliases=aliases, engine=engine, fixture=TinyFixture(tiny_config)
+        dense,
+        model_type=model_type,
+        aliases=aliases,
+        engine=engine,
+        fixture=TinyFixture(tiny_config),
+        released={},
     )

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 from .base import EngineFacts, ModelFamily, TinyFixture
 from .qwen2_vl import QWEN2_FRAMES, qwen2_vision
+from .qwen3_vl import QWEN_VL_TOKEN_IDS
 from .registry import register
 from .tiny_configs import TINY_MROPE, tiny_qwen_config, tiny_vision_config
 
@@ -33,6 +34,57 @@ def tiny_config(vocab_size, token_ids, hidden=128, layers=2):
     )
 
 
+# The released sizes' config.json (Qwen2.5-VL's keeps the decoder's fields at the top level): what
+# every size shares, then each size's widths and depths
+_RELEASED_VISION = dict(
+    depth=32,
+    fullatt_block_indexes=[7, 15, 23, 31],
+    hidden_act="silu",
+    hidden_size=1280,
+    in_chans=3,
+    intermediate_size=3420,
+    num_heads=16,
+    patch_size=14,
+    spatial_merge_size=2,
+    spatial_patch_size=14,
+    temporal_patch_size=2,
+    tokens_per_second=2,
+    window_size=112,
+)
+_RELEASED = dict(
+    QWEN_VL_TOKEN_IDS,
+    bos_token_id=151643,
+    eos_token_id=151645,
+    hidden_act="silu",
+    max_position_embeddings=128000,
+    rms_norm_eps=1e-06,
+    rope_scaling={"type": "mrope", "mrope_section": [16, 24, 24]},
+    rope_theta=1000000.0,
+    vision_token_id=151654,
+)
+
+
+def released_size(tied: bool, vocab: int, hidden: int, intermediate: int, layers: int, heads: int, kv_heads: int):
+    """One released Qwen2.5-VL size's ``config.json`` fields (its tower's output is its LM width)."""
+    return {
+        **_RELEASED,
+        "hidden_size": hidden,
+        "intermediate_size": intermediate,
+        "num_attention_heads": heads,
+        "num_hidden_layers": layers,
+        "num_key_value_heads": kv_heads,
+        "tie_word_embeddings": tied,
+        "vocab_size": vocab,
+        "vision_config": {**_RELEASED_VISION, "out_hidden_size": hidden},
+    }
+
+
+RELEASED = {
+    "Qwen/Qwen2.5-VL-3B-Instruct": released_size(True, 151936, 2048, 11008, 36, 16, 2),
+    "Qwen/Qwen2.5-VL-7B-Instruct": released_size(False, 152064, 3584, 18944, 28, 28, 4),
+}
+
+
 FAMILY = register(
     ModelFamily(
         model_type="qwen2_5_vl",
@@ -41,5 +93,6 @@ FAMILY = register(
         vision=qwen2_vision("Qwen2_5_VLProcessor"),
         engine=EngineFacts("Qwen2_5_VLForConditionalGeneration"),
         fixture=TinyFixture(tiny_config),
+        released=RELEASED,
     )
 )

@@ -32,6 +32,76 @@ def tiny_config(vocab_size, token_ids, hidden=128, layers=2, config_class="Qwen3
     )
 
 
+# The released sizes' config.json: what every size shares (the Qwen tokenizer's ids, the decoder's
+# heads and rotary, the tower's patches), then each size's widths and depths
+_RELEASED_TEXT = dict(
+    attention_bias=False,
+    bos_token_id=151643,
+    eos_token_id=151645,
+    head_dim=128,
+    hidden_act="silu",
+    max_position_embeddings=262144,
+    num_key_value_heads=8,
+    rms_norm_eps=1e-06,
+    rope_scaling={"mrope_interleaved": True, "mrope_section": [24, 20, 20], "rope_type": "default"},
+    rope_theta=5000000,
+    vocab_size=151936,
+)
+_RELEASED_VISION = dict(
+    hidden_act="gelu_pytorch_tanh",
+    in_channels=3,
+    num_heads=16,
+    num_position_embeddings=2304,
+    patch_size=16,
+    spatial_merge_size=2,
+    temporal_patch_size=2,
+)
+# the placeholder ids of the Qwen2.5-VL and Qwen3-VL tokenizers (Qwen2.5-VL's table reads them here)
+QWEN_VL_TOKEN_IDS = dict(
+    image_token_id=151655, video_token_id=151656, vision_start_token_id=151652, vision_end_token_id=151653
+)
+
+
+def released_size(tied: bool, text: dict, vision: dict) -> dict:
+    """One released Qwen3-VL size's ``config.json`` fields: the shared ones plus its ``text`` and
+    ``vision`` widths and depths; ``tied``: its LM head is its input embedding."""
+    return {
+        **QWEN_VL_TOKEN_IDS,
+        "tie_word_embeddings": tied,
+        "text_config": {**_RELEASED_TEXT, "tie_word_embeddings": tied, **text},
+        "vision_config": {**_RELEASED_VISION, **vision},
+    }
+
+
+def _decoder(hidden: int, intermediate: int, layers: int, heads: int) -> dict:
+    return dict(
+        hidden_size=hidden, intermediate_size=intermediate, num_hidden_layers=layers, num_attention_heads=heads
+    )
+
+
+def _tower(depth: int, hidden: int, intermediate: int, out_hidden: int, deepstack: list[int]) -> dict:
+    return dict(
+        depth=depth,
+        hidden_size=hidden,
+        intermediate_size=intermediate,
+        out_hidden_size=out_hidden,
+        deepstack_visual_indexes=deepstack,
+    )
+
+
+RELEASED = {
+    "Qwen/Qwen3-VL-2B-Instruct": released_size(
+        True, _decoder(2048, 6144, 28, 16), _tower(24, 1024, 4096, 2048, [5, 11, 17])
+    ),
+    "Qwen/Qwen3-VL-4B-Instruct": released_size(
+        True, _decoder(2560, 9728, 36, 32), _tower(24, 1024, 4096, 2560, [5, 11, 17])
+    ),
+    "Qwen/Qwen3-VL-8B-Instruct": released_size(
+        False, _decoder(4096, 12288, 36, 32), _tower(27, 1152, 4304, 4096, [8, 16, 24])
+    ),
+}
+
+
 FAMILY = register(
     ModelFamily(
         model_type="qwen3_vl",
@@ -40,5 +110,6 @@ FAMILY = register(
         vision=QWEN3_VISION,
         engine=EngineFacts("Qwen3VLForConditionalGeneration"),
         fixture=TinyFixture(tiny_config),
+        released=RELEASED,
     )
 )
