@@ -141,7 +141,9 @@ class ParamCounts:
         if target_modules:
             unmatched = [e for e in target_modules if not any(_matches(t.name, e) for t in self.lora_targets)]
             if unmatched:
-                raise ConfigError(f"model.lora.target_modules: {unmatched} match no linear layer of the model")
+                raise ConfigError(
+                    f"model.lora.target_modules: {unmatched} match no linear layer of the model"
+                )
             chosen = [t for t in self.lora_targets if any(_matches(t.name, e) for e in target_modules)]
         else:
             chosen = [t for t in self.lora_targets if t.default and (vision or not t.tower)]
@@ -226,7 +228,9 @@ def _moe_facts(text) -> dict[str, int]:
     """The routed and shared experts, under Qwen's (``num_experts``, a shared expert's own width)
     or GLM's (``n_routed_experts``, ``n_shared_experts`` of the routed width) config names."""
     expert = text.moe_intermediate_size
-    shared = getattr(text, "shared_expert_intermediate_size", None) or expert * getattr(text, "n_shared_experts", 0)
+    shared = getattr(text, "shared_expert_intermediate_size", None) or expert * getattr(
+        text, "n_shared_experts", 0
+    )
     return dict(
         experts=getattr(text, "num_experts", None) or text.n_routed_experts,
         experts_per_token=text.num_experts_per_tok,
@@ -237,7 +241,10 @@ def _moe_facts(text) -> dict[str, int]:
 
 def _deltanet_state(layer) -> int:
     """One gated-DeltaNet layer's state per sequence (vLLM's ``gated_delta_net_state_shape``)."""
-    return layer.conv_dim * (layer.conv_kernel_size - 1) + layer.num_v_heads * layer.head_k_dim * layer.head_v_dim
+    return (
+        layer.conv_dim * (layer.conv_kernel_size - 1)
+        + layer.num_v_heads * layer.head_k_dim * layer.head_v_dim
+    )
 
 
 def _tied(model) -> bool:
@@ -256,7 +263,10 @@ _VISION_NAMES = {
 
 def _vision_facts(model, family) -> VisionFacts:
     vision = model.config.vision_config
-    named = {key: next(getattr(vision, n) for n in names if hasattr(vision, n)) for key, names in _VISION_NAMES.items()}
+    named = {
+        key: next(getattr(vision, n) for n in names if hasattr(vision, n))
+        for key, names in _VISION_NAMES.items()
+    }
     # Qwen2-VL gives its MLP as a ratio of the width
     intermediate = getattr(vision, "intermediate_size", None) or int(named["hidden"] * vision.mlp_ratio)
     patch = getattr(vision, "patch_size", None) or family.frames.patch_size

@@ -64,24 +64,35 @@ _RELEASED = dict(
 )
 
 
-def released_size(tied: bool, vocab: int, hidden: int, intermediate: int, layers: int, heads: int, kv_heads: int):
-    """One released Qwen2.5-VL size's ``config.json`` fields (its tower's output is its LM width)."""
+def released_size(**decoder) -> dict:
+    """One released Qwen2.5-VL size's ``config.json`` fields: the shared ones plus its ``decoder``
+    fields (its tower's output is the decoder's width)."""
     return {
         **_RELEASED,
-        "hidden_size": hidden,
-        "intermediate_size": intermediate,
-        "num_attention_heads": heads,
-        "num_hidden_layers": layers,
-        "num_key_value_heads": kv_heads,
-        "tie_word_embeddings": tied,
-        "vocab_size": vocab,
-        "vision_config": {**_RELEASED_VISION, "out_hidden_size": hidden},
+        **decoder,
+        "vision_config": {**_RELEASED_VISION, "out_hidden_size": decoder["hidden_size"]},
     }
 
 
 RELEASED = {
-    "Qwen/Qwen2.5-VL-3B-Instruct": released_size(True, 151936, 2048, 11008, 36, 16, 2),
-    "Qwen/Qwen2.5-VL-7B-Instruct": released_size(False, 152064, 3584, 18944, 28, 28, 4),
+    "Qwen/Qwen2.5-VL-3B-Instruct": released_size(
+        hidden_size=2048,
+        intermediate_size=11008,
+        num_attention_heads=16,
+        num_hidden_layers=36,
+        num_key_value_heads=2,
+        tie_word_embeddings=True,
+        vocab_size=151936,
+    ),
+    "Qwen/Qwen2.5-VL-7B-Instruct": released_size(
+        hidden_size=3584,
+        intermediate_size=18944,
+        num_attention_heads=28,
+        num_hidden_layers=28,
+        num_key_value_heads=4,
+        tie_word_embeddings=False,
+        vocab_size=152064,
+    ),
 }
 
 

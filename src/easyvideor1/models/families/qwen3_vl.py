@@ -73,31 +73,39 @@ def released_size(tied: bool, text: dict, vision: dict) -> dict:
     }
 
 
-def _decoder(hidden: int, intermediate: int, layers: int, heads: int) -> dict:
-    return dict(
-        hidden_size=hidden, intermediate_size=intermediate, num_hidden_layers=layers, num_attention_heads=heads
-    )
-
-
-def _tower(depth: int, hidden: int, intermediate: int, out_hidden: int, deepstack: list[int]) -> dict:
-    return dict(
-        depth=depth,
-        hidden_size=hidden,
-        intermediate_size=intermediate,
-        out_hidden_size=out_hidden,
-        deepstack_visual_indexes=deepstack,
-    )
-
-
 RELEASED = {
     "Qwen/Qwen3-VL-2B-Instruct": released_size(
-        True, _decoder(2048, 6144, 28, 16), _tower(24, 1024, 4096, 2048, [5, 11, 17])
+        tied=True,
+        text=dict(hidden_size=2048, intermediate_size=6144, num_hidden_layers=28, num_attention_heads=16),
+        vision=dict(
+            depth=24,
+            hidden_size=1024,
+            intermediate_size=4096,
+            out_hidden_size=2048,
+            deepstack_visual_indexes=[5, 11, 17],
+        ),
     ),
     "Qwen/Qwen3-VL-4B-Instruct": released_size(
-        True, _decoder(2560, 9728, 36, 32), _tower(24, 1024, 4096, 2560, [5, 11, 17])
+        tied=True,
+        text=dict(hidden_size=2560, intermediate_size=9728, num_hidden_layers=36, num_attention_heads=32),
+        vision=dict(
+            depth=24,
+            hidden_size=1024,
+            intermediate_size=4096,
+            out_hidden_size=2560,
+            deepstack_visual_indexes=[5, 11, 17],
+        ),
     ),
     "Qwen/Qwen3-VL-8B-Instruct": released_size(
-        False, _decoder(4096, 12288, 36, 32), _tower(27, 1152, 4304, 4096, [8, 16, 24])
+        tied=False,
+        text=dict(hidden_size=4096, intermediate_size=12288, num_hidden_layers=36, num_attention_heads=32),
+        vision=dict(
+            depth=27,
+            hidden_size=1152,
+            intermediate_size=4304,
+            out_hidden_size=4096,
+            deepstack_visual_indexes=[8, 16, 24],
+        ),
     ),
 }
 
