@@ -18,7 +18,7 @@ from dataclasses import dataclass
 import torch
 
 from ..errors import ConfigError
-from ..models.families import get_family
+from ..models.families import family_of_checkpoint, get_family
 from ..models.families.registry import released_config, released_names
 from ..models.layers import is_deltanet, language_model, lm_head, mixing_layers
 from ..models.lora import _matches, default_targets
@@ -187,8 +187,6 @@ def architecture(model_path: str) -> Architecture:
     """The architecture of ``model_path``: the model directory's ``config.json``, else a released
     size a family's table knows (its hub name, any case, or its last part)."""
     from transformers import AutoConfig
-
-    from ..models.families import family_of_checkpoint
 
     if os.path.isfile(os.path.join(model_path, "config.json")):
         family_of_checkpoint(model_path)  # one line for a model type no family answers to

@@ -34,66 +34,37 @@ def tiny_config(vocab_size, token_ids, hidden=128, layers=2):
     )
 
 
-# The released sizes' config.json (Qwen2.5-VL's keeps the decoder's fields at the top level): what
-# every size shares, then each size's widths and depths
-_RELEASED_VISION = dict(
-    depth=32,
-    fullatt_block_indexes=[7, 15, 23, 31],
-    hidden_act="silu",
-    hidden_size=1280,
-    in_chans=3,
-    intermediate_size=3420,
-    num_heads=16,
-    patch_size=14,
-    spatial_merge_size=2,
-    spatial_patch_size=14,
-    temporal_patch_size=2,
-    tokens_per_second=2,
-    window_size=112,
-)
-_RELEASED = dict(
-    QWEN_VL_TOKEN_IDS,
-    bos_token_id=151643,
-    eos_token_id=151645,
-    hidden_act="silu",
-    max_position_embeddings=128000,
-    rms_norm_eps=1e-06,
-    rope_scaling={"type": "mrope", "mrope_section": [16, 24, 24]},
-    rope_theta=1000000.0,
-    vision_token_id=151654,
+# The released sizes: their config.json fields that decide the architecture (Qwen2.5-VL's keeps the
+# decoder's at the top level). Every size has a 32-block tower of 1280 wide, 16 heads on 14-pixel
+# patches, 2 frames deep, windowed attention but in 4 blocks, merged 2x2 into tokens of the LM's width
+_RELEASED_VISION = dict(depth=32, hidden_size=1280, intermediate_size=3420, num_heads=16, patch_size=14)
+_RELEASED_WINDOWS = dict(
+    spatial_merge_size=2, temporal_patch_size=2, window_size=112, fullatt_block_indexes=[7, 15, 23, 31]
 )
 
 
-def released_size(**decoder) -> dict:
-    """One released Qwen2.5-VL size's ``config.json`` fields: the shared ones plus its ``decoder``
-    fields (its tower's output is the decoder's width)."""
+def released_size(tied: bool, vocab: int, hidden: int, intermediate: int, layers: int, heads: int, kv: int):
+    """One released Qwen2.5-VL size's ``config.json`` fields: its LM head ``tied`` to the embedding
+    or not, its vocabulary, its decoder's width, MLP width, layers, attention and KV heads."""
+    decoder = dict(hidden_size=hidden, intermediate_size=intermediate, num_hidden_layers=layers)
+    attention = dict(num_attention_heads=heads, num_key_value_heads=kv, max_position_embeddings=128000)
+    tower = {**_RELEASED_VISION, **_RELEASED_WINDOWS, "out_hidden_size": hidden}
     return {
-        **_RELEASED,
+        **QWEN_VL_TOKEN_IDS,
         **decoder,
-        "vision_config": {**_RELEASED_VISION, "out_hidden_size": decoder["hidden_size"]},
+        **attention,
+        "tie_word_embeddings": tied,
+        "vocab_size": vocab,
+        "vision_config": tower,
     }
 
 
-RELEASED = {
-    "Qwen/Qwen2.5-VL-3B-Instruct": released_size(
-        hidden_size=2048,
-        intermediate_size=11008,
-        num_attention_heads=16,
-        num_hidden_layers=36,
-        num_key_value_heads=2,
-        tie_word_embeddings=True,
-        vocab_size=151936,
-    ),
-    "Qwen/Qwen2.5-VL-7B-Instruct": released_size(
-        hidden_size=3584,
-        intermediate_size=18944,
-        num_attention_heads=28,
-        num_hidden_layers=28,
-        num_key_value_heads=4,
-        tie_word_embeddings=False,
-        vocab_size=152064,
-    ),
+# hub name: (tied, vocabulary, hidden, MLP width, layers, heads, KV heads)
+_SIZES = {
+    "Qwen/Qwen2.5-VL-3B-Instruct": (True, 151936, 2048, 11008, 36, 16, 2),
+    "Qwen/Qwen2.5-VL-7B-Instruct": (False, 152064, 3584, 18944, 28, 28, 4),
 }
+RELEASED = {name: released_size(*size) for name, size in _SIZES.items()}
 
 
 FAMILY = register(
