@@ -27,6 +27,8 @@ PUBLISHED = {
     "Qwen/Qwen3-VL-8B-Instruct": 8_767_123_696,
     "Qwen/Qwen2.5-VL-3B-Instruct": 3_754_622_976,
     "Qwen/Qwen2.5-VL-7B-Instruct": 8_292_166_656,
+    "Qwen/Qwen3-VL-30B-A3B-Instruct": 31_070_754_032,
+    "Qwen/Qwen3.5-9B": 9_409_813_744,
 }
 # where each family's vision side (tower, merger, InternVL's projector) lives in the model
 VISION_PREFIXES = ("model.visual.", "model.vision_tower.", "model.multi_modal_projector.")
@@ -133,7 +135,12 @@ def test_moe_active_parameters_go_through_top_k_experts():
     config, model = tiny("qwen3_vl_moe")
     arch = Architecture.from_config(config, "moe")
     text = arch.text
-    assert (text.experts, text.experts_per_token, text.expert_intermediate) == (4, 2, 96)
+    assert (text.experts, text.experts_per_token, text.expert_intermediate, text.intermediate) == (
+        4,
+        2,
+        96,
+        0,
+    )
     experts = numel(v for n, v in model.named_parameters() if ".mlp.experts." in n)
     assert arch.params.active_per_token == arch.params.layers - experts // 2 + model.lm_head.weight.numel()
 

@@ -30,7 +30,7 @@ class TextFacts:
 
     Attributes:
         hidden / layers / heads / kv_heads / head_dim / intermediate / vocab: Its widths and depth
-            (``intermediate``: the dense MLP's, 0 where every layer is MoE and none is given).
+            (``intermediate``: the dense MLP's, 0 when every layer's MLP is experts).
         tied_embeddings: The LM head is the input embedding (one tensor).
         attention_layers: Layers with softmax attention (those hold a KV cache).
         linear_layers: Gated-DeltaNet layers (Qwen3.5), each holding a fixed-size state per sequence.
@@ -212,7 +212,7 @@ def _text_facts(model, family) -> TextFacts:
         heads=text.num_attention_heads,
         kv_heads=text.num_key_value_heads,
         head_dim=getattr(text, "head_dim", None) or text.hidden_size // text.num_attention_heads,
-        intermediate=getattr(text, "intermediate_size", None) or 0,
+        intermediate=text.intermediate_size if any(_dense_mlp(layer) for layer in language.layers) else 0,
         vocab=text.vocab_size,
         tied_embeddings=_tied(model),
         attention_layers=len(mixing) - len(deltanets),
@@ -220,6 +220,11 @@ def _text_facts(model, family) -> TextFacts:
         linear_state_elements=_deltanet_state(deltanets[0]) if deltanets else 0,
         **moe,
     )
+
+
+def _dense_mlp(layer) -> bool:
+    """Whether a decoder layer's MLP is one dense MLP (not routed experts)."""
+    return not hasattr(layer.mlp, "experts")
 
 
 def _moe_facts(text) -> dict[str, int]:

@@ -396,11 +396,13 @@ def moe_family(
     aliases: tuple[str, ...],
     vllm_architecture: str,
     tiny_config: Callable[..., Any],
+    released: dict[str, dict[str, Any]] | None = None,
     **engine_facts: Any,
 ) -> ModelFamily:
     """The mixture-of-experts version of a ``dense`` family: its frames, tokens and vision parts
     around an MoE decoder (vLLM's other architecture, which takes no pushed weights, and the
-    MoE's own ``engine_facts``) with its tiny config, and no released sizes of its own."""
+    MoE's own ``engine_facts``) with its tiny config and its own ``released`` sizes (none of the
+    dense family's)."""
     engine = replace(
         dense.engine,
         vllm_architecture=vllm_architecture,
@@ -408,12 +410,11 @@ def moe_family(
         vllm_weight_push=VLLM_MOE_RELOAD,
         **engine_facts,
     )
-    # the dense family's released sizes are not the MoE's
     return replace(
         dense,
         model_type=model_type,
         aliases=aliases,
         engine=engine,
         fixture=TinyFixture(tiny_config),
-        released={},
+        released=released or {},
     )

@@ -43,9 +43,9 @@ _RELEASED_TEXT = dict(head_dim=128, num_key_value_heads=8, vocab_size=151936, ma
 _RELEASED_VISION = dict(
     num_heads=16, num_position_embeddings=2304, patch_size=16, spatial_merge_size=2, temporal_patch_size=2
 )
-# the 2B and 4B sizes' tower, and the 8B's
+# the 2B and 4B sizes' tower, and the 8B's (Qwen3-VL-MoE's too)
 _SMALL_TOWER = dict(depth=24, hidden_size=1024, intermediate_size=4096, deepstack_visual_indexes=[5, 11, 17])
-_LARGE_TOWER = dict(depth=27, hidden_size=1152, intermediate_size=4304, deepstack_visual_indexes=[8, 16, 24])
+LARGE_TOWER = dict(depth=27, hidden_size=1152, intermediate_size=4304, deepstack_visual_indexes=[8, 16, 24])
 
 
 def released_size(tied: bool, hidden: int, intermediate: int, layers: int, heads: int, tower: dict) -> dict:
@@ -69,7 +69,7 @@ def released_size(tied: bool, hidden: int, intermediate: int, layers: int, heads
 _SIZES = {
     "Qwen/Qwen3-VL-2B-Instruct": (True, 2048, 6144, 28, 16, _SMALL_TOWER),
     "Qwen/Qwen3-VL-4B-Instruct": (True, 2560, 9728, 36, 32, _SMALL_TOWER),
-    "Qwen/Qwen3-VL-8B-Instruct": (False, 4096, 12288, 36, 32, _LARGE_TOWER),
+    "Qwen/Qwen3-VL-8B-Instruct": (False, 4096, 12288, 36, 32, LARGE_TOWER),
 }
 RELEASED = {name: released_size(*size) for name, size in _SIZES.items()}
 
