@@ -23,6 +23,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
+from ..models.chunked_logits import chunk_rows
 from .architecture import Architecture
 from .workload import MicroBatch, Workload
 
@@ -49,8 +50,8 @@ BACKWARD_UNITS = {"hidden": 2.0, "mlp": 2.0}
 # attention output and its copy, the residual (12 x its width), the MLP's input and activation
 # (2 x the MLP width). A merger keeps about 4 x (the width) per patch; its output one feature per token.
 VISION_UNITS = {"hidden": 12.0, "mlp": 2.0, "merger": 4.0}
-# The chunked log-softmax (``models/chunked_logits.py``) holds two float32 chunks of this size.
-LOGITS_CHUNK_BYTES = 2 * 128 * 2**20
+# The chunked log-softmax (``models/chunked_logits.py``) holds two float32 chunks of positions at once.
+LOGITS_CHUNKS = 2
 
 
 @dataclass(frozen=True)
@@ -88,6 +89,10 @@ class Phase:
     @property
     def peak_gib(self) -> float:
         return self.peak_bytes / GIB
+
+    @property
+    def parts_gib(self) -> dict[str, float]:
+        return {k: v / GIB for k, v in self.parts.items()}
 
 
 @dataclass(frozen=True)
@@ -174,8 +179,10 @@ def vision_activations(
 def logits_bytes(arch: Architecture, mb: MicroBatch, compute: int, grad: bool) -> float:
     """The LM head's logits for the kept positions (and their gradient in the backward), plus
     the chunked log-softmax's float32 buffers."""
-    logits = mb.kept * arch.text.vocab * compute
-    return logits * (2 if grad else 1) + LOGITS_CHUNK_BYTES
+    vocab = arch.text.vocab
+    logits = mb.kept * vocab * compute
+    chunks = LOGITS_CHUNKS * min(mb.kept, chunk_rows(vocab)) * vocab * 4
+    return logits * (2 if grad else 1) + chunks
 
 
 def mask_bytes(mb: MicroBatch, compute: int) -> float:
