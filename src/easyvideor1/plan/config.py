@@ -7,9 +7,9 @@ are shortcuts for them. Torch-free: the config loads without it.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
-from ..validation import at_least, in_range, one_of, positive, whole_number
+from ..validation import at_least, in_range, one_of, positive, require, whole_number
 
 # Accelerators the planner knows: (memory GiB as the driver reports it, dense bf16 TFLOPS,
 # memory bandwidth GB/s, per-GPU interconnect GB/s one way), from the vendors' data sheets (SXM).
@@ -39,6 +39,10 @@ class PlanConfig:
             an assumption of the time estimate, not a measurement.
         reserved_gib: Memory per GPU outside every tensor the planner counts: the CUDA context,
             cuBLAS and NCCL workspaces, the caching allocator's fragmentation.
+        video_size: ``[width, height]`` of the videos memory is planned for (default 1080p
+            landscape, the largest frames datasets commonly hold); the frame rule and the
+            ``data.video_*`` pixel caps then size the frames.
+        video_seconds: Their length (default two hours: long enough to reach any frame cap).
         mean_prompt_tokens / mean_response_tokens: Typical lengths of the data, for the time
             estimate only (0: the configured maxima, ``data.max_prompt_length`` and
             ``rollout.max_new_tokens``). Memory is always planned for the maxima.
@@ -52,6 +56,8 @@ class PlanConfig:
     interconnect_gbs: float | None = None
     mfu: float = 0.35
     reserved_gib: float = 2.0
+    video_size: list[int] = field(default_factory=lambda: [1920, 1080])
+    video_seconds: float = 7200.0
     mean_prompt_tokens: int = 0
     mean_response_tokens: int = 0
 
@@ -63,5 +69,12 @@ class PlanConfig:
                 positive(f"plan.{key}", getattr(self, key))
         in_range("plan.mfu", self.mfu, 0.0, 1.0, low_open=True)
         at_least("plan.reserved_gib", self.reserved_gib, 0.0)
+        require(
+            len(self.video_size) == 2 and all(isinstance(x, int) and x >= 16 for x in self.video_size),
+            "plan.video_size",
+            "must be [width, height], each a whole number >= 16",
+            self.video_size,
+        )
+        positive("plan.video_seconds", self.video_seconds)
         whole_number("plan.mean_prompt_tokens", self.mean_prompt_tokens, 0, "0: data.max_prompt_length")
         whole_number("plan.mean_response_tokens", self.mean_response_tokens, 0, "0: rollout.max_new_tokens")

@@ -7,7 +7,7 @@ guarantee for every batch the data can produce, not for an average one. Two comp
 planned and the larger of each phase reported (:class:`MicroBatch`):
 
 - ``longest prompt``: a prompt of ``data.max_prompt_length`` tokens (with the largest video of the
-  frame budget) and as many of its responses of ``rollout.max_new_tokens`` as the micro-batch holds;
+  frame budget: ``plan.video_size`` and ``plan.video_seconds``, 1080p and two hours by default) and as many of its responses of ``rollout.max_new_tokens`` as the micro-batch holds;
 - ``most responses``: as many response tokens as the micro-batch holds behind short prompts (the
   logits path grows with the response tokens, not the prompt's).
 """
@@ -20,9 +20,9 @@ from dataclasses import dataclass
 from ..media.sampling import frame_indices, video_frame_size
 from .architecture import Architecture
 
-# The video the frame budget is planned for: long enough to reach any frame cap (two hours at 30
-# fps) and 1080p landscape, the largest frames a dataset commonly holds (the pixel caps then decide).
-PLANNED_VIDEO = dict(seconds=7200, fps=30.0, height=1080, width=1920)
+# The frame rate of the planned video (``plan.video_size``, ``plan.video_seconds``): the frame
+# budget samples it down; only a video slower than the sampling rate would give fewer frames.
+PLANNED_FPS = 30.0
 # Tokens of a "short" prompt in the ``most responses`` composition (the question, no media).
 SHORT_PROMPT = 256
 
@@ -83,19 +83,20 @@ class Workload:
     responses_behind_prompt: int
 
 
-def planned_video(data) -> tuple[int, tuple[int, int]]:
-    """(frames, (height, width)) of :data:`PLANNED_VIDEO` under the data section's frame budget."""
-    params = data.sampling_params()
-    v = PLANNED_VIDEO
-    indices, _ = frame_indices(params, int(v["seconds"] * v["fps"]), v["fps"])
+def planned_video(cfg) -> tuple[int, tuple[int, int]]:
+    """(frames, (height, width)) of the planned video (``plan.video_size``, ``plan.video_seconds``)
+    under the data section's frame budget."""
+    params = cfg.data.sampling_params()
+    width, height = cfg.plan.video_size
+    indices, _ = frame_indices(params, max(1, int(cfg.plan.video_seconds * PLANNED_FPS)), PLANNED_FPS)
     nframes = len(indices)
-    return nframes, video_frame_size(params, v["height"], v["width"], nframes)
+    return nframes, video_frame_size(params, height, width, nframes)
 
 
 def workload(cfg, arch: Architecture, gpus: int) -> Workload:
     """The per-rank work of the run ``cfg`` (a finished run config) on ``gpus`` GPUs."""
     vis = arch.vision
-    frames, (height, width) = planned_video(cfg.data)
+    frames, (height, width) = planned_video(cfg)
     temporal = max(1, math.ceil(frames / vis.temporal_patch_size))
     per_frame = (height // vis.patch_size) * (width // vis.patch_size)
     merge = vis.merge_size**2
