@@ -98,10 +98,11 @@ def _generate(planner: Planner, hw, rate: float) -> PhaseCost:
         + _vision_flops(planner, w.video_patches * min(1.0, prompt / w.prompt))
     )
     sequences = prompts * w.n
-    kv_tokens = planner.engine_parts().get("kv cache", 0.0) / planner.kv_bytes_per_token()
     context = prompt + response / 2
-    # prompts share their blocks among their n samples; a running sequence adds its response
-    running = max(1.0, min(sequences, kv_tokens / max(1.0, prompt / w.n + response)))
+    running = sequences  # the HF engine decodes the rank's sequences in one batch
+    if planner.vllm:  # as many as the KV cache holds: prompts share their blocks among their n samples
+        kv_tokens = planner.engine_parts()["kv cache"] / planner.kv_bytes_per_token()
+        running = max(1.0, min(sequences, kv_tokens / max(1.0, prompt / w.n + response)))
     waves = math.ceil(sequences / running)
     weights = planner.engine_weights()
     kv_read = running * context * planner.kv_bytes_per_token()

@@ -236,7 +236,10 @@ class Planner:
 
     def engine_parts(self) -> dict[str, float]:
         """vLLM's memory: ``gpu_memory_utilization`` of the GPU, spent on its weights, its
-        profiled activations, CUDA graphs, and the KV cache (the rest)."""
+        profiled activations, CUDA graphs, and the KV cache (the rest). The HF engine's: the KV
+        cache of all the rank's sequences, generated in one batch, and the last step's logits."""
+        if self.cfg.rollout.engine == "hf":
+            return self.hf_generation()
         if self.cfg.rollout.engine != "vllm" or self.device == "cpu":
             return {}
         total = self.engine_share() * self.memory_bytes
@@ -248,6 +251,16 @@ class Planner:
             "engine activations": activations,
             "engine graphs": graphs,
             "kv cache": max(0.0, total - weights - activations - graphs),
+        }
+
+    def hf_generation(self) -> dict[str, float]:
+        w, t = self.work, self.arch.text
+        sequences = w.prompts_per_rank * w.n
+        per_token = 2 * t.attention_layers * t.kv_heads * t.head_dim * self.precision.compute
+        state = t.linear_layers * t.linear_state_elements * self.precision.compute
+        return {
+            "hf kv cache": sequences * ((w.prompt + w.response) * per_token + state),
+            "hf logits": sequences * t.vocab * 4,
         }
 
     def engine_weights(self) -> float:
@@ -269,9 +282,14 @@ class Planner:
         tp = self.cfg.rollout.vllm.tensor_parallel_size
         return 2 * t.attention_layers * t.kv_heads * t.head_dim * self.precision.engine / tp
 
+    @property
+    def vllm(self) -> bool:
+        return self.cfg.rollout.engine == "vllm" and self.device != "cpu"
+
     def engine_awake_in_passes(self) -> dict[str, float]:
-        """The engine's memory during the trainer's passes: none when it sleeps between phases."""
-        if self.cfg.rollout.vllm.sleep_between_phases:
+        """vLLM's memory during the trainer's passes: none when it sleeps between phases (the HF
+        engine's cache is gone when generation returns)."""
+        if not self.vllm or self.cfg.rollout.vllm.sleep_between_phases:
             return {}
         return self.engine_parts()
 
@@ -358,7 +376,7 @@ class Planner:
         update = self._worst("update", {**resident, **awake, **grads}, self.backward)
         step = Phase("update", {**resident, **awake, **grads, **self.optimizer_step()}, "the optimizer step")
         out.append(update if update.peak_bytes >= step.peak_bytes else step)
-        if engine:
+        if self.vllm:
             woken = {k: v for k, v in engine.items() if k == "engine weights"}
             out.append(
                 Phase(

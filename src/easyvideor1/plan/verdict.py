@@ -178,9 +178,9 @@ def _planner(cfg, arch: Architecture, hw: Hardware) -> Planner:
 
 
 def _kv(planner: Planner) -> dict:
-    parts = planner.engine_parts()
-    if not parts:
+    if not planner.vllm:
         return {}
+    parts = planner.engine_parts()
     w = planner.work
     tokens = int(parts["kv cache"] / planner.kv_bytes_per_token())
     group = w.prompt + w.n * w.response  # the n samples share their prompt's blocks
@@ -218,7 +218,7 @@ def _notes(planner: Planner) -> list[str]:
 def _verdict(planner: Planner, phase: Phase) -> PhaseVerdict:
     margin = planner.memory_bytes - phase.peak_bytes
     reason = ""
-    if phase.name == "generate" and planner.engine_parts():
+    if phase.name == "generate" and planner.vllm:
         w = planner.work
         tokens = planner.engine_parts()["kv cache"] / planner.kv_bytes_per_token()
         if tokens < w.prompt + w.response:
