@@ -30,6 +30,7 @@ FOUNDATION = (
     "threads",
     "jsonlines",
     "config_loading",
+    "templates",
 )
 
 # Bottom first: a layer imports only the layers below it (two names in one row import neither). A

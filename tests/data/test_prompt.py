@@ -106,3 +106,39 @@ def test_a_jinja_file_sees_the_record_but_not_its_answer(tmp_path) -> None:
     broken.write_text("{% if %}")
     with pytest.raises(PromptError, match=r"broken.jinja: Jinja syntax error on line 1"):
         format_question(record, str(broken))
+
+
+@pytest.mark.parametrize(
+    "source, why",
+    [
+        ("{{ ''.__class__.__mro__ }}", "access to attribute '__class__'"),
+        ("{{ cycler.__init__.__globals__ }}", "access to attribute '__init__'"),
+        ("{% include '/etc/passwd' %}", "no loader"),
+        ("{% for i in range(10**15) %}x{% endfor %}", "range() of 1,000,000,000,000,000 items"),
+        ("{{ problem * 10**9 }}", "operator '*'"),
+    ],
+)
+def test_a_jinja_file_runs_in_the_sandbox(tmp_path, source, why) -> None:
+    """A ``.jinja`` prompt file renders in the sandboxed, bounded environment: one line naming it."""
+    path = tmp_path / "x.jinja"
+    path.write_text(source)
+    with pytest.raises(PromptError) as e:
+        format_question(_record("ocr"), str(path))
+    assert str(e.value).startswith(f"prompt template {path}: record ") and why in str(e.value)
+    assert "\n" not in str(e.value)
+
+
+def test_data_prompt_template_is_compiled_at_start_up(tmp_path) -> None:
+    from easyvideor1.data.config import DataConfig
+    from easyvideor1.errors import ConfigError
+
+    broken = tmp_path / "broken.jinja"
+    broken.write_text("{{ question ")
+    with pytest.raises(
+        ConfigError, match=rf"^data.prompt_template: prompt template {broken}: Jinja syntax error"
+    ):
+        DataConfig(prompt_template=str(broken))
+    with pytest.raises(
+        ConfigError, match=r"^data.prompt_template: prompt template not found: .*missing.jinja"
+    ):
+        DataConfig(prompt_template=str(tmp_path / "missing.jinja"))

@@ -9,9 +9,10 @@ import subprocess
 import sys
 
 import pytest
+import yaml
 
 from easyvideor1.cli import main
-from easyvideor1.data.prompt import PromptTemplate
+from easyvideor1.data.prompt import PromptError, PromptTemplate
 from easyvideor1.data.records import load_records
 from easyvideor1.data.synthetic import write_synthetic_set
 from easyvideor1.evaluation import render_prompt
@@ -151,3 +152,29 @@ def test_a_spec_file_template_renders_with_the_training_variables(assets, tmp_pa
     )
     with pytest.raises(SpecFileError, match=r"bad.yaml: key 'prompt': Jinja syntax error on line 1"):
         load_spec_file(str(bad))
+
+
+@pytest.mark.parametrize(
+    "prompt, why",
+    [
+        ("{{ cycler.__init__.__globals__.os.popen('id').read() }}", "attribute '__init__'"),
+        ("{% include '/etc/passwd' %}", "no loader"),
+        ("{% for i in range(10**15) %}{{ question }}{% endfor %}", "range() of"),
+        ("{{ question * 10**9 }}", "operator '*'"),
+    ],
+)
+def test_a_shared_spec_files_prompt_runs_in_the_sandbox(assets, tmp_path, prompt, why):
+    """A spec file from someone else cannot run a command, read a file or spin: its prompt is
+    refused in one line naming the file and key."""
+    path = tmp_path / "shared.yaml"
+    path.write_text(
+        yaml.safe_dump(
+            {"name": "shared", "annotation": str(assets / "syn" / "records.jsonl"), "prompt": prompt}
+        )
+    )
+    spec = load_spec_file(str(path))
+    record = load_records(str(assets / "syn" / "records.jsonl"))[0]
+    with pytest.raises(PromptError) as e:
+        spec.build_prompt(record, "direct")
+    assert str(e.value).startswith(f"{path}: key 'prompt': record ") and why in str(e.value)
+    assert "\n" not in str(e.value)

@@ -151,7 +151,7 @@ class DataConfig:
         from ..validation import positive, require
 
         positive("data.decode_time_limit", self.decode_time_limit)
-        from .prompt import TEMPLATE_NAMES
+        from .prompt import TEMPLATE_NAMES, PromptError, prompt_template
 
         require(
             self.prompt_template in TEMPLATE_NAMES or str(self.prompt_template).endswith(".jinja"),
@@ -159,6 +159,10 @@ class DataConfig:
             f"must be {', '.join(TEMPLATE_NAMES)} or a .jinja file",
             self.prompt_template,
         )
+        try:  # a .jinja file is read and compiled now: its syntax errors stop the run at start-up
+            prompt_template(self.prompt_template)
+        except PromptError as e:
+            raise ConfigError(f"data.prompt_template: {e}") from None
         require(
             isinstance(self.max_prompt_length, int) and self.max_prompt_length >= 1,
             "data.max_prompt_length",

@@ -1,6 +1,7 @@
 """The one prompt renderer: a record -> the user text the model sees, for training and evaluation.
 
-Every prompt is a Jinja template rendered with the same variables, whoever asks for it:
+Every prompt is a Jinja template rendered with the same variables, whoever asks for it, in the
+sandboxed, bounded environment of every user template (``easyvideor1/templates.py``):
 
 - the training templates (``data.prompt_template``): ``none`` (the question as written), ``plain``
   (question, options block, the task's answer instruction) and ``reasoning`` (the same, asking to
@@ -30,6 +31,7 @@ from typing import Any
 
 from ..errors import ConfigError, UserError
 from ..rewards.instructions import answer_instruction
+from ..templates import TemplateError, UserTemplate, compile_template
 from .records import Record, RecordError
 
 STYLES = ("direct", "thinking")
@@ -71,13 +73,6 @@ def question_text(record: Record) -> str:
     return re.sub(r"<image \d+>", "<image>", record.problem).strip()
 
 
-@functools.lru_cache(maxsize=1)
-def _environment():
-    import jinja2
-
-    return jinja2.Environment(undefined=jinja2.StrictUndefined, autoescape=False, keep_trailing_newline=False)
-
-
 @dataclasses.dataclass(frozen=True)
 class PromptTemplate:
     """A Jinja prompt template, callable as ``(record, style) -> text`` (a benchmark spec's ``prompt``).
@@ -97,12 +92,7 @@ class PromptTemplate:
     sets_thinking: bool = True
 
     def __post_init__(self) -> None:
-        import jinja2
-
-        try:
-            _environment().parse(self.source)
-        except jinja2.TemplateSyntaxError as e:
-            raise PromptError(f"{self.origin}: Jinja syntax error on line {e.lineno}: {e.message}") from None
+        self._compiled()  # a syntax error is found where the template is read, not at the first record
 
     def effective_style(self, style: str = "direct") -> str:
         check_style(style)
@@ -116,8 +106,6 @@ class PromptTemplate:
         return self.effective_style(style) == "thinking" if self.sets_thinking else None
 
     def __call__(self, record: Record, style: str = "direct") -> str:
-        import jinja2
-
         style = self.effective_style(style)
         reasoning = style == "thinking"
         fields = {k: v for k, v in record.to_dict().items() if k not in _WITHHELD}
@@ -133,20 +121,19 @@ class PromptTemplate:
             "record": fields,
         }
         try:
-            return self._compiled().render(**variables)
-        except jinja2.TemplateError as e:
-            hint = " (the answer is withheld from prompts)" if "answer" in str(e) else ""
+            return self._compiled().render(variables)
+        except TemplateError as e:
+            hint = " (the answer is withheld from prompts)" if "answer" in e.reason else ""
             raise PromptError(
-                f"{self.origin}: record {record.problem_id!r} ({record.source}): {e}{hint}"
+                f"{self.origin}: record {record.problem_id!r} ({record.source}): {e.reason}{hint}"
             ) from None
 
-    def _compiled(self):
-        return _compile(self.source)
-
-
-@functools.lru_cache(maxsize=64)
-def _compile(source: str):
-    return _environment().from_string(source)
+    def _compiled(self) -> UserTemplate:
+        """The template compiled in the sandboxed, bounded environment every user template renders in."""
+        try:
+            return compile_template(self.source, self.origin)
+        except TemplateError as e:
+            raise PromptError(str(e)) from None
 
 
 @functools.lru_cache(maxsize=32)
@@ -161,9 +148,13 @@ def prompt_template(name: str) -> PromptTemplate:
             f"unknown prompt template {name!r}: use {', '.join(TEMPLATE_NAMES)} or a .jinja file"
         )
     if not os.path.isfile(name):
-        raise FileNotFoundError(f"prompt template not found: {name}")
-    with open(name, encoding="utf-8") as f:
-        return PromptTemplate(f.read(), name, None, sets_thinking=False)
+        raise PromptError(f"prompt template not found: {name}")
+    try:
+        with open(name, encoding="utf-8") as f:
+            source = f.read()
+    except (OSError, UnicodeDecodeError) as e:
+        raise PromptError(f"prompt template {name}: cannot be read as UTF-8 text ({e})") from None
+    return PromptTemplate(source, f"prompt template {name}", None, sets_thinking=False)
 
 
 def format_question(record: Record, template: str = "plain", style: str = "direct") -> str:
