@@ -33,6 +33,11 @@ _BIG = "{% set s = 'a' * 1000000 %}"
             "'~'",
         ),
         ("{% set x = 'a' * 100000 %}{% for i in range(100) %}{{ x }}{% endfor %}", "rendered text is longer"),
+        (_BIG + "{% set b %}{% for i in range(1000) %}{{ s }}{% endfor %}{% endset %}", "block's output"),
+        (
+            _BIG + "{% macro m() %}{% for i in range(1000) %}{{ s }}{% endfor %}{% endmacro %}{{ m() }}",
+            "block's",
+        ),
         ("{{ 99999 ** 99999 }}", "too large"),
         ("{{ 'x' | center(10**10) }}", "center() with a width"),
         ("{{ 'x'.ljust(10**10) }}", "ljust() with a width"),

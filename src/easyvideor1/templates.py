@@ -221,6 +221,13 @@ def _environment():
         def bounded_concat(self, text):
             return _bounded(text, "operator '~'")
 
+        def concat(self, pieces):
+            """Jinja's join of a captured block (``{% set %}...{% endset %}``, a macro's output), bounded."""
+            pieces = list(pieces)
+            if sum(map(len, pieces)) > MAX_TEXT:
+                raise _Refused(f"a block's output is longer than {MAX_TEXT:,} characters")
+            return "".join(pieces)
+
         def call(__self, __context, __obj, *args, **kwargs):  # noqa: N805 (Jinja's signature)
             _spend()
             name = getattr(__obj, "__name__", "")
