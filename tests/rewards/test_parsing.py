@@ -142,3 +142,41 @@ def test_find_json(text: str, value) -> None:
 )
 def test_clean_short_answer(text: str, clean: str) -> None:
     assert clean_short_answer(text) == clean
+
+
+_OPTIONS = ["A. red", "B. green", "C. blue"]
+
+
+@pytest.mark.parametrize(
+    ("response", "truth", "problem_type", "options", "prediction"),
+    [
+        ("Ｂ", "B", "multiple choice", _OPTIONS, "B"),
+        ("（Ｂ）", "B", "multiple choice", _OPTIONS, "B"),
+        ("答案是Ｂ", "B", "multiple choice", _OPTIONS, "B"),
+        ("<answer>Ｂ</answer>", "B", "multiple choice", _OPTIONS, "B"),
+        ("答案：（Ｃ）。", "C", "multiple choice", _OPTIONS, "C"),
+        ("１２．５", "12.5", "numerical", None, "12.5"),
+        ("<answer>１２．５</answer>", "12.5", "numerical", None, "12.5"),
+        ("答案是１２．５", "12.5", "numerical", None, "12.5"),
+        # an ASCII answer in a response whose other text NFKC changes (x², ①, ｆｕｌｌ) reads as it was
+        ("x² grows; ① ｆｕｌｌ width aside, <answer>B</answer>", "B", "multiple choice", _OPTIONS, "B"),
+        ("x² is 6.25 here, so <answer>12.5</answer>", "12.5", "numerical", None, "12.5"),
+    ],
+)
+def test_fullwidth_answers_read_as_ascii(response, truth, problem_type, options, prediction) -> None:
+    from easyvideor1.rewards import compute_score
+
+    result = compute_score(response, truth, problem_type, options)
+    assert (result["accuracy"], str(result["prediction"])) == (1.0, prediction)
+
+
+@pytest.mark.parametrize(
+    "response", ["<answer>B</answer>", "The answer is (C).", "12.5 \\boxed{3/4}", "x\ty\r\n"]
+)
+def test_reading_form_leaves_ascii_as_it_is(response) -> None:
+    from easyvideor1.rewards.parsing import reading_form
+
+    assert reading_form(response) == response
+    assert (
+        extract_answer(response).text == extract_answer(response.replace("B", "Ｂ").replace("C", "Ｃ")).text
+    )

@@ -14,7 +14,9 @@ A response commits to an answer by an `<answer>` tag, an explicit statement ("th
 `\\boxed{}`; `committed_answers` lists every such commitment outside the reasoning, and
 `ExtractedAnswer.read` accepts an answer only when all of them name the same value for the task.
 Invisible characters (zero-width spaces and joiners, the word joiner, the byte-order mark, the soft
-hyphen) are removed before any answer is read: "A\\u200bB" is the word "AB", not the letter A.
+hyphen) are removed before any answer is read: "A\\u200bB" is the word "AB", not the letter A. The
+text is then put in Unicode compatibility form (NFKC, `reading_form`), so fullwidth letters, digits
+and punctuation read as their ASCII forms ("答案是Ｂ" states B, "１２．５" is 12.5); ASCII is unchanged.
 """
 
 from __future__ import annotations
@@ -61,6 +63,14 @@ def remove_invisible(text: str) -> str:
     """`text` without zero-width spaces/joiners (U+200B-U+200D), the word joiner (U+2060), the
     byte-order mark (U+FEFF) and soft hyphens (U+00AD): what a reader sees is what is scored."""
     return _INVISIBLE_RE.sub("", text)
+
+
+def reading_form(text: str) -> str:
+    """`text` as answers are read from it: invisible characters removed, then Unicode compatibility
+    normalisation (NFKC): fullwidth `Ｂ`, `（Ｂ）`, `１２．５` become `B`, `(B)`, `12.5`. ASCII text is
+    returned as it is."""
+    text = remove_invisible(text)
+    return text if text.isascii() else unicodedata.normalize("NFKC", text)
 
 
 # --------------------------------------------------------------------------- tags and reasoning
@@ -341,9 +351,9 @@ def extract_answer(response: str) -> ExtractedAnswer:
     answer `ambiguous` (a hedge); every commitment (tags, statements, boxes) is listed in
     `candidates`, so a task can refuse two different answers (`ExtractedAnswer.read`). Only the
     last `MAX_SCORED_CHARS` characters of the reasoning-free response are read (bounded time on
-    any input), after invisible characters are removed.
+    any input), in their `reading_form` (invisible characters removed, fullwidth forms made ASCII).
     """
-    body = remove_invisible(scored_tail(strip_think(response)))
+    body = reading_form(scored_tail(strip_think(response)))
     candidates = tuple(committed_answers(body))
     tags = [content for content in answer_tag_contents(body) if content]
     if len({" ".join(content.split()) for content in tags}) > 1:

@@ -45,7 +45,7 @@ from easyvideor1.rewards.parsing import (
     extract_answer,
     final_statement,
     normalize_text,
-    remove_invisible,
+    reading_form,
     scored_tail,
     strip_think,
 )
@@ -329,7 +329,7 @@ def _choose(answer: ExtractedAnswer, body: str, texts: dict[str, str], valid: st
         if found:
             return found
         return _from_rules(answer.text, valid, "answer_tag")
-    body = remove_invisible(scored_tail(body))  # answers come last; bounded time on any response
+    body = reading_form(scored_tail(body))  # answers come last; bounded time on any response
     statement = final_statement(body)
     found = _from_statement(statement, texts, valid, "final_statement") if statement else None
     if found:
