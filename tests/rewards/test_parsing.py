@@ -171,9 +171,18 @@ def test_fullwidth_answers_read_as_ascii(response, truth, problem_type, options,
 
 
 @pytest.mark.parametrize(
-    "response", ["<answer>B</answer>", "The answer is (C).", "12.5 \\boxed{3/4}", "x\ty\r\n"]
+    "response",
+    [
+        "<answer>B</answer>",
+        "The answer is (C).",
+        "12.5 \\boxed{3/4}",
+        "x\ty\r\n",
+        # only width forms are unified: superscripts, fractions, ligatures and CJK punctuation stay
+        "<answer>O(n²)</answer>",
+        "The answer is Cu²⁺, ½ of ﬁve。",
+    ],
 )
-def test_reading_form_leaves_ascii_as_it_is(response) -> None:
+def test_reading_form_changes_only_width_forms(response) -> None:
     from easyvideor1.rewards.parsing import reading_form
 
     assert reading_form(response) == response

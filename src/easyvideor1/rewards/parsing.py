@@ -15,8 +15,10 @@ A response commits to an answer by an `<answer>` tag, an explicit statement ("th
 `ExtractedAnswer.read` accepts an answer only when all of them name the same value for the task.
 Invisible characters (zero-width spaces and joiners, the word joiner, the byte-order mark, the soft
 hyphen) are removed before any answer is read: "A\\u200bB" is the word "AB", not the letter A. The
-text is then put in Unicode compatibility form (NFKC, `reading_form`), so fullwidth letters, digits
-and punctuation read as their ASCII forms ("答案是Ｂ" states B, "１２．５" is 12.5); ASCII is unchanged.
+width forms are then unified (`reading_form`: the compatibility normalisation NFKC applies to
+fullwidth and halfwidth characters), so fullwidth letters, digits and punctuation read as their ASCII
+forms ("答案是Ｂ" states B, "１２．５" is 12.5). The rest of NFKC is not applied: it would turn the
+answer "O(n²)" into "O(n2)" and "Cu²⁺" into "Cu2+". ASCII text is unchanged.
 """
 
 from __future__ import annotations
@@ -65,12 +67,27 @@ def remove_invisible(text: str) -> str:
     return _INVISIBLE_RE.sub("", text)
 
 
+def _width_forms() -> dict[int, int]:
+    """Each character whose compatibility decomposition is a `<wide>` or `<narrow>` form -> that
+    character: the fullwidth ASCII block (U+FF01-U+FF5E), the ideographic space, halfwidth katakana
+    and hangul, fullwidth symbols (one character each way, so offsets into the text are kept)."""
+    table = {}
+    for code in (0x3000, *range(0xFF00, 0xFFF0)):
+        kind, *target = unicodedata.decomposition(chr(code)).split() or [""]
+        if kind in ("<wide>", "<narrow>") and len(target) == 1:
+            table[code] = int(target[0], 16)
+    return table
+
+
+_WIDTH_FORMS = _width_forms()
+
+
 def reading_form(text: str) -> str:
-    """`text` as answers are read from it: invisible characters removed, then Unicode compatibility
-    normalisation (NFKC): fullwidth `Ｂ`, `（Ｂ）`, `１２．５` become `B`, `(B)`, `12.5`. ASCII text is
-    returned as it is."""
+    """`text` as answers are read from it: invisible characters removed, fullwidth and halfwidth
+    forms made plain (`Ｂ`, `（Ｂ）`, `１２．５` become `B`, `(B)`, `12.5`). Superscripts, ligatures and
+    the other compatibility characters are kept ("O(n²)" stays). ASCII text is returned as it is."""
     text = remove_invisible(text)
-    return text if text.isascii() else unicodedata.normalize("NFKC", text)
+    return text if text.isascii() else text.translate(_WIDTH_FORMS)
 
 
 # --------------------------------------------------------------------------- tags and reasoning
@@ -351,7 +368,7 @@ def extract_answer(response: str) -> ExtractedAnswer:
     answer `ambiguous` (a hedge); every commitment (tags, statements, boxes) is listed in
     `candidates`, so a task can refuse two different answers (`ExtractedAnswer.read`). Only the
     last `MAX_SCORED_CHARS` characters of the reasoning-free response are read (bounded time on
-    any input), in their `reading_form` (invisible characters removed, fullwidth forms made ASCII).
+    any input), in their `reading_form` (invisible characters removed, fullwidth forms made plain).
     """
     body = reading_form(scored_tail(strip_think(response)))
     candidates = tuple(committed_answers(body))
