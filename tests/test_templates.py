@@ -73,18 +73,29 @@ def test_a_syntax_error_is_found_when_compiling() -> None:
         compile_template("ok\n{% if %}", "spec.yaml: key 'prompt'")
 
 
-def test_an_ordinary_template_renders_as_jinja_does() -> None:
+_VARIABLES = {
+    "problem": " Why? ", "options": ["A. x", "B. y"], "duration": 12.25, "record": {"id": 7, "tags": ["t"]},
+    "xs": [1, 2, 3], "tree": [{"n": 1, "c": [{"n": 2, "c": []}]}],
+}  # fmt: skip
+
+
+@pytest.mark.parametrize(
+    "source",
+    [
+        "{{ problem | trim }}{% if options %}\nOptions:\n{{ options | join('\\n') }}{% endif %}\n",
+        "{% for o in options %}{{ loop.index }}/{{ loop.length }}={{ o[:1] | lower }}{{ loop.cycle(',', ';') }}"
+        "{% else %}none{% endfor %}{% for x in [] %}x{% else %}empty{% endfor %}",
+        "{{ '%.1f' % duration }} {{ '{:>4}'.format(record.id) }} {{ (record.tags | map('upper') | list)[0] }}",
+        "{{ range(3) | sum }} {{ 2 ** 10 }} {{ 'ab' * 2 ~ '!' }} {{ [1] + [2] }} {{ 'abc' | center(7) }}|",
+        "{% for x in tree recursive %}[{{ x.n }}{% if x.c %}{{ loop(x.c) }}{% endif %}]{% endfor %}",
+        "{% macro m(n) %}{% for i in range(n) %}{{ caller(i) }}{% endfor %}{% endmacro %}"
+        "{% call(i) m(3) %}<{{ i }}>{% endcall %}{% set b %}{{ xs | join('-') }}{% endset %}{{ b }}",
+        "{% set ns = namespace(t=0) %}{% for x in xs if x > 1 %}{% set ns.t = ns.t + x %}{% endfor %}"
+        "{{ ns.t }} {{ record | tojson }} {{ record.items() | list | length }}",
+    ],
+)
+def test_an_ordinary_template_renders_as_jinja_does(source) -> None:
     import jinja2
 
-    source = (
-        "{{ problem | trim }}{% if options %}\nOptions:\n{{ options | join('\\n') }}{% endif %}\n"
-        "{% for o in options %}{{ loop.index }}={{ o[:1] | lower }}{{ ', ' if not loop.last }}{% endfor %} "
-        "{{ '%.1f' % duration }} {{ '{:>4}'.format(record.id) }} {{ (record.tags | map('upper') | list)[0] }}"
-        " {{ range(3) | sum }} {{ 2 ** 10 }} {{ 'ab' * 2 ~ '!' }}\n"
-    )
-    variables = {
-        "problem": " Why? ", "options": ["A. x", "B. y"], "duration": 12.25, "record": {"id": 7, "tags": ["t"]},
-    }  # fmt: skip
-    expected = jinja2.Environment(undefined=jinja2.StrictUndefined).from_string(source).render(**variables)
-    assert compile_template(source, "t.jinja").render(variables) == expected
-    assert expected.startswith("Why?\nOptions:\nA. x\nB. y\n1=a, 2=b 12.2    7 T 3 1024 abab!")
+    expected = jinja2.Environment(undefined=jinja2.StrictUndefined).from_string(source).render(**_VARIABLES)
+    assert compile_template(source, "t.jinja").render(_VARIABLES) == expected
