@@ -40,7 +40,7 @@ from ..models.lora import is_lora, save_adapter, save_merged
 from ..models.released import write_released_layout
 from ..outdir import OutputError
 from . import run_checkpoints
-from .checkpoint_check import read_state, record_files
+from .checkpoint_check import CheckpointError, read_state, record_files
 from .distributed import DistState, all_gather, barrier
 
 # DCP warns that it "assumes a single process" whenever no process group exists: that is our intent
@@ -235,9 +235,7 @@ def load_checkpoint(
     ckpt = Path(ckpt)
     meta = read_state(ckpt)  # a damaged file is an error naming it
     if not (ckpt / "sharded").is_dir():
-        raise FileNotFoundError(
-            f"{ckpt} has no sharded/ training state (not a resumable easyvideor1 checkpoint)"
-        )
+        raise CheckpointError(f"{ckpt}: no sharded/ training state (not a resumable easyvideor1 checkpoint)")
     options, _, get_optim, set_model, set_optim = _state_dict_api()
     tensors, _ = _training_state(model, optimizer)  # the shapes and placements to load into
     dcp.load(tensors, storage_reader=HuggingFaceStorageReader(path=str(ckpt / "sharded")))
