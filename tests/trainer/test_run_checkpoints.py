@@ -150,3 +150,16 @@ def test_checkpoints_written_before_the_record_are_still_the_runs(tmp_path):
 def test_only_ascii_step_names_are_steps(name):
     assert run_checkpoints.step_of(name) is None
     assert run_checkpoints.step_of("step_12") == 12
+
+
+def test_an_unreadable_record_is_an_error_naming_it(tmp_path):
+    out = tmp_path / "run"
+    _save(out, 1)
+    record = out / "checkpoints" / run_checkpoints.RECORD_NAME
+    record.write_text("{")
+    tc = SimpleNamespace(resume="auto", output_dir=str(out))
+    with pytest.raises(ValueError, match=f"{record}: unreadable"):
+        _choose_checkpoint(tc, DistState(), print)
+    with pytest.raises(OutputError, match=f"{record}: unreadable"):
+        _save(out, 2)
+    assert (out / "checkpoints" / "step_1" / "trainer_state.json").is_file()
