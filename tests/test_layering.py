@@ -46,7 +46,7 @@ LAYERS: list[tuple[str, ...]] = [
     ("algorithms",),
     ("rollout",),
     ("evaluation",),
-    ("curation", "trainer"),
+    ("curation", "trainer", "plan"),
     ("config",),
     ("demo",),
     ("cli",),

@@ -29,6 +29,7 @@ import yaml
 TOOLS = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, TOOLS)
 
+from gpu_check_plan import plan_check  # noqa: E402
 from gpu_check_profiles import DRY_RUN, GPU, PHASES, Profile, run_config  # noqa: E402, F401  (the kit's settings)
 from gpu_check_report import compare, read_json, summarize_eval, summarize_train, write_report  # noqa: E402
 
@@ -304,6 +305,15 @@ def main(argv: list[str] | None = None) -> int:
     )
     report["long_micro_batch"] = read_json(long_path)
     report["long_micro_batch_peak_gib"] = report["long_micro_batch"].get("peak_gib")
+    measured = {
+        "update_peak": report["memory_by_phase"].get("update_peak"),
+        "long_micro_batch": report["long_micro_batch"].get("peak_above_weights_gib"),
+    }
+    try:  # the planner's figures beside the kit's; a planner bug must not cost the measurements
+        memory = report["environment"].get("gpu_memory_gib") or 80.0
+        report["plan_check"] = plan_check(cfg, profile, memory, measured)
+    except Exception as e:
+        report["plan_check"] = {"error": f"{type(e).__name__}: {e}"}
     write_report(report, out)
 
     # 4. the synthetic benchmark with the HF engine

@@ -189,6 +189,14 @@ def markdown(report: dict) -> str:
             f"Long micro-batch ({long.get('prompt_tokens')} + {long.get('response_tokens')} tokens, "
             f"forward + backward): peak {long['peak_gib']:.2f} GiB in {long.get('seconds')} s.",
         ]
+    check = report.get("plan_check") or {}
+    if check:
+        pairs = [
+            f"{name} predicted {p['predicted_gib']:.2f} vs measured {_fmt(p['measured_gib'])} GiB"
+            for name, p in check.items()
+            if isinstance(p, dict) and "predicted_gib" in p
+        ]
+        lines += ["", "easyvideor1 plan against the kit: " + ("; ".join(pairs) or check.get("error", ""))]
     ev = report.get("eval") or {}
     if ev.get("evaluated") is not None:
         proc = ev.get("process") or {}

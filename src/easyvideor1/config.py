@@ -18,6 +18,7 @@ from .config_loading import load_dataclass, split_overrides, to_yaml
 from .data.config import DataConfig
 from .errors import ConfigError
 from .evaluation.config import EvalConfig
+from .plan.config import PlanConfig
 from .rewards.config import RewardConfig
 from .rollout.config import RolloutConfig
 from .threads import CPUConfig
@@ -47,6 +48,7 @@ class RunConfig:
         eval: How ``easyvideor1 eval`` / ``score`` run benchmarks (``evaluation/config.py``).
         tools: Video tools the policy may call in an episode (``tools/config.py``).
         cpu: CPU threads of every process (``threads.py``).
+        plan: The machine ``easyvideor1 plan`` predicts memory and time for (``plan/config.py``).
     """
 
     data: DataConfig = field(default_factory=DataConfig)
@@ -60,6 +62,7 @@ class RunConfig:
     eval: EvalConfig = field(default_factory=EvalConfig)
     tools: ToolsConfig = field(default_factory=ToolsConfig)
     cpu: CPUConfig = field(default_factory=CPUConfig)
+    plan: PlanConfig = field(default_factory=PlanConfig)
 
     # user algorithms registered before `algorithm` checks the names it holds
     PLUGIN_FILE_KEYS: ClassVar[tuple[str, ...]] = ("algorithm.plugin_files",)

@@ -164,11 +164,16 @@ def _updated(model, processor, exp, mode: str, cache: bool = False):
     step = copy.copy(exp)
     step.old_logp, _ = experience_logprobs(forward, step)
     opt = torch.optim.SGD([p for p in model.parameters() if p.requires_grad], lr=0.1)
+    grads = {}  # one mini-batch: the gradients it accumulated, as its step reads them
+
+    def keep(*_):
+        grads.update({n: p.grad.clone() for n, p in model.named_parameters() if p.grad is not None})
+
+    opt.register_step_pre_hook(keep)
     policy_update(forward, opt, None, step, [list(range(len(step)))], UpdateSettings(max_grad_norm=1e9))
     if vision is not None:
         vision.stop()
-    # one mini-batch: the gradients it accumulated are still there after its step
-    return step.old_logp, {n: p.grad.clone() for n, p in model.named_parameters() if p.grad is not None}
+    return step.old_logp, grads
 
 
 def _same_update(model, processor, exp, mask, cache: bool = False, prepare=None):

@@ -124,6 +124,12 @@ def test_dry_run_runs_every_phase_and_reports(tmp_path):
         profile.long_response_tokens,
     )
     assert (gpu_check.GPU.long_prompt_tokens, gpu_check.GPU.long_response_tokens) == (20000, 4096)
+    # the planner's predictions of the same runs (a check only on a GPU; here they must exist)
+    check = report["plan_check"]
+    assert "error" not in check, check
+    assert check["update_peak"]["predicted_gib"] > 0 and check["long_micro_batch"]["predicted_gib"] > 0
+    assert check["update_peak"]["measured_gib"] == phases["update_peak"]
+    assert "easyvideor1 plan against the kit" in (out / "gpu_report.md").read_text()
 
     ev = report["eval"]
     assert ev["evaluated"] == ev["samples"] == profile.eval_samples and ev["failures"] == 0

@@ -2,7 +2,7 @@
 
 Every command accepts ``config=FILE.yaml`` and dotted ``section.key=value`` overrides after its
 flags; flags are shortcuts for the most used keys. ``run.py`` holds the data and training commands,
-``evaluate.py`` the evaluation ones, ``curate.py`` the pass-rate filter, ``common.py`` the
+``evaluate.py`` the evaluation ones, ``curate.py`` the pass-rate filter, ``plan.py`` the memory planner, ``common.py`` the
 flags they share.
 
 Errors: a :class:`~easyvideor1.errors.UserError` (a config key, a path, a record, a flag), an
@@ -24,7 +24,7 @@ from .. import threads
 from ..errors import UserError
 from ..media.cache import CacheError
 from ..outdir import OutputError, describe, exit_code_for
-from . import curate, evaluate, run
+from . import curate, evaluate, plan, run
 
 
 class _Parser(argparse.ArgumentParser):
@@ -48,6 +48,7 @@ def build_parser() -> argparse.ArgumentParser:
     run.add_parsers(sub)
     evaluate.add_parsers(sub)
     curate.add_parsers(sub)
+    plan.add_parsers(sub)
     return parser
 
 

@@ -272,12 +272,13 @@ def policy_update(
         if hasattr(grad_norm, "full_tensor"):  # a DTensor under FSDP2: the global norm
             grad_norm = grad_norm.full_tensor()
         if not math.isfinite(float(grad_norm)):
-            optimizer.zero_grad(set_to_none=True)  # never apply a NaN/inf update; count it instead
-            skipped += 1
+            skipped += 1  # never apply a NaN/inf update; count it instead
         else:
             optimizer.step()
             if scheduler is not None:
                 scheduler.step()
+        # the gradients' memory goes back before the next mini-batch, the log-prob passes and generation
+        optimizer.zero_grad(set_to_none=True)
         replicated["actor/grad_norm"] = replicated.get("actor/grad_norm", 0.0) + float(grad_norm)
         steps += 1
     sums = sum_over_ranks(sums)  # per-rank shares of global quantities add up

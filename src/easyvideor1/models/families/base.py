@@ -22,7 +22,7 @@ from __future__ import annotations
 
 import re
 from collections.abc import Callable
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING, Any
 
 from ...media.sampling import SamplingParams
@@ -354,6 +354,13 @@ class ModelFamily:
     Attributes:
         model_type: ``config.json`` ``model_type`` (the registry key).
         aliases: Other accepted spellings (``qwen3vl`` for ``qwen3_vl``; older configs use them).
+        released: The family's released sizes the planner knows without their checkpoint: the
+            hub name (``Qwen/Qwen3-VL-8B-Instruct``) -> that checkpoint's ``config.json`` fields
+            that decide its architecture (``text_config``, ``vision_config``,
+            ``tie_word_embeddings``, the placeholder-token ids), without ``model_type``.
+            ``easyvideor1 plan`` builds a released size from them when ``model.path`` names it
+            (``registry.released_config``); every entry's parameter count is tested against
+            the checkpoint's published size.
     """
 
     model_type: str
@@ -363,6 +370,7 @@ class ModelFamily:
     engine: EngineFacts
     fixture: TinyFixture
     tokens: ChatTokens = ChatTokens()
+    released: dict[str, dict[str, Any]] = field(default_factory=dict, hash=False)
 
     @property
     def names(self) -> tuple[str, ...]:
@@ -388,11 +396,13 @@ def moe_family(
     aliases: tuple[str, ...],
     vllm_architecture: str,
     tiny_config: Callable[..., Any],
+    released: dict[str, dict[str, Any]] | None = None,
     **engine_facts: Any,
 ) -> ModelFamily:
     """The mixture-of-experts version of a ``dense`` family: its frames, tokens and vision parts
     around an MoE decoder (vLLM's other architecture, which takes no pushed weights, and the
-    MoE's own ``engine_facts``) with its tiny config."""
+    MoE's own ``engine_facts``) with its tiny config and its own ``released`` sizes (none of the
+    dense family's)."""
     engine = replace(
         dense.engine,
         vllm_architecture=vllm_architecture,
@@ -401,5 +411,10 @@ def moe_family(
         **engine_facts,
     )
     return replace(
-        dense, model_type=model_type, aliases=aliases, engine=engine, fixture=TinyFixture(tiny_config)
+        dense,
+        model_type=model_type,
+        aliases=aliases,
+        engine=engine,
+        fixture=TinyFixture(tiny_config),
+        released=released or {},
     )

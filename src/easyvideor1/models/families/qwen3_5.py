@@ -9,7 +9,7 @@ released Qwen3.5 processors render it; the tiny model's template does the same.
 from __future__ import annotations
 
 from .base import ChatTokens, EngineFacts, ModelFamily, TinyFixture
-from .qwen3_vl import QWEN3_FRAMES, QWEN3_VISION
+from .qwen3_vl import LARGE_TOWER, QWEN3_FRAMES, QWEN3_VISION, released_size
 from .registry import register
 from .tiny_configs import qwen3_vision_config, qwen_text_config, qwen_token_fields
 
@@ -55,6 +55,24 @@ def tiny_config(vocab_size, token_ids, hidden=128, layers=2):
     )
 
 
+# Qwen3.5-9B's config.json fields that decide the architecture: Qwen3-VL's, with its own tokenizer,
+# heads of 256 and the Qwen3-VL-8B tower without DeepStack
+_SIZE_9B = released_size(False, 4096, 12288, 32, 16, {**LARGE_TOWER, "deepstack_visual_indexes": []})
+_SIZE_9B.update(
+    image_token_id=248056, video_token_id=248057, vision_start_token_id=248053, vision_end_token_id=248054
+)
+_SIZE_9B["text_config"].update(head_dim=256, num_key_value_heads=4, vocab_size=248320, attn_output_gate=True)
+# 3 gated-DeltaNet layers (16 key and 32 value heads of 128, a 4-wide convolution) to each full one
+_SIZE_9B["text_config"].update(
+    linear_conv_kernel_dim=4,
+    linear_key_head_dim=128,
+    linear_value_head_dim=128,
+    linear_num_key_heads=16,
+    linear_num_value_heads=32,
+    layer_types=(["linear_attention"] * 3 + ["full_attention"]) * 8,
+)
+
+
 FAMILY = register(
     ModelFamily(
         model_type="qwen3_5",
@@ -66,5 +84,6 @@ FAMILY = register(
             "Qwen3_5ForConditionalGeneration", vllm_cpu_dtype=VLLM_CPU_DTYPE, hybrid_attention=True
         ),
         fixture=TinyFixture(tiny_config),
+        released={"Qwen/Qwen3.5-9B": _SIZE_9B},
     )
 )

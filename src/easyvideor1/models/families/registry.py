@@ -7,9 +7,10 @@ without ``--model``). :func:`resolve_family` is the one place that decides.
 
 from __future__ import annotations
 
+import copy
 import json
 import os
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from ...errors import ConfigError, UserError
 from ...registry import Registry, UnknownNameError, normalize_name
@@ -67,6 +68,23 @@ def factor_for_family(name: str) -> int:
 def family_factors() -> tuple[int, ...]:
     """The resize factors of every registered family (28 and 32 today)."""
     return tuple(sorted({entry.value.frames.factor for entry in FAMILIES.entries()}))
+
+
+def released_names() -> tuple[str, ...]:
+    """Every released size a family's table holds (``ModelFamily.released``), family by family."""
+    return tuple(name for family in map(get_family, family_names()) for name in family.released)
+
+
+def released_config(name: str) -> dict[str, Any] | None:
+    """The ``config.json`` fields, ``model_type`` included, of the released checkpoint ``name`` as
+    its family's table holds them (a copy), or None when no family knows it. ``name`` is the hub
+    name (``Qwen/Qwen3-VL-8B-Instruct``) or its last part (``Qwen3-VL-8B-Instruct``), in any case."""
+    wanted = name.strip().rstrip("/").lower()
+    for family in map(get_family, family_names()):
+        for released, fields in family.released.items():
+            if wanted in (released.lower(), released.rsplit("/", 1)[-1].lower()):
+                return {"model_type": family.model_type, **copy.deepcopy(fields)}
+    return None
 
 
 def family_of_checkpoint(path: str) -> ModelFamily:
