@@ -33,7 +33,7 @@ import os
 import subprocess
 import sys
 import tempfile
-from dataclasses import dataclass, field
+from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -208,12 +208,26 @@ def predict(overrides: list[str]) -> dict[str, tuple[float, float]]:
     """Each pass's predicted (peak, transient) in GiB."""
     from easyvideor1.plan import Hardware, plan
 
-    p = plan(run_config(overrides), Hardware(gpus=1, memory_gib=24.0, device="cpu"))
+    p = plan(run_config(overrides), Hardware(gpus=1, memory_gib=24.0, device="cpu"), fixes=False)
     out = {}
     for name in PASSES:
         phase = p.phase(name)
-        out[name] = (phase.peak_gib, phase.peak_gib - sum(phase.parts.get(k, 0.0) for k in MODEL_STATES))
+        states = sum(phase.parts_gib.get(k, 0.0) for k in MODEL_STATES)
+        out[name] = (phase.peak_gib, phase.peak_gib - states)
     return out
+
+
+@dataclass(frozen=True)
+class Measured:
+    """One pass's memory in bytes: its peak (the model states alive before it plus its peak
+    resident set above the resident set before it) and the model states it holds at its peak."""
+
+    peak: int
+    states: int
+
+    @property
+    def transient(self) -> int:
+        return self.peak - self.states
 
 
 def _status_bytes(field_name: str) -> int:
@@ -223,29 +237,30 @@ def _status_bytes(field_name: str) -> int:
     raise RuntimeError(f"no {field_name} in /proc/self/status")
 
 
-def resident_bytes(model, optimizer) -> int:
-    """Bytes of the tensors the model states hold now: parameters, their gradients, AdamW's state."""
-    import torch
-
-    params = list(model.parameters())
-    tensors = params + [p.grad for p in params if p.grad is not None]
-    tensors += [t for state in optimizer.state.values() for t in state.values() if torch.is_tensor(t)]
+def _bytes(tensors) -> int:
     return sum(t.numel() * t.element_size() for t in tensors)
 
 
-def measured(run, parts) -> tuple[int, int]:
-    """``run()``'s (resident, transient) bytes: the model states before it, and its peak resident
-    set above the resident set before it."""
-    resident = resident_bytes(parts.model, parts.optimizer)
+def measured(run, model, optimizer, backward: bool) -> Measured:
+    """``run()``'s memory. The model states, counted from the objects: the parameters, AdamW's
+    state, and the gradients: those alive before the pass, or with ``backward`` one per trainable
+    parameter (the update frees them after its optimizer step and its backward makes them again)."""
+    import torch
+
+    params = list(model.parameters())
+    moments = _bytes(t for state in optimizer.state.values() for t in state.values() if torch.is_tensor(t))
+    grads = _bytes(p.grad for p in params if p.grad is not None)
+    held = _bytes(p for p in params if p.requires_grad) if backward else grads
     with open("/proc/self/clear_refs", "w") as f:  # the peak (VmHWM) starts again from here
         f.write("5")
     before = _status_bytes("VmRSS")
     run()
-    return resident, _status_bytes("VmHWM") - before
+    alive = _bytes(params) + moments + grads
+    return Measured(alive + _status_bytes("VmHWM") - before, _bytes(params) + moments + held)
 
 
-def worker(overrides: list[str]) -> dict[str, tuple[int, int]]:
-    """Two steps of the run: the second's passes measured, (resident, transient) bytes each."""
+def worker(overrides: list[str]) -> dict[str, Measured]:
+    """Two steps of the run: the second's passes measured."""
     import torch
 
     from _step_profile import random_experience  # a helper next to this script
@@ -274,10 +289,13 @@ def worker(overrides: list[str]) -> dict[str, tuple[int, int]]:
     logprobs()  # step 1: creates AdamW's state and every lazily built buffer
     update()
     # step 2, measured (in this order: the update's old log-probs are this step's)
-    return {"logprobs": measured(logprobs, parts), "update": measured(update, parts)}
+    return {
+        "logprobs": measured(logprobs, parts.model, parts.optimizer, backward=False),
+        "update": measured(update, parts.model, parts.optimizer, backward=True),
+    }
 
 
-def measure(case: Case, work: Path) -> dict[str, tuple[int, int]]:
+def measure(case: Case, work: Path) -> dict[str, Measured]:
     """The case's passes measured in a fresh one-thread process."""
     out = work / "measured.json"
     env = {**os.environ, "MALLOC_MMAP_THRESHOLD_": "65536", "OMP_NUM_THREADS": "1"}
@@ -285,7 +303,7 @@ def measure(case: Case, work: Path) -> dict[str, tuple[int, int]]:
     r = subprocess.run(cmd, capture_output=True, text=True, env=env)
     if r.returncode:
         raise RuntimeError(f"case {case.size} {case.length} failed:\n{r.stderr[-3000:]}")
-    return json.loads(out.read_text())
+    return {name: Measured(**m) for name, m in json.loads(out.read_text()).items()}
 
 
 def rows_of(case: Case, work: Path) -> list[dict]:
@@ -293,7 +311,6 @@ def rows_of(case: Case, work: Path) -> list[dict]:
     predicted, meas = predict(case.overrides), measure(case, work)
     rows = []
     for name in PASSES:
-        resident, transient = meas[name]
         rows.append({
             "size": case.size,
             "params": case.params,
@@ -302,9 +319,9 @@ def rows_of(case: Case, work: Path) -> list[dict]:
             "layout": case.length.layout_name(),
             "pass": name,
             "predicted_gib": predicted[name][0],
-            "measured_gib": (resident + transient) / GIB,
+            "measured_gib": meas[name].peak / GIB,
             "predicted_transient_gib": predicted[name][1],
-            "measured_transient_gib": transient / GIB,
+            "measured_transient_gib": meas[name].transient / GIB,
         })  # fmt: skip
     return rows
 
@@ -340,7 +357,8 @@ def main(argv=None) -> int:
     ap.add_argument("--worker", nargs=2, metavar=("OVERRIDES", "OUT"), help=argparse.SUPPRESS)
     args = ap.parse_args(argv)
     if args.worker:
-        Path(args.worker[1]).write_text(json.dumps(worker(json.loads(args.worker[0]))))
+        figures = worker(json.loads(args.worker[0]))
+        Path(args.worker[1]).write_text(json.dumps({name: asdict(m) for name, m in figures.items()}))
         return 0
     sizes, lengths = (SIZES[:1], (SMOKE_LENGTH,)) if args.smoke else (SIZES, LENGTHS)
     rows = []
