@@ -1,28 +1,29 @@
-"""The memory planner (``easyvideor1 plan``) against the peaks measured on this CPU: for model sizes
-from the tiny model to ~150M parameters and prompt + response lengths from 128 to ~3,000 prompt
-tokens, the predicted peak of the old-log-prob pass and of the update against the measured peak of
-the same run.
+"""The memory planner (``easyvideor1 plan``) against the peaks measured on this CPU: for three model
+sizes (the tiny model, 46M and 139M parameters) and three prompt + response lengths (267 to 2,680
+prompt tokens, 4 x 128 to 8 x 384 response tokens, three micro-batch layouts), the predicted
+peak of the old-log-prob pass and of the update against the measured peak of the same run.
 
 A case is one run config (``model.path``, ``model.gradient_checkpointing=true``, the video's
 frames and pixels, ``data.max_prompt_length`` = the prompt's real token count, ``rollout.n``,
-``rollout.max_new_tokens`` = every response's length, the micro-batch keys) and what the trainer
-builds from it (``trainer/build.py``: the policy with its vision tower trained, the dummy vision
-pass, the packing, AdamW; ``algorithm.kl.type`` none: no reference model). It runs in a fresh
-process with one thread and ``MALLOC_MMAP_THRESHOLD_=65536`` (every tensor above 64 KiB is its own
-mapping, returned to the system when freed, so the resident set follows the live tensors). Step 1
-(the old-log-prob pass and one update over every sequence; it creates AdamW's state) warms up; in
-step 2 each pass is measured: the peak is reset (``/proc/self/clear_refs``) and the resident set
-read before it, the peak (``VmHWM``) after. transient = peak - resident set before; resident = the
-bytes of the tensors alive before the pass (parameters, their gradients, AdamW's state), counted
-from the objects; measured peak = resident + transient. Predicted: ``plan(cfg, Hardware(gpus=1,
-device="cpu"))``'s phases ``logprobs`` and ``update``; their transient is the peak less the
-``weights``, ``gradients`` and ``optimizer`` parts.
+``rollout.max_new_tokens`` = every response's length, the micro-batch keys; float32, no
+reference model) and what the trainer builds from it (``trainer/build.py``: the policy with its
+vision tower trained, the dummy vision pass, the packing, AdamW). It runs in a fresh process with
+one thread and ``MALLOC_MMAP_THRESHOLD_=65536`` (every tensor above 64 KiB is its own mapping,
+returned to the system when freed, so the resident set follows the live tensors). Step 1 (the
+old-log-prob pass and one update over every sequence; it creates AdamW's state) warms up; in step
+2 each pass is measured: the peak (``VmHWM``) is reset through ``/proc/self/clear_refs`` and the
+resident set read before it, the peak read after. Measured peak = the model states alive before
+the pass (parameters, gradients, AdamW's state: the bytes of those tensors, counted from the
+objects) + (peak - resident set before). Predicted peak: ``plan(cfg, Hardware(gpus=1,
+device="cpu"))``'s phases ``logprobs`` and ``update``. Transient = peak - the model states the
+pass holds at its peak (predicted: the ``weights``, ``gradients`` and ``optimizer`` parts;
+measured: parameters, AdamW's state and, in the update, a gradient per trainable parameter).
 
 Printed: a table (stderr) and one JSON line: ``max_rel_error`` (the largest |predicted - measured|
 / measured over the cases' peaks), ``max_rel_error_transient`` (the same over the transients) and
 ``cases`` (one entry per case and pass). Usage: python benchmarks/plan_accuracy.py [--smoke]
-(``--smoke``: the tiny model, one 8-frame 64x64 video and two 16-token responses; about 15 s).
-The full run takes about N minutes on one core.
+(``--smoke``: the tiny model, one 8-frame 64x64 video and two 16-token responses; about 12 s).
+The full run takes about 12 minutes on one core.
 """
 
 from __future__ import annotations
@@ -97,8 +98,8 @@ PADDED = {"trainer.padding_free": False, "trainer.shared_prefix": "off"}  # micr
 LENGTHS = (
     Length(16, 128, 4, 128, {**PADDED, "trainer.micro_batch_size": 4}),
     Length(32, 256, 4, 512, {"trainer.padding_free": True, "trainer.shared_prefix": "auto", "trainer.micro_batch_size": 4}),
-    # a token budget of the prompt and half the group: two shared-prefix micro-batches
-    Length(48, 320, 8, 384, {"trainer.padding_free": True, "trainer.shared_prefix": "auto", "trainer.max_tokens_per_micro_batch": 2048 + 4 * 384}),
+    # a token budget of the prompt (2,680 tokens) and half the group: two shared-prefix micro-batches
+    Length(48, 320, 8, 384, {"trainer.padding_free": True, "trainer.shared_prefix": "auto", "trainer.max_tokens_per_micro_batch": 2688 + 4 * 384}),
 )  # fmt: skip
 SMOKE_LENGTH = Length(8, 64, 2, 16, {**PADDED, "trainer.micro_batch_size": 2})
 
@@ -204,8 +205,8 @@ def prompt_tokens(overrides: list[str]) -> int:
     return int(batch.inputs["attention_mask"].sum())
 
 
-def predict(overrides: list[str]) -> dict[str, tuple[float, float]]:
-    """Each pass's predicted (peak, transient) in GiB."""
+def predict(overrides: list[str]) -> dict[str, tuple[float, float, str]]:
+    """Each pass's predicted (peak, transient) in GiB, and what the peak was planned for."""
     from easyvideor1.plan import Hardware, plan
 
     p = plan(run_config(overrides), Hardware(gpus=1, memory_gib=24.0, device="cpu"), fixes=False)
@@ -213,7 +214,7 @@ def predict(overrides: list[str]) -> dict[str, tuple[float, float]]:
     for name in PASSES:
         phase = p.phase(name)
         states = sum(phase.parts_gib.get(k, 0.0) for k in MODEL_STATES)
-        out[name] = (phase.peak_gib, phase.peak_gib - states)
+        out[name] = (phase.peak_gib, phase.peak_gib - states, phase.detail)
     return out
 
 
@@ -224,6 +225,7 @@ class Measured:
 
     peak: int
     states: int
+    tokens: int  # the language-model tokens of the run's largest forward
 
     @property
     def transient(self) -> int:
@@ -241,7 +243,7 @@ def _bytes(tensors) -> int:
     return sum(t.numel() * t.element_size() for t in tensors)
 
 
-def measured(run, model, optimizer, backward: bool) -> Measured:
+def measured(run, model, optimizer, backward: bool, tokens: int) -> Measured:
     """``run()``'s memory. The model states, counted from the objects: the parameters, AdamW's
     state, and the gradients: those alive before the pass, or with ``backward`` one per trainable
     parameter (the update frees them after its optimizer step and its backward makes them again)."""
@@ -256,7 +258,7 @@ def measured(run, model, optimizer, backward: bool) -> Measured:
     before = _status_bytes("VmRSS")
     run()
     alive = _bytes(params) + moments + grads
-    return Measured(alive + _status_bytes("VmHWM") - before, _bytes(params) + moments + held)
+    return Measured(alive + _status_bytes("VmHWM") - before, _bytes(params) + moments + held, tokens)
 
 
 def worker(overrides: list[str]) -> dict[str, Measured]:
@@ -267,7 +269,12 @@ def worker(overrides: list[str]) -> dict[str, Measured]:
     from easyvideor1.trainer.build import build_components, step_settings
     from easyvideor1.trainer.distributed import init_distributed
     from easyvideor1.trainer.step import mini_batches
-    from easyvideor1.trainer.update import experience_logprobs, policy_update
+    from easyvideor1.trainer.update import (
+        experience_logprobs,
+        forward_tokens,
+        policy_update,
+        split_micro_batches,
+    )
 
     torch.set_num_threads(1)
     cfg = run_config(overrides)
@@ -279,6 +286,8 @@ def worker(overrides: list[str]) -> dict[str, Measured]:
     )
     minis = mini_batches(exp.prompt_of, tc.mini_batch_prompts, tc.ppo_epochs)
     settings = step_settings(cfg).update
+    packing = parts.forward.packing
+    tokens = max(forward_tokens(exp, idx, packing) for idx in split_micro_batches(exp, minis[0], packing))
 
     def logprobs():
         exp.old_logp, _ = experience_logprobs(parts.forward, exp)
@@ -290,8 +299,8 @@ def worker(overrides: list[str]) -> dict[str, Measured]:
     update()
     # step 2, measured (in this order: the update's old log-probs are this step's)
     return {
-        "logprobs": measured(logprobs, parts.model, parts.optimizer, backward=False),
-        "update": measured(update, parts.model, parts.optimizer, backward=True),
+        "logprobs": measured(logprobs, parts.model, parts.optimizer, False, tokens),
+        "update": measured(update, parts.model, parts.optimizer, True, tokens),
     }
 
 
@@ -322,6 +331,10 @@ def rows_of(case: Case, work: Path) -> list[dict]:
             "measured_gib": meas[name].peak / GIB,
             "predicted_transient_gib": predicted[name][1],
             "measured_transient_gib": meas[name].transient / GIB,
+            # what the planner's peak was planned for (the worst micro-batch the settings allow)
+            # beside the run's largest forward
+            "planned_for": predicted[name][2],
+            "largest_forward_tokens": meas[name].tokens,
         })  # fmt: skip
     return rows
 
@@ -346,7 +359,8 @@ def table_lines(rows: list[dict]) -> list[str]:
         lines.append(
             f"{r['size']:<7}{r['params']:>12,}{r['prompt_tokens']:>7}{r['responses']:>10}  {r['pass']:<9}"
             f"{peak[0]:>11.3f} / {peak[1]:<8.3f}{(peak[0] - peak[1]) / peak[1]:>+7.0%}"
-            f"{tr[0]:>17.3f} / {tr[1]:<8.3f}{(tr[0] - tr[1]) / tr[1]:>+7.0%}  {r['layout']}"
+            f"{tr[0]:>17.3f} / {tr[1]:<8.3f}{(tr[0] - tr[1]) / tr[1]:>+7.0%}  {r['layout']}; "
+            f"planned for {r['planned_for']}; the run's largest forward {r['largest_forward_tokens']:,} tokens"
         )
     return lines
 
