@@ -23,7 +23,7 @@ Printed: a table (stderr) and one JSON line: ``max_rel_error`` (the largest |pre
 / measured over the cases' peaks), ``max_rel_error_transient`` (the same over the transients) and
 ``cases`` (one entry per case and pass). Usage: python benchmarks/plan_accuracy.py [--smoke]
 (``--smoke``: the tiny model, one 8-frame 64x64 video and two 16-token responses; about 12 s).
-The full run takes about 12 minutes on one core.
+The full run takes about 11 minutes on one core.
 """
 
 from __future__ import annotations
