@@ -75,9 +75,10 @@ def test_the_terms_a_reader_can_check_by_hand(arch_8b):
 
 
 def test_a_run_that_does_not_fit_names_the_phase_and_the_settings_that_fix_it(arch_8b, capsys):
-    over = ["rollout.max_new_tokens=32768", "trainer.micro_batch_size=4", "rollout.vllm.max_model_len=52768"]
+    over = ["rollout.max_new_tokens=32768", "trainer.micro_batch_size=4"]
     d = _plan_json(capsys, f"config={RECIPE_8B}", "--gpus", "8", "--gpu-memory", "80", *over)
     assert d["fits"] is False
+    assert any("rollout.vllm.max_model_len=24576 is shorter" in note for note in d["notes"])
     failing = [p for p in d["phases"] if not p["fits"]]
     assert [p["name"] for p in failing] == ["update"] and failing[0]["peak_gib"] > 80
     fixes = failing[0]["fixes"]
@@ -140,3 +141,22 @@ def test_refusals_are_one_line_and_name_the_key(tmp_path, capsys):
         plan(cfg, Hardware(gpus=6))
     assert main(["plan", f"config={RECIPE_8B}", "plan.gpu=tpu"]) == 2
     assert "plan.gpu must be one of h100, h200, a100, b200" in capsys.readouterr().err
+
+
+def test_the_hf_engine_holds_the_kv_cache_of_the_ranks_sequences_in_one_batch():
+    cfg = load_config(RunConfig, str(CONFIGS / "qwen3vl_2b_1gpu.yaml"), ["rollout.engine=hf"])
+    p = plan(cfg, Hardware(gpus=1, memory_gib=80.0), fixes=False)
+    generate = p.phase("generate").parts
+    # 32 prompts x 8 responses of 12,288 + 2,048 tokens; K and V of 28 layers x 8 heads x 128 in bf16
+    assert generate["hf kv cache"] == pytest.approx(32 * 8 * (12_288 + 2_048) * 2 * 28 * 8 * 128 * 2)
+    assert not p.fits and [v.phase.name for v in p.verdicts if not v.fits] == ["generate"]
+    assert [v.phase.name for v in p.verdicts] == PHASES[:4] and p.kv == {}  # no vLLM phases
+
+
+def test_a_plan_of_smaller_videos_plans_fewer_vision_tokens(arch_8b):
+    cfg = load_config(RunConfig, RECIPE_8B, ["plan.video_size=[448,252]", "plan.video_seconds=32"])
+    work = plan(cfg, Hardware(gpus=8, memory_gib=80.0), arch_8b, fixes=False).work
+    assert work.frames == 64 and work.frame_size == (256, 448)  # 2 fps of 32 s; 448x252 -> 448x256
+    assert work.video_tokens == 32 * (256 // 32) * (448 // 32)
+    with pytest.raises(ConfigError, match=r"plan.video_size must be \[width, height\]"):
+        load_config(RunConfig, RECIPE_8B, ["plan.video_size=[448]"])
