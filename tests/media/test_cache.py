@@ -188,7 +188,10 @@ CORRUPTIONS = {
         "frame index 1000000000000000 is outside the video's 90 frames",
     ),
     "negative index": (lambda t, m: m["frame_indices"].__setitem__(0, -3), "frame index -3 is outside"),
-    "float index": (lambda t, m: m["frame_indices"].__setitem__(0, 0.5), "frame_indices is not a list of whole"),
+    "float index": (
+        lambda t, m: m["frame_indices"].__setitem__(0, 0.5),
+        "frame_indices is not a list of whole",
+    ),
     "NaN frame time": (lambda t, m: m["frame_times"].__setitem__(0, float("nan")), "frame_times is not one"),
     "text height": (lambda t, m: m.update(height="64"), "height is a string, expected a whole number"),
     "nested header": (lambda t, m: t.update(shape=[[[[1]]]] * 4), "not four whole numbers"),
@@ -207,7 +210,10 @@ def test_corrupt_header_fields_fail_the_one_record(tmp_path, small_video, built,
     assert str(e.value).startswith(f"{entry}: ") and reason in str(e.value) and "\n" not in str(e.value)
     with pytest.raises(MediaFailure) as failed, loading("clip.mp4", small_video):
         VideoLoader(str(tmp_path / "cache"), "cache_only").load(small_video, P)
-    assert failed.value.reason.startswith("clip.mp4: frame cache entry corrupt: ") and reason in failed.value.reason
+    assert (
+        failed.value.reason.startswith("clip.mp4: frame cache entry corrupt: ")
+        and reason in failed.value.reason
+    )
     fallback = VideoLoader(str(tmp_path / "cache"), "prefer_cache")
     assert torch.equal(fallback.load(small_video, P).frames, video.frames)
     assert fallback.stats.decoded == 1 and reason in fallback.stats.fallbacks[0]

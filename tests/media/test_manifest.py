@@ -195,11 +195,19 @@ def test_a_row_naming_a_file_outside_the_cache_is_never_opened(tmp_path, monkeyp
         "link": "zz/passwd",  # a planted fan-out folder linking out of the cache
     }[where]
     (cache / "zz").symlink_to(outside)
-    row = {"source_path": video, "params_key": params_key(params), "entry": entry, "status": "built", "time": 1.0}
+    row = {
+        "source_path": video,
+        "params_key": params_key(params),
+        "entry": entry,
+        "status": "built",
+        "time": 1.0,
+    }
     write_merged(cache, "manifest.jsonl", [row])
     opened = []
     real_open = os.open
-    monkeypatch.setattr(os, "open", lambda path, *a, **k: opened.append(str(path)) or real_open(path, *a, **k))
+    monkeypatch.setattr(
+        os, "open", lambda path, *a, **k: opened.append(str(path)) or real_open(path, *a, **k)
+    )
     loader = VideoLoader(str(cache), "cache_only")
     if where == "inside":
         assert loader.load(video, params).frames.shape[0] == 4

@@ -39,9 +39,9 @@ from __future__ import annotations
 
 import hashlib
 import json
+import math
 import os
 import socket
-import math
 import struct
 import sys
 from collections.abc import Callable
@@ -251,7 +251,9 @@ def check_entry(frames: Any, meta: Any) -> str | None:
         return f"entry frame index {_shown(outside)} is outside the video's {_shown(total)} frames"
     window = meta.get("window_frames", total)
     if not _whole(window) or not 1 <= window <= total:
-        return f"entry metadata window_frames is {_shown(window)}, expected 1 to total_frames ({_shown(total)})"
+        return (
+            f"entry metadata window_frames is {_shown(window)}, expected 1 to total_frames ({_shown(total)})"
+        )
     times = meta.get("frame_times")
     if times is not None and (
         not isinstance(times, list) or len(times) != len(indices) or not all(_finite(t) for t in times)
