@@ -62,10 +62,11 @@ def test_a_huge_image_is_reduced_before_anything_else_touches_it(tmp_path, monke
     Image.new("L" if suffix == "png" else "RGB", (6000, 6000), 90).save(path, compress_level=1)
     seen = []
     for name in ("reduce", "convert", "resize", "transpose", "copy"):
-        real = getattr(Image.Image, name)
-        spy = lambda im, *a, _real=real, _name=name, **k: (
-            seen.append((_name, im.width * im.height)) or _real(im, *a, **k)
-        )  # noqa: E731
+
+        def spy(im, *args, _real=getattr(Image.Image, name), _name=name, **kwargs):
+            seen.append((_name, im.width * im.height))
+            return _real(im, *args, **kwargs)
+
         monkeypatch.setattr(Image.Image, name, spy)
     start = time.monotonic()
     picture = load_image(str(path), BUDGET)

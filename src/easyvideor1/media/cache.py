@@ -51,6 +51,7 @@ from typing import Any, BinaryIO
 
 import numpy as np
 
+from ..errors import ConfigError
 from .failures import NO_CACHE_ENTRY, CacheError, DecodeError, corrupt_entry, not_regular, unusable_entry
 from .identity import SourceIdentity, source_identity
 from .manifest import entry_file, load_index, row_fits
@@ -344,9 +345,9 @@ class VideoLoader:
         self, cache_dir: str | None = None, mode: str = "prefer_cache", time_limit: float | None = 300.0
     ):
         if mode not in CACHE_MODES:
-            raise ValueError(f"unknown cache mode {mode!r}; expected one of {', '.join(CACHE_MODES)}")
+            raise ConfigError(f"data.cache_mode must be one of {', '.join(CACHE_MODES)}, got {mode!r}")
         if mode == "cache_only" and not cache_dir:
-            raise ValueError("cache_only mode needs a cache_dir")
+            raise ConfigError("data.cache_mode is cache_only but no data.cache_dir is set")
         if cache_dir and mode != "decode_only" and not os.path.isdir(cache_dir):
             if mode == "cache_only":
                 what = "is not a directory" if os.path.exists(cache_dir) else "does not exist"
