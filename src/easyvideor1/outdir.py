@@ -13,6 +13,13 @@ write failures turned into one line that names the file.
 - :func:`writing`: wraps a write so that an ``OSError`` (full disk, file size limit, I/O error)
   becomes an :class:`OutputError` naming the file; the writers write a temporary file and rename
   it (:func:`write_text_atomic`), so the previous version of the file stays whole.
+- Symbolic links are never written through: ``.lock`` is opened with ``O_NOFOLLOW`` (a link planted
+  there is refused, naming it), and a file the run creates under a fixed name (a temporary file,
+  ``checkpoints/latest``) is made by :func:`create_file`, which removes whatever entry holds the name
+  (a link itself, never its target) and creates the file exclusively.
+- :class:`Reuse`: a command that replaces files of fixed names (``eval``'s ``results.json``,
+  ``report.html``) refuses a non-empty directory that no earlier run of its kind wrote, unless asked
+  to reuse it; the ``.lock`` every run leaves behind names the command that last held the directory.
 
 Exit codes (``cli.main``): 2 for a path that cannot be used at all (not a directory, read-only,
 held by another run), 1 for a run that failed while writing (no space, file too large, I/O error).
@@ -21,10 +28,12 @@ held by another run), 1 for a run that failed while writing (no space, file too 
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import errno
 import json
 import os
 import socket
+import stat
 import sys
 import tempfile
 import time
@@ -87,6 +96,17 @@ def writing(path: str | os.PathLike) -> Iterator[None]:
         raise OutputError(f"cannot write {path}: {reason(e)}", exit_code_for(e)) from e
 
 
+def create_file(path: str | os.PathLike, data: bytes) -> None:
+    """Create ``path`` holding ``data``, never through a symbolic link: an entry already at ``path``
+    that is not a directory (a stale file, a planted link) is removed itself, then the file is
+    created exclusively (``O_EXCL | O_NOFOLLOW``), so nothing outside the directory is written."""
+    with contextlib.suppress(FileNotFoundError, IsADirectoryError):
+        os.unlink(path)
+    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC, 0o666)
+    with os.fdopen(fd, "wb") as f:
+        f.write(data)
+
+
 def write_text_atomic(path: str | os.PathLike, text: str) -> None:
     """Write ``path`` whole or not at all: a temporary file beside it, then a rename. A failed write
     (full disk) leaves the previous ``path`` as it was and no temporary file behind."""
@@ -94,7 +114,7 @@ def write_text_atomic(path: str | os.PathLike, text: str) -> None:
     tmp = path.with_name(f".{path.name}.tmp.{socket.gethostname()}.{os.getpid()}")
     with writing(path):
         try:
-            tmp.write_text(text, encoding="utf-8")
+            create_file(tmp, text.encode("utf-8"))
             os.replace(tmp, path)
         finally:
             tmp.unlink(missing_ok=True)
@@ -119,16 +139,16 @@ def check_writable(path: str | os.PathLike, flag: str) -> Path:
 
 
 @contextlib.contextmanager
-def hold(path: str | os.PathLike, flag: str, command: str) -> Iterator[Path]:
-    """Hold directory ``path`` for this run (see the module docstring); yields it, created."""
+def hold(path: str | os.PathLike, flag: str, command: str, reuse: Reuse | None = None) -> Iterator[Path]:
+    """Hold directory ``path`` for this run (see the module docstring); yields it, created.
+    ``reuse``: which non-empty directories the command may write into (None: any)."""
     import fcntl
 
     root = check_writable(path, flag)
+    if reuse is not None:
+        reuse.check(root, flag)
     lock_path = root / LOCK_NAME
-    try:
-        fd = os.open(lock_path, os.O_RDWR | os.O_CREAT, 0o644)
-    except OSError as e:
-        raise OutputError(f"{flag} {path}: cannot create {LOCK_NAME}: {reason(e)}", exit_code_for(e)) from e
+    fd = _open_lock(lock_path, flag)
     try:
         try:
             fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
@@ -154,6 +174,57 @@ def hold(path: str | os.PathLike, flag: str, command: str) -> Iterator[Path]:
     finally:
         _HELD.discard(fd)
         os.close(fd)  # releases the flock
+
+
+def _open_lock(lock_path: Path, flag: str) -> int:
+    """The descriptor of ``lock_path``, a regular file of the directory itself: a symbolic link
+    there (which would make the run truncate its target) or a FIFO is refused, naming it."""
+    try:
+        fd = os.open(lock_path, os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC, 0o644)
+    except OSError as e:
+        if e.errno == errno.ELOOP:
+            raise OutputError(
+                f"{lock_path}: is a symbolic link, not this directory's lock file; remove it or choose another {flag}"
+            ) from None
+        raise OutputError(
+            f"{flag} {lock_path.parent}: cannot create {LOCK_NAME}: {reason(e)}", exit_code_for(e)
+        ) from e
+    if not stat.S_ISREG(os.fstat(fd).st_mode):
+        os.close(fd)
+        raise OutputError(f"{lock_path}: is not a regular file; remove it or choose another {flag}")
+    return fd
+
+
+@dataclasses.dataclass(frozen=True)
+class Reuse:
+    """Which non-empty directories a command writes into: one that a run of ``commands`` held last
+    (its ``.lock`` names that command), and any other only when ``asked`` (the user gave ``flag``):
+    a folder of someone else's files, whose files of the same names the command would replace."""
+
+    commands: tuple[str, ...]
+    flag: str
+    asked: bool = False
+
+    def check(self, root: Path, flag: str) -> None:
+        if self.asked or next(root.iterdir(), None) is None:
+            return
+        if _last_command(root / LOCK_NAME) in self.commands:
+            return
+        raise OutputError(
+            f"{flag} {root}: not empty and not the output of an earlier {self.commands[0]} run; "
+            f"choose an empty or new directory, or give {self.flag} to write into it anyway"
+        )
+
+
+def _last_command(lock_path: Path) -> str | None:
+    """The command recorded in ``lock_path`` by the run that held the directory last, if any."""
+    if lock_path.is_symlink() or not lock_path.is_file():
+        return None
+    try:
+        info = json.loads(lock_path.read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return None
+    return info.get("command") if isinstance(info, dict) else None
 
 
 def _holder(lock_path: Path) -> str:

@@ -107,8 +107,22 @@ def check_lora_memory(result: dict, out: str) -> None:
     assert "AdamW state (MiB)" in out and "full / LoRA" in out
 
 
+def check_plan_accuracy(result: dict, out: str) -> None:
+    """Both passes of the smoke case, each with a positive, finite predicted and measured peak and
+    transient (the error is printed, not held to a bound: the smoke case is too small to judge)."""
+    import math
+
+    assert [c["pass"] for c in result["cases"]] == ["logprobs", "update"]
+    for case in result["cases"]:
+        for key in ("predicted_gib", "measured_gib", "predicted_transient_gib", "measured_transient_gib"):
+            assert math.isfinite(case[key]) and case[key] > 0, (key, case)
+        assert case["size"] == "tiny" and case["params"] > 0 and case["prompt_tokens"] > 0
+    for key in ("max_rel_error", "max_rel_error_transient"):
+        assert math.isfinite(result[key]) and result[key] >= 0, result
+
+
 # what a benchmark's figures must satisfy beyond their keys (its own test, on the same smoke run)
-CHECKS = {"lora_memory": check_lora_memory}
+CHECKS = {"lora_memory": check_lora_memory, "plan_accuracy": check_plan_accuracy}
 
 
 def test_every_benchmark_is_covered() -> None:

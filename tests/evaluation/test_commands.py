@@ -352,3 +352,31 @@ def test_a_cache_dir_that_is_a_file_is_named_before_the_model_loads(assets, tmp_
              str(assets / "syn"), "--out", str(tmp_path / "o"), "--cache-dir", str(tmp_path / "afile"),
              "--cache-mode", "cache_only")  # fmt: skip
     one_line_error(r, f"cache directory {tmp_path / 'afile'} is not a directory")
+
+
+@pytest.mark.parametrize("command", ["eval", "score"])
+def test_a_foreign_non_empty_out_is_refused_unless_reused(assets, tmp_path, capsys, command):
+    """`eval`/`score` replace results.json and report.html: not in a folder no evaluation wrote."""
+    argv = ["--benchmarks", "synthetic", "--video-root", str(assets / "syn")]
+    if command == "eval":
+        argv = ["eval", "--dry-run", *argv]
+    else:
+        preds = tmp_path / "preds.jsonl"
+        preds.write_text(json.dumps({"sample_id": "x", "response": "A"}) + "\n")
+        argv = ["score", *argv, "--predictions", str(preds)]
+    site = tmp_path / "site"
+    site.mkdir()
+    mine = {"report.html": "<p>my page</p>", "results.json": '{"mine": 1}', "notes.txt": "n"}
+    for name, text in mine.items():
+        (site / name).write_text(text)
+
+    assert main([*argv, "--out", str(site)]) == 2
+    (line,) = capsys.readouterr().err.strip().splitlines()
+    assert f"--out {site}: not empty" in line and "--reuse-out" in line
+    assert {p.name: p.read_text() for p in site.iterdir()} == mine
+    # asked to: written there, the user's other files left as they are
+    assert main([*argv, "--out", str(site), "--reuse-out"]) == 0
+    assert (site / "notes.txt").read_text() == "n" and (site / "synthetic").is_dir()
+    # an earlier evaluation's folder needs no flag
+    assert main([*argv, "--out", str(tmp_path / "new")]) == 0
+    assert main([*argv, "--out", str(tmp_path / "new")]) == 0

@@ -6,6 +6,7 @@ import json
 import os
 import pickle
 import struct
+import threading
 
 import pytest
 import torch
@@ -20,6 +21,7 @@ from easyvideor1.media.cache import (
     read_header,
     write_entry,
 )
+from easyvideor1.media.failures import MediaFailure, loading
 from easyvideor1.media.sampling import SamplingParams
 from easyvideor1.media.video import sample_video
 from tests.conftest import make_video
@@ -155,3 +157,90 @@ def test_malformed_metadata_is_a_cache_error(tmp_path):
     bad.write_bytes(struct.pack("<Q", len(header)) + header)
     with pytest.raises(CacheError):
         read_header(bad)
+
+
+def _rewrite_header(entry, edit) -> None:
+    """Rewrite a real entry's header through ``edit(tensor record, metadata)``, keeping its frames."""
+    data = entry.read_bytes()
+    (n,) = struct.unpack("<Q", data[:8])
+    header = json.loads(data[8 : 8 + n])
+    meta = json.loads(header["__metadata__"][METADATA_KEY])
+    frames = data[8 + n :]
+    frames = edit(header["frames"], meta) or frames
+    header["__metadata__"][METADATA_KEY] = json.dumps(meta)  # NaN stays NaN, as json writes it
+    blob = json.dumps(header).encode()
+    entry.write_bytes(struct.pack("<Q", len(blob)) + blob + frames)
+
+
+def _no_frames(table, meta):
+    table["shape"][0], table["data_offsets"], meta["frame_indices"] = 0, [0, 0], []
+    return b""
+
+
+CORRUPTIONS = {
+    "float shape": (lambda t, m: t.update(shape=[float(d) for d in t["shape"]]), "not four whole numbers"),
+    "zero frames": (_no_frames, "entry holds no frames"),
+    "fps zero": (lambda t, m: m.update(source_fps=0), "source_fps is 0, expected a finite number > 0"),
+    "fps NaN": (lambda t, m: m.update(source_fps=float("nan")), "source_fps is nan"),
+    "fps infinite": (lambda t, m: m.update(source_fps=float("inf")), "source_fps is inf"),
+    "index past the end": (
+        lambda t, m: m["frame_indices"].__setitem__(-1, 10**15),
+        "frame index 1000000000000000 is outside the video's 90 frames",
+    ),
+    "negative index": (lambda t, m: m["frame_indices"].__setitem__(0, -3), "frame index -3 is outside"),
+    "float index": (
+        lambda t, m: m["frame_indices"].__setitem__(0, 0.5),
+        "frame_indices is not a list of whole",
+    ),
+    "NaN frame time": (lambda t, m: m["frame_times"].__setitem__(0, float("nan")), "frame_times is not one"),
+    "text height": (lambda t, m: m.update(height="64"), "height is a string, expected a whole number"),
+    "nested header": (lambda t, m: t.update(shape=[[[[1]]]] * 4), "not four whole numbers"),
+}
+
+
+@pytest.mark.parametrize("case", list(CORRUPTIONS))
+def test_corrupt_header_fields_fail_the_one_record(tmp_path, small_video, built, case):
+    """Each field of an entry's header is untrusted: a bad one is a CacheError naming the entry and the
+    field, which the batch jobs turn into that record's failure (cache_only) or a decode (prefer_cache)."""
+    video, entry = built
+    edit, reason = CORRUPTIONS[case]
+    _rewrite_header(entry, edit)
+    with pytest.raises(CacheError) as e:
+        read_entry(entry)
+    assert str(e.value).startswith(f"{entry}: ") and reason in str(e.value) and "\n" not in str(e.value)
+    with pytest.raises(MediaFailure) as failed, loading("clip.mp4", small_video):
+        VideoLoader(str(tmp_path / "cache"), "cache_only").load(small_video, P)
+    assert (
+        failed.value.reason.startswith("clip.mp4: frame cache entry corrupt: ")
+        and reason in failed.value.reason
+    )
+    fallback = VideoLoader(str(tmp_path / "cache"), "prefer_cache")
+    assert torch.equal(fallback.load(small_video, P).frames, video.frames)
+    assert fallback.stats.decoded == 1 and reason in fallback.stats.fallbacks[0]
+
+
+@pytest.mark.parametrize("kind", ["fifo", "symlink"])
+def test_an_entry_that_is_not_a_regular_file_is_refused_without_blocking(tmp_path, small_video, built, kind):
+    video, entry = built
+    if kind == "fifo":  # opening a pipe for reading would wait for a writer for ever
+        entry.unlink()
+        os.mkfifo(entry)
+        expected = "not a regular file (a named pipe (FIFO))"
+    else:  # a link is never followed, even to a valid entry
+        moved = tmp_path / "elsewhere.safetensors"
+        entry.rename(moved)
+        entry.symlink_to(moved)
+        expected = "not a regular file (a symbolic link)"
+    outcome: dict = {}
+
+    def load():
+        try:
+            VideoLoader(str(tmp_path / "cache"), "cache_only").load(small_video, P)
+        except CacheError as e:
+            outcome["error"] = e
+
+    reader = threading.Thread(target=load, daemon=True)
+    reader.start()
+    reader.join(2.0)
+    assert not reader.is_alive(), "blocked on the entry"
+    assert expected in outcome["error"].cause and str(entry) in outcome["error"].cause

@@ -13,8 +13,9 @@ import pytest
 
 from easyvideor1.data.config import DataConfig
 from easyvideor1.data.preprocess import preprocess
-from easyvideor1.media.cache import CacheError, VideoLoader
+from easyvideor1.media.cache import CacheError, VideoLoader, entry_key, entry_path, params_key, write_entry
 from easyvideor1.media.manifest import load_index, read_rows, write_merged
+from easyvideor1.media.video import sample_video
 from tests.conftest import make_video
 
 CFG = DataConfig(
@@ -172,3 +173,56 @@ def test_malformed_manifest_lines_are_skipped_and_named(tmp_path, two_sets, caps
     assert "manifest.jsonl:4" in err and "manifest.jsonl:5" in err
     with pytest.raises(CacheError, match="no cache entry"):
         VideoLoader(str(cache), "cache_only").load(str(tmp_path / "never.mp4"), CFG.sampling_params())
+
+
+@pytest.mark.parametrize("where", ["inside", "parent", "absolute", "link"])
+def test_a_row_naming_a_file_outside_the_cache_is_never_opened(tmp_path, monkeypatch, capsys, where):
+    """A manifest is untrusted: a row whose entry leads out of the cache directory is skipped with a
+    warning, and the file it names is neither opened nor quoted."""
+    params = CFG.sampling_params()
+    cache, outside = tmp_path / "cache", tmp_path / "outside"
+    outside.mkdir()
+    secret = outside / "passwd"
+    secret.write_text("root:x:0:0:SECRET-LINE\n")
+    video = make_video(tmp_path, "v", fps=10, duration=1, size=(32, 32))
+    real = entry_path(cache, entry_key(video, params))
+    write_entry(real, sample_video(video, params))
+    os.rename(video, tmp_path / "moved.mp4")  # a machine that sees the cache, not the source
+    entry = {
+        "inside": str(real.relative_to(cache)),  # the control: the same row, confined, loads
+        "parent": "../outside/passwd",
+        "absolute": str(secret),
+        "link": "zz/passwd",  # a planted fan-out folder linking out of the cache
+    }[where]
+    (cache / "zz").symlink_to(outside)
+    row = {
+        "source_path": video,
+        "params_key": params_key(params),
+        "entry": entry,
+        "status": "built",
+        "time": 1.0,
+    }
+    write_merged(cache, "manifest.jsonl", [row])
+    opened = []
+    real_open = os.open
+    monkeypatch.setattr(
+        os, "open", lambda path, *a, **k: opened.append(str(path)) or real_open(path, *a, **k)
+    )
+    loader = VideoLoader(str(cache), "cache_only")
+    if where == "inside":
+        assert loader.load(video, params).frames.shape[0] == 4
+        return
+    with pytest.raises(CacheError, match="no cache entry") as e:
+        loader.load(video, params)
+    assert not any("passwd" in p for p in opened)
+    said = capsys.readouterr().err + str(e.value)
+    assert "outside the cache directory" in said or "out of the cache directory" in said
+    assert "SECRET" not in said
+
+
+@pytest.mark.parametrize("bad", [{"entry": 7}, {"entry": ""}, {"time": float("nan")}, {"time": "soon"}])
+def test_rows_with_untrusted_fields_are_skipped(tmp_path, capsys, bad):
+    row = {"source_path": "/v.mp4", "params_key": "p", "entry": "ab/c.safetensors", "status": "built", **bad}
+    (tmp_path / "manifest.jsonl").write_text(json.dumps(row) + "\n")
+    assert read_rows(tmp_path / "manifest.jsonl") == []
+    assert "manifest.jsonl:1: skipped" in capsys.readouterr().err

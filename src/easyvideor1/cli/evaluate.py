@@ -101,7 +101,7 @@ def cmd_eval(args: argparse.Namespace, extra: list[str]) -> int:
     if not args.out:
         raise ConfigError("--out DIR is required")
     if args.dry_run:
-        commands.dry_run(cfg, args.out)
+        commands.dry_run(cfg, args.out, reuse_out=args.reuse_out)
         return 0
     if cfg.tools.enabled:  # before the model loads: an unknown tool
         tool_specs(cfg.tools)
@@ -111,7 +111,7 @@ def cmd_eval(args: argparse.Namespace, extra: list[str]) -> int:
     if not os.path.exists(model):
         raise ConfigError(f"model directory not found: {model}")
 
-    commands.evaluate(cfg, model, args.out)
+    commands.evaluate(cfg, model, args.out, reuse_out=args.reuse_out)
     return 0
 
 
@@ -119,7 +119,7 @@ def cmd_score(args: argparse.Namespace, extra: list[str]) -> int:
     from ..evaluation import commands
 
     cfg = _eval_config(args, extra)
-    commands.score(cfg, args.predictions, args.out)
+    commands.score(cfg, args.predictions, args.out, reuse_out=args.reuse_out)
     return 0
 
 
@@ -165,6 +165,15 @@ def _add_benchmark_flags(p: argparse.ArgumentParser) -> None:
     )
 
 
+def _add_reuse_out_flag(p: argparse.ArgumentParser) -> None:
+    p.add_argument(
+        "--reuse-out",
+        action="store_true",
+        help="write into a non-empty --out that no eval or score run wrote (its results.json, "
+        "report.html and benchmark folders are replaced); refused without it",
+    )
+
+
 def add_parsers(sub) -> None:
     p = sub.add_parser(
         "eval",
@@ -179,6 +188,7 @@ def add_parsers(sub) -> None:
         "--video-root", help="eval.video_root: root of the benchmarks' videos (synthetic: the synth dir)"
     )
     p.add_argument("--out", help="output directory (required except with --list)")
+    _add_reuse_out_flag(p)
     p.add_argument(
         "--list", action="store_true", help="list every benchmark: annotation file, metric, found?"
     )
@@ -236,6 +246,7 @@ def add_parsers(sub) -> None:
     p.add_argument("--video-root", help="eval.video_root (only the synthetic benchmark reads it)")
     p.add_argument("--predictions", action="append", required=True, help="JSONL predictions file; repeatable")
     p.add_argument("--out", required=True)
+    _add_reuse_out_flag(p)
     p.add_argument("--style", choices=["direct", "thinking"], help="eval.style the responses were made with")
     p.add_argument("--preset", help=argparse.SUPPRESS)
     p.add_argument("--max-samples", type=number_above_zero(int), help="eval.max_samples")

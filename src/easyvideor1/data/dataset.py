@@ -18,8 +18,9 @@ from torch.utils.data import Dataset
 
 from ..errors import ConfigError
 from ..media.cache import VideoLoader
-from ..media.failures import MediaFailure, loading, regular_file
-from ..media.sampling import SamplingParams, image_size
+from ..media.failures import MediaFailure, loading
+from ..media.image import ImageBudget, load_image
+from ..media.sampling import SamplingParams
 from .config import DataConfig
 from .preprocess import resolve_media_path
 from .probe import check_probe, probe_videos
@@ -114,28 +115,12 @@ class RecordDataset(Dataset):
         )
 
 
-def load_image(path: str, cfg: DataConfig):
-    """An RGB image resized to the factor grid within the *image* pixel budget (as it is, for a
-    family whose processor sizes images itself: InternVL's tiles).
-
-    Raises :class:`~easyvideor1.media.failures.MediaFailure` for an image that cannot be used.
-    """
-    from PIL import Image
-
-    with loading(path):
-        regular_file(path)  # PIL would block opening a FIFO
-        try:
-            with Image.open(path) as src:
-                im = src.convert("RGB")  # decodes the whole image
-        except (ValueError, SyntaxError) as e:  # what some PIL plugins raise for a malformed file
-            raise MediaFailure(path, f"cannot decode: {e}") from e
-        if cfg.model_family is not None and not _family(cfg.model_family).vision.resize_images:
-            return im
-        try:
-            h, w = image_size(im.height, im.width, cfg.factor, cfg.image_min_pixels, cfg.image_max_pixels)
-        except ValueError as e:  # e.g. an aspect ratio no model grid takes: this image's problem
-            raise MediaFailure(path, f"cannot resize: {e}") from e
-    return im.resize((w, h), Image.BICUBIC) if (h, w) != (im.height, im.width) else im
+def image_budget(cfg: DataConfig) -> ImageBudget | None:
+    """The size records' images are loaded at: the factor grid within the *image* pixel budget, or
+    None (as they are) for a family whose processor sizes images itself (InternVL's tiles)."""
+    if cfg.model_family is not None and not _family(cfg.model_family).vision.resize_images:
+        return None
+    return ImageBudget(cfg.factor, cfg.image_min_pixels, cfg.image_max_pixels)
 
 
 def media_names(sample: MediaSample) -> tuple[list[str], list[str]]:
@@ -169,7 +154,7 @@ def load_media(sample: MediaSample, cfg: DataConfig, loader: VideoLoader) -> tup
     images = []
     for name, p in zip(image_names, sample.images, strict=True):
         with loading(name, p):
-            images.append(load_image(p, cfg))
+            images.append(load_image(p, image_budget(cfg)))
     return videos, images
 
 

@@ -8,6 +8,10 @@ typo is an error in a second, not after a model has loaded.
   every sample (media as ``<video>``/``<image>`` placeholders), with its ``sample_id``.
 - ``score``: responses made elsewhere (JSONL rows ``{"sample_id", "response"}``, ids as in
   ``prompts.jsonl``) scored exactly as ``eval`` scores its own: same rows, same ``results.json``.
+
+All three write one layout into ``--out`` (``results.json``, ``report.html``, a folder per
+benchmark), replacing files of those names: a non-empty ``--out`` that none of them wrote is refused
+unless ``--reuse-out`` asks to write there (``outdir.Reuse``).
 """
 
 from __future__ import annotations
@@ -23,7 +27,7 @@ from typing import Any, Protocol
 from ..data.config import DataConfig
 from ..data.records import RecordError
 from ..errors import UserError
-from ..outdir import hold, writing
+from ..outdir import Reuse, hold, writing
 from ..resolve import resolve_config
 from ..rewards import RewardConfig
 from ..rollout.config import RolloutConfig
@@ -53,6 +57,15 @@ class RunSections(Protocol):
 
 class EvalInputError(UserError):
     """A benchmark name, annotation file or predictions file that cannot be used."""
+
+
+# the commands that write an evaluation's --out (its .lock names the one that held it last)
+OUTPUT_COMMANDS = ("eval", "eval --dry-run", "score")
+
+
+def _reuse(reuse_out: bool) -> Reuse:
+    """A non-empty --out that no evaluation wrote is refused unless ``reuse_out`` (``--reuse-out``)."""
+    return Reuse(OUTPUT_COMMANDS, "--reuse-out", asked=reuse_out)
 
 
 def resolve_benchmarks(settings: EvalConfig, prompt_template: str = "plain") -> list[BenchmarkSpec]:
@@ -167,11 +180,11 @@ def benchmark_table(settings: EvalConfig) -> str:
 
 
 def evaluate(
-    cfg: RunSections, model: str, out: str, served: tuple[Any, Any] | None = None
+    cfg: RunSections, model: str, out: str, served: tuple[Any, Any] | None = None, reuse_out: bool = False
 ) -> dict[str, dict]:
     """Run every benchmark of ``cfg.eval`` on checkpoint ``model``, with the engine of
     ``eval.engine`` (built after all checks; ``served``: an ``(engine, processor)`` pair built
-    already, e.g. a test's)."""
+    already, e.g. a test's). ``reuse_out``: write into a non-empty ``out`` no evaluation wrote."""
     from ..media.cache import VideoLoader
     from .identity import model_fingerprint
     from .pipeline import run_benchmark  # generation: only `eval` itself needs it
@@ -184,7 +197,9 @@ def evaluate(
     results: dict[str, dict] = {}
     # the cache directory is checked (cache_only: it must exist) before the model loads
     loader = VideoLoader(cfg.data.cache_dir, cfg.data.cache_mode, cfg.data.decode_time_limit)
-    with hold(out, "--out", "eval"):  # two runs appending to one predictions.jsonl mix their rows
+    with hold(
+        out, "--out", "eval", _reuse(reuse_out)
+    ):  # two runs appending to one predictions.jsonl mix their rows
         engine, processor = served or serving_engine(cfg, model)
         try:
             for item in inputs:
@@ -222,12 +237,12 @@ def _fmt(score: float | None) -> str:
     return "not measured" if score is None else f"{score:.4f}"
 
 
-def dry_run(cfg: RunSections, out: str) -> dict[str, str]:
+def dry_run(cfg: RunSections, out: str, reuse_out: bool = False) -> dict[str, str]:
     """Write ``OUT/B/prompts.jsonl`` for every benchmark; loads no model and decodes no video."""
     written = {}
     settings = cfg.eval
     inputs = load_inputs(resolve_benchmarks(settings, cfg.data.prompt_template), settings)
-    with hold(out, "--out", "eval --dry-run"):
+    with hold(out, "--out", "eval --dry-run", _reuse(reuse_out)):
         for item in inputs:
             bench_dir = os.path.join(out, item.spec.name)
             os.makedirs(bench_dir, exist_ok=True)
@@ -272,12 +287,12 @@ def _responses(files: list[str], names: list[str]) -> tuple[dict[str, dict[str, 
     return by_bench, skipped
 
 
-def score(cfg: RunSections, predictions: list[str], out: str) -> dict[str, dict]:
+def score(cfg: RunSections, predictions: list[str], out: str, reuse_out: bool = False) -> dict[str, dict]:
     """Score responses made elsewhere; writes each benchmark's predictions.jsonl and results.json."""
     settings = cfg.eval
     inputs = load_inputs(resolve_benchmarks(settings, cfg.data.prompt_template), settings)
     given, skipped = _responses(predictions, [i.spec.name for i in inputs])
-    with hold(out, "--out", "score"):
+    with hold(out, "--out", "score", _reuse(reuse_out)):
         return score_responses(inputs, given, out, cfg.reward, skipped)
 
 

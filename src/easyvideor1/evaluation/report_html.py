@@ -22,6 +22,7 @@ import time
 from typing import Any
 
 from ..errors import UserError
+from ..media.image import load_image
 from ..outdir import write_text_atomic
 from .predictions import iter_rows
 
@@ -50,7 +51,7 @@ def thumbnail_strip(videos: list, images: list) -> str | None:
         )
         frames = [Image.fromarray(data[k].numpy()) for k in picks]
     elif images:
-        frames = [images[0] if isinstance(images[0], Image.Image) else Image.open(images[0])]
+        frames = [images[0] if isinstance(images[0], Image.Image) else load_image(images[0], None)]
     if not frames:
         return None
     scaled = [

@@ -39,18 +39,22 @@ from __future__ import annotations
 
 import hashlib
 import json
+import math
 import os
 import socket
 import struct
+import sys
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, BinaryIO
 
 import numpy as np
 
-from .failures import NO_CACHE_ENTRY, CacheError, DecodeError, corrupt_entry, unusable_entry
+from ..errors import ConfigError
+from .failures import NO_CACHE_ENTRY, CacheError, DecodeError, corrupt_entry, not_regular, unusable_entry
 from .identity import SourceIdentity, source_identity
-from .manifest import load_index, row_fits
+from .manifest import entry_file, load_index, row_fits
 from .sampling import SamplingParams
 from .video import FORMAT_VERSION, SampledVideo, sample_video
 
@@ -61,6 +65,7 @@ _REQUIRED_META = (
     "source_path source_size source_mtime_ns source_fps total_frames frame_indices sample_fps "
     "height width params version"
 ).split()
+MAX_HEADER_BYTES = 100 * 1024 * 1024  # a header past this is corruption, never read into memory
 _REBUILD = "(cache_only mode: rebuild it with `easyvideor1 preprocess`)"
 
 
@@ -146,55 +151,162 @@ def _write_safetensors(path: Path, frames: np.ndarray, metadata: dict[str, str])
 
 
 def read_header(path: str | os.PathLike) -> tuple[dict[str, Any], dict[str, Any], int]:
-    """Parse and check a safetensors header: (tensor table, our metadata, data offset)."""
-    try:
-        return _read_header(str(path))
-    except CacheError:
-        raise
-    except (ValueError, TypeError, KeyError, AttributeError, IndexError) as e:  # any malformed structure
-        raise CacheError(f"{path}: corrupt entry header ({type(e).__name__}: {e})") from e
+    """Parse and check a safetensors header: (tensor table, our metadata, data offset).
 
-
-def _read_header(path: str) -> tuple[dict[str, Any], dict[str, Any], int]:
-    try:
-        size = os.path.getsize(path)
-        with open(path, "rb") as f:
-            raw_len = f.read(8)
-            if len(raw_len) < 8:
-                raise CacheError(f"{path}: truncated entry (no header)")
-            (n,) = struct.unpack("<Q", raw_len)
-            if n > min(size - 8, 100 * 1024 * 1024):
-                raise CacheError(f"{path}: corrupt entry (header length {n} exceeds file)")
-            header = json.loads(f.read(n))
-    except (OSError, json.JSONDecodeError, UnicodeDecodeError) as e:
-        raise CacheError(f"{path}: unreadable entry ({e})") from e
-    meta_blob = (header.pop("__metadata__", None) or {}).get(METADATA_KEY)
-    if meta_blob is None:
-        raise CacheError(f"{path}: not an easyvideor1 cache entry (no '{METADATA_KEY}' metadata)")
-    meta = json.loads(meta_blob)
-    missing = [k for k in _REQUIRED_META if k not in meta]
-    if missing:
-        raise CacheError(f"{path}: entry metadata lacks {', '.join(missing)}")
-    t = header.get("frames")
-    if not t or t.get("dtype") != "U8" or len(t.get("shape", [])) != 4 or t["shape"][3] != 3:
-        raise CacheError(f"{path}: entry has no uint8 [T, H, W, 3] 'frames' tensor")
-    begin, end = t["data_offsets"]
-    count = int(np.prod(t["shape"]))
-    if end - begin != count or 8 + n + end != size:
-        raise CacheError(f"{path}: truncated or corrupt entry (size {size}, expected {8 + n + end})")
-    if list(t["shape"][:3]) != [len(meta["frame_indices"]), meta["height"], meta["width"]]:
-        raise CacheError(f"{path}: frames shape {t['shape']} disagrees with its metadata")
-    return header, meta, 8 + n + begin
+    The entry is untrusted input (see :func:`open_entry` and :func:`check_entry`): anything that is
+    not a well-formed entry is a :class:`CacheError` naming it and the reason.
+    """
+    with open_entry(path) as f:
+        return _read_header(f, str(path))
 
 
 def read_entry(path: str | os.PathLike) -> SampledVideo:
-    """Memory-map an entry (copy-on-write: callers may modify the tensor, never the file)."""
-    header, meta, offset = read_header(path)
-    shape = tuple(header["frames"]["shape"])
+    """Memory-map an entry (copy-on-write: callers may modify the tensor, never the file).
+
+    The map is made from the file that was checked, never from a second open of its name.
+    """
+    with open_entry(path) as f:
+        header, meta, offset = _read_header(f, str(path))
+        arr = np.memmap(f, dtype=np.uint8, mode="c", offset=offset, shape=tuple(header["frames"]["shape"]))
     import torch
 
-    arr = np.memmap(path, dtype=np.uint8, mode="c", offset=offset, shape=shape)
     return SampledVideo(frames=torch.from_numpy(arr), meta=meta)
+
+
+def open_entry(path: str | os.PathLike) -> BinaryIO:
+    """``path`` opened for reading, refused unless it is a regular file.
+
+    ``lstat`` first, and then the open itself neither follows a symbolic link nor waits for a
+    writer (``O_NOFOLLOW | O_NONBLOCK``), and ``fstat`` checks what was opened: an entry replaced by a
+    named pipe, a device or a link is a :class:`CacheError`, never a read that blocks for ever.
+    """
+    try:
+        cause = not_regular(os.lstat(path).st_mode)
+        if cause is None:
+            fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | os.O_NOFOLLOW | os.O_CLOEXEC)
+            f = os.fdopen(fd, "rb")
+            cause = not_regular(os.fstat(fd).st_mode)  # replaced between the lstat and the open
+            if cause is None:
+                return f
+            f.close()
+    except OSError as e:
+        raise CacheError(f"{path}: unreadable entry ({e.strerror or type(e).__name__})") from e
+    raise CacheError(f"{path}: {cause}")
+
+
+def _read_header(f: BinaryIO, path: str) -> tuple[dict[str, Any], dict[str, Any], int]:
+    # The messages name the entry and what is wrong with it, never the bytes read from it.
+    size = os.fstat(f.fileno()).st_size
+    raw_len = f.read(8)
+    if len(raw_len) < 8:
+        raise CacheError(f"{path}: truncated entry (no header)")
+    (n,) = struct.unpack("<Q", raw_len)
+    if n > min(size - 8, MAX_HEADER_BYTES):
+        raise CacheError(f"{path}: corrupt entry (its header length exceeds the file)")
+    header = _parse_json(f.read(n), path, "header")
+    if not isinstance(header, dict):
+        raise CacheError(f"{path}: corrupt entry header (not a JSON object)")
+    metadata = header.pop("__metadata__", None)
+    meta_blob = metadata.get(METADATA_KEY) if isinstance(metadata, dict) else None
+    if not isinstance(meta_blob, str):
+        raise CacheError(f"{path}: not an easyvideor1 cache entry (no '{METADATA_KEY}' metadata)")
+    meta = _parse_json(meta_blob.encode("utf-8", "surrogatepass"), path, "metadata")
+    reason = check_entry(header.get("frames"), meta)
+    if reason is not None:
+        raise CacheError(f"{path}: {reason}")
+    begin, end = header["frames"]["data_offsets"]
+    if end - begin != math.prod(header["frames"]["shape"]) or 8 + n + end != size:
+        raise CacheError(f"{path}: truncated or corrupt entry (size {size}, expected {8 + n + end})")
+    return header, meta, 8 + n + begin
+
+
+def _parse_json(blob: bytes, path: str, what: str) -> Any:
+    try:
+        return json.loads(blob)
+    except (ValueError, RecursionError) as e:  # not UTF-8, not JSON, or nested past the parser
+        raise CacheError(f"{path}: corrupt entry header (its {what} is not JSON)") from e
+
+
+def check_entry(frames: Any, meta: Any) -> str | None:
+    """Why an entry's ``frames`` tensor record and metadata cannot be trusted, or None.
+
+    Types (a shape of floats), ranges (no frames, a frame index outside the video) and finite
+    numbers (a ``source_fps`` of 0 or NaN, which every timestamp divides by) are checked here, once,
+    so that nothing downstream has to.
+    """
+    if not isinstance(meta, dict):
+        return "corrupt entry header (its metadata is not a JSON object)"
+    missing = [k for k in _REQUIRED_META if k not in meta]
+    if missing:
+        return f"entry metadata lacks {', '.join(missing)}"
+    for key, (valid, expected) in _META_FIELDS.items():
+        if not valid(meta[key]):
+            return f"entry metadata {key} is {_shown(meta[key])}, expected {expected}"
+    total, indices = meta["total_frames"], meta["frame_indices"]
+    if not isinstance(indices, list) or not all(_whole(i) for i in indices):
+        return "entry metadata frame_indices is not a list of whole numbers"
+    if not indices:
+        return "entry holds no frames"
+    outside = next((i for i in indices if not 0 <= i < total), None)
+    if outside is not None:
+        return f"entry frame index {_shown(outside)} is outside the video's {_shown(total)} frames"
+    window = meta.get("window_frames", total)
+    if not _whole(window) or not 1 <= window <= total:
+        return (
+            f"entry metadata window_frames is {_shown(window)}, expected 1 to total_frames ({_shown(total)})"
+        )
+    times = meta.get("frame_times")
+    if times is not None and (
+        not isinstance(times, list) or len(times) != len(indices) or not all(_finite(t) for t in times)
+    ):
+        return "entry metadata frame_times is not one finite time per frame index"
+    if not isinstance(frames, dict) or frames.get("dtype") != "U8":
+        return "entry has no uint8 [T, H, W, 3] 'frames' tensor"
+    shape, offsets = frames.get("shape"), frames.get("data_offsets")
+    if not isinstance(shape, list) or len(shape) != 4 or not all(_whole(d) and d >= 0 for d in shape):
+        return "entry has no uint8 [T, H, W, 3] 'frames' tensor (its shape is not four whole numbers)"
+    if shape[3] != 3:
+        return "entry has no uint8 [T, H, W, 3] 'frames' tensor"
+    if shape[0] == 0:
+        return "entry holds no frames"
+    if shape[:3] != [len(indices), meta["height"], meta["width"]]:
+        return f"frames shape [{', '.join(map(_shown, shape))}] disagrees with its metadata"
+    if not isinstance(offsets, list) or len(offsets) != 2 or not all(_whole(o) and o >= 0 for o in offsets):
+        return "entry's frames data_offsets are not two whole numbers"
+    return None
+
+
+def _whole(v: Any) -> bool:
+    return isinstance(v, int) and not isinstance(v, bool)
+
+
+def _finite(v: Any) -> bool:
+    return isinstance(v, int | float) and not isinstance(v, bool) and math.isfinite(v)
+
+
+def _shown(v: Any) -> str:
+    """A metadata value for a message: a number as it is (cut short), anything else by its JSON type."""
+    if isinstance(v, int | float) and not isinstance(v, bool):
+        text = repr(v)
+        return text if len(text) <= 24 else f"{text[:20]}..."
+    return {dict: "an object", list: "a list", str: "a string", bool: "a boolean", type(None): "null"}.get(
+        type(v), type(v).__name__
+    )
+
+
+# what every metadata field must hold (frame_indices, window_frames, frame_times: in check_entry)
+_META_FIELDS: dict[str, tuple[Callable[[Any], bool], str]] = {
+    "source_path": (lambda v: isinstance(v, str), "a path"),
+    "source_size": (lambda v: _whole(v) and v >= 0, "a whole number >= 0"),
+    "source_mtime_ns": (_whole, "a whole number"),
+    "source_fps": (lambda v: _finite(v) and v > 0, "a finite number > 0"),
+    "total_frames": (lambda v: _whole(v) and v >= 1, "a whole number >= 1"),
+    "sample_fps": (lambda v: _finite(v) and v > 0, "a finite number > 0"),
+    "height": (lambda v: _whole(v) and v >= 1, "a whole number >= 1"),
+    "width": (lambda v: _whole(v) and v >= 1, "a whole number >= 1"),
+    "params": (lambda v: isinstance(v, dict), "an object"),
+    "version": (_whole, "a whole number"),
+}
 
 
 def entry_matches(meta: dict[str, Any], video_path: str, params: SamplingParams) -> str | None:
@@ -233,9 +345,9 @@ class VideoLoader:
         self, cache_dir: str | None = None, mode: str = "prefer_cache", time_limit: float | None = 300.0
     ):
         if mode not in CACHE_MODES:
-            raise ValueError(f"unknown cache mode {mode!r}; expected one of {', '.join(CACHE_MODES)}")
+            raise ConfigError(f"data.cache_mode must be one of {', '.join(CACHE_MODES)}, got {mode!r}")
         if mode == "cache_only" and not cache_dir:
-            raise ValueError("cache_only mode needs a cache_dir")
+            raise ConfigError("data.cache_mode is cache_only but no data.cache_dir is set")
         if cache_dir and mode != "decode_only" and not os.path.isdir(cache_dir):
             if mode == "cache_only":
                 what = "is not a directory" if os.path.exists(cache_dir) else "does not exist"
@@ -264,7 +376,16 @@ class VideoLoader:
                 return None
         else:  # source not on this machine (cache on shared storage)
             row = self._manifest_index().get((path, params_key(params)))
-        return Path(self.cache_dir) / row["entry"] if row else None
+        if row is None:
+            return None
+        entry = entry_file(self.cache_dir, row["entry"])
+        if entry is None:
+            print(
+                f"warning: {Path(self.cache_dir) / row['entry']}: the manifest's entry leads out of the "
+                "cache directory through a link; not used",
+                file=sys.stderr,
+            )
+        return entry
 
     def _manifest_index(self) -> dict[tuple[str, str], dict[str, Any]]:
         if self._manifest is None:

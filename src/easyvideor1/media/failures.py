@@ -73,8 +73,10 @@ class CacheError(UserError, RuntimeError):
 
 
 # What ``os.stat`` can find at a media path that is not a file. Opening a named pipe blocks until a
-# writer appears and a character device may never end, so no reader is allowed to open one.
+# writer appears and a character device may never end, so no reader is allowed to open one. A link
+# is only seen by ``os.lstat`` (the frame cache's entries are never followed through one).
 _NOT_FILES = (
+    (stat.S_ISLNK, "a symbolic link"),
     (stat.S_ISDIR, "a directory"),
     (stat.S_ISFIFO, "a named pipe (FIFO)"),
     (stat.S_ISSOCK, "a socket"),

@@ -10,7 +10,7 @@ replaces the row for the same (source path, parameters key); older rows stay unl
 they name was removed.
 
 Row fields: ``source_path``, ``params_key``, ``entry`` (relative to the cache dir, ``None`` when
-failed), ``status`` (built | reused | failed), ``reason``, ``records``, ``source`` (the
+failed; a row naming a file outside the directory is skipped with a warning, never opened), ``status`` (built | reused | failed), ``reason``, ``records``, ``source`` (the
 :class:`~easyvideor1.media.identity.SourceIdentity` the entry was keyed on), ``host`` (the machine
 that read the source) and ``time`` (unix seconds of the run; the newest row wins across files).
 """
@@ -19,11 +19,12 @@ from __future__ import annotations
 
 import contextlib
 import json
+import math
 import os
 import socket
 import sys
 from collections.abc import Iterator
-from pathlib import Path
+from pathlib import Path, PurePosixPath
 from typing import Any
 
 from ..jsonlines import RecordError, json_lines
@@ -52,11 +53,46 @@ def read_rows(path: Path) -> list[dict[str, Any]]:
                 raise ValueError("not a manifest row (no source_path)")
             if not isinstance(row.get("params_key"), str):
                 raise ValueError("not a manifest row (no params_key)")
+            problem = row_problem(row)
+            if problem is not None:
+                raise ValueError(problem)
         except ValueError as e:
             print(f"warning: {path}:{n}: skipped ({e})", file=sys.stderr)
             continue
         rows.append(row)
     return rows
+
+
+def row_problem(row: dict[str, Any]) -> str | None:
+    """Why a row's fields cannot be trusted, or None. A manifest is untrusted input: its ``entry``
+    must name a file inside the cache directory, judged on the text alone (nothing it names is
+    opened or even looked at), and its ``time`` must be a finite number."""
+    entry = row.get("entry")
+    if entry is not None:
+        if not isinstance(entry, str) or not entry or "\0" in entry:
+            return "its entry is not a path"
+        parts = PurePosixPath(entry).parts
+        if PurePosixPath(entry).is_absolute() or ".." in parts:
+            return f"its entry {_cut(entry)!r} is outside the cache directory"
+    t = row.get("time")
+    if t is not None and not (isinstance(t, int | float) and not isinstance(t, bool) and math.isfinite(t)):
+        return "its time is not a finite number"
+    return None
+
+
+def entry_file(cache_dir: str | os.PathLike, entry: str) -> Path | None:
+    """``cache_dir / entry`` when it resolves inside ``cache_dir``; None when a link on the way
+    (a planted ``ab -> /etc`` fan-out folder) leads out of it. Only links are resolved: the file
+    itself is not opened here."""
+    root = os.path.realpath(cache_dir)
+    target = os.path.realpath(os.path.join(root, entry))
+    if os.path.commonpath([root, target]) != root or target == root:
+        return None
+    return Path(cache_dir) / entry
+
+
+def _cut(text: str, limit: int = 80) -> str:
+    return text if len(text) <= limit else f"{text[:limit]}..."
 
 
 def _key(row: dict[str, Any]) -> tuple[str, str]:
@@ -126,7 +162,7 @@ def load_index(cache_dir: str | os.PathLike) -> dict[tuple[str, str], dict[str, 
 
 
 def _time(row: dict[str, Any]) -> float:
-    t = row.get("time")
+    t = row.get("time")  # finite when set: read_rows checked it
     return float(t) if isinstance(t, int | float) else 0.0
 
 

@@ -98,8 +98,14 @@ class VideoSource:
     def _load_track(self, kind: str) -> Track:
         params = track_params(self.settings, kind, self.family)
         entry = self.loader.locate(self.path, params) if self.loader is not None else None
+        video = None
         if entry is not None:
-            video = read_entry(entry)
+            try:
+                video = read_entry(entry)
+            except CacheError:  # a corrupt entry: refused in cache_only mode, else a miss (decoded below)
+                if self.loader.mode == "cache_only":
+                    raise
+        if video is not None:
             meta = video.meta
             if entry_matches(meta, self.path, params) is None:
                 self.loader.stats.hits += 1

@@ -16,9 +16,10 @@ Layout of ``<output_dir>/checkpoints/step_<N>/``:
 - ``checkpoint_files.json``: every file's size, so a damaged checkpoint is recognised before it is
   loaded (``checkpoint_check.py``) and resuming falls back to the newest whole one.
 Every rank writes into ``step_<N>.tmp``; after a barrier rank 0 renames it and replaces ``latest``
-atomically, so a crash mid-save leaves the previous checkpoint in charge. Only the last
-``keep_last`` are kept. (The reference saved per-rank pickles that could only resume on the same
-number of ranks, and executed them on load.)
+atomically, so a crash mid-save leaves the previous checkpoint in charge. The run records the
+checkpoints it wrote in ``checkpoints/saved.json`` and keeps the last ``keep_last`` of those; a
+folder it did not write is never replaced or removed (``run_checkpoints.py``). (The reference saved
+per-rank pickles that could only resume on the same number of ranks, and executed them on load.)
 """
 
 from __future__ import annotations
@@ -37,8 +38,10 @@ from safetensors.torch import load_file, save_file
 from ..models.loading import DTYPES
 from ..models.lora import is_lora, save_adapter, save_merged
 from ..models.released import write_released_layout
-from .checkpoint_check import read_state, record_files
-from .distributed import DistState, barrier
+from ..outdir import OutputError
+from . import run_checkpoints
+from .checkpoint_check import CheckpointError, read_state, record_files
+from .distributed import DistState, all_gather, barrier
 
 # DCP warns that it "assumes a single process" whenever no process group exists: that is our intent
 warnings.filterwarnings("ignore", message="torch.distributed is disabled, unavailable or uninitialized")
@@ -106,10 +109,15 @@ def save_checkpoint(
     state = state or DistState()
     root = Path(output_dir) / "checkpoints"
     final, tmp = root / f"step_{step}", root / f"step_{step}.tmp"
+    refused = None
     if state.is_main:
-        shutil.rmtree(tmp, ignore_errors=True)
-        (tmp / "rng").mkdir(parents=True)
-    barrier()
+        try:
+            run_checkpoints.prepare(root, step)
+        except OutputError as e:
+            refused = (str(e), e.exit_code)
+    refused = all_gather(refused)[0]  # every rank stops, not only the one that checked
+    if refused:
+        raise OutputError(*refused)
     options, get_model, _, _, _ = _state_dict_api()
     lora = is_lora(model)
     # rank 0 holds it (with LoRA only the adapter: the base weights are not gathered)
@@ -151,14 +159,7 @@ def save_checkpoint(
     barrier()  # every rank's shards are on disk before the checkpoint is published
     if state.is_main:
         record_files(tmp)
-        shutil.rmtree(final, ignore_errors=True)
-        os.replace(tmp, final)
-        latest_tmp = root / "latest.tmp"
-        latest_tmp.write_text(final.name)
-        os.replace(latest_tmp, root / "latest")
-        steps = sorted(int(p.name[5:]) for p in root.glob("step_*") if p.name[5:].isdigit())
-        for old in steps[:-keep_last] if keep_last > 0 else []:
-            shutil.rmtree(root / f"step_{old}", ignore_errors=True)
+        run_checkpoints.publish(root, tmp, final, keep_last)
     barrier()
     return final
 
@@ -171,7 +172,7 @@ def export_model(model, processor, directory: str | os.PathLike, state: DistStat
     final = Path(directory)
     tmp = final.with_name(final.name + ".tmp")
     if state.is_main:
-        shutil.rmtree(tmp, ignore_errors=True)
+        run_checkpoints.clear_scratch(tmp)
         tmp.mkdir(parents=True)
     barrier()
     if is_lora(model):
@@ -234,9 +235,7 @@ def load_checkpoint(
     ckpt = Path(ckpt)
     meta = read_state(ckpt)  # a damaged file is an error naming it
     if not (ckpt / "sharded").is_dir():
-        raise FileNotFoundError(
-            f"{ckpt} has no sharded/ training state (not a resumable easyvideor1 checkpoint)"
-        )
+        raise CheckpointError(f"{ckpt}: no sharded/ training state (not a resumable easyvideor1 checkpoint)")
     options, _, get_optim, set_model, set_optim = _state_dict_api()
     tensors, _ = _training_state(model, optimizer)  # the shapes and placements to load into
     dcp.load(tensors, storage_reader=HuggingFaceStorageReader(path=str(ckpt / "sharded")))

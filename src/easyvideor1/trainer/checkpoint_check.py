@@ -118,26 +118,10 @@ def verify_checkpoint(ckpt: str | os.PathLike) -> dict[str, Any]:
     return meta
 
 
-def candidates(output_dir: str | os.PathLike) -> list[Path]:
-    """Checkpoints of a run, newest first: the one ``latest`` names, then every ``step_N`` by N."""
-    root = Path(output_dir) / "checkpoints"
-    steps = sorted(
-        (p for p in root.glob("step_*") if p.name[5:].isdigit() and p.is_dir()),
-        key=lambda p: int(p.name[5:]),
-        reverse=True,
-    )
-    latest = root / "latest"
-    named = root / latest.read_text().strip() if latest.is_file() else None
-    if named is not None and named in steps:
-        steps.remove(named)
-        steps.insert(0, named)
-    return steps
-
-
-def find_resumable(output_dir: str | os.PathLike) -> tuple[Path | None, list[tuple[Path, str]]]:
-    """(the newest checkpoint that verifies, or None; [(damaged checkpoint, why)] passed over)."""
+def find_resumable(checkpoints: list[Path]) -> tuple[Path | None, list[tuple[Path, str]]]:
+    """(the first of ``checkpoints`` that verifies, or None; [(damaged checkpoint, why)] passed over)."""
     bad = []
-    for ckpt in candidates(output_dir):
+    for ckpt in checkpoints:
         try:
             verify_checkpoint(ckpt)
         except CheckpointError as e:

@@ -1,10 +1,12 @@
 """Saving a run and resuming it: which checkpoint, what changed since it was saved, and the logs
 rolled back to it. :func:`save` writes a checkpoint, :func:`restore` is its one counterpart.
 
-- ``trainer.resume=auto`` takes the newest checkpoint that verifies (``checkpoint_check.py``); a
-  damaged newer one is moved aside to ``step_N.damaged`` with a message naming it and the file at
-  fault. Rank 0 decides and every rank follows. An explicit ``trainer.resume=PATH`` that is damaged
-  is an error (the user asked for that one).
+- ``trainer.resume=auto`` takes the newest of the run's own checkpoints (``run_checkpoints.py``)
+  that verifies (``checkpoint_check.py``); a damaged newer one is moved aside to ``step_N.damaged``
+  with a message naming it and the file at fault. A ``step_*`` entry the run did not write is never
+  resumed from, moved or removed: it is named and left as it is. Rank 0 decides and every rank
+  follows. An explicit ``trainer.resume=PATH`` that is damaged is an error (the user asked for that
+  one).
 - Settings changed since the checkpoint: ``trainer.seed`` is refused (the prompt order and the RNG
   streams of the saved run depend on it), and so is a different number of usable training prompts
   (the sampler's position would point elsewhere). Everything else is applied from the restored step
@@ -25,6 +27,8 @@ from pathlib import Path
 from typing import Any
 
 from ..errors import ConfigError
+from ..outdir import OutputError
+from . import run_checkpoints
 from .checkpoint import load_checkpoint, save_checkpoint
 from .checkpoint_check import CheckpointError, find_resumable, verify_checkpoint
 from .distributed import DistState, all_gather
@@ -128,24 +132,41 @@ def _choose_checkpoint(tc, dist: DistState, write: Callable[[str], None]) -> Pat
         return path
     choice, error = None, None
     if dist.is_main:
-        ckpt, bad = find_resumable(tc.output_dir)
-        for path, why in bad:
-            aside = _aside(path)
-            os.replace(path, aside)
-            write(
-                f"checkpoint {path} is damaged: {why}; moved to {aside.name}, "
-                + (f"falling back to {ckpt.name}" if ckpt else "and no older checkpoint is whole")
-            )
-        choice = str(ckpt) if ckpt else None
-        if bad and ckpt is None:
-            error = (
-                f"no checkpoint in {tc.output_dir}/checkpoints is whole ({len(bad)} damaged, moved aside); "
-                "set trainer.resume=never to start over"
-            )
+        try:
+            choice, error = _choose_own_checkpoint(tc, write)
+        except OutputError as e:  # an unreadable record: every rank stops, not only this one
+            error = str(e)
     choice, error = all_gather((choice, error))[0]  # rank 0 decided; a file check must not split ranks
     if error:
         raise CheckpointError(error)
     return Path(choice) if choice else None
+
+
+def _choose_own_checkpoint(tc, write: Callable[[str], None]) -> tuple[str | None, str | None]:
+    """(the newest of the run's checkpoints that verifies, or None; why none can be resumed, or None),
+    its damaged newer ones moved aside and any ``step_*`` entry the run did not write named."""
+    root = Path(tc.output_dir) / "checkpoints"
+    mine = run_checkpoints.newest_first(root)
+    for path in run_checkpoints.foreign(root, mine):
+        write(
+            f"{path}: not a checkpoint this run wrote (not in {run_checkpoints.RECORD_NAME}); left as it is"
+        )
+    ckpt, bad = find_resumable(mine)
+    for path, why in bad:
+        aside = _aside(path)
+        os.replace(path, aside)
+        write(
+            f"checkpoint {path} is damaged: {why}; moved to {aside.name}, "
+            + (f"falling back to {ckpt.name}" if ckpt else "and no older checkpoint is whole")
+        )
+    if bad:  # the record holds the checkpoints still in place
+        run_checkpoints.record(root, run_checkpoints.own(root))
+    if bad and ckpt is None:
+        return None, (
+            f"no checkpoint in {tc.output_dir}/checkpoints is whole ({len(bad)} damaged, moved aside); "
+            "set trainer.resume=never to start over"
+        )
+    return (str(ckpt) if ckpt else None), None
 
 
 def _aside(path: Path) -> Path:
