@@ -22,6 +22,12 @@ _BIG = "{% set s = 'a' * 1000000 %}"
         ("{% include '/etc/passwd' %}", "no loader"),
         ("{% import '/etc/passwd' as p %}", "no loader"),
         ("{% set l = [] %}{{ l.append(1) }}", "attribute 'append'"),
+        (
+            "{% macro loop_guard(x) %}{{ 'a' * 1000 }}{% endmacro %}{% set loop_guard__ = loop_guard %}"
+            "{% for i in 'a' * 1000 %}{% for j in 'a' * 1000 %}{% for k in 'a' * 1000 %}{% endfor %}"
+            "{% endfor %}{% endfor %}",
+            "loop iterations",
+        ),
         ("{% for i in range(10**15) %}x{% endfor %}", "range() of 1,000,000,000,000,000 items"),
         ("{% for i in range(99999) %}{% for j in range(99999) %}{% endfor %}{% endfor %}", "loop iterations"),
         ("{{ 'a' * 10**12 }}", "operator '*'"),

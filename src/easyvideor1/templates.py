@@ -42,7 +42,6 @@ _FORMAT_WIDTH = re.compile(r"\{[^{}]*:[^{}]*(?:\{|\d{7,})")
 # filters and str methods whose integer argument is the output's size
 _WIDTH_FILTERS = ("center", "indent", "wordwrap")
 _WIDTH_METHODS = ("center", "ljust", "rjust", "zfill", "expandtabs")
-_LOOP_GUARD = "loop_guard__"  # the global every {% for %} iterable is passed through
 
 
 class TemplateError(UserError):
@@ -174,7 +173,9 @@ def _guard_filter(name: str, func: Any) -> Any:
     return guarded
 
 
+@functools.lru_cache(maxsize=1)
 def _environment():
+    """The one environment (compiled templates hold it; rendering in several threads is safe)."""
     import jinja2
     from jinja2 import nodes
     from jinja2.compiler import CodeGenerator
@@ -185,9 +186,10 @@ def _environment():
 
         def visit_Template(self, node, frame=None):
             for loop in node.find_all(nodes.For):
-                loop.iter = nodes.Call(
-                    nodes.Name(_LOOP_GUARD, "load"), [loop.iter], [], None, None, lineno=loop.iter.lineno
-                )
+                # `environment.loop_guard`: an attribute of the environment, which no template
+                # variable can shadow (a global could be redefined by `{% set %}` or a macro)
+                guard = nodes.EnvironmentAttribute("loop_guard", lineno=loop.iter.lineno)
+                loop.iter = nodes.Call(guard, [loop.iter], [], None, None, lineno=loop.iter.lineno)
             super().visit_Template(node, frame)
 
         def visit_Concat(self, node, frame):
@@ -202,7 +204,7 @@ def _environment():
         def __init__(self) -> None:
             super().__init__(undefined=jinja2.StrictUndefined, autoescape=False, keep_trailing_newline=False)
             self.globals["range"] = _bounded_range
-            self.globals[_LOOP_GUARD] = _loop_guard
+            self.loop_guard = _loop_guard
             self.filters = {name: _guard_filter(name, func) for name, func in self.filters.items()}
 
         def call_binop(self, context, operator, left, right):
@@ -251,11 +253,6 @@ def _environment():
     return BoundedEnvironment()
 
 
-@functools.lru_cache(maxsize=1)
-def _shared_environment():
-    return _environment()
-
-
 @dataclasses.dataclass(frozen=True)
 class UserTemplate:
     """A compiled user template; :meth:`render` applies the bounds."""
@@ -302,6 +299,6 @@ def _compile(source: str, origin: str) -> UserTemplate:
     import jinja2
 
     try:
-        return UserTemplate(origin, _shared_environment().from_string(source))
+        return UserTemplate(origin, _environment().from_string(source))
     except jinja2.TemplateSyntaxError as e:
         raise TemplateError(origin, f"Jinja syntax error on line {e.lineno}: {e.message}") from None
