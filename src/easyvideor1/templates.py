@@ -48,6 +48,7 @@ class TemplateError(UserError):
     """A user template that cannot compile or render: the message names the template and the reason."""
 
     def __init__(self, origin: str, reason: str) -> None:
+        reason = " ".join(reason.splitlines())  # one line, whatever the exception said
         super().__init__(f"{origin}: {reason}")
         self.origin = origin
         self.reason = reason
