@@ -94,10 +94,12 @@ SIZES = (
     Size("middle", 512, 4, _text(8, 4, 1408, 32768)),
     Size("large", 768, 6, _text(12, 4, 2048, 65536)),
 )
-PADDED = {"trainer.padding_free": False, "trainer.shared_prefix": "off"}  # micro_batch_size = n
+# every case runs two micro-batches per mini-batch, as a real step runs many: from the second on,
+# the gradients are held through the forward (a single micro-batch would make its forward before them)
+PADDED = {"trainer.padding_free": False, "trainer.shared_prefix": "off"}
 LENGTHS = (
-    Length(16, 128, 4, 128, {**PADDED, "trainer.micro_batch_size": 4}),
-    Length(32, 256, 4, 512, {"trainer.padding_free": True, "trainer.shared_prefix": "auto", "trainer.micro_batch_size": 4}),
+    Length(16, 128, 4, 128, {**PADDED, "trainer.micro_batch_size": 2}),
+    Length(32, 256, 4, 512, {"trainer.padding_free": True, "trainer.shared_prefix": "auto", "trainer.micro_batch_size": 2}),
     # a token budget of the prompt (2,680 tokens) and half the group: two shared-prefix micro-batches
     Length(48, 320, 8, 384, {"trainer.padding_free": True, "trainer.shared_prefix": "auto", "trainer.max_tokens_per_micro_batch": 2688 + 4 * 384}),
 )  # fmt: skip
@@ -216,6 +218,14 @@ def predict(overrides: list[str]) -> dict[str, tuple[float, float, str]]:
         states = sum(phase.parts_gib.get(k, 0.0) for k in MODEL_STATES)
         out[name] = (phase.peak_gib, phase.peak_gib - states, phase.detail)
     return out
+
+
+def predicted_parts(overrides: list[str]) -> dict[str, dict[str, float]]:
+    """Each pass's predicted parts in GiB (``--parts``)."""
+    from easyvideor1.plan import Hardware, plan
+
+    p = plan(run_config(overrides), Hardware(gpus=1, memory_gib=24.0, device="cpu"), fixes=False)
+    return {name: {k: round(v, 4) for k, v in p.phase(name).parts_gib.items()} for name in PASSES}
 
 
 @dataclass(frozen=True)
@@ -368,6 +378,8 @@ def table_lines(rows: list[dict]) -> list[str]:
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--smoke", action="store_true", help="the tiny model, one short case (seconds)")
+    ap.add_argument("--sizes", help="comma-separated size names to run (default: all)")
+    ap.add_argument("--parts", action="store_true", help="print each prediction's parts (GiB)")
     ap.add_argument("--worker", nargs=2, metavar=("OVERRIDES", "OUT"), help=argparse.SUPPRESS)
     args = ap.parse_args(argv)
     if args.worker:
@@ -375,6 +387,8 @@ def main(argv=None) -> int:
         Path(args.worker[1]).write_text(json.dumps({name: asdict(m) for name, m in figures.items()}))
         return 0
     sizes, lengths = (SIZES[:1], (SMOKE_LENGTH,)) if args.smoke else (SIZES, LENGTHS)
+    if args.sizes:
+        sizes = tuple(s for s in sizes if s.name in args.sizes.split(","))
     rows = []
     print(HEADER, file=sys.stderr)  # each case's rows as it finishes, then the whole table
     with tempfile.TemporaryDirectory() as tmp:
@@ -385,8 +399,11 @@ def main(argv=None) -> int:
             for length, record in zip(lengths, records, strict=True):
                 overrides = run_overrides(model_dir, record, length, work)
                 tokens = prompt_tokens(overrides)
-                overrides.append(f"data.max_prompt_length={tokens}")
+                # every prompt of the case is this long: the longest and the shortest the plan assumes
+                overrides += [f"data.max_prompt_length={tokens}", f"plan.min_prompt_tokens={tokens}"]
                 case_rows = rows_of(Case(size.name, params, tokens, length, overrides), work)
+                if args.parts:
+                    print(json.dumps(predicted_parts(overrides)), file=sys.stderr)
                 print("\n".join(table_lines(case_rows)), file=sys.stderr, flush=True)
                 rows += case_rows
     print("\n".join(["", HEADER, *table_lines(rows)]), file=sys.stderr)

@@ -32,6 +32,7 @@ def plan_check(cfg_dict: dict, profile, gpu_memory_gib: float, measured: dict) -
     from easyvideor1.config import RunConfig, load_config
     from easyvideor1.plan import Hardware, plan
     from easyvideor1.plan.architecture import architecture
+    from easyvideor1.plan.memory import peak_parts
     from easyvideor1.plan.verdict import _planner
     from easyvideor1.plan.workload import MicroBatch, workload
 
@@ -54,6 +55,7 @@ def plan_check(cfg_dict: dict, profile, gpu_memory_gib: float, measured: dict) -
     planner = _planner(long_cfg, arch, hw)
     prompt, response = profile.long_prompt_tokens, profile.long_response_tokens
     row = MicroBatch("long", prompt + response, response + 1, 1, 0, 0, 0)
-    above_weights = sum(planner.backward(row).values()) + planner.gradients()
+    parts, _ = peak_parts(planner.backward(row))
+    above_weights = sum(parts.values()) + planner.gradients()
     out["long_micro_batch"] = _pair(above_weights / 2**30, measured.get("long_micro_batch"))
     return out

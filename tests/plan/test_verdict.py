@@ -75,13 +75,23 @@ def test_the_terms_a_reader_can_check_by_hand(arch_8b):
 
 
 def test_a_run_that_does_not_fit_names_the_phase_and_the_settings_that_fix_it(arch_8b, capsys):
-    over = ["rollout.max_new_tokens=32768", "trainer.micro_batch_size=4"]
+    # 32k-token responses, four sequences per micro-batch (no token budget)
+    over = [
+        "rollout.max_new_tokens=32768",
+        "trainer.micro_batch_size=4",
+        "trainer.max_tokens_per_micro_batch=0",
+    ]
     d = _plan_json(capsys, f"config={RECIPE_8B}", "--gpus", "8", "--gpu-memory", "80", *over)
     assert d["fits"] is False
     assert any("rollout.vllm.max_model_len=24576 is shorter" in note for note in d["notes"])
     failing = [p for p in d["phases"] if not p["fits"]]
-    assert [p["name"] for p in failing] == ["update"] and failing[0]["peak_gib"] > 80
-    fixes = failing[0]["fixes"]
+    assert [p["name"] for p in failing] == ["logprobs", "update"] and failing[1]["peak_gib"] > 80
+    fixes = failing[1]["fixes"]
+    assert fixes[0] == {
+        "key": "trainer.micro_batch_size",
+        "value": 1,
+        "peak_gib": pytest.approx(fixes[0]["peak_gib"]),
+    }
     assert 1 <= len(fixes) <= 2
     cfg = load_config(RunConfig, RECIPE_8B, over)
     for fix in fixes:  # each named setting alone makes the phase fit

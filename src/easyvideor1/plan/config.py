@@ -43,6 +43,8 @@ class PlanConfig:
             landscape, the largest frames datasets commonly hold); the frame rule and the
             ``data.video_*`` pixel caps then size the frames.
         video_seconds: Their length (default two hours: long enough to reach any frame cap).
+        min_prompt_tokens: The shortest prompt of the data: memory is planned for micro-batches
+            of responses behind prompts this short too (more responses fit a token budget then).
         mean_prompt_tokens / mean_response_tokens: Typical lengths of the data, for the time
             estimate only (0: the configured maxima, ``data.max_prompt_length`` and
             ``rollout.max_new_tokens``). Memory is always planned for the maxima.
@@ -58,6 +60,7 @@ class PlanConfig:
     reserved_gib: float = 2.0
     video_size: list[int] = field(default_factory=lambda: [1920, 1080])
     video_seconds: float = 7200.0
+    min_prompt_tokens: int = 256
     mean_prompt_tokens: int = 0
     mean_response_tokens: int = 0
 
@@ -76,5 +79,6 @@ class PlanConfig:
             self.video_size,
         )
         positive("plan.video_seconds", self.video_seconds)
+        whole_number("plan.min_prompt_tokens", self.min_prompt_tokens, 1)
         whole_number("plan.mean_prompt_tokens", self.mean_prompt_tokens, 0, "0: data.max_prompt_length")
         whole_number("plan.mean_response_tokens", self.mean_response_tokens, 0, "0: rollout.max_new_tokens")

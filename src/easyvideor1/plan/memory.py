@@ -21,6 +21,7 @@ The phases, in a step's order (``docs/how-to/gpu.md``, "The order of a step"):
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass, field
 
 from ..models.chunked_logits import chunk_rows
@@ -176,13 +177,22 @@ def vision_activations(
     return (kept + block + mergers + features) * compute
 
 
-def logits_bytes(arch: Architecture, mb: MicroBatch, compute: int, grad: bool) -> float:
-    """The LM head's logits for the kept positions (and their gradient in the backward), plus
-    the chunked log-softmax's float32 buffers."""
+def logits_bytes(arch: Architecture, mb: MicroBatch, compute: int, device: str, grad: bool) -> float:
+    """The LM head's logits for the kept positions, the chunked log-softmax's two float32 chunks
+    and, in the backward, the logits' gradient. On a CPU the gradient's pages count only once
+    written (a chunk at a time, ``torch.empty`` touches none), which a resident-set peak sees."""
     vocab = arch.text.vocab
     logits = mb.kept * vocab * compute
-    chunks = LOGITS_CHUNKS * min(mb.kept, chunk_rows(vocab)) * vocab * 4
-    return logits * (2 if grad else 1) + chunks
+    per_row = math.ceil(mb.kept / mb.rows)  # chunks are cut within each row
+    chunk = min(per_row, chunk_rows(vocab))
+    buffers = LOGITS_CHUNKS * chunk * vocab * 4
+    if not grad:
+        return logits + buffers
+    if device != "cpu":
+        return 2 * logits + buffers
+    last = per_row - chunk * ((per_row - 1) // chunk)  # the last chunk's positions
+    written = (mb.kept - last) * vocab * compute  # the gradient written before the last chunk
+    return logits + max(buffers, written + LOGITS_CHUNKS * last * vocab * 4)
 
 
 def mask_bytes(mb: MicroBatch, compute: int) -> float:
@@ -313,34 +323,47 @@ class Planner:
             out += params.root_unit * p.compute + params.largest_unit * (p.compute + p.reduce)
         return out
 
-    def logprobs(self, mb: MicroBatch) -> dict[str, float]:
+    def logprobs(self, mb: MicroBatch) -> dict[str, dict[str, float]]:
+        """A forward without gradient, stage by stage: what every stage holds (``held``), then the
+        tower's forward, a decoder layer's, the LM head's logits and their log-softmax."""
         c = self.precision.compute
         widths = _widths(self.arch)
+        features = mb.media_tokens * (1 + self.arch.vision.deepstack) * self.arch.vision.out_hidden * c
         return {
-            "gathered weights": self.gathered(backward=False),
-            "activations": mb.tokens * (_units(FORWARD_UNITS, widths) + widths["hidden"]) * c,
-            "vision": vision_activations(self.arch, mb, c, self.cfg.model.gradient_checkpointing, grad=False),
-            "logits": logits_bytes(self.arch, mb, c, grad=False),
-            "attention mask": mask_bytes(mb, c),
+            "held": {
+                "gathered weights": self.gathered(backward=False),
+                "attention mask": mask_bytes(mb, c),
+                "activations": mb.tokens * widths["hidden"] * c,  # the residual stream
+            },
+            "the vision tower": {"vision": vision_activations(self.arch, mb, c, False, grad=False)},
+            "a decoder layer": {
+                "activations": mb.tokens * _units(FORWARD_UNITS, widths) * c,
+                "vision": features,
+            },
+            "the logits": {"logits": logits_bytes(self.arch, mb, c, self.device, grad=False)},
         }
 
-    def backward(self, mb: MicroBatch) -> dict[str, float]:
+    def backward(self, mb: MicroBatch) -> dict[str, dict[str, float]]:
+        """The update's forward and backward, stage by stage: what the backward keeps (each layer's
+        input under checkpointing, else every layer's activations; the tower's), then the
+        forward's logits, the logits' backward, and a layer's backward (recomputed)."""
         c = self.precision.compute
         widths = _widths(self.arch)
         t = self.arch.text
+        checkpointing = self.cfg.model.gradient_checkpointing
         layer = layer_activations(self.arch, mb.tokens, c)
+        kept = t.layers * mb.tokens * t.hidden * c if checkpointing else t.layers * layer
         working = mb.tokens * _units(BACKWARD_UNITS, widths) * c
-        if self.cfg.model.gradient_checkpointing:  # each layer's input, one layer recomputed
-            kept = t.layers * mb.tokens * t.hidden * c + layer
-        else:
-            kept = t.layers * layer
-        checkpoint = self.cfg.model.gradient_checkpointing
         return {
-            "gathered weights": self.gathered(backward=True),
-            "activations": kept + working,
-            "vision": vision_activations(self.arch, mb, c, checkpoint, grad=True),
-            "logits": logits_bytes(self.arch, mb, c, grad=True),
-            "attention mask": mask_bytes(mb, c),
+            "held": {
+                "gathered weights": self.gathered(backward=True),
+                "attention mask": mask_bytes(mb, c),
+                "activations": kept,
+                "vision": vision_activations(self.arch, mb, c, checkpointing, grad=True),
+            },
+            "the forward's logits": {"logits": logits_bytes(self.arch, mb, c, self.device, grad=False)},
+            "the logits' backward": {"logits": logits_bytes(self.arch, mb, c, self.device, grad=True)},
+            "a layer's backward": {"layer backward": (layer if checkpointing else 0.0) + working},
         }
 
     def gradients(self) -> float:
@@ -385,13 +408,27 @@ class Planner:
             )
         return out
 
-    def _worst(self, name: str, base: dict[str, float], parts_of) -> Phase:
-        """The phase ``name`` for the micro-batch composition that needs the most memory."""
+    def _worst(self, name: str, base: dict[str, float], stages_of) -> Phase:
+        """The phase ``name`` at its largest stage, for the micro-batch composition that needs the
+        most memory."""
         best = None
         for mb in self.work.micro_batches:
-            phase = Phase(
-                name, {**base, **parts_of(mb)}, f"{mb.name}: {mb.tokens:,} tokens, {mb.kept:,} kept"
-            )
+            parts, stage = peak_parts(stages_of(mb))
+            for part, value in base.items():
+                parts[part] = parts.get(part, 0.0) + value
+            phase = Phase(name, parts, f"{mb.name}: {mb.tokens:,} tokens, {mb.kept:,} kept; at {stage}")
             if best is None or phase.peak_bytes > best.peak_bytes:
                 best = phase
         return best
+
+
+def peak_parts(stages: dict[str, dict[str, float]]) -> tuple[dict[str, float], str]:
+    """A pass's parts at its largest stage: what every stage holds (``held``) plus that stage's
+    own; and the stage's name."""
+    held = stages["held"]
+    own = {k: v for k, v in stages.items() if k != "held"}
+    stage = max(own, key=lambda k: sum(own[k].values()))
+    parts = dict(held)
+    for part, value in own[stage].items():
+        parts[part] = parts.get(part, 0.0) + value
+    return parts, stage

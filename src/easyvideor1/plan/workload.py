@@ -8,8 +8,11 @@ planned and the larger of each phase reported (:class:`MicroBatch`):
 
 - ``longest prompt``: a prompt of ``data.max_prompt_length`` tokens (with the largest video of the
   frame budget: ``plan.video_size`` and ``plan.video_seconds``, 1080p and two hours by default) and as many of its responses of ``rollout.max_new_tokens`` as the micro-batch holds;
-- ``most responses``: as many response tokens as the micro-batch holds behind short prompts (the
-  logits path grows with the response tokens, not the prompt's).
+- ``most responses``: as many response tokens as the micro-batch holds behind prompts of
+  ``plan.min_prompt_tokens`` (the logits path grows with the response tokens, not the prompt's).
+
+A micro-batch never holds more sequences than one mini-batch gives a rank, nor more prompts than
+its sequences touch (a group's n sequences are consecutive).
 """
 
 from __future__ import annotations
@@ -23,8 +26,6 @@ from .architecture import Architecture
 # The frame rate of the planned video (``plan.video_size``, ``plan.video_seconds``): the frame
 # budget samples it down; only a video slower than the sampling rate would give fewer frames.
 PLANNED_FPS = 30.0
-# Tokens of a "short" prompt in the ``most responses`` composition (the question, no media).
-SHORT_PROMPT = 256
 
 
 @dataclass(frozen=True)
@@ -111,8 +112,12 @@ def workload(cfg, arch: Architecture, gpus: int) -> Workload:
     groups = gpus // sp  # data-parallel groups
     prompts_per_rank = cfg.trainer.prompts_per_step / groups / sp  # an SP group splits generation
     sequences = cfg.trainer.prompts_per_step * n / groups
-    longest = _micro_batch(cfg.trainer, "longest prompt", prompt, response, n, video_patches, video_tokens)
-    most = _micro_batch(cfg.trainer, "most responses", min(SHORT_PROMPT, prompt), response, n, 0, 0)
+    mini = max(1, cfg.trainer.mini_batch_prompts * n // groups)  # a rank's sequences per mini-batch
+    shortest = min(cfg.plan.min_prompt_tokens, prompt)
+    longest = _micro_batch(
+        cfg.trainer, "longest prompt", prompt, response, n, mini, video_patches, video_tokens
+    )
+    most = _micro_batch(cfg.trainer, "most responses", shortest, response, n, mini, 0, 0)
     return Workload(
         prompt=prompt,
         response=response,
@@ -138,23 +143,25 @@ def responses_behind_prompt(trainer, prompt: int, response: int, n: int) -> int:
     return min(n, max(1, (trainer.max_tokens_per_micro_batch - prompt) // response))
 
 
-def _micro_batch(trainer, name, prompt, response, n, patches, media_tokens) -> MicroBatch:
-    """The largest forward of ``name``'s composition under the trainer's micro-batch settings."""
+def _micro_batch(trainer, name, prompt, response, n, mini, patches, media_tokens) -> MicroBatch:
+    """The largest forward of ``name``'s composition under the trainer's micro-batch settings;
+    ``mini``: the sequences of one mini-batch on one rank."""
     budget = trainer.max_tokens_per_micro_batch
     shared = trainer.shared_prefix != "off"
     packed = trainer.padding_free or shared or budget > 0
-    if budget <= 0:  # a fixed count of sequences: in the worst case each answers another prompt
-        k = prompts = trainer.micro_batch_size
+    if budget <= 0:  # a fixed count of consecutive sequences
+        k = min(trainer.micro_batch_size, mini)
+        prompts = _prompts_touched(k, n, aligned=True) if shared else k
     elif not shared:  # whole sequences while they fit (one over the budget runs alone)
-        k = prompts = max(1, budget // (prompt + response))
+        k = prompts = min(mini, max(1, budget // (prompt + response)))
     elif name == "longest prompt":  # the prompt once, as many of its responses as fit
-        k, prompts = min(n, max(1, (budget - prompt) // response)), 1
-    else:  # responses of several groups behind their short prompts
-        k = max(1, (budget - prompt) // response)
-        while k > 1 and math.ceil(k / n) * prompt + k * response > budget:
+        k, prompts = min(n, mini, max(1, (budget - prompt) // response)), 1
+    else:  # responses of several groups behind their prompts
+        k = min(mini, max(1, (budget - prompt) // response))
+        while k > 1 and _prompts_touched(k, n) * prompt + k * response > budget:
             k -= 1
-        prompts = math.ceil(k / n)
-    tokens = prompts * prompt + k * response if shared and budget > 0 else k * (prompt + response)
+        prompts = _prompts_touched(k, n)
+    tokens = prompts * prompt + k * response if shared else k * (prompt + response)
     rows = 1 if packed else k
     mask = 0
     if not packed:
@@ -162,6 +169,14 @@ def _micro_batch(trainer, name, prompt, response, n, patches, media_tokens) -> M
     elif shared:
         mask = k * response * (prompt + k * response)  # each block's responses x block mask
     return MicroBatch(name, tokens, k * response, rows, patches * prompts, media_tokens * prompts, mask)
+
+
+def _prompts_touched(k: int, n: int, aligned: bool = False) -> int:
+    """The most groups of ``n`` consecutive sequences ``k`` consecutive sequences can touch
+    (``aligned``: cut from a group's start in steps of ``k``, as a count-based split is)."""
+    if aligned and (k % n == 0 or n % k == 0):
+        return math.ceil(k / n)
+    return min(k, (k - 1) // n + 2)
 
 
 def _split(mb: MicroBatch, sp: int) -> MicroBatch:
