@@ -67,7 +67,9 @@ def call_judge(config: RewardConfig, prediction: str, truth: str, **meta: Any) -
             official=meta.get("judge_prompt"),
         )
         official = meta.get("judge_prompt")  # read in its own format; ours in reward.judge.verdict
-        return ask_judge(config.judge, messages, (meta.get("judge_reply") or "judgement") if official else None)
+        return ask_judge(
+            config.judge, messages, (meta.get("judge_reply") or "judgement") if official else None
+        )
     fn = load_callable(str(config.llm_judge))
     try:
         return float(fn(prediction, truth, **meta))

@@ -262,7 +262,9 @@ class JudgeClient:
         body = self.body(messages, c)
         # the endpoint, template and verdict format too: another judge, or the same judge asked
         # for another format, does not reuse these answers
-        key = content_key({"endpoint": self.cfg.endpoint, "request": body, "prompt": c.prompt, "verdict": c.verdict})
+        key = content_key(
+            {"endpoint": self.cfg.endpoint, "request": body, "prompt": c.prompt, "verdict": c.verdict}
+        )
         with self._lock:
             if key in self._recent:  # the same request on its way or just answered: one answer for both
                 future, sent = self._recent[key]
@@ -326,7 +328,7 @@ class JudgeClient:
                 if r.status_code == 200:
                     try:
                         text = answer_text(r.json())
-                    except ValueError as error:
+                    except (ValueError, UnreadableAnswer) as error:  # not JSON, or not that shape
                         return self._failed(f"unreadable answer ({error}): {r.text[:200]!r}", t0, attempts)
                     return JudgeReply(text, latency_s=time.perf_counter() - t0, attempts=attempts)
                 last = f"HTTP {r.status_code}: {r.text[:200]}"
@@ -401,13 +403,17 @@ def content_key(body: dict[str, Any]) -> str:
     return hashlib.sha256(json.dumps(body, sort_keys=True, ensure_ascii=False).encode()).hexdigest()
 
 
+class UnreadableAnswer(Exception):
+    """A 200 answer that is not a chat completion with text content (the request failed)."""
+
+
 def answer_text(payload: Any) -> str:
     """The text of a chat-completions answer: ``choices[0].message.content``, a string (none: "")
-    or a list of text parts (joined); ValueError naming what is not that shape."""
+    or a list of text parts (joined); :class:`UnreadableAnswer` naming what is not that shape."""
     try:
         content = payload["choices"][0]["message"]["content"]
     except (KeyError, IndexError, TypeError):
-        raise ValueError("no choices[0].message.content") from None
+        raise UnreadableAnswer("no choices[0].message.content") from None
     if content is None or isinstance(content, str):
         return content or ""
     if isinstance(content, list) and all(
@@ -415,7 +421,7 @@ def answer_text(payload: Any) -> str:
         for part in content
     ):
         return "".join(part["text"] for part in content)
-    raise ValueError(f"content is a {type(content).__name__}, not text")
+    raise UnreadableAnswer(f"content is a {type(content).__name__}, not text")
 
 
 def retry_after(value: str | None) -> float | None:

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import functools
 import re
+from collections import deque
 from dataclasses import dataclass, field
 
 from ..errors import ConfigError
@@ -23,9 +24,9 @@ _PROMPT_TOKEN = re.compile(r"\{\{|\}\}|\{([^{}]*)\}|[{}]")
 _ESCAPE_HINT = "write a literal brace as '{{' or '}}'"
 
 
-def check_prompt(template: str, key: str = "reward.judge.prompt") -> None:
+def check_prompt(template: str) -> None:
     """Refuse a prompt template that ``str.format`` with the known fields could not fill, or that
-    never shows the judge the answer; :class:`ConfigError` names ``key`` and the bad placeholder."""
+    never shows the judge the answer; :class:`ConfigError` names the key and the bad placeholder."""
     known = ", ".join(f"{{{name}}}" for name in PROMPT_FIELDS)
     used = set()
     for match in _PROMPT_TOKEN.finditer(template):
@@ -34,12 +35,16 @@ def check_prompt(template: str, key: str = "reward.judge.prompt") -> None:
             continue
         if name is None:
             around = template[max(0, match.start() - 20) : match.end() + 20]
-            raise ConfigError(f"{key}: a single {token!r} in {around!r}; {_ESCAPE_HINT}")
+            raise ConfigError(f"reward.judge.prompt: a single {token!r} in {around!r}; {_ESCAPE_HINT}")
         if name not in PROMPT_FIELDS:
-            raise ConfigError(f"{key}: unknown placeholder {token!r} (known: {known}); {_ESCAPE_HINT}")
+            raise ConfigError(
+                f"reward.judge.prompt: unknown placeholder {token!r} (known: {known}); {_ESCAPE_HINT}"
+            )
         used.add(name)
     if "prediction" not in used:
-        raise ConfigError(f"{key}: no {{prediction}} placeholder, so the judge would never see the answer")
+        raise ConfigError(
+            "reward.judge.prompt: no {prediction} placeholder, so the judge would never see the answer"
+        )
 
 
 # the characters around a verdict token that are not part of it: markdown, quotes, brackets, and a
@@ -60,12 +65,10 @@ class VerdictFormat:
 
     def read(self, text: str | None) -> float | None:
         """The verdict in ``text``, or None when the verdict's place is missing or holds no verdict."""
-        last = None
-        for last in self.place.finditer(text or ""):
-            pass
-        if last is None:
+        last = deque(self.place.finditer(text or ""), maxlen=1)
+        if not last:
             return None
-        token = (last.group(1) or "").strip(_DECORATION)
+        token = (last[0].group(1) or "").strip(_DECORATION)
         if token.lower() in self.words:
             return self.words[token.lower()]
         if self.scale is None:
@@ -102,7 +105,7 @@ OFFICIAL_REPLIES = {
 
 
 @functools.lru_cache(maxsize=64)
-def verdict_format(spec: str, key: str = "reward.judge.verdict") -> VerdictFormat:
+def verdict_format(spec: str) -> VerdictFormat:
     """The format ``spec`` names: a name of :data:`VERDICTS`, or a regular expression with one
     group (its last match's group is the verdict: a number in [0, 1], or yes/no)."""
     if spec in VERDICTS:
@@ -111,10 +114,12 @@ def verdict_format(spec: str, key: str = "reward.judge.verdict") -> VerdictForma
     try:
         place = re.compile(spec)
     except re.error as error:
-        raise ConfigError(f"{key}: {spec!r} is not one of {names} nor a regular expression ({error})") from None
+        raise ConfigError(
+            f"reward.judge.verdict: {spec!r} is not one of {names} nor a regular expression ({error})"
+        ) from None
     if place.groups != 1:
         raise ConfigError(
-            f"{key}: the regular expression {spec!r} has {place.groups} groups; it needs exactly one, "
+            f"reward.judge.verdict: the regular expression {spec!r} has {place.groups} groups; it needs exactly one, "
             f"around the verdict (or use one of {names})"
         )
     return VerdictFormat(place, words={"yes": 1.0, "no": 0.0})
