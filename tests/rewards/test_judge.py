@@ -203,10 +203,19 @@ def test_the_cache_key_names_the_judge_and_a_foreign_entry_is_a_miss(tmp_path):
         {"verdict": "yes_no"},
     ]
     assert [ask(**other) for other in other_judges] == [False] * 4 and len(sent) == 5
-    for foreign in ([1, 2], {"answer": 5}, "text", None, {"request": {}}):
+    stored = json.loads(entry.read_text())
+    foreign_entries = [
+        [1, 2],
+        "text",
+        None,
+        {**stored, "answer": 5},
+        {**stored, "request": {}},
+        {"answer": "Judgement: 0"},
+    ]
+    for foreign in foreign_entries:
         entry.write_text(json.dumps(foreign))
         assert not ask() and json.loads(entry.read_text())["answer"] == "Judgement: 1"  # asked, rewritten
-    assert ask() and len(sent) == 10
+    assert ask() and len(sent) == 5 + len(foreign_entries)
     server.close()
 
 

@@ -82,7 +82,8 @@ class JudgeConfig:
         retries: Further attempts after a 429, a 5xx or a connection error.
         max_retry_wait_s: Longest wait before a retry that a ``Retry-After`` header can ask for
             (in seconds or as a date); a longer one is cut to this.
-        cache_dir: Where answers are kept by content (empty: no disk cache; a rerun asks again).
+        cache_dir: Where answers are kept by content: the endpoint, the request, the prompt
+            template and the verdict format (empty: no disk cache; a rerun asks again).
         max_tokens: The judge's answer length limit.
         temperature: The judge's sampling temperature (0: greedy, reproducible).
         tasks: The reward tasks the endpoint scores (its verdict becomes their accuracy): the
@@ -273,7 +274,7 @@ class JudgeClient:
                     self._recent.move_to_end(key)
                     self.stats.shared += 1
                     return future
-            cached = self._read_cache(key)
+            cached = self._read_cache(key, body)
             if cached is not None:
                 self.stats.cache_hits += 1
                 done: Future = Future()
@@ -357,15 +358,19 @@ class JudgeClient:
     def _path(self, key: str) -> Path:
         return self._cache / key[:2] / f"{key}.json"
 
-    def _read_cache(self, key: str) -> str | None:
+    def _read_cache(self, key: str, body: dict[str, Any]) -> str | None:
+        """The answer stored for ``key``, or None: no entry, a damaged one, or JSON of another
+        shape than ``{"request": body, "answer": text}`` (then asked again, and rewritten)."""
         if self._cache is None:
             return None
         try:
             entry = json.loads(self._path(key).read_text())
-        except (ValueError, OSError):  # missing or damaged: asked again (and rewritten)
+        except (ValueError, OSError):
             return None
-        answer = entry.get("answer") if isinstance(entry, dict) else None
-        return answer if isinstance(answer, str) else None  # JSON of another shape: the same
+        if not isinstance(entry, dict) or entry.get("request") != body:
+            return None
+        answer = entry.get("answer")
+        return answer if isinstance(answer, str) else None
 
     def _write_cache(self, key: str, body: dict[str, Any], text: str) -> None:
         if self._cache is None:
