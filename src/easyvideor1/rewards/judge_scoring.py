@@ -1,5 +1,6 @@
 """How an endpoint judge's verdict becomes a reward: the default prompt, the reply formats
-(``judge_format.py``), and the scoring phase that asks the judge about the results of judged tasks and folds the answers in.
+(``judge_format.py``), and the scoring phase that asks the judge about the results of judged
+tasks and folds the answers in.
 
 Scoring a batch is two phases when ``reward.judge.url`` is set. First every response is scored by
 its task's rule as usual (which also reads the answer out of the response). Then, for each result
