@@ -14,6 +14,8 @@ Handle = Callable[[dict], tuple[int, dict, dict]]
 
 class JSONServer:
     def __init__(self, handle: Handle):
+        server = self
+
         class Handler(BaseHTTPRequestHandler):
             protocol_version = "HTTP/1.1"
 
@@ -29,13 +31,17 @@ class JSONServer:
                     self.send_header(k, v)
                 self.send_header("Content-Type", "application/json")
                 self.send_header("Content-Length", str(len(data)))
-                self.end_headers()
-                self.wfile.write(data)
+                server.send(self, data)
 
         self.httpd = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
         self.httpd.daemon_threads = True
         threading.Thread(target=self.httpd.serve_forever, daemon=True).start()
         self.url = f"http://127.0.0.1:{self.httpd.server_address[1]}/v1"
+
+    def send(self, handler: BaseHTTPRequestHandler, data: bytes) -> None:
+        """Write the buffered headers and then ``data`` (a subclass may pace the bytes)."""
+        handler.end_headers()
+        handler.wfile.write(data)
 
     def close(self) -> None:
         self.httpd.shutdown()

@@ -3,6 +3,7 @@ behaviour chosen per request: fail, throttle, stall) and ``easyvideor1 serve`` o
 
 from __future__ import annotations
 
+import json
 import subprocess
 import sys
 import threading
@@ -10,13 +11,15 @@ import time
 
 import pytest
 
+from easyvideor1.errors import ConfigError
 from easyvideor1.rewards.judge import JudgeClient, JudgeConfig, content_key, retry_after
 from tests.json_server import JSONServer, chat_reply
 
 
 class Scripted(JSONServer):
     """A chat-completions server whose answer to a request depends on its user text: ``500xN``
-    fails N times first, ``429`` throttles once with Retry-After: 1, ``stall`` takes 3 s; every
+    fails N times first, ``429`` throttles once with Retry-After: 1 (``429|VALUE``: VALUE),
+    ``stall`` takes 3 s; every
     answer is "Judgement: 1" after a 0.3 s think. It records arrivals and the most requests it
     held open at once."""
 
@@ -39,7 +42,7 @@ class Scripted(JSONServer):
             if text.startswith("500x") and done < int(text.split("x")[1].split()[0]):
                 status = 500
             elif text.startswith("429") and done < 1:
-                status, headers = 429, {"Retry-After": "1"}
+                status, headers = 429, {"Retry-After": text.split("|")[1] if "|" in text else "1"}
             if status != 200:
                 with self.lock:
                     self.failed[text] = done + 1
@@ -111,9 +114,150 @@ def test_a_timeout_is_counted_as_not_scored(server):
     client.close()
 
 
+class Trickling(JSONServer):
+    """Answers "Judgement: 1", one byte every ``gap_s``: its headers too (``part="headers"``) or
+    only its body; it stops when the client goes away."""
+
+    def __init__(self, part: str, gap_s: float = 0.1):
+        self.part, self.gap_s = part, gap_s
+        super().__init__(lambda body: (200, chat_reply("Judgement: 1"), {}))
+
+    def send(self, handler, data: bytes) -> None:
+        head = b"".join(handler._headers_buffer) + b"\r\n"
+        handler._headers_buffer = []
+        fast, slow = (b"", head + data) if self.part == "headers" else (head, data)
+        try:
+            handler.wfile.write(fast)
+            for i in range(len(slow)):
+                handler.wfile.write(slow[i : i + 1])
+                time.sleep(self.gap_s)
+        except OSError:
+            return
+
+
+@pytest.mark.parametrize("part", ["headers", "body"])
+def test_timeout_bounds_the_whole_attempt_however_slowly_the_bytes_come(part):
+    server = Trickling(part)  # each byte comes well within timeout_s: only a total deadline ends it
+    client = JudgeClient(JudgeConfig(url=server.url, timeout_s=0.5, retries=0))
+    t0 = time.perf_counter()
+    reply = client.ask(_ask("slow"))
+    took = time.perf_counter() - t0
+    client.close()
+    server.close()
+    assert not reply.ok and "timed out after 0.5 s" in reply.error
+    assert took < 0.9  # the reply would take about 8 s
+
+
+@pytest.mark.parametrize("asked", ["86400", "Wed, 01 Dec 2100 00:00:00 GMT", "inf"])
+def test_retry_after_is_capped(server, asked):
+    client = JudgeClient(JudgeConfig(url=server.url, retries=1, max_retry_wait_s=0.2))
+    text = f"429|{asked}"
+    reply = client.ask(_ask(text))
+    first, second = server.requests_for(text)
+    client.close()
+    assert reply.ok and 0.2 <= second - first < 0.9
+
+
+@pytest.mark.parametrize(
+    "content,text",
+    [
+        ("Judgement: 1", "Judgement: 1"),
+        (None, ""),
+        ([{"type": "text", "text": "Judgement: "}, {"type": "text", "text": "1"}], "Judgement: 1"),
+        ([{"type": "image_url", "image_url": "Judgement: 1"}], None),
+        (["Judgement: 1"], None),
+        ({"text": "Judgement: 1"}, None),
+        (1, None),
+    ],
+)
+def test_only_text_content_is_an_answer(content, text):
+    payload = {"choices": [{"message": {"role": "assistant", "content": content}}]}
+    server = JSONServer(lambda body: (200, payload, {}))
+    client = JudgeClient(JudgeConfig(url=server.url, retries=0))
+    reply = client.ask(_ask("x"))
+    client.close()
+    server.close()
+    assert reply.text == text
+    assert reply.ok if text is not None else "unreadable answer (content is a" in reply.error
+
+
+def test_the_cache_key_names_the_judge_and_a_foreign_entry_is_a_miss(tmp_path):
+    sent: list[dict] = []
+    server = JSONServer(lambda body: (sent.append(body), (200, chat_reply("Judgement: 1"), {}))[1])
+    cache, port = tmp_path / "cache", server.url.split(":")[2].split("/")[0]
+    base = {"url": server.url, "cache_dir": str(cache), "prompt": "Grade {prediction}"}
+
+    def ask(**setting) -> bool:
+        client = JudgeClient(JudgeConfig(**{**base, **setting}))
+        reply = client.ask(_ask("q"))
+        client.close()
+        assert reply.ok
+        return reply.cached
+
+    assert not ask() and ask()
+    (entry,) = cache.glob("*/*.json")
+    other_judges = [
+        {"url": f"http://localhost:{port}/v1"},  # the same server under another name: another endpoint
+        {"model": "other"},
+        {"prompt": "Judge {prediction}"},
+        {"verdict": "yes_no"},
+    ]
+    assert [ask(**other) for other in other_judges] == [False] * 4 and len(sent) == 5
+    stored = json.loads(entry.read_text())
+    foreign_entries = [
+        [1, 2],
+        "text",
+        None,
+        {**stored, "answer": 5},
+        {**stored, "request": {}},
+        {"answer": "Judgement: 0"},
+    ]
+    for foreign in foreign_entries:
+        entry.write_text(json.dumps(foreign))
+        assert not ask() and json.loads(entry.read_text())["answer"] == "Judgement: 1"  # asked, rewritten
+    assert ask() and len(sent) == 5 + len(foreign_entries)
+    server.close()
+
+
+@pytest.mark.parametrize(
+    "setting,message",
+    [
+        ({"prompt": "Q: {question} A: {answer}"}, "reward.judge.prompt: unknown placeholder '{answer}'"),
+        ({"prompt": 'Say {"ok": 1} about {prediction}'}, """unknown placeholder '{"ok": 1}'"""),
+        ({"prompt": "{prediction.__class__}"}, "unknown placeholder '{prediction.__class__}'"),
+        ({"prompt": "{0} {prediction}"}, "unknown placeholder '{0}'"),
+        ({"prompt": "{prediction} } odd"}, "reward.judge.prompt: a single '}'"),
+        ({"prompt": "{prediction:{truth}}"}, "reward.judge.prompt: a single '{'"),
+        ({"prompt": "Is {truth} right?"}, "reward.judge.prompt: no {prediction} placeholder"),
+        (
+            {"verdict": "yes-no", "prompt": "{prediction}"},
+            "reward.judge.verdict: the regular expression 'yes-no' has 0 groups",
+        ),
+        ({"verdict": "(a)(b)", "prompt": "{prediction}"}, "has 2 groups"),
+        (
+            {"verdict": "(", "prompt": "{prediction}"},
+            "reward.judge.verdict: '(' is not one of default, yes_no",
+        ),
+        ({"verdict": "yes_no"}, "reward.judge.verdict needs a reward.judge.prompt"),
+    ],
+)
+def test_a_bad_prompt_or_verdict_format_is_refused_at_start_up(setting, message):
+    with pytest.raises(ConfigError, match="^[^\n]*$") as refused:
+        JudgeConfig(url="http://x", **setting)
+    assert message in str(refused.value)
+
+
+def test_literal_braces_written_twice_are_text():
+    prompt = 'Reply {{"same": 0 or 1}} for {prediction} (truth: {truth})'
+    cfg = JudgeConfig(url="http://x", prompt=prompt, verdict=r'"same": (\d)')
+    assert prompt.format(question="", truth="red", prediction="blue").startswith('Reply {"same": 0 or 1}')
+    assert cfg.verdict_format.read('{"same": 1}') == 1.0
+
+
 def test_helpers_and_bad_settings():
     assert retry_after("2") == 2.0 and retry_after(None) is None and retry_after("soon") is None
     assert retry_after("Wed, 21 Oct 2015 07:28:00 GMT") == 0.0  # a date in the past: now
+    assert retry_after("nan") is None and retry_after("Wed, 99 Zzz 2100") is None
     a = content_key({"model": "m", "messages": _ask("x")})
     assert (
         a

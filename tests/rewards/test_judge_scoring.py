@@ -13,6 +13,7 @@ from easyvideor1.rewards import RewardConfig, score_records
 from easyvideor1.rewards.judge_scoring import judge_messages, parse_judgement
 from tests.evaluation.benchmark_cases import gold_response, write_unshipped
 from tests.grading_server import GradingServer
+from tests.json_server import JSONServer, chat_reply
 
 
 @pytest.fixture
@@ -94,6 +95,29 @@ def test_prompt_template_and_fractional_verdicts():
     messages = judge_messages("red", "red", "Which?", prompt="Q: {question} A: {prediction} T: {truth}")
     assert messages == [{"role": "user", "content": "Q: Which? A: red T: red"}]
     assert parse_judgement("Judgement: 0.75") == 0.75 and parse_judgement("Judgement: 2") is None
+
+
+@pytest.mark.parametrize(
+    "verdict,prompt,reply,accuracy",
+    [
+        ("default", "", "Judgement: 1/2", None),  # no verdict: the failure path, never a score
+        ("default", "", "Judgement: 1e-9", None),
+        ("yes_no", "Is {prediction} the same as {truth}? Answer Yes or No.", "Yes, both say red.", 1.0),
+        ("score_0_10", "Rate {prediction} against {truth} as 'Score: N' (0-10).", "Score: 6/10", 0.6),
+    ],
+)
+def test_the_verdict_format_decides_what_is_a_score(verdict, prompt, reply, accuracy):
+    server = JSONServer(lambda body: (200, chat_reply(reply), {}))
+    cfg = RewardConfig(judge={"url": server.url, "retries": 0, "verdict": verdict, "prompt": prompt})
+    (row,) = score_records(["<answer>red</answer>"], [_record(f"red-{verdict}")], [5], cfg)
+    evaluated = score_generic(_record(f"red-{verdict}"), "<answer>red</answer>", cfg, 5)
+    server.close()
+    if accuracy is None:
+        assert row["unscored"] is True and "judge reply has no verdict" in row["judge_error"]
+        assert evaluated["scored"] is False and "no verdict" in evaluated["not_scored_reason"]
+    else:
+        assert row["accuracy"] == row["judge"] == accuracy and "judge_error" not in row
+        assert evaluated["scored"] is True and evaluated["accuracy"] == accuracy
 
 
 def test_both_judges_at_once_is_refused(server):

@@ -59,14 +59,13 @@ def call_judge(config: RewardConfig, prediction: str, truth: str, **meta: Any) -
     built-in ones in ``judge.py`` honour the prompt, a user's may ignore it).
     """
     if config.judge.enabled:
+        official = meta.get("judge_prompt")
         messages = judge_messages(
-            prediction,
-            truth,
-            meta.get("question"),
-            prompt=config.judge.prompt,
-            official=meta.get("judge_prompt"),
+            prediction, truth, meta.get("question"), prompt=config.judge.prompt, official=official
         )
-        return ask_judge(config.judge, messages, meta.get("judge_reply") or "judgement")
+        # an official prompt's reply is read in its own format, ours in reward.judge.verdict
+        reply_format = (meta.get("judge_reply") or "judgement") if official else None
+        return ask_judge(config.judge, messages, reply_format)
     fn = load_callable(str(config.llm_judge))
     try:
         return float(fn(prediction, truth, **meta))

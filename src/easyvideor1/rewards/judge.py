@@ -6,14 +6,19 @@
 
 * Requests are asynchronous: :meth:`JudgeClient.submit` returns a ``Future`` at once, and at most
   ``max_concurrency`` requests are open at a time (a thread pool over one pooled HTTP client).
+* ``timeout_s`` bounds each attempt as a whole (connect, send, and the answer however slowly its
+  bytes arrive: ``http_deadline.py``), not each network read.
 * 429 and 5xx answers, and connection errors, are retried up to ``retries`` times with
   exponential backoff (0.5 s, 1 s, 2 s, ... capped at 30 s); a ``Retry-After`` header (seconds or
-  an HTTP date) is honoured instead when the server sends one.
-* Identical requests (same messages, model and sampling settings) are sent once: a request that
-  is in flight or was answered recently (the last ``MEMO_SIZE`` requests of this process) shares
-  its future, and an answered one is stored on disk under ``cache_dir`` by the SHA-256 of its
-  content, so a rerun sends nothing. A failed request is asked again once ``FAILED_TTL_S`` have
-  passed.
+  an HTTP date) is honoured instead when the server sends one, for at most ``max_retry_wait_s``.
+* An answer is read only in the chat-completions shape: ``choices[0].message.content`` is text
+  (or a list of text parts, joined); anything else is an unreadable answer, never a verdict.
+* Identical requests (same endpoint, messages, model, sampling settings, prompt template and
+  verdict format) are sent once: a request that is in flight or was answered recently (the last
+  ``MEMO_SIZE`` requests of this process) shares its future, and an answered one is stored on disk
+  under ``cache_dir`` by the SHA-256 of that content, so a rerun sends nothing and another judge
+  asks again. An entry that cannot be read, or holds JSON of another shape, is asked again and
+  rewritten. A failed request is asked again once ``FAILED_TTL_S`` have passed.
 * A request that still fails is a :class:`JudgeReply` with ``error`` set, never a score: callers
   report it as not scored. :attr:`JudgeClient.stats` counts requests, failures, cache hits and
   latency (``reward/judge_*`` metrics).
@@ -25,6 +30,7 @@ import email.utils
 import hashlib
 import json
 import logging
+import math
 import os
 import tempfile
 import threading
@@ -36,7 +42,9 @@ from pathlib import Path
 from typing import Any
 
 from ..errors import ConfigError
-from ..validation import at_least, non_negative, require
+from ..validation import at_least, non_negative, positive, require
+from .http_deadline import bound_by_deadline, deadline
+from .judge_format import VerdictFormat, check_prompt, verdict_format
 
 RETRIED_STATUS = frozenset({429, 500, 502, 503, 504})
 ON_FAILURE = ("skip", "rule")
@@ -56,11 +64,26 @@ class JudgeConfig:
         api_key_env: Name of the environment variable holding the API key (sent as a bearer
             token); the key itself never goes into a config file.
         prompt: The judge prompt template (``{question}``, ``{truth}``, ``{prediction}``); empty
-            uses the task's or the benchmark's official prompt.
+            uses the task's or the benchmark's official prompt. Checked when the config is read:
+            ``{prediction}`` must be there, no other placeholder may be, and a literal brace is
+            written twice (``{{`` or ``}}``).
+        verdict: How the judge's reply to ``prompt`` is read: ``default`` (the token after the
+            last ``Judgement:``, a number in [0, 1]: ``Judgement: 1``, ``Judgement: 0.75``),
+            ``yes_no`` (the reply's first word is Yes or No: 1 or 0), ``score_0_10`` (the token
+            after the last ``Score:``, 0 to 10, ``/10`` allowed, divided by 10), or a regular
+            expression with one group, whose last match's group is the verdict (a number in
+            [0, 1], or yes/no). A token is a verdict only whole: ``1/2``, ``1e-9`` and ``0,9`` are
+            none, and a reply with no verdict is a failed judgement (``on_failure``), never a 0.
+            Any other than ``default`` needs a ``prompt`` that asks for it. A benchmark's official
+            judge prompt is read in its own format.
         max_concurrency: Requests open at once.
-        timeout_s: Seconds one attempt may take (connect + answer).
+        timeout_s: Seconds one attempt may take in all: connect, send, and the whole answer
+            however slowly it arrives.
         retries: Further attempts after a 429, a 5xx or a connection error.
-        cache_dir: Where answers are kept by content (empty: no disk cache; a rerun asks again).
+        max_retry_wait_s: Longest wait before a retry that a ``Retry-After`` header can ask for
+            (in seconds or as a date); a longer one is cut to this.
+        cache_dir: Where answers are kept by content: the endpoint, the request, the prompt
+            template and the verdict format (empty: no disk cache; a rerun asks again).
         max_tokens: The judge's answer length limit.
         temperature: The judge's sampling temperature (0: greedy, reproducible).
         tasks: The reward tasks the endpoint scores (its verdict becomes their accuracy): the
@@ -78,9 +101,11 @@ class JudgeConfig:
     model: str = "judge"
     api_key_env: str = ""
     prompt: str = ""
+    verdict: str = "default"
     max_concurrency: int = 8
     timeout_s: float = 60.0
     retries: int = 3
+    max_retry_wait_s: float = 60.0
     cache_dir: str = ""
     max_tokens: int = 256
     temperature: float = 0.0
@@ -98,8 +123,19 @@ class JudgeConfig:
         )
         at_least("reward.judge.stream_chunks", self.stream_chunks, 1)
         at_least("reward.judge.max_concurrency", self.max_concurrency, 1)
-        require(self.timeout_s > 0, "reward.judge.timeout_s", "must be > 0", self.timeout_s)
+        positive("reward.judge.timeout_s", self.timeout_s)
         non_negative("reward.judge.retries", self.retries)
+        non_negative("reward.judge.max_retry_wait_s", self.max_retry_wait_s)
+        if self.prompt:
+            check_prompt(self.prompt)
+        verdict_format(self.verdict)
+        require(
+            bool(self.prompt) or self.verdict == "default",
+            "reward.judge.verdict",
+            "needs a reward.judge.prompt that asks for that format (the default prompt asks for "
+            "'Judgement: 1' or 'Judgement: 0')",
+            self.verdict,
+        )
         at_least("reward.judge.max_tokens", self.max_tokens, 1)
         non_negative("reward.judge.temperature", self.temperature)
         if self.url:
@@ -120,6 +156,11 @@ class JudgeConfig:
         return url if url.endswith("/chat/completions") else f"{url}/chat/completions"
 
     @property
+    def verdict_format(self) -> VerdictFormat:
+        """How a reply to this config's prompt is read (``verdict``)."""
+        return verdict_format(self.verdict)
+
+    @property
     def score_workers(self) -> int:
         """Threads that should score rows concurrently (evaluation, validation, curation): the
         request limit when the endpoint judges, else 0 (score in line)."""
@@ -133,6 +174,7 @@ class JudgeConfig:
             self.max_concurrency,
             self.timeout_s,
             self.retries,
+            self.max_retry_wait_s,
             self.cache_dir,
         )
 
@@ -198,6 +240,7 @@ class JudgeClient:
             max_connections=cfg.max_concurrency, max_keepalive_connections=cfg.max_concurrency
         )
         self._http = httpx.Client(headers=headers, timeout=cfg.timeout_s, limits=limits)
+        bound_by_deadline(self._http)
         self._pool = ThreadPoolExecutor(cfg.max_concurrency, thread_name_prefix="judge")
         self._recent: OrderedDict[str, tuple[Future, float]] = OrderedDict()
         self._lock = threading.Lock()
@@ -216,8 +259,13 @@ class JudgeClient:
 
     def submit(self, messages: list[dict[str, Any]], cfg: JudgeConfig | None = None) -> Future:
         """A ``Future`` of the :class:`JudgeReply` to ``messages`` (chat-completions messages)."""
-        body = self.body(messages, cfg)
-        key = content_key(body)
+        c = cfg or self.cfg
+        body = self.body(messages, c)
+        # the endpoint, template and verdict format too: another judge, or the same judge asked
+        # for another format, does not reuse these answers
+        key = content_key(
+            {"endpoint": self.cfg.endpoint, "request": body, "prompt": c.prompt, "verdict": c.verdict}
+        )
         with self._lock:
             if key in self._recent:  # the same request on its way or just answered: one answer for both
                 future, sent = self._recent[key]
@@ -226,7 +274,7 @@ class JudgeClient:
                     self._recent.move_to_end(key)
                     self.stats.shared += 1
                     return future
-            cached = self._read_cache(key)
+            cached = self._read_cache(key, body)
             if cached is not None:
                 self.stats.cache_hits += 1
                 done: Future = Future()
@@ -271,7 +319,8 @@ class JudgeClient:
                 self.stats.requests += 1
             wait = None
             try:
-                r = self._http.post(self.cfg.endpoint, json=body)
+                with deadline(self.cfg.timeout_s):
+                    r = self._http.post(self.cfg.endpoint, json=body)
             except httpx.TimeoutException:
                 last = f"timed out after {self.cfg.timeout_s:g} s"
             except httpx.HTTPError as e:
@@ -279,14 +328,22 @@ class JudgeClient:
             else:
                 if r.status_code == 200:
                     try:
-                        text = r.json()["choices"][0]["message"]["content"]
-                    except (ValueError, KeyError, IndexError, TypeError):
-                        return self._failed(f"unreadable answer: {r.text[:200]!r}", t0, attempts)
-                    return JudgeReply(str(text or ""), latency_s=time.perf_counter() - t0, attempts=attempts)
+                        text = answer_text(r.json())
+                    except (ValueError, UnreadableAnswer) as error:  # not JSON, or not that shape
+                        return self._failed(f"unreadable answer ({error}): {r.text[:200]!r}", t0, attempts)
+                    return JudgeReply(text, latency_s=time.perf_counter() - t0, attempts=attempts)
                 last = f"HTTP {r.status_code}: {r.text[:200]}"
                 if r.status_code not in RETRIED_STATUS:
                     return self._failed(last, t0, attempts)
                 wait = retry_after(r.headers.get("retry-after"))
+                if wait is not None and wait > self.cfg.max_retry_wait_s:
+                    logger.warning(
+                        "judge %s asks to retry in %.0f s; waiting reward.judge.max_retry_wait_s=%g s",
+                        self.cfg.endpoint,
+                        wait,
+                        self.cfg.max_retry_wait_s,
+                    )
+                    wait = self.cfg.max_retry_wait_s
             if attempts > self.cfg.retries:
                 return self._failed(last, t0, attempts)
             time.sleep(
@@ -301,16 +358,19 @@ class JudgeClient:
     def _path(self, key: str) -> Path:
         return self._cache / key[:2] / f"{key}.json"
 
-    def _read_cache(self, key: str) -> str | None:
+    def _read_cache(self, key: str, body: dict[str, Any]) -> str | None:
+        """The answer stored for ``key``, or None: no entry, a damaged one, or JSON of another
+        shape than ``{"request": body, "answer": text}`` (then asked again, and rewritten)."""
         if self._cache is None:
             return None
-        path = self._path(key)
         try:
-            return json.loads(path.read_text())["answer"]
-        except FileNotFoundError:
+            entry = json.loads(self._path(key).read_text())
+        except (ValueError, OSError):
             return None
-        except (ValueError, KeyError, OSError):  # a damaged entry is asked again (and rewritten)
+        if not isinstance(entry, dict) or entry.get("request") != body:
             return None
+        answer = entry.get("answer")
+        return answer if isinstance(answer, str) else None
 
     def _write_cache(self, key: str, body: dict[str, Any], text: str) -> None:
         if self._cache is None:
@@ -348,16 +408,37 @@ def content_key(body: dict[str, Any]) -> str:
     return hashlib.sha256(json.dumps(body, sort_keys=True, ensure_ascii=False).encode()).hexdigest()
 
 
+class UnreadableAnswer(Exception):
+    """A 200 answer that is not a chat completion with text content (the request failed)."""
+
+
+def answer_text(payload: Any) -> str:
+    """The text of a chat-completions answer: ``choices[0].message.content``, a string (none: "")
+    or a list of text parts (joined); :class:`UnreadableAnswer` naming what is not that shape."""
+    try:
+        content = payload["choices"][0]["message"]["content"]
+    except (KeyError, IndexError, TypeError):
+        raise UnreadableAnswer("no choices[0].message.content") from None
+    if content is None or isinstance(content, str):
+        return content or ""
+    if isinstance(content, list) and all(
+        isinstance(part, dict) and part.get("type") == "text" and isinstance(part.get("text"), str)
+        for part in content
+    ):
+        return "".join(part["text"] for part in content)
+    raise UnreadableAnswer(f"content is a {type(content).__name__}, not text")
+
+
 def retry_after(value: str | None) -> float | None:
-    """Seconds a ``Retry-After`` header asks for (a number of seconds or an HTTP date), or None."""
+    """Seconds a ``Retry-After`` header asks for (a number of seconds or an HTTP date), or None
+    for a header that is neither (the client's own backoff then applies)."""
     if not value:
         return None
     try:
-        return max(0.0, float(value))
+        seconds = float(value)
     except ValueError:
-        pass
-    try:
-        when = email.utils.parsedate_to_datetime(value)
-    except (TypeError, ValueError):
-        return None
-    return max(0.0, when.timestamp() - time.time())
+        try:
+            seconds = email.utils.parsedate_to_datetime(value).timestamp() - time.time()
+        except (TypeError, ValueError, OverflowError, IndexError):
+            return None
+    return None if math.isnan(seconds) else max(0.0, seconds)

@@ -1,5 +1,6 @@
-"""How an endpoint judge's verdict becomes a reward: the default prompt, the reply parsers, and
-the scoring phase that asks the judge about the results of judged tasks and folds the answers in.
+"""How an endpoint judge's verdict becomes a reward: the default prompt, the reply formats
+(``judge_format.py``), and the scoring phase that asks the judge about the results of judged
+tasks and folds the answers in.
 
 Scoring a batch is two phases when ``reward.judge.url`` is set. First every response is scored by
 its task's rule as usual (which also reads the answer out of the response). Then, for each result
@@ -8,7 +9,8 @@ of a task in ``reward.judge.tasks`` that has an answer, one request is sent
 :func:`fold_judgements` turns each reply into the result's accuracy. A response without an answer
 keeps its rule score (0) without asking, as the official judges do.
 
-A request that failed (after its retries), or a reply no parser can read, is never a score: the
+A request that failed (after its retries), or a reply that holds no verdict in its format
+(``reward.judge.verdict``; a benchmark's official prompt: its own), is never a score: the
 result keeps its rule score and gains ``judge_error`` (the reason), plus ``unscored: True`` with
 ``reward.judge.on_failure=skip`` (training leaves it out of its group). Evaluation reports it as
 ``not_scored`` either way.
@@ -16,12 +18,12 @@ result keeps its rule score and gains ``judge_error`` (the reason), plus ``unsco
 
 from __future__ import annotations
 
-import re
 from collections.abc import Mapping, Sequence
 from concurrent.futures import Future
 from typing import Any
 
 from .judge import JudgeConfig, JudgeReply, shared_client
+from .judge_format import OFFICIAL_REPLIES, VERDICTS, VerdictFormat
 from .parsing import clean_short_answer, parse_ground_truth
 from .registry import judge_task_names, weights_for
 
@@ -32,8 +34,6 @@ TEMPLATE = (
     "Give one short sentence of reasoning, then a last line exactly 'Judgement: 1' (same meaning) or "
     "'Judgement: 0' (different)."
 )
-# "Judgement: 1", "Judgement: 0", or a generative reward model's "Judgement: 0.75"
-_VERDICT = re.compile(r"judgement\s*:\s*\**\s*(1(?:\.0+)?|0(?:\.\d+)?)(?![\d.])", re.I)
 
 
 class JudgeFailed(RuntimeError):
@@ -41,23 +41,14 @@ class JudgeFailed(RuntimeError):
 
 
 def parse_judgement(text: str | None) -> float | None:
-    """The last ``Judgement: x`` (x in [0, 1]) in the judge's reply, or None."""
-    found = _VERDICT.findall(text or "")
-    return float(found[-1]) if found else None
+    """The verdict after the last ``Judgement:`` (a number in [0, 1]) in the judge's reply, or None."""
+    return VERDICTS["default"].read(text)
 
 
 def parse_correct(text: str | None) -> float | None:
     """1 for a reply that starts "Correct", 0 for "Incorrect", None for anything else
     (VideoReasonBench's official judge format)."""
-    words = re.findall(r"[a-z]+", (text or "").lower())
-    if words[:1] == ["correct"]:
-        return 1.0
-    if words[:1] == ["incorrect"]:
-        return 0.0
-    return None
-
-
-PARSERS = {"judgement": parse_judgement, "correct": parse_correct}
+    return OFFICIAL_REPLIES["correct"].read(text)
 
 
 def judge_messages(
@@ -86,19 +77,22 @@ def judge_messages(
     return [{"role": "system", "content": SYSTEM}, {"role": "user", "content": user}]
 
 
-def verdict(reply: JudgeReply, reply_format: str = "judgement") -> float:
-    """The verdict in a reply; raises :class:`JudgeFailed` with the reason when there is none."""
+def verdict(reply: JudgeReply, reply_format: str | VerdictFormat = "judgement") -> float:
+    """The verdict in a reply, read in ``reply_format`` (an official reply format's name, or a
+    :class:`VerdictFormat`); raises :class:`JudgeFailed` with the reason when there is none."""
     if not reply.ok:
         raise JudgeFailed(f"judge request failed: {reply.error}")
-    value = PARSERS[reply_format](reply.text)
+    form = OFFICIAL_REPLIES[reply_format] if isinstance(reply_format, str) else reply_format
+    value = form.read(reply.text)
     if value is None:
         raise JudgeFailed(f"judge reply has no verdict: {(reply.text or '')[:160]!r}")
     return value
 
 
-def ask_judge(cfg: JudgeConfig, messages: list[dict[str, str]], reply_format: str = "judgement") -> float:
-    """One verdict from the endpoint (waits); :class:`JudgeFailed` when there is none."""
-    return verdict(shared_client(cfg).ask(messages, cfg), reply_format)
+def ask_judge(cfg: JudgeConfig, messages: list[dict[str, str]], reply_format: str | None = None) -> float:
+    """One verdict from the endpoint (waits); :class:`JudgeFailed` when there is none. The reply
+    is read in ``reply_format`` (an official prompt's) or else in ``cfg.verdict``."""
+    return verdict(shared_client(cfg).ask(messages, cfg), reply_format or cfg.verdict_format)
 
 
 # ------------------------------------------------------------------------- the scoring phase
@@ -147,7 +141,7 @@ def fold_judgements(results: list[dict[str, Any]], slots: list[Slot], config) ->
         if not reply.cached:
             res["judge_latency_s"] = reply.latency_s
         try:
-            value = verdict(reply)
+            value = verdict(reply, config.judge.verdict_format)
         except JudgeFailed as failure:
             res["judge_error"] = str(failure)
             if config.judge.on_failure == "skip":
