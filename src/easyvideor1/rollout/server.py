@@ -177,13 +177,13 @@ def parse_request(processor, body: dict[str, Any], max_context: int | None = Non
     stream_options = body.get("stream_options")
     if stream_options is not None and not isinstance(stream_options, dict):
         raise BadRequest("stream_options must be an object", "stream_options")
+    settings = {
+        "temperature": _number(body, "temperature", 1.0, 0, math.inf),
+        "top_p": _number(body, "top_p", 1.0, 0, 1, low_open=True),
+        "presence_penalty": _number(body, "presence_penalty", 0.0, 0, 2),
+    }
     try:
-        sampling = SamplingConfig(
-            temperature=_number(body, "temperature", 1.0, 0, math.inf),
-            top_p=_number(body, "top_p", 1.0, 0, 1, low_open=True),
-            presence_penalty=_number(body, "presence_penalty", 0.0, 0, 2),
-            max_new_tokens=max_tokens,
-        )
+        sampling = SamplingConfig(**settings, max_new_tokens=max_tokens)
     except ValueError as e:  # the sampling section's own rules
         raise BadRequest(str(e)) from None
     return ChatRequest(
@@ -246,7 +246,9 @@ class _ChatHandler(BaseHTTPRequestHandler):
         """The base class's errors (a malformed request line, headers too long, an unknown method,
         a timeout) in OpenAI's shape too; the connection is closed after them."""
         self.close_connection = True
-        self._answer(code, _error(message or HTTPStatus(code).phrase, code))
+        if code == HTTPStatus.NOT_IMPLEMENTED:  # a method no route has
+            code, message = HTTPStatus.METHOD_NOT_ALLOWED, f"method {self.command!r:.20} is not allowed"
+        self._answer(code, _error(message or HTTPStatus(code).phrase, code), {"Allow": "GET, POST"})
 
     def _refuse(self, e: BadRequest, body_read: bool) -> None:
         if not body_read:  # where the next request would start is unknown: end the connection
