@@ -67,11 +67,13 @@ class RequestProgress(StoppingCriteria):
     def __call__(self, input_ids: torch.LongTensor, scores: torch.FloatTensor, **kwargs) -> torch.BoolTensor:
         stop = []
         for i, ((progress, j), token) in enumerate(zip(self.rows, input_ids[:, -1].tolist(), strict=True)):
+            cancelled = progress is not None and progress.cancelled.is_set()
             if progress is not None and not self.ended[i]:
                 if progress.on_token is not None:
                     progress.on_token(j, token)
-                self.ended[i] = token in self.eos_ids
-            stop.append(progress is not None and progress.cancelled.is_set())
+                cancelled = progress.cancelled.is_set()  # the callback may cancel
+                self.ended[i] = token in self.eos_ids or cancelled  # later tokens are padding
+            stop.append(cancelled)
         return torch.tensor(stop, dtype=torch.bool, device=input_ids.device)
 
 
