@@ -5,7 +5,8 @@ ways in, and declares what it can do instead of being probed:
 
 * request level: :meth:`RolloutEngine.submit` takes one :class:`Request` (a rendered prompt with
   its loaded media, ``n``, sampling settings, an optional seed) and returns a ``Future`` at once;
-  many may be in flight. The pipeline (``pipeline.py``) that validation, ``eval`` and ``filter``
+  many may be in flight (a request's :class:`Progress` lets its caller see its tokens as they are
+  sampled and cancel it: the chat server's streaming and disconnects). The pipeline (``pipeline.py``) that validation, ``eval`` and ``filter``
   share submits each sample the moment its media is loaded.
 * batch level: :meth:`RolloutEngine.generate` samples for an encoded :class:`PromptBatch` (the
   trainer's rollouts, which reuse the batch's tensors for log-probs).

@@ -246,9 +246,11 @@ class _ChatHandler(BaseHTTPRequestHandler):
         """The base class's errors (a malformed request line, headers too long, an unknown method,
         a timeout) in OpenAI's shape too; the connection is closed after them."""
         self.close_connection = True
+        headers = None
         if code == HTTPStatus.NOT_IMPLEMENTED:  # a method no route has
             code, message = HTTPStatus.METHOD_NOT_ALLOWED, f"method {self.command!r:.20} is not allowed"
-        self._answer(code, _error(message or HTTPStatus(code).phrase, code), {"Allow": "GET, POST"})
+            headers = {"Allow": "GET, POST"}
+        self._answer(code, _error(message or HTTPStatus(code).phrase, code), headers)
 
     def _refuse(self, e: BadRequest, body_read: bool) -> None:
         if not body_read:  # where the next request would start is unknown: end the connection
