@@ -186,5 +186,6 @@ def test_serving_beyond_loopback_without_a_key_warns(tmp_path, capsys):
     assert exposure_warning("127.0.0.1", None) is None and exposure_warning("localhost", None) is None
     assert exposure_warning("0.0.0.0", "k") is None and exposure_warning("::1", None) is None
     # the CLI warns before it loads anything (here a model directory that does not exist)
-    main(["serve", "--model", str(tmp_path / "missing"), "--host", "0.0.0.0", "--port", "0"])
-    assert "serve: warning: serving 0.0.0.0 without an API key" in capsys.readouterr().err
+    assert main(["serve", "--model", str(tmp_path / "missing"), "--host", "0.0.0.0", "--port", "0"]) == 2
+    err = capsys.readouterr().err
+    assert "serve: warning: serving 0.0.0.0 without an API key" in err and "not a model directory" in err
