@@ -160,7 +160,7 @@ def test_a_client_that_goes_away_cancels_its_generation(server, stream):
         time.sleep(0.3)  # generating by now
     start = time.monotonic()
     short = httpx.post(f"{server.url}/chat/completions", json={"messages": ASK, "max_tokens": 1}, timeout=30)
-    assert short.status_code == 200 and time.monotonic() - start < 1.5
+    assert short.status_code == 200 and time.monotonic() - start < 5  # not cancelled: 14 s
 
 
 def test_the_api_key_is_required_and_a_silent_connection_times_out(servers):
