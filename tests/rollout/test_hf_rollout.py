@@ -103,3 +103,29 @@ def test_presence_penalty_counts_response_tokens_only():
     assert out[0, 7] == out[0, 8] == -1.5 and out[0, 5] == 0 and out[0, 6] == 0  # prompt tokens free
     assert out[1, 9] == -1.5 and (out[1] != 0).sum() == 1  # presence, not frequency: once per token
     assert torch.equal(PresencePenalty(1.5, prompt_len=4)(ids, scores), scores)  # nothing generated yet
+
+
+def test_a_cancelled_request_stops_at_once_and_leaves_its_batch_mates_unchanged(setup):
+    """The request path's :class:`Progress`: each token is reported as sampled; a request cancelled
+    after three tokens stops there, and the request beside it in the batch is as it is alone."""
+    from easyvideor1.rollout.base import Progress, Prompt, Request
+
+    model, processor, _ = setup
+    engine = HFRolloutEngine(model, processor)
+    greedy = SamplingConfig(temperature=0, max_new_tokens=40)
+    chat = [{"role": "user", "content": [{"type": "text", "text": "say something"}]}]
+    prompt = Prompt(processor.apply_chat_template(chat, tokenize=False, add_generation_prompt=True))
+    seen: list[tuple[int, int]] = []
+
+    def watch(row: int, token: int) -> None:
+        seen.append((row, token))
+        if len(seen) == 3:
+            cancelling.cancelled.set()
+
+    cancelling = Progress(on_token=watch)
+    alone = engine.run_batch([Request("alone", prompt, greedy, n=2)])[0]
+    together = engine.run_batch(
+        [Request("kept", prompt, greedy, n=2), Request("gone", prompt, greedy, progress=cancelling)]
+    )
+    assert together[0].texts == alone.texts and together[0].ids.tolist() == alone.ids.tolist()
+    assert seen == [(0, t) for t in alone.ids[0, :3].tolist()]  # nothing after the cancellation

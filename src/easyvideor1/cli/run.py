@@ -5,6 +5,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import sys
 from contextlib import nullcontext
 
 from ..config import ConfigError, RunConfig, load_config, split_overrides
@@ -142,11 +143,15 @@ def cmd_make_tiny_model(args: argparse.Namespace, extra: list[str]) -> int:
 
 
 def cmd_serve(args: argparse.Namespace, extra: list[str]) -> int:
-    from ..rollout.server import load_server
+    from ..rollout.server import API_KEY_ENV, exposure_warning, load_server
 
     if extra:
         raise ConfigError(f"serve takes flags only, got {' '.join(extra)}")
-    server = load_server(args.model, args.name, args.host, args.port, args.dtype)
+    api_key = args.api_key or os.environ.get(API_KEY_ENV) or None
+    warning = exposure_warning(args.host, api_key)
+    if warning:
+        print(f"serve: warning: {warning}", file=sys.stderr, flush=True)
+    server = load_server(args.model, args.name, args.host, args.port, args.dtype, api_key, args.read_timeout)
     # the line a caller (a test, a script) waits for before sending requests
     print(f"serving {server.name} on {server.url}", flush=True)
     try:
@@ -205,6 +210,18 @@ def add_parsers(sub) -> None:
     p.add_argument("--host", default="127.0.0.1")
     p.add_argument("--port", type=int, default=8000, help="0 picks a free port (printed)")
     p.add_argument("--dtype", default="float32", choices=["float32", "bfloat16", "float16"])
+    p.add_argument(
+        "--api-key",
+        default=None,
+        help="require Authorization: Bearer KEY (default: the EASYVIDEOR1_SERVE_API_KEY environment variable, "
+        "which keeps the key out of the process list)",
+    )
+    p.add_argument(
+        "--read-timeout",
+        type=number_above_zero(float),
+        default=None,  # the server's own default
+        help="seconds a connection may stay silent while a request is read (default 60)",
+    )
     p.set_defaults(func=cmd_serve)
 
     p = sub.add_parser(

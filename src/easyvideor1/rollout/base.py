@@ -5,7 +5,8 @@ ways in, and declares what it can do instead of being probed:
 
 * request level: :meth:`RolloutEngine.submit` takes one :class:`Request` (a rendered prompt with
   its loaded media, ``n``, sampling settings, an optional seed) and returns a ``Future`` at once;
-  many may be in flight. The pipeline (``pipeline.py``) that validation, ``eval`` and ``filter``
+  many may be in flight (a request's :class:`Progress` lets its caller see its tokens as they are
+  sampled and cancel it: the chat server's streaming and disconnects). The pipeline (``pipeline.py``) that validation, ``eval`` and ``filter``
   share submits each sample the moment its media is loaded.
 * batch level: :meth:`RolloutEngine.generate` samples for an encoded :class:`PromptBatch` (the
   trainer's rollouts, which reuse the batch's tensors for log-probs).
@@ -20,7 +21,7 @@ from __future__ import annotations
 
 import queue
 import threading
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from concurrent.futures import Future
 from dataclasses import dataclass, field
 from typing import Any, Protocol
@@ -61,12 +62,23 @@ class Prompt:
 
 
 @dataclass
+class Progress:
+    """A caller's hold on a request while it runs (the chat server's): setting ``cancelled`` stops
+    the request's rows at the next decode step, and ``on_token(row, token_id)``, when given, sees
+    each token as it is sampled, end-of-turn token included (engines that generate step by step
+    honour both; a cancelled request still waiting is never started)."""
+
+    cancelled: threading.Event = field(default_factory=threading.Event)
+    on_token: Callable[[int, int], None] | None = None
+
+
+@dataclass
 class Request:
     """``n`` responses to one prompt. ``seed`` makes the request reproducible on its own (it is
     then never batched with another request, whose draws would change its own); ``key`` names it
     in errors and in the engine's logs. ``episode_tools``, when given, makes each response an
     episode: a function returning a fresh :class:`~easyvideor1.tools.calls.EpisodeTools` (its
-    budgets are per episode) for engines with ``runs_episodes``."""
+    budgets are per episode) for engines with ``runs_episodes``. ``progress``: see :class:`Progress`."""
 
     key: str
     prompt: Prompt
@@ -74,6 +86,7 @@ class Request:
     n: int = 1
     seed: int | None = None
     episode_tools: Any = None
+    progress: Progress | None = None
 
     @property
     def alone(self) -> bool:

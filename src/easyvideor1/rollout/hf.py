@@ -18,7 +18,7 @@ from __future__ import annotations
 from collections.abc import Iterable
 
 import torch
-from transformers import Cache, LogitsProcessor, LogitsProcessorList
+from transformers import Cache, LogitsProcessor, LogitsProcessorList, StoppingCriteria, StoppingCriteriaList
 
 from ..models.inputs import PromptBatch, gather_prompts, to_device
 from .base import (
@@ -51,6 +51,30 @@ class PresencePenalty(LogitsProcessor):
             return scores
         seen = torch.zeros_like(scores, dtype=torch.bool).scatter_(1, generated, True)
         return scores - self.penalty * seen.to(scores.dtype)
+
+
+class RequestProgress(StoppingCriteria):
+    """Each request's :class:`~.base.Progress` read at every decode step of a ``generate`` over
+    those requests: a row reports its new token until its end-of-turn token, and stops (its later
+    tokens are padding, and ``generate`` ends when every row has stopped) once its request is
+    cancelled."""
+
+    def __init__(self, requests: list[Request], eos_ids: list[int]):
+        self.rows = [(r.progress, j) for r in requests for j in range(r.n)]
+        self.eos_ids = set(eos_ids)
+        self.ended = [False] * len(self.rows)
+
+    def __call__(self, input_ids: torch.LongTensor, scores: torch.FloatTensor, **kwargs) -> torch.BoolTensor:
+        stop = []
+        for i, ((progress, j), token) in enumerate(zip(self.rows, input_ids[:, -1].tolist(), strict=True)):
+            cancelled = progress is not None and progress.cancelled.is_set()
+            if progress is not None and not self.ended[i]:
+                if progress.on_token is not None:
+                    progress.on_token(j, token)
+                cancelled = progress.cancelled.is_set()  # the callback may cancel
+                self.ended[i] = token in self.eos_ids or cancelled  # later tokens are padding
+            stop.append(cancelled)
+        return torch.tensor(stop, dtype=torch.bool, device=input_ids.device)
 
 
 class HFRolloutEngine(RequestQueue):
@@ -86,7 +110,14 @@ class HFRolloutEngine(RequestQueue):
         return self._family
 
     @torch.no_grad()
-    def generate(self, batch: PromptBatch, repeats: list[int], sampling: SamplingConfig) -> Responses:
+    def generate(
+        self,
+        batch: PromptBatch,
+        repeats: list[int],
+        sampling: SamplingConfig,
+        progress: RequestProgress | None = None,
+    ) -> Responses:
+        """The protocol's ``generate``; ``progress`` (the request path's) watches every decode step."""
         if len(repeats) != len(batch):
             raise ValueError(f"{len(repeats)} repeat counts for {len(batch)} prompts")
         if sum(repeats) == 0:
@@ -120,6 +151,7 @@ class HFRolloutEngine(RequestQueue):
                 temperature=None if greedy else sampling.temperature,
                 top_p=None if greedy else sampling.top_p,
                 top_k=None if greedy else sampling.top_k,
+                stopping_criteria=StoppingCriteriaList([progress]) if progress is not None else None,
                 suppress_tokens=self.banned,
                 eos_token_id=self.eos_ids,
                 pad_token_id=self.pad_id,
@@ -188,7 +220,8 @@ class HFRolloutEngine(RequestQueue):
         if requests[0].seed is not None:  # alone in its batch (RequestQueue): reproducible per request
             self.reseed(requests[0].seed)
         counts = [r.n for r in requests]
-        return split_responses(self.generate(batch, counts, requests[0].sampling), counts)
+        progress = RequestProgress(requests, self.eos_ids) if any(r.progress for r in requests) else None
+        return split_responses(self.generate(batch, counts, requests[0].sampling, progress), counts)
 
     def generate_episodes(
         self, batch: PromptBatch, repeats: list[int], sampling: SamplingConfig, episode_tools: list
