@@ -51,6 +51,11 @@ BACKWARD_UNITS = {"hidden": 2.0, "mlp": 2.0}
 # attention output and its copy, the residual (12 x its width), the MLP's input and activation
 # (2 x the MLP width). A merger keeps about 4 x (the width) per patch; its output one feature per token.
 VISION_UNITS = {"hidden": 12.0, "mlp": 2.0, "merger": 4.0}
+# Before its blocks the tower makes a copy of its input pixels (cast to the compute dtype, which the
+# patch embedding keeps for its backward; in float32 the convolution's own reordered copy) and,
+# while it interpolates its position embeddings, about four tensors of its width per patch.
+VISION_INPUT = {"pixels": 1.0, "positions": 4.0}
+PIXEL_CHANNELS = 3
 # The chunked log-softmax (``models/chunked_logits.py``) holds two float32 chunks of positions at once.
 LOGITS_CHUNKS = 2
 
@@ -161,20 +166,26 @@ def _units(units: dict[str, float], widths: dict[str, int]) -> float:
 def vision_activations(
     arch: Architecture, mb: MicroBatch, compute: int, checkpointing: bool, grad: bool
 ) -> float:
-    """Bytes the vision tower holds for the micro-batch's ``patches``: with gradient, what its
-    backward needs (each block's input under checkpointing, else every block's activations) plus
-    one block's working set and the mergers'; without, one block's working set and the features."""
+    """Bytes the vision tower holds for the micro-batch's ``patches``: its input pixels, and with
+    gradient what its backward needs (each block's input under checkpointing, else every block's
+    activations), one block's working set and the mergers'; without, the larger of one block's
+    working set and the position embeddings' interpolation, and the features."""
     v = arch.vision
     n = mb.patches
     if n == 0:
         return 0.0
     block = n * (VISION_UNITS["hidden"] * v.hidden + VISION_UNITS["mlp"] * v.intermediate)
     features = mb.media_tokens * (1 + v.deepstack) * v.out_hidden
+    pixels = VISION_INPUT["pixels"] * n * PIXEL_CHANNELS * v.temporal_patch_size * v.patch_size**2
     if not grad:
-        return (block + features + n * v.hidden) * compute
+        embedding = n * VISION_INPUT["positions"] * v.hidden
+        return (pixels + max(block, embedding) + features + n * v.hidden) * compute
     mergers = (1 + v.deepstack) * VISION_UNITS["merger"] * n * v.hidden
     kept = v.depth * n * v.hidden if checkpointing else v.depth * block
-    return (kept + block + mergers + features) * compute
+    cast = (
+        pixels if compute < 4 else 0
+    )  # the backward keeps the input's cast copy (float32: the input itself)
+    return (cast + kept + block + mergers + features) * compute
 
 
 def logits_bytes(arch: Architecture, mb: MicroBatch, compute: int, device: str, grad: bool) -> float:
@@ -363,8 +374,17 @@ class Planner:
             },
             "the forward's logits": {"logits": logits_bytes(self.arch, mb, c, self.device, grad=False)},
             "the logits' backward": {"logits": logits_bytes(self.arch, mb, c, self.device, grad=True)},
+            # the logits are freed; their gradient, and the LM head's new weight gradient before it
+            # is added to the held one (FSDP2: in the gathered root's)
+            "the LM head's backward": {
+                "logits": mb.kept * self.arch.text.vocab * c,
+                "gradients": 0.0 if self.sharding.fsdp else self.lm_head_elements() * self.precision.master,
+            },
             "a layer's backward": {"layer backward": (layer if checkpointing else 0.0) + working},
         }
+
+    def lm_head_elements(self) -> int:
+        return self.arch.text.vocab * self.arch.text.hidden
 
     def gradients(self) -> float:
         s = self.sharding
@@ -372,12 +392,12 @@ class Planner:
 
     def optimizer_step(self) -> dict[str, float]:
         """AdamW's step: multi-tensor (``foreach``) on GPUs keeps a temporary as large as the
-        moments of one shard; the CPU's per-parameter loop one of the largest parameter."""
+        moments of one shard; the CPU's per-parameter loop two of the largest parameter."""
         s = self.sharding
         if s.offload:
             return {}
-        if self.device == "cpu":
-            temp = self.arch.params.largest_tensor * 4
+        if self.device == "cpu":  # the per-parameter loop: sqrt and its quotient, each a new tensor
+            temp = 2 * self.arch.params.largest_tensor * 4
         else:
             temp = self.states.trainable * 4 / s.shards
         return {"optimizer step": temp}
