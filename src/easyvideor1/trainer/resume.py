@@ -30,7 +30,7 @@ from ..errors import ConfigError
 from ..outdir import OutputError
 from . import run_checkpoints
 from .checkpoint import load_checkpoint, save_checkpoint
-from .checkpoint_check import CheckpointError, find_resumable, verify_checkpoint
+from .checkpoint_check import CheckpointError, check_same_model, find_resumable, verify_checkpoint
 from .distributed import DistState, all_gather
 from .metrics import rewrite_jsonl
 from .state import Components, TrainState
@@ -90,6 +90,7 @@ def restore(cfg, parts: Components, n_prompts: int) -> dict[str, Any] | None:
     if ckpt is None:
         return None
     meta = verify_checkpoint(ckpt)
+    check_same_model(ckpt, parts.model.config.to_dict())
     changed = _check_settings(cfg, ckpt, meta, n_prompts)
     try:
         saved = load_checkpoint(
