@@ -19,11 +19,16 @@ from easyvideor1.errors import ConfigError
         ("reward.numeric_abs_tol=nan", "reward.numeric_abs_tol must be a finite number, got nan"),
         ("reward.math_timeout_s=nan", "reward.math_timeout_s must be a finite number, got nan"),
         ("reward.format_weight=inf", "reward.format_weight must be a finite number, got inf"),
-        ("reward.task_weights.counting.accuracy=-inf", "reward.task_weights.counting.accuracy must be a finite"),
+        (
+            "reward.task_weights.counting.accuracy=-inf",
+            "reward.task_weights.counting.accuracy must be a finite",
+        ),
         ("rollout.n=100000", "rollout.n must be <= 1024: every group of a step is generated"),
     ],
 )
-def test_non_finite_floats_and_oversized_groups_are_refused_naming_the_key(override: str, message: str) -> None:
+def test_non_finite_floats_and_oversized_groups_are_refused_naming_the_key(
+    override: str, message: str
+) -> None:
     with pytest.raises(ConfigError) as caught:
         load_config(overrides=[override])
     assert message in str(caught.value) and "\n" not in str(caught.value)

@@ -45,7 +45,11 @@ def test_a_checkpoint_of_another_model_is_refused_naming_what_differs(tmp_path, 
 
 @pytest.mark.parametrize(
     ("step", "message"),
-    [(-9, "step must be >= 0, got -9"), (1.5, r"not a trainer state \(no integer 'step'\)"), (True, "not a trainer state")],
+    [
+        (-9, "step must be >= 0, got -9"),
+        (1.5, r"not a trainer state \(no integer 'step'\)"),
+        (True, "not a trainer state"),
+    ],
 )
 def test_a_hand_edited_step_is_refused_naming_the_file(tmp_path, step, message) -> None:
     ckpt = _checkpoint(tmp_path, {"step": step})

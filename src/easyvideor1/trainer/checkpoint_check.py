@@ -85,7 +85,11 @@ def check_same_model(ckpt: str | os.PathLike, model_config: dict[str, Any]) -> N
             "the model it was trained from, or start a new run (trainer.resume=never)"
         )
     was, shapes = _shape_settings(saved), _shape_settings(model_config)
-    differ = [f"{key} {was[key]} -> {shapes[key]}" for key in sorted(was) if key in shapes and was[key] != shapes[key]]
+    differ = [
+        f"{key} {was[key]} -> {shapes[key]}"
+        for key in sorted(was)
+        if key in shapes and was[key] != shapes[key]
+    ]
     if differ:
         raise CheckpointError(
             f"{path}: the checkpoint's parameter shapes differ from this run's model.path "
