@@ -116,8 +116,10 @@ def number_above_zero(kind: type):
             value = kind(text)
         except ValueError as e:
             raise argparse.ArgumentTypeError(f"expected a {kind.__name__}, got {text!r}") from e
-        if not (value > 0 and math.isfinite(value)):
-            raise argparse.ArgumentTypeError(f"must be a finite number > 0, got {text}")
+        if not math.isfinite(value):
+            raise argparse.ArgumentTypeError(f"must be a finite number, got {text}")
+        if not value > 0:
+            raise argparse.ArgumentTypeError(f"must be > 0, got {text}")
         return value
 
     return parse
