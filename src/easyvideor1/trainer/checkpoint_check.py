@@ -5,12 +5,16 @@ file can still be damaged later: a disk that filled up, a copy cut short, a hand
 from such a checkpoint used to end in an ``AssertionError`` deep in the tensor reader (a truncated
 shard) or a JSON error that named no file. Here, before anything is loaded:
 
-- ``trainer_state.json`` must parse as a JSON object with a ``step``;
+- ``trainer_state.json`` must parse as a JSON object with a whole ``step`` >= 0;
 - ``sharded/`` (the resumable training state) must exist;
 - every file listed in ``checkpoint_files.json`` (names and sizes recorded at save time) must be
   there with its size;
 - every ``.safetensors`` file must have a readable header whose tensors end exactly at the end of
   the file (what a truncated or padded file fails).
+
+Before its tensors are loaded into the run's model, :func:`check_same_model` compares the
+checkpoint's ``config.json`` with that model's: another family or other parameter shapes (a new
+``model.path``, or ``trainer.resume=PATH`` of another run) is refused, naming what differs.
 
 This reads headers and sizes only (milliseconds for any model size); it does not hash tensor
 bytes, so bytes flipped in place inside a tensor are not detected.

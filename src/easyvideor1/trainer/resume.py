@@ -7,6 +7,8 @@ rolled back to it. :func:`save` writes a checkpoint, :func:`restore` is its one 
   resumed from, moved or removed: it is named and left as it is. Rank 0 decides and every rank
   follows. An explicit ``trainer.resume=PATH`` that is damaged is an error (the user asked for that
   one).
+- A checkpoint of another model family or with other parameter shapes than ``model.path`` is
+  refused before its tensors are loaded, naming what differs (``checkpoint_check.py``).
 - Settings changed since the checkpoint: ``trainer.seed`` is refused (the prompt order and the RNG
   streams of the saved run depend on it), and so is a different number of usable training prompts
   (the sampler's position would point elsewhere). Everything else is applied from the restored step
