@@ -18,6 +18,7 @@ from omegaconf.errors import OmegaConfBaseException
 
 from .errors import ConfigError
 from .registry import load_plugin_files
+from .validation import finite_floats
 
 T = TypeVar("T")
 
@@ -46,7 +47,8 @@ def load_dataclass(
     The plug-in files named at ``cls.PLUGIN_FILE_KEYS`` (dotted keys) are imported before the
     sections are built, so a section can check a name a plug-in registers. A key of
     ``cls.RENAMED_KEYS`` (old dotted key -> new) is read as its new key, with a deprecation
-    message naming the new one."""
+    message naming the new one. A NaN or infinite float at any key is refused, naming the key
+    (every comparison with NaN is false, so a hand-written range check would let it through)."""
     renamed = getattr(cls, "RENAMED_KEYS", {})
     try:
         merged = OmegaConf.structured(cls)
@@ -63,6 +65,7 @@ def load_dataclass(
             plugins = OmegaConf.select(merged, key, default=None)
             if plugins:  # registered before any section checks the names it holds
                 load_plugin_files(list(plugins), key=key)
+        finite_floats(OmegaConf.to_container(merged, resolve=True))
         return OmegaConf.to_object(merged)
     except OmegaConfBaseException as e:
         key = getattr(e, "full_key", None)

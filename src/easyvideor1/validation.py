@@ -49,6 +49,19 @@ def in_range(key: str, value: Any, low: float, high: float, *, low_open: bool = 
     require(ok, key, f"must be in {'(' if low_open else '['}{low}, {high}]", value)
 
 
+def finite_floats(tree: Any, prefix: str = "") -> None:
+    """Refuse a NaN or infinite float anywhere in ``tree`` (a config as plain dicts and lists),
+    naming its dotted key: every float key at once, before any section's own checks run."""
+    if isinstance(tree, dict):
+        for key, value in tree.items():
+            finite_floats(value, f"{prefix}{key}.")
+    elif isinstance(tree, (list, tuple)):
+        for index, value in enumerate(tree):
+            finite_floats(value, f"{prefix}{index}.")
+    elif isinstance(tree, float):
+        require(math.isfinite(tree), prefix[:-1], "must be a finite number", tree)
+
+
 def one_of(key: str, value: Any, choices: Iterable[str]) -> None:
     choices = tuple(choices)
     require(value in choices, key, f"must be one of {', '.join(choices)}", value)

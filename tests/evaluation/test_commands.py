@@ -380,3 +380,28 @@ def test_a_foreign_non_empty_out_is_refused_unless_reused(assets, tmp_path, caps
     # an earlier evaluation's folder needs no flag
     assert main([*argv, "--out", str(tmp_path / "new")]) == 0
     assert main([*argv, "--out", str(tmp_path / "new")]) == 0
+
+
+def test_conflicting_predictions_for_one_sample_are_refused_naming_it(tmp_path, capsys):
+    records = [
+        {"problem_id": str(i), "problem": f"Question {i}?", "problem_type": "multiple choice",
+         "options": ["A. x", "B. y"], "solution": "<answer>A</answer>", "path": "v.mp4"}
+        for i in range(2)
+    ]  # fmt: skip
+    ann = tmp_path / "ann"
+    ann.mkdir()
+    (ann / "livesports3k_qa.json").write_text(json.dumps(records))
+    argv = ["--benchmarks", "livesports3k_qa", "--annotations", str(ann)]
+    assert main(["eval", "--dry-run", *argv, "--out", str(tmp_path / "dry")]) == 0
+    first, second = (p["sample_id"] for p in _rows(tmp_path / "dry" / "livesports3k_qa" / "prompts.jsonl"))
+    preds = tmp_path / "p.jsonl"
+    rows = [(first, "<answer>A</answer>"), (second, "<answer>A</answer>"), (first, "<answer>A</answer>")]
+    preds.write_text("".join(json.dumps({"sample_id": i, "response": r}) + "\n" for i, r in rows))
+    assert main(["score", *argv, "--predictions", str(preds), "--out", str(tmp_path / "same")]) == 0
+    with preds.open("a") as f:  # the same sample answered otherwise
+        f.write(json.dumps({"sample_id": first, "response": "<answer>B</answer>"}) + "\n")
+    capsys.readouterr()
+    assert main(["score", *argv, "--predictions", str(preds), "--out", str(tmp_path / "other")]) == 2
+    error = capsys.readouterr().err.strip()
+    assert "\n" not in error and "Traceback" not in error
+    assert f"line 4: sample '{first}' of livesports3k_qa has another response at {preds}: line 3" in error

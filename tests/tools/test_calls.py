@@ -58,6 +58,24 @@ def _call(name, **args):
         (_call("explode"), "error", "explode failed: RuntimeError: disk on fire"),
         (_call("hang"), "error", "hang timed out after 0.5 s"),
         (_call("wrong_type"), "error", "returned str, not a ToolResult"),
+        (
+            '{"name": "seek", "arguments": {"start_s": 1, "end_s": NaN}}',
+            INVALID,
+            "NaN is not a finite number",
+        ),
+        ('{"name": "seek", "arguments": {"start_s": 1, "end_s": 1e999}}', INVALID, "1e999 is not a finite"),
+        (_call("seek", start_s=1, end_s=float("-inf")), INVALID, "-Infinity is not a finite number"),
+        (
+            '{"name": "zoom", "arguments": {"box": ' + "[" * 1200 + "]" * 1200 + "}}",
+            INVALID,
+            "nested 1202 deep",
+        ),
+        ('{"name": "zoom", "arguments": "' + "[" * 1200 + "]" * 1200 + '"}', INVALID, "nested 1200 deep"),
+        (
+            '{"name": "seek", "arguments": {"start_s": 1, "end_s": 2, "note": "[[[[{{{{' + "[" * 40 + '"}}',
+            INVALID,
+            "Additional properties",
+        ),
     ],
 )
 def test_every_bad_call_gets_a_short_error_result(counting_video, body, status, message):

@@ -59,6 +59,7 @@ def test_seek_caps_frames_by_the_call_budget_and_keeps_pairs(counting_video):
         ({"start_s": -1.0, "end_s": 2.0}, "outside the video"),
         ({"start_s": 7.0, "end_s": 8.0}, "outside the video"),
         ({"start_s": 3.0, "end_s": 2.0}, "must be after"),
+        ({"start_s": 1.0, "end_s": float("nan")}, r"end_s \(nan\) must be after"),
         ({"start_s": 1.0, "end_s": 2.0, "num_frames": 0}, "num_frames must be >= 1"),
     ],
 )

@@ -5,11 +5,15 @@ from __future__ import annotations
 
 import json
 import os
+import subprocess
+import sys
 import time
+from types import SimpleNamespace
 
 import pytest
 
-from easyvideor1.config import ConfigError
+from easyvideor1.config import ConfigError, load_config
+from easyvideor1.trainer.background_eval import BackgroundEvals, _Running
 from easyvideor1.trainer.loop import Trainer
 
 EVAL = ("trainer.eval.every=2", "trainer.eval.max_samples=4", "trainer.val_size=0")
@@ -83,3 +87,18 @@ def test_a_resumed_run_evaluates_no_step_twice(make_cfg, demo_assets, monkeypatc
 def test_unknown_benchmark_is_refused_at_start_up(make_cfg):
     with pytest.raises((ConfigError, ValueError), match="trainer.eval.*unknown benchmark"):
         Trainer(make_cfg("trainer.eval.every=2", "trainer.eval.benchmarks=[no_such_bench]"))
+
+
+def test_a_failed_evaluation_removes_its_exported_weights(tmp_path):
+    cfg = load_config(overrides=[f"trainer.output_dir={tmp_path}", "trainer.eval.every=2"])
+    logged = []
+    logger = SimpleNamespace(write=logged.append, log=lambda step, metrics, **_: logged.append(metrics))
+    evals = BackgroundEvals(cfg, SimpleNamespace(dist=SimpleNamespace(is_main=False), logger=logger))
+    step_dir = tmp_path / "eval" / "step_2"
+    (step_dir / "model").mkdir(parents=True)
+    (step_dir / "model" / "model.safetensors").write_bytes(b"weights")
+    failing = subprocess.Popen([sys.executable, "-c", "raise SystemExit(3)"])
+    evals.running[2] = _Running(2, failing, open(step_dir / "eval.log", "a"))
+    evals.wait()
+    assert not (step_dir / "model").exists() and (step_dir / "eval.log").exists()
+    assert "eval of step 2 failed (exit code 3)" in logged[-2] and logged[-1] == {"eval/failed": 1.0}

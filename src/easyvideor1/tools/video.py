@@ -69,7 +69,7 @@ def _image(ctx: ToolContext, frame):
 def seek(ctx: ToolContext, args: dict[str, Any]) -> ToolResult:
     start = _time_in_video(ctx, float(args["start_s"]), "start_s")
     end = min(float(args["end_s"]), ctx.video.duration)
-    if end <= start:
+    if not end > start:  # NaN too
         raise ToolError(f"end_s ({args['end_s']:g}) must be after start_s ({start:g})")
     asked = int(args.get("num_frames", ctx.settings.max_frames_per_call))
     if asked < 1:

@@ -141,8 +141,14 @@ class BackgroundEvals:
                 f"eval of step {run.step} failed (exit code {run.process.returncode}): see {step_dir / 'eval.log'}"
             )
             self.parts.logger.log(run.step, {"eval/failed": 1.0})
+            self._drop_weights(step_dir)  # a failed evaluation is not run again
             return
         self._log(run.step)
+
+    def _drop_weights(self, step_dir: Path) -> None:
+        """Remove a step's exported model once its evaluation is over (``keep_weights`` keeps it)."""
+        if not self.settings.keep_weights:
+            shutil.rmtree(step_dir / "model", ignore_errors=True)
 
     def _log(self, step: int) -> None:
         step_dir = self.root / f"step_{step}"
@@ -152,8 +158,7 @@ class BackgroundEvals:
         tmp = step_dir / "logged.json.tmp"
         tmp.write_text(json.dumps({"step": step, "metrics": metrics, "logged_at": time.time()}))
         os.replace(tmp, step_dir / "logged.json")
-        if not self.settings.keep_weights:
-            shutil.rmtree(step_dir / "model", ignore_errors=True)
+        self._drop_weights(step_dir)
 
     # -------------------------------------------------------------------------------- resume
     def recover(self, step: int) -> None:

@@ -5,12 +5,16 @@ file can still be damaged later: a disk that filled up, a copy cut short, a hand
 from such a checkpoint used to end in an ``AssertionError`` deep in the tensor reader (a truncated
 shard) or a JSON error that named no file. Here, before anything is loaded:
 
-- ``trainer_state.json`` must parse as a JSON object with a ``step``;
+- ``trainer_state.json`` must parse as a JSON object with a whole ``step`` >= 0;
 - ``sharded/`` (the resumable training state) must exist;
 - every file listed in ``checkpoint_files.json`` (names and sizes recorded at save time) must be
   there with its size;
 - every ``.safetensors`` file must have a readable header whose tensors end exactly at the end of
   the file (what a truncated or padded file fails).
+
+Before its tensors are loaded into the run's model, :func:`check_same_model` compares the
+checkpoint's ``config.json`` with that model's: another family or other parameter shapes (a new
+``model.path``, or ``trainer.resume=PATH`` of another run) is refused, naming what differs.
 
 This reads headers and sizes only (milliseconds for any model size); it does not hash tensor
 bytes, so bytes flipped in place inside a tensor are not detected.
@@ -56,9 +60,74 @@ def read_state(ckpt: str | os.PathLike) -> dict[str, Any]:
         raise CheckpointError(f"{path}: missing") from None
     except (OSError, UnicodeDecodeError, json.JSONDecodeError) as e:
         raise CheckpointError(f"{path}: unreadable ({e})") from None
-    if not isinstance(meta, dict) or not isinstance(meta.get("step"), int):
+    step = meta.get("step") if isinstance(meta, dict) else None
+    if not isinstance(step, int) or isinstance(step, bool):
         raise CheckpointError(f"{path}: not a trainer state (no integer 'step')")
+    if step < 0:
+        raise CheckpointError(f"{path}: step must be >= 0, got {step}")
     return meta
+
+
+def check_same_model(ckpt: str | os.PathLike, model_config: dict[str, Any]) -> None:
+    """A CheckpointError naming what differs when the checkpoint's exported model (its
+    ``config.json``) is another family or has other parameter shapes than ``model_config`` (the
+    run's model, ``config.to_dict()``); loading its tensors would fail with a traceback. A
+    checkpoint without ``config.json`` (a LoRA adapter) is left to the LoRA settings check."""
+    path = Path(ckpt) / "config.json"
+    if not path.is_file():
+        return
+    try:
+        saved = json.loads(path.read_text(encoding="utf-8"))
+    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as e:
+        raise CheckpointError(f"{path}: unreadable ({e})") from None
+    if not isinstance(saved, dict):
+        raise CheckpointError(f"{path}: not a model config (a JSON object)")
+    family, now = saved.get("model_type"), model_config.get("model_type")
+    if family != now:
+        raise CheckpointError(
+            f"{path}: the checkpoint is a {family} model, this run's model.path is {now}; resume with "
+            "the model it was trained from, or start a new run (trainer.resume=never)"
+        )
+    was, shapes = _shape_settings(saved), _shape_settings(model_config)
+    differ = [
+        f"{key} {was[key]} -> {shapes[key]}"
+        for key in sorted(was)
+        if key in shapes and was[key] != shapes[key]
+    ]
+    if differ:
+        raise CheckpointError(
+            f"{path}: the checkpoint's parameter shapes differ from this run's model.path "
+            f"({'; '.join(differ)}); resume with the model it was trained from, or start a new run "
+            "(trainer.resume=never)"
+        )
+
+
+# the config keys that set parameter shapes, in any sub-config (text_config, vision_config, ...)
+_SHAPE_KEYS = frozenset(
+    (
+        "hidden_size",
+        "intermediate_size",
+        "num_hidden_layers",
+        "num_attention_heads",
+        "num_key_value_heads",
+        "head_dim",
+        "vocab_size",
+        "depth",
+        "embed_dim",
+        "patch_size",
+    )
+)
+
+
+def _shape_settings(config: dict[str, Any], prefix: str = "") -> dict[str, Any]:
+    """``{dotted key: value}`` of the shape-setting keys of a model config and its sub-configs."""
+    found = {}
+    for key, value in config.items():
+        if isinstance(value, dict):
+            found.update(_shape_settings(value, f"{prefix}{key}."))
+        elif key in _SHAPE_KEYS:
+            found[prefix + key] = value
+    return found
 
 
 def check_safetensors(path: str | os.PathLike) -> str | None:

@@ -7,6 +7,8 @@ rolled back to it. :func:`save` writes a checkpoint, :func:`restore` is its one 
   resumed from, moved or removed: it is named and left as it is. Rank 0 decides and every rank
   follows. An explicit ``trainer.resume=PATH`` that is damaged is an error (the user asked for that
   one).
+- A checkpoint of another model family or with other parameter shapes than ``model.path`` is
+  refused before its tensors are loaded, naming what differs (``checkpoint_check.py``).
 - Settings changed since the checkpoint: ``trainer.seed`` is refused (the prompt order and the RNG
   streams of the saved run depend on it), and so is a different number of usable training prompts
   (the sampler's position would point elsewhere). Everything else is applied from the restored step
@@ -30,7 +32,7 @@ from ..errors import ConfigError
 from ..outdir import OutputError
 from . import run_checkpoints
 from .checkpoint import load_checkpoint, save_checkpoint
-from .checkpoint_check import CheckpointError, find_resumable, verify_checkpoint
+from .checkpoint_check import CheckpointError, check_same_model, find_resumable, verify_checkpoint
 from .distributed import DistState, all_gather
 from .metrics import rewrite_jsonl
 from .state import Components, TrainState
@@ -90,6 +92,7 @@ def restore(cfg, parts: Components, n_prompts: int) -> dict[str, Any] | None:
     if ckpt is None:
         return None
     meta = verify_checkpoint(ckpt)
+    check_same_model(ckpt, parts.model.config.to_dict())
     changed = _check_settings(cfg, ckpt, meta, n_prompts)
     try:
         saved = load_checkpoint(
