@@ -21,7 +21,7 @@ measured: parameters, AdamW's state and, in the update, a gradient per trainable
 
 Printed: a table (stderr) and one JSON line: ``max_rel_error`` (the largest |predicted - measured|
 / measured over the cases' peaks), ``max_rel_error_transient`` (the same over the transients) and
-``cases`` (one entry per case and pass). Usage: python benchmarks/plan_accuracy.py [--smoke]
+``cases`` (one entry per case and pass). Usage: python benchmarks/plan_accuracy.py [--smoke] [--sizes tiny,middle,large] [--parts]
 (``--smoke``: the tiny model, one 8-frame 64x64 video and two 16-token responses; about 12 s).
 The full run takes about 11 minutes on one core.
 """
