@@ -57,8 +57,15 @@ def test_vllm_eval_predictions_equal_hf_and_resume(assets, tmp_path):
     (tmp_path / "vllm" / "synthetic").mkdir(parents=True)
     head = "".join(json.dumps(r) + "\n" for r in hf_rows[:5])
     (tmp_path / "vllm" / "synthetic" / "predictions.jsonl").write_text(head)
-    rows, results = _eval(
-        assets, tmp_path / "vllm", "--engine", "vllm", "--max-in-flight", "8", "--enforce-eager"
+    rows, results = _eval(  # the planted predictions carry no eval lock: reuse the folder on purpose
+        assets,
+        tmp_path / "vllm",
+        "--engine",
+        "vllm",
+        "--max-in-flight",
+        "8",
+        "--enforce-eager",
+        "--reuse-out",
     )
     ids = [r["sample_id"] for r in rows]
     assert len(ids) == len(set(ids)) == 16, "each sample recorded exactly once"

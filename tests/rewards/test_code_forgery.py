@@ -338,6 +338,7 @@ def test_without_root_a_program_cannot_inject_verdicts() -> None:
             "_sandbox_wire",
             "config",
             "judge",
+            "judge_format",
         ):
             shutil.copy(Path(rewards.__file__).with_name(f"{name}.py"), package)
         # the sandbox's config pulls in the judge's settings, and both validate with the

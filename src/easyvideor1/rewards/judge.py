@@ -43,7 +43,6 @@ from typing import Any
 
 from ..errors import ConfigError
 from ..validation import at_least, non_negative, positive, require
-from .http_deadline import bound_by_deadline, deadline
 from .judge_format import VerdictFormat, check_prompt, verdict_format
 
 RETRIED_STATUS = frozenset({429, 500, 502, 503, 504})
@@ -240,6 +239,8 @@ class JudgeClient:
             max_connections=cfg.max_concurrency, max_keepalive_connections=cfg.max_concurrency
         )
         self._http = httpx.Client(headers=headers, timeout=cfg.timeout_s, limits=limits)
+        from .http_deadline import bound_by_deadline  # httpcore, as httpx: only where a client is made
+
         bound_by_deadline(self._http)
         self._pool = ThreadPoolExecutor(cfg.max_concurrency, thread_name_prefix="judge")
         self._recent: OrderedDict[str, tuple[Future, float]] = OrderedDict()
@@ -310,6 +311,8 @@ class JudgeClient:
 
     def _send(self, body: dict[str, Any]) -> JudgeReply:
         import httpx
+
+        from .http_deadline import deadline
 
         t0 = time.perf_counter()
         attempts, last = 0, "no attempt"

@@ -220,8 +220,11 @@ class HFRolloutEngine(RequestQueue):
         if requests[0].seed is not None:  # alone in its batch (RequestQueue): reproducible per request
             self.reseed(requests[0].seed)
         counts = [r.n for r in requests]
-        progress = RequestProgress(requests, self.eos_ids) if any(r.progress for r in requests) else None
-        return split_responses(self.generate(batch, counts, requests[0].sampling, progress), counts)
+        sampling = requests[0].sampling
+        if not any(r.progress for r in requests):  # the protocol's call: an engine may override it
+            return split_responses(self.generate(batch, counts, sampling), counts)
+        progress = RequestProgress(requests, self.eos_ids)
+        return split_responses(self.generate(batch, counts, sampling, progress), counts)
 
     def generate_episodes(
         self, batch: PromptBatch, repeats: list[int], sampling: SamplingConfig, episode_tools: list
