@@ -4,11 +4,11 @@ from __future__ import annotations
 
 import pytest
 
+from easyvideor1.rewards.json_text import find_json
 from easyvideor1.rewards.parsing import (
     clean_short_answer,
     extract_answer,
     final_statement,
-    find_json,
     has_reasoning,
     last_boxed,
     parse_ground_truth,

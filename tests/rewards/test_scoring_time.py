@@ -16,12 +16,12 @@ import pytest
 
 from easyvideor1.rewards import RewardConfig, compute_score, extract_choice, parse_number
 from easyvideor1.rewards.geometry import parse_span_text
+from easyvideor1.rewards.json_text import find_json
 from easyvideor1.rewards.parsing import (
     MAX_SCORED_CHARS,
     answer_tag_contents,
     extract_answer,
     final_statement,
-    find_json,
     has_reasoning,
     last_boxed,
     scored_tail,

@@ -12,7 +12,7 @@ import re
 from collections.abc import Mapping
 from typing import Any
 
-from easyvideor1.rewards.parsing import finite_number
+from easyvideor1.rewards.json_text import finite_number
 
 from ..errors import UserError
 

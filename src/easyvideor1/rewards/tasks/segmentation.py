@@ -16,7 +16,7 @@ import numpy as np
 from pycocotools import mask as mask_utils
 
 from easyvideor1.rewards.geometry import frame_size, parse_box, parse_box_track
-from easyvideor1.rewards.parsing import finite_number
+from easyvideor1.rewards.json_text import finite_number
 from easyvideor1.rewards.registry import register_task
 from easyvideor1.rewards.sample import GroundTruthError, Sample, TaskScore
 from easyvideor1.rewards.tasks.temporal_grounding import read_answer_json

@@ -9,7 +9,8 @@ from __future__ import annotations
 from typing import Any
 
 from easyvideor1.rewards.geometry import Span, parse_span, parse_span_text, temporal_iou
-from easyvideor1.rewards.parsing import ExtractedAnswer, find_json
+from easyvideor1.rewards.json_text import find_json
+from easyvideor1.rewards.parsing import ExtractedAnswer
 from easyvideor1.rewards.registry import register_task
 from easyvideor1.rewards.sample import GroundTruthError, Sample, TaskScore
 
