@@ -33,7 +33,7 @@ def plan_check(cfg_dict: dict, profile, gpu_memory_gib: float, measured: dict) -
     from easyvideor1.plan import Hardware, plan
     from easyvideor1.plan.architecture import architecture
     from easyvideor1.plan.memory import peak_parts
-    from easyvideor1.plan.verdict import _planner
+    from easyvideor1.plan.verdict import planner_for
     from easyvideor1.plan.workload import MicroBatch, workload
 
     device = "cuda" if profile.device == "cuda" else "cpu"
@@ -52,7 +52,7 @@ def plan_check(cfg_dict: dict, profile, gpu_memory_gib: float, measured: dict) -
     }
     # the long phase: one process (no FSDP), fp32 masters under bf16 autocast, one padded row
     long_cfg = load_config(RunConfig, None, ["distributed.group_with_one_rank=false"], values=cfg_dict)
-    planner = _planner(long_cfg, arch, hw)
+    planner = planner_for(long_cfg, arch, hw)
     prompt, response = profile.long_prompt_tokens, profile.long_response_tokens
     row = MicroBatch("long", prompt + response, response + 1, 1, 0, 0, 0)
     parts, _ = peak_parts(planner.backward(row))

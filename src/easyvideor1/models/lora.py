@@ -67,7 +67,7 @@ def default_targets(model: torch.nn.Module, vision: bool = False) -> list[str]:
     return names
 
 
-def _matches(name: str, entry: str) -> bool:
+def matches_target(name: str, entry: str) -> bool:
     """PEFT's list matching: the module's name is the entry, or ends with ``.<entry>``."""
     return name == entry or name.endswith("." + entry)
 
@@ -78,14 +78,14 @@ def resolve_targets(model: torch.nn.Module, lora, freeze_vision_tower: bool = Fa
         names = default_targets(model, vision=lora.vision)
     else:
         linear = _linear_names(model)
-        unmatched = [e for e in lora.target_modules if not any(_matches(n, e) for n in linear)]
+        unmatched = [e for e in lora.target_modules if not any(matches_target(n, e) for n in linear)]
         if unmatched:
             leaves = sorted({n.rsplit(".", 1)[-1] for n in linear})
             raise ConfigError(
                 f"model.lora.target_modules: {unmatched} match no linear layer of "
                 f"{type(model).__name__} (linear layer names end in: {', '.join(leaves)})"
             )
-        names = [n for n in linear if any(_matches(n, e) for e in lora.target_modules)]
+        names = [n for n in linear if any(matches_target(n, e) for e in lora.target_modules)]
     tower = _vision_prefix(model)
     in_tower = [n for n in names if tower and n.startswith(tower)]
     if in_tower and freeze_vision_tower:

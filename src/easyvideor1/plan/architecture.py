@@ -21,7 +21,7 @@ from ..errors import ConfigError
 from ..models.families import family_of_checkpoint, get_family
 from ..models.families.registry import released_config, released_names
 from ..models.layers import is_deltanet, language_model, lm_head, mixing_layers
-from ..models.lora import _matches, default_targets
+from ..models.lora import default_targets, matches_target
 
 
 @dataclass(frozen=True)
@@ -139,12 +139,14 @@ class ParamCounts:
         by default every one the LoRA defaults take (the tower's only with ``vision``). Each
         adapted layer gets ``A`` (rank x in) and ``B`` (out x rank)."""
         if target_modules:
-            unmatched = [e for e in target_modules if not any(_matches(t.name, e) for t in self.lora_targets)]
+            unmatched = [
+                e for e in target_modules if not any(matches_target(t.name, e) for t in self.lora_targets)
+            ]
             if unmatched:
                 raise ConfigError(
                     f"model.lora.target_modules: {unmatched} match no linear layer of the model"
                 )
-            chosen = [t for t in self.lora_targets if any(_matches(t.name, e) for e in target_modules)]
+            chosen = [t for t in self.lora_targets if any(matches_target(t.name, e) for e in target_modules)]
         else:
             chosen = [t for t in self.lora_targets if t.default and (vision or not t.tower)]
         return rank * sum(t.in_features + t.out_features for t in chosen)

@@ -131,7 +131,7 @@ def plan(cfg, hardware: Hardware, arch: Architecture | None = None, *, fixes: bo
     arch = arch or architecture(cfg.model.path)
     cfg = _finished(cfg, arch)
     _check(cfg, hardware)
-    planner = _planner(cfg, arch, hardware)
+    planner = planner_for(cfg, arch, hardware)
     verdicts = [_verdict(planner, phase) for phase in planner.phases()]
     if fixes:
         for v in verdicts:
@@ -165,7 +165,8 @@ def _check(cfg, hw: Hardware) -> None:
         )
 
 
-def _planner(cfg, arch: Architecture, hw: Hardware) -> Planner:
+def planner_for(cfg, arch: Architecture, hw: Hardware) -> Planner:
+    """The planner of the run ``cfg`` on ``hw`` (what every phase and the fixes are computed from)."""
     return Planner(
         cfg=cfg,
         arch=arch,
@@ -240,7 +241,7 @@ def _fixes(cfg, arch: Architecture, hw: Hardware, name: str) -> list[dict]:
                     machine = dataclasses.replace(hw, gpus=value)
                 else:
                     changed = _with(cfg, key, value)
-                planner = _planner(changed, arch, machine)
+                planner = planner_for(changed, arch, machine)
                 _check(changed, machine)
             except (ConfigError, ValueError):
                 continue
