@@ -11,7 +11,7 @@
 
 Advantage estimators, policy losses and KL estimators are registries (`_registry.py`, torch-free):
 add one with `@register_advantage("name", group=True)`, `@register_policy_loss("name")` or
-`@register_kl_estimator("name")`.
+`@register_kl_estimator("name")`; a distillation objective with `@register_distill_objective("name")`.
 """
 
 from __future__ import annotations
@@ -32,6 +32,7 @@ _EXPORTS = {
         "is_group_estimator",
         "load_plugin_files",
         "register_advantage",
+        "register_distill_objective",
         "register_kl_estimator",
         "register_policy_loss",
     ),
@@ -44,6 +45,8 @@ _EXPORTS = {
     ),
     "aggregation": ("LOSS_AGG_MODES", "GlobalBatchStats", "aggregate_loss"),
     "config": ("AlgorithmConfig", "KLConfig", "OnlineFilterConfig", "OverlongConfig"),
+    "distill": ("DistillInputs", "DistillOutput", "TeacherSignal", "distill_advantages"),
+    "distill_config": ("DistillConfig",),
     "filtering": ("DynamicSampler", "GroupFilterResult", "RoundSummary", "filter_groups"),
     "kl": (
         "AdaptiveKLController",

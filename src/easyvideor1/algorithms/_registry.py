@@ -24,6 +24,7 @@ from ..registry import (
     normalize_name,
 )
 from ..registry import load_plugin_files as _load_plugin_files
+from .distill_options import RLSDOptions
 from .loss_options import (
     ClipCovOptions,
     ClipRange,
@@ -37,6 +38,7 @@ from .loss_options import (
 __all__ = [
     "ADVANTAGE_ESTIMATORS",
     "ADVANTAGE_INPUT_KINDS",
+    "DISTILL_OBJECTIVES",
     "FILTERS",
     "GREEDY_BASELINE",
     "KL_ESTIMATORS",
@@ -50,9 +52,11 @@ __all__ = [
     "call_with_supported",
     "is_group_estimator",
     "load_plugin_files",
+    "distill_objective_options",
     "normalize_name",
     "policy_loss_options",
     "register_advantage",
+    "register_distill_objective",
     "register_kl_estimator",
     "register_policy_loss",
 ]
@@ -76,6 +80,9 @@ KL_ESTIMATORS: Registry[Callable[..., Any]] = Registry(
 # kind spelled as the setting: "unknown loss_agg_mode 'x'" is what users have seen
 LOSS_AGGREGATIONS: Registry[Callable[..., Any]] = Registry("loss_agg_mode", error=UnknownAlgorithmError)
 FILTERS: Registry[Callable[..., Any]] = Registry("filter criterion", error=UnknownAlgorithmError)
+DISTILL_OBJECTIVES: Registry[Callable[..., Any]] = Registry(
+    "distillation objective", error=UnknownAlgorithmError, how_to_add=_HOW
+)
 
 
 # Extra inputs an estimator may declare (`register_advantage(..., inputs=...)`); the trainer provides
@@ -132,8 +139,9 @@ def register_policy_loss(
     return register
 
 
-def _options_of(name: str, fn: Callable[..., Any]) -> type:
-    """A dataclass of `fn`'s keyword-only parameters with defaults (a plug-in loss's options)."""
+def _options_of(name: str, fn: Callable[..., Any], skip: frozenset[str] = frozenset()) -> type:
+    """A dataclass of `fn`'s keyword-only parameters with defaults (a plug-in's options), less
+    those in `skip`."""
     import dataclasses
     import inspect
 
@@ -141,7 +149,7 @@ def _options_of(name: str, fn: Callable[..., Any]) -> type:
     fields = [
         (p.name, Any, dataclasses.field(default=p.default))
         for p in params
-        if p.kind is p.KEYWORD_ONLY and p.default is not p.empty
+        if p.kind is p.KEYWORD_ONLY and p.default is not p.empty and p.name not in skip
     ]
     return dataclasses.make_dataclass(f"{name}_options", fields)
 
@@ -151,6 +159,33 @@ def policy_loss_options(name: str) -> type:
     its keyword-only defaults); raises `UnknownAlgorithmError`."""
     options = POLICY_LOSSES.metadata(name).get("options")
     return options if options is not None else _options_of(name, POLICY_LOSSES.get(name))
+
+
+def register_distill_objective(
+    name: str,
+    *,
+    aliases: Sequence[str] = (),
+    override: bool = False,
+    options: type | None = None,
+) -> Callable[[Callable[..., Any]], Callable[..., Any]]:
+    """Decorator: register a distillation objective under `name` (`algorithms/distill.py`: a
+    function of `DistillInputs`, `reward_weight=`, `coef=` and its options, returning
+    `DistillOutput`). `options` is the dataclass of its own settings (`algorithm.distill.options`);
+    without one, its keyword-only parameters with defaults are."""
+
+    def register(fn: Callable[..., Any]) -> Callable[..., Any]:
+        declared = options if options is not None else _options_of(name, fn, skip=_DISTILL_WEIGHTS)
+        return DISTILL_OBJECTIVES.register(name, aliases=aliases, override=override, options=declared)(fn)
+
+    return register
+
+
+_DISTILL_WEIGHTS = frozenset({"reward_weight", "coef"})  # the section's own keys, not options
+
+
+def distill_objective_options(name: str) -> type | None:
+    """The options dataclass of distillation objective `name` (None: it takes none)."""
+    return DISTILL_OBJECTIVES.metadata(name).get("options")
 
 
 def register_kl_estimator(
@@ -228,6 +263,10 @@ LOSS_AGGREGATIONS.declare("token-sum", f"{_AGG}:_token_sum")
 LOSS_AGGREGATIONS.declare("seq-mean-token-mean", f"{_AGG}:_seq_mean_token_mean")
 LOSS_AGGREGATIONS.declare("seq-mean-token-sum", f"{_AGG}:_seq_mean_token_sum")
 LOSS_AGGREGATIONS.declare("seq-mean-token-sum-norm", f"{_AGG}:_seq_mean_token_sum_norm")
+
+_DISTILL = "easyvideor1.algorithms.distill"
+DISTILL_OBJECTIVES.declare("opd", f"{_DISTILL}:opd", options=None)
+DISTILL_OBJECTIVES.declare("rlsd", f"{_DISTILL}:rlsd", options=RLSDOptions)
 
 _FILTER = "easyvideor1.algorithms.filtering"
 # "std" needs at least two responses per group: a group of one never has reward spread

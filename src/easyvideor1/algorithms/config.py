@@ -31,6 +31,7 @@ from ._registry import (
     load_plugin_files,
     policy_loss_options,
 )
+from .distill_config import DistillConfig
 from .loss_options import loss_arguments
 from .rollout_correction import CORRECTION_LEVELS, ROLLOUT_CORRECTIONS
 
@@ -220,6 +221,7 @@ class AlgorithmConfig:
         kl (`KLConfig`): KL regularisation.
         online_filtering (`OnlineFilterConfig`): DAPO dynamic sampling.
         overlong (`OverlongConfig`): DAPO overlong reward shaping.
+        distill (`DistillConfig`): learning from a teacher on the policy's rollouts (OPD, RLSD).
     """
 
     adv_estimator: str = "grpo"
@@ -242,6 +244,7 @@ class AlgorithmConfig:
     kl: KLConfig = field(default_factory=KLConfig)
     online_filtering: OnlineFilterConfig = field(default_factory=OnlineFilterConfig)
     overlong: OverlongConfig = field(default_factory=OverlongConfig)
+    distill: DistillConfig = field(default_factory=DistillConfig)
 
     def __post_init__(self) -> None:
         load_plugin_files(self.plugin_files)  # before any name is looked up

@@ -32,6 +32,7 @@ from .precision import DTYPES, compute_dtype
 from .preflight import preflight
 from .skipping import SkipLog
 from .state import Components, DataSkips, StepSettings, TrainData
+from .teacher import build_teacher
 from .update import UpdateSettings
 
 log = logging.getLogger(__name__)
@@ -131,7 +132,12 @@ def build_components(cfg, dist: DistState) -> Components:
     tc = cfg.trainer
     torch.manual_seed(tc.seed)
     random.seed(tc.seed)
-    policy = build_policy(cfg, dist, cfg.algorithm.kl.enabled, warmup=bool(tc.sft_warmup_steps))
+    # a reference model serves the KL and a self-teacher that is the reference
+    distill = cfg.algorithm.distill
+    reference = cfg.algorithm.kl.enabled or (
+        distill.teacher == "self" and distill.self_teacher == "reference"
+    )
+    policy = build_policy(cfg, dist, reference, warmup=bool(tc.sft_warmup_steps))
     model, ref_model = policy.model, policy.ref_model
     if dist.enabled:
         # independent sampling per share of the batch; the ranks of a sequence-parallel group share
@@ -162,6 +168,7 @@ def build_components(cfg, dist: DistState) -> Components:
     # episodes: the tools and the frames they serve, shared by a step's episodes (its loader is the
     # training set's, set when the data is loaded)
     tools = ToolSession(cfg.tools, cfg.data.model_family) if cfg.tools.enabled else None
+    teacher = build_teacher(cfg, dist, policy.processor, forward)
     return Components(
         **{f.name: getattr(policy, f.name) for f in dataclasses.fields(policy)},
         dist=dist,
@@ -175,6 +182,7 @@ def build_components(cfg, dist: DistState) -> Components:
         logger=MetricsLogger(tc.output_dir, loggers, dataclasses.asdict(cfg), tc.max_steps),
         skip_log=SkipLog(tc.output_dir),
         tools=tools,
+        teacher=teacher,
     )
 
 

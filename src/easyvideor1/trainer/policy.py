@@ -25,12 +25,12 @@ class Policy:
     Attributes:
         model: The trained policy (sharded under FSDP2; adapters inside with LoRA).
         processor: Its transformers processor.
-        ref_model: A frozen copy for the KL reference, or None (no KL, or LoRA: the reference is
-            the policy with its adapter disabled).
+        ref_model: A frozen copy for the KL reference (or a self-teacher that is the reference),
+            or None (no reference, or LoRA: the reference is the policy with its adapter disabled).
         rollout_model: Under FSDP with HF rollouts, a full unsharded copy each rank generates with
             (merged, with LoRA), else None.
         lora: Whether the policy carries LoRA adapters.
-        lora_reference: With LoRA, KL and a warm-up, the adapter tensors the warm-up's reference
+        lora_reference: With LoRA, a reference and a warm-up, the adapter tensors the warm-up's reference
             will be copied into (allocated after sharding, so shaped like the adapter's shards).
         trainable_fraction: Trainable parameters / all parameters (logged at step 0).
     """
@@ -44,8 +44,9 @@ class Policy:
     trainable_fraction: float
 
 
-def build_policy(cfg, dist: DistState, kl_reference: bool, warmup: bool) -> Policy:
-    """Load ``cfg.model``, copy what needs copying, then shard (FSDP2) or move to the device."""
+def build_policy(cfg, dist: DistState, reference: bool, warmup: bool) -> Policy:
+    """Load ``cfg.model``, copy what needs copying, then shard (FSDP2) or move to the device.
+    ``reference``: the run needs a frozen reference (the KL's, or a self-teacher's)."""
     m = cfg.model
     model, processor = load_policy(
         m.path,
@@ -67,7 +68,7 @@ def build_policy(cfg, dist: DistState, kl_reference: bool, warmup: bool) -> Poli
     # it is sharded like the adapter and a resume can load into it).
     # frozen copies need no fp32 masters: they are held in the compute dtype (half the memory)
     ref_model = None
-    if kl_reference and not lora:
+    if reference and not lora:
         ref_model = copy.deepcopy(model).eval().requires_grad_(False).to(compute)
     rollout_model = None
     # (and one to generate with during the update when rollouts overlap it: rollout.mode)
@@ -91,5 +92,5 @@ def build_policy(cfg, dist: DistState, kl_reference: bool, warmup: bool) -> Poli
         autocast_forward(model, compute, dist.device)  # FSDP2's mixed precision does this above
         if ref_model is not None:
             ref_model.to(dist.device)
-    lora_reference = adapter_snapshot(model) if lora and kl_reference and warmup else None
+    lora_reference = adapter_snapshot(model) if lora and reference and warmup else None
     return Policy(model, processor, ref_model, rollout_model, lora, lora_reference, trainable / max(total, 1))

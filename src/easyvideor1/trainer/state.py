@@ -36,6 +36,7 @@ from .metrics import MetricsLogger
 from .policy import Policy
 from .sampler import PromptSampler
 from .skipping import SkipLog
+from .teacher import Teacher
 from .update import UpdateSettings
 
 
@@ -72,6 +73,8 @@ class Components(Policy):
     """``skipped_records.jsonl``: the records whose media could not be loaded."""
     tools: ToolSession | None = None
     """With ``tools.names``: the tools of the run's episodes and the frame tracks they serve."""
+    teacher: Teacher | None = None
+    """With ``algorithm.distill``: the teacher whose log-probs the objective reads."""
 
     def reference_state(self) -> torch.nn.Module | dict[str, torch.Tensor] | None:
         """What a checkpoint saves of a reference taken after the warm-up (and a resume loads):
@@ -86,6 +89,7 @@ class Components(Policy):
         self.lora_reference = None
         self.handoff = None
         self.forward = self.ref_forward = None
+        self.teacher = None
 
 
 @dataclass

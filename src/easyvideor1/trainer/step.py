@@ -8,6 +8,7 @@
 
 from __future__ import annotations
 
+from ..algorithms.distill import DistillInputs, TeacherSignal, distill_advantages
 from ..algorithms.kl import kl_penalty
 from ..algorithms.masked import masked_mean
 from ..algorithms.rollout_correction import rollout_correction
@@ -24,8 +25,9 @@ from .update import experience_logprobs, policy_update, prefix_tokens_saved
 
 
 def logprobs(ctx: StepContext, step: Step) -> None:
-    """The old log-probs, the reference log-probs (None without KL) and the old policy's entropy
-    of the responses, into the experience and ``step.entropy``.
+    """The old log-probs, the reference log-probs (None without KL), the distillation teacher's
+    (None without one) and the old policy's entropy of the responses, into the experience and
+    ``step.entropy``.
 
     With a frozen vision tower the feature cache is started here and serves every forward until
     the update ends (:func:`update` stops it). The reference is the reference model, or with
@@ -43,12 +45,14 @@ def logprobs(ctx: StepContext, step: Step) -> None:
         forward.vision.start(exp.batch, exp.response_media)  # episodes: their tool media too
     exp.old_logp, step.entropy = experience_logprobs(forward, exp)
     step.metrics["perf/prefix_tokens_saved"] = prefix_tokens_saved(exp, forward.packing)
-    if parts.ref_forward is not None:
+    if ctx.settings.kl_reference and parts.ref_forward is not None:
         exp.ref_logp, _ = experience_logprobs(parts.ref_forward, exp)
     elif ctx.settings.kl_reference:
         snapshot = parts.lora_reference if ctx.state.reference_from_warmup else None
         with reference_forward(forward.model, snapshot):
             exp.ref_logp, _ = experience_logprobs(forward, exp)
+    if parts.teacher is not None:
+        exp.teacher_logp = parts.teacher.logprobs(ctx, step)
     parts.handoff.mark("after_logprobs")
 
 
@@ -92,11 +96,18 @@ def feed_kl_controller(alg, kl_ctl, exp: Experience) -> dict[str, float]:
 
 def advantages(ctx: StepContext, step: Step) -> None:
     """The advantages of the shaped rewards, with the extra inputs the estimator declared (the
-    greedy baseline's scores the collection generated)."""
-    exp = step.experience
-    exp.advantages = step_advantages(
-        ctx.cfg.algorithm, exp, step.rewards, step.samples, step.greedy_scores, ctx.parts.dist
-    )
+    greedy baseline's scores the collection generated); with a teacher, the distillation
+    objective's advantages made of them (``algorithm.distill``)."""
+    exp, alg = step.experience, ctx.cfg.algorithm
+    exp.advantages = step_advantages(alg, exp, step.rewards, step.samples, step.greedy_scores, ctx.parts.dist)
+    if exp.teacher_logp is not None:
+        dc = alg.distill
+        inputs = DistillInputs(
+            exp.advantages, exp.old_logp, TeacherSignal(exp.teacher_logp), exp.mask, ctx.state.step
+        )
+        out = distill_advantages(dc.objective, inputs, dc.reward_weight, dc.coef, dc.objective_arguments())
+        exp.advantages = out.advantages
+        step.metrics.update(out.metrics)
     step.metrics.update(hybrid_metrics(exp))
 
 

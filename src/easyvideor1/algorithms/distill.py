@@ -1,0 +1,132 @@
+"""Distillation objectives: a teacher's log-probs of the student's own sampled tokens turned into a
+training signal, mixed with the verifiable reward's advantages.
+
+Each objective is one registered function (``@register_distill_objective``) of
+:class:`DistillInputs` and its options, returning :class:`DistillOutput`. The built-ins reshape the
+advantages (``kind="advantage"``), so the configured policy loss, its clipping and aggregation
+apply to the result unchanged:
+
+- ``opd``, on-policy distillation (Agarwal et al., 2024, arXiv:2306.13649; Lu, "On-Policy
+  Distillation", Thinking Machines 2025): every token's reverse-KL estimate on the sampled token,
+  ``lp_S - lp_T``, is a per-token penalty added to the advantage:
+  ``A_t = reward_weight * A + coef * (lp_T(t) - lp_S(t))`` (slime's and ms-swift's form, tinker's
+  with no discount; no whitening). With ``reward_weight: 0`` it is pure distillation.
+- ``rlsd``, RLVR with self-distillation (Yang et al., 2026, arXiv:2604.03128): the verifiable
+  advantage keeps each token's sign, the privileged teacher's evidence sets its magnitude.
+  ``Delta_t = lp_T(t) - lp_S(t)`` (no gradient), ``w_t = exp(sign(A) Delta_t)``,
+  ``A_t = reward_weight * A * ((1 - lam) + lam * clip(w_t, 1 - eps, 1 + eps))`` with
+  ``lam = coef``. ``coef: 1`` is the paper's formula; the authors' recipe uses 0.5, decayed to 0
+  over 60 steps (``options.lambda_decay_steps``). Since ``w_t > 0`` no token's sign flips: the
+  teacher moves credit between the tokens of one response, never the response's direction.
+
+``lp_S`` is the old policy's log-prob (the log-prob pass before the update; equal to the
+rollout's on-policy), as ms-swift and slime use; ``lp_T`` the teacher's over the same tokens (its
+view of the prompt may hold privileged context). Both come at the rollout temperature.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+import torch
+
+from ._registry import DISTILL_OBJECTIVES, distill_objective_options
+from .masked import masked_mean
+
+
+@dataclass
+class TeacherSignal:
+    """The teacher's log-prob of each sampled token, ``[N, T]`` (0 where the mask is 0)."""
+
+    logp: torch.Tensor
+
+
+@dataclass
+class DistillInputs:
+    """What an objective reads: the verifiable advantages, the student's and the teacher's
+    log-probs of the sampled tokens, the loss mask, and where the run is."""
+
+    advantages: torch.Tensor  # [N, T], the estimator's
+    student_logp: torch.Tensor  # [N, T], the old policy's
+    teacher: TeacherSignal
+    mask: torch.Tensor  # [N, T], the policy's own tokens
+    step: int = 0
+
+
+@dataclass
+class DistillOutput:
+    advantages: torch.Tensor  # [N, T]
+    metrics: dict[str, float] = field(default_factory=dict)
+
+
+def distill_advantages(name: str, inputs: DistillInputs, reward_weight: float, coef: float, options: dict):
+    """The advantages objective ``name`` makes of ``inputs``, plus the ``distill/*`` metrics every
+    objective reports: the teacher-student KL estimates on the sampled tokens (k1 and the
+    non-negative k3)."""
+    fn = DISTILL_OBJECTIVES.get(name)
+    out = fn(inputs, reward_weight=reward_weight, coef=coef, **options)
+    mask = inputs.mask.bool()
+    delta = (inputs.teacher.logp - inputs.student_logp).masked_fill(~mask, 0.0)
+    out.metrics["distill/kl_k1"] = float(masked_mean(-delta, mask))
+    out.metrics["distill/kl_k3"] = float(masked_mean(torch.expm1(delta) - delta, mask))
+    out.metrics["distill/teacher_logp"] = float(masked_mean(inputs.teacher.logp, mask))
+    return out
+
+
+def _gain(inputs: DistillInputs) -> torch.Tensor:
+    """``lp_T - lp_S`` on the loss mask (0 elsewhere), no gradient."""
+    mask = inputs.mask.bool()
+    return (inputs.teacher.logp - inputs.student_logp).detach().masked_fill(~mask, 0.0)
+
+
+def opd(inputs: DistillInputs, *, reward_weight: float, coef: float) -> DistillOutput:
+    """On-policy distillation: ``reward_weight * A + coef * (lp_T - lp_S)`` per token (see the
+    module docstring)."""
+    mask = inputs.mask.bool()
+    term = coef * _gain(inputs)
+    adv = (reward_weight * inputs.advantages + term).masked_fill(~mask, 0.0)
+    return DistillOutput(adv, {"distill/advantage_term": float(masked_mean(term, mask))})
+
+
+def rlsd(
+    inputs: DistillInputs,
+    *,
+    reward_weight: float,
+    coef: float,
+    clip: float = 0.2,
+    negative_only: bool = False,
+    lambda_decay_steps: int = 0,
+) -> DistillOutput:
+    """RLVR with self-distillation: ``reward_weight * A * ((1 - lam) + lam * clip(exp(sign(A) *
+    (lp_T - lp_S)), 1 - clip, 1 + clip))`` per token, ``lam = coef`` (linearly to 0 over
+    ``lambda_decay_steps`` steps when > 0); ``negative_only`` reweights only the tokens of
+    responses with a negative advantage (the authors' option against shrinking answers)."""
+    mask = inputs.mask.bool()
+    lam = coef if lambda_decay_steps <= 0 else coef * max(0.0, 1.0 - inputs.step / lambda_decay_steps)
+    sign = torch.sign(inputs.advantages)
+    weight = torch.exp(sign * _gain(inputs)).clamp(1.0 - clip, 1.0 + clip)
+    scale = (1.0 - lam) + lam * weight
+    if negative_only:
+        scale = torch.where(inputs.advantages < 0, scale, torch.ones_like(scale))
+    adv = (reward_weight * inputs.advantages * scale).masked_fill(~mask, 0.0)
+    moved = mask & (inputs.advantages != 0) & (scale != 1.0)
+    metrics = {
+        "distill/reweighted_share": float(masked_mean(moved.float(), mask)),
+        "distill/scale_mean": float(masked_mean(scale, mask & (inputs.advantages != 0))),
+        "distill/clipped_share": float(
+            masked_mean((weight != torch.exp(sign * _gain(inputs))).float(), mask)
+        ),
+        "distill/lambda": lam,
+    }
+    return DistillOutput(adv, metrics)
+
+
+__all__ = [
+    "DistillInputs",
+    "DistillOutput",
+    "TeacherSignal",
+    "distill_advantages",
+    "distill_objective_options",
+    "opd",
+    "rlsd",
+]

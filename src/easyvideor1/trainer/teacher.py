@@ -1,0 +1,224 @@
+"""The distillation teacher (``algorithm.distill``): which model it is, and its log-probs of a step's
+responses.
+
+Two kinds:
+
+- **a checkpoint** (``teacher: PATH``): loaded frozen like the reference model (held in the compute
+  dtype, sharded by FSDP2 under torchrun, optionally offloaded), with its own micro-batches. It
+  must speak the policy's token ids (:func:`check_same_token_ids`) and belong to the policy's
+  family (the same processor reads the same frames); its size may differ.
+- **the policy itself** (``teacher: self``): the current weights, or the reference (with LoRA:
+  the adapter-free base), shown privileged context (``data/privileged.py``) the student never sees.
+
+Either way the teacher's log-probs come through the policy's log-prob pass
+(:class:`~easyvideor1.models.logprobs.PolicyForward`: packing, shared prefixes, and for the policy
+or its reference the step's cached vision features), over the student's sampled tokens only.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import logging
+import os
+import struct
+from contextlib import nullcontext
+from dataclasses import dataclass
+from typing import TYPE_CHECKING
+
+import torch
+
+from ..data.dataset import encode_prompts
+from ..data.privileged import PrivilegedContext, privileged_context
+from ..errors import ConfigError
+from ..models.loading import load_policy
+from ..models.logprobs import PolicyForward
+from ..models.lora import reference_forward
+from ..models.vision import DummyVisionPass
+from .distributed import DistState, shard_model
+from .experience import Experience
+from .precision import autocast_forward, compute_dtype
+from .update import experience_logprobs
+
+if TYPE_CHECKING:
+    from .state import Step, StepContext
+
+log = logging.getLogger(__name__)
+
+GIB = 2**30
+
+
+@dataclass
+class Teacher:
+    """A run's teacher and what scoring a step with it needs."""
+
+    forward: PolicyForward | None
+    """A checkpoint teacher's log-prob pass (its own model and micro-batches); None: the policy's."""
+    reference: bool
+    """A self-teacher that is the reference (or, with LoRA, the adapter-free base), not the policy."""
+    context: PrivilegedContext | None
+    """What the teacher sees beyond the student's prompt (None: the student's prompt as it is)."""
+
+    def logprobs(self, ctx: StepContext, step: Step) -> torch.Tensor:
+        """``[N, T]``: the teacher's log-prob of each of the step's sampled tokens, computed without
+        gradient over the teacher's view of the prompts."""
+        parts, exp = ctx.parts, step.experience
+        view = exp
+        if self.context is not None:
+            view = self.privileged(parts, exp, step.samples, ctx.cfg.data, ctx.data.train_set.loader)
+        if self.forward is not None:
+            forward, scope = self.forward, nullcontext()
+        elif not self.reference:
+            forward, scope = parts.forward, nullcontext()
+        elif parts.ref_forward is not None:
+            forward, scope = parts.ref_forward, nullcontext()
+        else:  # LoRA: the adapter-free base (or the warm-up's adapter) inside the policy
+            snapshot = parts.lora_reference if ctx.state.reference_from_warmup else None
+            forward, scope = parts.forward, reference_forward(parts.forward.model, snapshot)
+        with scope:
+            logp, _ = experience_logprobs(forward, view)
+        return logp
+
+    def privileged(self, parts, exp: Experience, samples, data_cfg, loader) -> Experience:
+        """``exp`` with the teacher's prompts: each sample's context appended, encoded by the
+        policy's processor over the same loaded media. The pixel tensors are the student's own (the
+        same frames give the same tensors), so the step's vision cache serves both views."""
+        batch = encode_prompts(parts.processor, self.context.samples(samples), data_cfg, loader)
+        inputs = dict(batch.inputs)
+        for key, value in exp.batch.inputs.items():
+            if key not in ("input_ids", "attention_mask", "mm_token_type_ids"):
+                if key in inputs and tuple(inputs[key].shape) != tuple(value.shape):
+                    shapes = f"{tuple(inputs[key].shape)} vs {tuple(value.shape)}"
+                    raise RuntimeError(f"the teacher's view changed {key}: {shapes}")
+                inputs[key] = value
+        return dataclasses.replace(exp, batch=dataclasses.replace(batch, inputs=inputs))
+
+
+def build_teacher(cfg, dist: DistState, processor, forward: PolicyForward) -> Teacher | None:
+    """The run's teacher (None without ``algorithm.distill``); a checkpoint is checked (token ids,
+    family, memory) before its weights load."""
+    dc = cfg.algorithm.distill
+    if not dc.enabled:
+        return None
+    context = None if dc.context_source == "none" else privileged_context(dc.context_source)
+    if dc.teacher == "self":
+        log.info(
+            "distillation (%s): the teacher is the %s, shown context %s",
+            dc.objective,
+            dc.self_teacher,
+            dc.context_source,
+        )
+        return Teacher(None, dc.self_teacher == "reference", context)
+    check_teacher_checkpoint(cfg, dist, processor)
+    model, _ = load_policy(dc.teacher, cfg.model.dtype, attn_implementation=cfg.model.attn_implementation)
+    model = model.eval().requires_grad_(False).to(compute_dtype(cfg))
+    if dist.enabled:
+        shard_model(model, dataclasses.replace(cfg.distributed, cpu_offload=dc.offload), dist)
+    else:
+        model.to(dist.device)
+        autocast_forward(model, compute_dtype(cfg), dist.device)
+    packing = dataclasses.replace(
+        forward.packing,
+        micro_batch_size=dc.micro_batch_size or forward.packing.micro_batch_size,
+        max_tokens=dc.max_tokens_per_micro_batch or forward.packing.max_tokens,
+    )
+    # under FSDP the teacher's forward is a collective: every rank needs its vision passes
+    dummy = DummyVisionPass(model) if dist.enabled else None
+    teacher_forward = dataclasses.replace(forward, model=model, dummy=dummy, vision=None, packing=packing)
+    log.info(
+        "distillation (%s): the teacher is %s, shown context %s", dc.objective, dc.teacher, dc.context_source
+    )
+    return Teacher(teacher_forward, False, context)
+
+
+def check_teacher_checkpoint(cfg, dist: DistState, processor) -> None:
+    """A checkpoint teacher's refusals, before any weight loads: another family, other token ids,
+    or more memory than ``algorithm.distill`` declares room for."""
+    from transformers import AutoTokenizer
+
+    from ..models.families import family_of_checkpoint
+
+    dc = cfg.algorithm.distill
+    path = dc.teacher
+    if not os.path.isdir(path):
+        raise ConfigError(f"algorithm.distill.teacher={path!r} is not a model directory (or use self)")
+    family = family_of_checkpoint(path).model_type
+    if family != cfg.data.model_family:
+        raise ConfigError(
+            f"algorithm.distill.teacher {path} is a {family} model and the policy a {cfg.data.model_family} "
+            "one: the teacher must read the policy's prompts with the same processor (another size of the "
+            "same family works)"
+        )
+    check_same_token_ids(
+        getattr(processor, "tokenizer", processor), AutoTokenizer.from_pretrained(path), path
+    )
+    need = teacher_bytes(path, compute_dtype(cfg)) / dist.world
+    room, where = teacher_room(dc, dist)
+    if need > room:
+        fix = (
+            "algorithm.distill.offload=true (under torchrun, on GPUs)"
+            if not dc.offload and dist.device.type == "cuda"
+            else "more ranks, or a smaller teacher"
+        )
+        raise ConfigError(
+            f"algorithm.distill.teacher {path} needs {need / GIB:.2f} GiB per rank in "
+            f"{str(compute_dtype(cfg)).removeprefix('torch.')} and {where} has {room / GIB:.2f} GiB: "
+            f"use {fix}"
+        )
+
+
+def check_same_token_ids(student, teacher, path: str) -> None:
+    """Refuse a teacher whose tokenizer gives any of the student's tokens another id: its
+    log-probs would be of other tokens. A larger teacher vocabulary is fine (ids past the
+    student's are never sampled)."""
+    own, theirs = student.get_vocab(), teacher.get_vocab()
+    differ = [(tok, i, theirs.get(tok)) for tok, i in own.items() if theirs.get(tok) != i]
+    if differ:
+        tok, i, j = min(differ, key=lambda d: d[1])
+        raise ConfigError(
+            f"algorithm.distill.teacher {path}: its tokenizer differs from the policy's on "
+            f"{len(differ)} token(s), e.g. {tok!r} is id {i} for the policy and "
+            f"{'missing' if j is None else f'id {j}'} for the teacher; a teacher must use the same token ids"
+        )
+
+
+def teacher_bytes(path: str, dtype: torch.dtype) -> int:
+    """The teacher's weights in ``dtype``, counted from its safetensors headers (nothing loaded)."""
+    count = 0
+    files = [f for f in os.listdir(path) if f.endswith(".safetensors")]
+    if not files:
+        raise ConfigError(f"algorithm.distill.teacher {path}: no .safetensors weights in it")
+    for name in files:
+        with open(os.path.join(path, name), "rb") as f:
+            (length,) = struct.unpack("<Q", f.read(8))
+            header = json.loads(f.read(length))
+        for key, entry in header.items():
+            if key != "__metadata__":
+                numel = 1
+                for n in entry["shape"]:
+                    numel *= int(n)
+                count += numel
+    return count * torch.tensor([], dtype=dtype).element_size()
+
+
+def teacher_room(dc, dist: DistState) -> tuple[float, str]:
+    """(bytes, where) the teacher may take per rank: ``algorithm.distill.memory_gib`` when set,
+    else what is free where its weights will live (the GPU, or host memory when offloaded or on CPU)."""
+    if dc.memory_gib > 0:
+        return dc.memory_gib * GIB, "algorithm.distill.memory_gib"
+    if dist.device.type == "cuda" and not dc.offload:
+        free, _ = torch.cuda.mem_get_info(dist.device)
+        return float(free), f"{dist.device} (free now)"
+    return float(available_host_bytes()), "host memory (available now)"
+
+
+def available_host_bytes() -> int:
+    """MemAvailable of ``/proc/meminfo`` (what the kernel can give without swapping)."""
+    try:
+        with open("/proc/meminfo") as f:
+            for line in f:
+                if line.startswith("MemAvailable:"):
+                    return int(line.split()[1]) * 1024
+    except OSError:
+        pass
+    return os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_AVPHYS_PAGES")

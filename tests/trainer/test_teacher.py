@@ -1,0 +1,146 @@
+"""The distillation teacher (``trainer/teacher.py``): its log-probs equal a direct forward of the
+teacher on the same tokens, a self-teacher sees the answer the student does not, and a teacher
+that cannot serve is refused before its weights load."""
+
+from __future__ import annotations
+
+import json
+import shutil
+
+import pytest
+import torch
+
+from easyvideor1.data.dataset import encode_prompts
+from easyvideor1.data.privileged import privileged_context
+from easyvideor1.errors import ConfigError
+from easyvideor1.models.inputs import gather_prompts
+from easyvideor1.models.logprobs import response_logprobs
+from easyvideor1.models.tiny import make_tiny_model
+from easyvideor1.trainer import step as stages
+from easyvideor1.trainer.loop import Trainer
+
+
+@pytest.fixture(scope="module")
+def teacher_dir(demo_assets):
+    """Another tiny model of the policy's family and tokenizer (other weights)."""
+    return make_tiny_model(str(demo_assets["dir"] / "teacher"), "qwen3vl", seed=7)
+
+
+def captured_step(trainer, monkeypatch, direct):
+    """Run one step; ``direct(step)`` runs when the advantages are made (before the update)."""
+    seen = {}
+    own = stages.advantages
+
+    def advantages(ctx, step):
+        seen["step"], seen["direct"] = step, direct(step)
+        return own(ctx, step)
+
+    monkeypatch.setattr(stages, "advantages", advantages)
+    metrics = trainer.rl_step()
+    return seen["step"], seen["direct"], metrics
+
+
+def padded_logprobs(model, batch, exp, banned, temperature):
+    """Each sequence alone, padded, re-encoding its media: the plainest forward there is."""
+    out = torch.zeros(exp.ids.shape)
+    with torch.no_grad():
+        for i in range(len(exp)):
+            lp, _ = response_logprobs(
+                model,
+                gather_prompts(batch, [exp.prompt_of[i]]),
+                exp.ids[i : i + 1],
+                exp.real[i : i + 1],
+                banned=banned,
+                temperature=temperature,
+            )
+            out[i, : lp.shape[1]] = lp[0]
+    return out * exp.mask
+
+
+def test_a_checkpoint_teachers_logprobs_equal_a_direct_forward_of_the_teacher(
+    make_cfg, teacher_dir, monkeypatch
+):
+    """OPD from another checkpoint, through the trainer's pass (shared prefixes, packing); the
+    check loads the teacher on its own and scores every sequence alone."""
+    from transformers import AutoModelForImageTextToText
+
+    cfg = make_cfg(
+        "algorithm.distill.objective=opd",
+        f"algorithm.distill.teacher={teacher_dir}",
+        "algorithm.distill.micro_batch_size=5",
+        "trainer.padding_free=true",
+        "trainer.val_size=0",
+    )
+    trainer = Trainer(cfg)
+    teacher = AutoModelForImageTextToText.from_pretrained(teacher_dir, dtype=torch.float32).eval()
+    banned, temperature = trainer.parts.engine.banned, cfg.rollout.temperature
+    step, direct, metrics = captured_step(
+        trainer,
+        monkeypatch,
+        lambda s: padded_logprobs(teacher, s.experience.batch, s.experience, banned, temperature),
+    )
+    exp = step.experience
+    torch.testing.assert_close(exp.teacher_logp * exp.mask, direct, atol=2e-5, rtol=0)
+    assert not torch.allclose(
+        exp.teacher_logp * exp.mask, exp.old_logp * exp.mask, atol=1e-3
+    )  # another model
+    assert metrics["distill/kl_k3"] > 0 and "distill/advantage_term" in metrics
+    trainer.close()
+
+
+def test_a_self_teacher_scores_the_students_tokens_after_the_answer(make_cfg, monkeypatch):
+    """RLSD with the policy as its own teacher: the teacher's prompt is the student's plus the
+    record's answer (the student's never holds it); its log-probs equal the policy's direct forward
+    over that prompt, and differ from the student's own."""
+    cfg = make_cfg("algorithm.distill.objective=rlsd", "algorithm.distill.teacher=self", "trainer.val_size=0")
+    trainer = Trainer(cfg)
+    parts = trainer.parts
+
+    def direct(step):
+        view = privileged_context("answer").samples(step.samples)
+        batch = encode_prompts(parts.processor, view, trainer.cfg.data, trainer.data.train_set.loader)
+        assert all(s.record.answer in t for s, t in zip(step.samples, batch.texts, strict=True))
+        assert not any("correct final answer" in t for t in step.batch.texts)
+        return padded_logprobs(
+            parts.model, batch, step.experience, parts.engine.banned, cfg.rollout.temperature
+        )
+
+    step, direct_logp, metrics = captured_step(trainer, monkeypatch, direct)
+    exp = step.experience
+    torch.testing.assert_close(exp.teacher_logp * exp.mask, direct_logp, atol=2e-5, rtol=0)
+    assert not torch.allclose(exp.teacher_logp * exp.mask, exp.old_logp * exp.mask, atol=1e-4)
+    assert 0 < metrics["distill/reweighted_share"] <= 1 and metrics["distill/lambda"] == 1.0
+    trainer.close()
+
+
+def test_a_teacher_with_other_token_ids_is_refused_before_it_loads(make_cfg, teacher_dir, tmp_path):
+    other = tmp_path / "other_ids"
+    shutil.copytree(teacher_dir, other)
+    tokenizer = json.loads((other / "tokenizer.json").read_text())
+    vocab = tokenizer["model"]["vocab"]
+    vocab["a"], vocab["b"] = vocab["b"], vocab["a"]
+    (other / "tokenizer.json").write_text(json.dumps(tokenizer))
+    cfg = make_cfg("algorithm.distill.objective=opd", f"algorithm.distill.teacher={other}")
+    with pytest.raises(
+        ConfigError, match=r"algorithm.distill.teacher .*differs from the policy's on 2 token\(s\)"
+    ):
+        Trainer(cfg)
+
+
+def test_a_teacher_larger_than_its_declared_memory_is_refused(make_cfg, teacher_dir):
+    cfg = make_cfg(
+        "algorithm.distill.objective=opd",
+        f"algorithm.distill.teacher={teacher_dir}",
+        "algorithm.distill.memory_gib=0.0001",
+    )
+    with pytest.raises(
+        ConfigError, match=r"needs 0\.\d+ GiB per rank in float32 and algorithm.distill.memory_gib has"
+    ):
+        Trainer(cfg)
+
+
+def test_a_teacher_of_another_family_is_refused(make_cfg, demo_assets):
+    other = make_tiny_model(str(demo_assets["dir"] / "teacher_q25"), "qwen2_5_vl")
+    cfg = make_cfg("algorithm.distill.objective=opd", f"algorithm.distill.teacher={other}")
+    with pytest.raises(ConfigError, match="is a qwen2_5_vl model and the policy a qwen3_vl one"):
+        Trainer(cfg)
