@@ -144,3 +144,49 @@ def test_a_teacher_of_another_family_is_refused(make_cfg, demo_assets):
     cfg = make_cfg("algorithm.distill.objective=opd", f"algorithm.distill.teacher={other}")
     with pytest.raises(ConfigError, match="is a qwen2_5_vl model and the policy a qwen3_vl one"):
         Trainer(cfg)
+
+
+def test_a_two_rank_distillation_step_equals_the_single_process_step(demo_assets, teacher_dir, tmp_path):
+    """OPD from a checkpoint teacher sharded by FSDP2 with the policy, and a self-teacher's
+    privileged view, on 2 torchrun ranks (uneven shares, so filler forwards run) and in one process:
+    the same teacher log-probs and the same weights after the update."""
+    import os
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    from safetensors import safe_open
+
+    from tests.conftest import write_modality_records
+    from tests.trainer.conftest import free_port
+
+    here = Path(__file__).parent
+    (tmp_path / "kinds").mkdir()
+    records = write_modality_records(tmp_path / "kinds", 4, 0, ("A. red", "B. blue"))
+    env = dict(os.environ, OMP_NUM_THREADS="1", TOKENIZERS_PARALLELISM="false")
+    env["PYTHONPATH"] = os.pathsep.join([str(here.parent.parent), env.get("PYTHONPATH", "")])
+    worker = [str(here / "distill_worker.py"), demo_assets["model"], teacher_dir, records]
+    single, double = tmp_path / "one.safetensors", tmp_path / "two.safetensors"
+    r1 = subprocess.run(
+        [sys.executable, *worker, str(single)], capture_output=True, text=True, env=env, timeout=300
+    )
+    assert r1.returncode == 0, r1.stderr[-3000:]
+    launch = [sys.executable, "-m", "torch.distributed.run", "--nproc-per-node=2", "--master-addr=127.0.0.1"]
+    r2 = subprocess.run(
+        [*launch, f"--master-port={free_port()}", *worker, str(double)],
+        capture_output=True,
+        text=True,
+        env=env,
+        timeout=300,
+    )
+    assert r2.returncode == 0, r2.stderr[-3000:]
+    with safe_open(str(single), "pt") as a, safe_open(str(double), "pt") as b:
+        assert set(a.keys()) == set(b.keys())
+        worst = max(float((a.get_tensor(k) - b.get_tensor(k)).abs().max()) for k in a.keys())
+        moved = max(float(a.get_tensor(k).abs().max()) for k in a.keys())
+        one, two = json.loads(a.metadata()["logps"]), json.loads(b.metadata()["logps"])
+    assert worst < 1e-6 and moved > 0
+    for kind in ("teacher", "self"):
+        torch.testing.assert_close(torch.tensor(two[kind]), torch.tensor(one[kind]), atol=1e-5, rtol=0)
+    assert torch.tensor(one["teacher"]).abs().sum() > 0
+    assert not torch.allclose(torch.tensor(one["teacher"]), torch.tensor(one["self"]), atol=1e-3)

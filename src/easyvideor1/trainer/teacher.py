@@ -112,6 +112,10 @@ def build_teacher(cfg, dist: DistState, processor, forward: PolicyForward) -> Te
     check_teacher_checkpoint(cfg, dist, processor)
     model, _ = load_policy(dc.teacher, cfg.model.dtype, attn_implementation=cfg.model.attn_implementation)
     model = model.eval().requires_grad_(False).to(compute_dtype(cfg))
+    if dist.sp_size > 1:  # its forwards split sequences over the group as the policy's do
+        from ..models.sequence_parallel import enable
+
+        enable(model, dist.sp)
     if dist.enabled:
         shard_model(model, dataclasses.replace(cfg.distributed, cpu_offload=dc.offload), dist)
     else:
