@@ -9,6 +9,7 @@ import pytest
 import torch
 
 from easyvideor1.algorithms import register_distill_objective
+from easyvideor1.algorithms._registry import DISTILL_OBJECTIVES
 from easyvideor1.algorithms.distill import DistillInputs, DistillOutput, TeacherSignal, distill_advantages
 from easyvideor1.config import load_config
 from easyvideor1.errors import ConfigError
@@ -135,3 +136,31 @@ def test_the_section_refuses_what_cannot_run_naming_the_key(overrides, fragment)
         load_config(overrides=overrides)
     assert any(f in str(e.value) for f in fragment.split("|")), str(e.value)
     assert "\n" not in str(e.value)
+
+
+def test_gkd_is_the_forward_kl_over_the_teachers_top_k_and_a_tail_bin():
+    """Vocabulary of 4; the teacher's top-2 at one position. By hand: the KL over the bins
+    {top1, top2, rest}; with k = V - 1 the tail bin is one id, so it is the full forward KL."""
+    teacher = torch.log(torch.tensor([0.5, 0.3, 0.15, 0.05]))
+    student = torch.log(torch.tensor([0.25, 0.25, 0.25, 0.25]))
+    gkd = DISTILL_OBJECTIVES.get("gkd")
+    top2 = gkd(student[None, None, :2], teacher[None, None, :2], torch.ones(1, 1))
+    by_hand = 0.5 * math.log(0.5 / 0.25) + 0.3 * math.log(0.3 / 0.25) + 0.2 * math.log(0.2 / 0.5)
+    assert float(top2) == pytest.approx(by_hand, rel=1e-6)
+    top3 = gkd(student[None, None, :3], teacher[None, None, :3], torch.ones(1, 1))
+    full = float((teacher.exp() * (teacher - student)).sum())
+    assert float(top3) == pytest.approx(full, rel=1e-6)
+    assert 0 < float(top2) < full  # a coarser partition: a lower bound of the full KL
+    # the gradient reaches the student's log-probs only, and the mask zeroes padding
+    s = student[None, None, :2].repeat(1, 2, 1).requires_grad_(True)
+    out = gkd(s, teacher[None, None, :2].repeat(1, 2, 1), torch.tensor([[1, 0]]))
+    assert float(out[0, 1].detach()) == 0.0
+    out.sum().backward()
+    assert s.grad[0, 0].abs().sum() > 0 and float(s.grad[0, 1].abs().sum()) == 0.0
+
+
+def test_a_loss_objective_scales_the_verifiable_advantage_and_reads_its_top_k():
+    out = distill_advantages("gkd", inputs(), reward_weight=0.5, coef=1.0, options={"top_k": 4})
+    torch.testing.assert_close(out.advantages, 0.5 * ADV * MASK)
+    cfg = load_config(overrides=["algorithm.distill.objective=gkd", "algorithm.distill.teacher=self"])
+    assert cfg.algorithm.distill.kind == "loss" and cfg.algorithm.distill.top_k == 32

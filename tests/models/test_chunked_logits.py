@@ -160,3 +160,29 @@ def test_no_float32_tensor_larger_than_one_chunk(monkeypatch):
     with Allocations() as previous:  # the measurement sees full copies where there are some
         previous_token_logprobs(logits / 0.7, ids, BANNED, mask)
     assert max(size for dtype, size in previous.created if dtype == torch.float32) == full_float32
+
+
+def test_logprobs_at_several_ids_equal_the_plain_formula_with_its_gradient():
+    """A student's log-probs of a teacher's top-k ids: values and the chunked backward against
+    autograd of the plain log-softmax, banned ids and an all -inf row included."""
+    from easyvideor1.models.chunked_logits import logprobs_at, top_logprobs
+
+    logits, _, _ = batch(banned_sample=False)
+    logits = logits[:, :T].double().requires_grad_(True)
+    gen = torch.Generator().manual_seed(1)
+    ids = torch.randint(20, V, (N, T, 3), generator=gen)  # no banned id among them
+    plain_all = torch.log_softmax(logits.index_fill(-1, torch.tensor(BANNED), float("-inf")) / 0.7, -1)
+    live = ~torch.isneginf(logits.detach().amax(-1, keepdim=True))
+    plain = torch.where(live, plain_all.gather(-1, ids), 0.0)
+    ours = logprobs_at(logits, ids, banned=BANNED, temperature=0.7, rows=4)
+    torch.testing.assert_close(ours, plain)
+    weights = torch.randn(ours.shape, generator=gen, dtype=torch.float64)
+    (g_ours,) = torch.autograd.grad((ours * weights).sum(), logits)
+    (g_plain,) = torch.autograd.grad((torch.where(live, plain, 0.0) * weights).sum(), logits)
+    torch.testing.assert_close(g_ours, torch.nan_to_num(g_plain, nan=0.0))
+    top_ids, top = top_logprobs(logits.detach(), 5, banned=BANNED, temperature=0.7, rows=4)
+    expected = plain_all.detach().topk(5, -1)
+    assert torch.equal(top_ids[live.squeeze(-1)], expected.indices[live.squeeze(-1)])
+    torch.testing.assert_close(top[live.squeeze(-1)], expected.values[live.squeeze(-1)])
+    assert not set(top_ids.flatten().tolist()) & set(BANNED)
+    assert float(top[~live.squeeze(-1)].abs().sum()) == 0.0

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import copy
+import dataclasses
 
 import pytest
 import torch
@@ -85,3 +86,25 @@ def test_a_packed_pass_needs_the_media_counts(passes):
     bare = ResponseRows(rows.inputs, rows.ids, rows.real)
     with pytest.raises(ValueError, match="media counts"):
         PolicyForward(model, banned=banned, packing=Packing(padding_free=True)).logprobs(bare)
+
+
+def test_top_k_and_at_ids_readouts_are_the_same_packed_and_padded(passes):
+    """A teacher's top-k and a student's log-probs of those ids come from the same forward as the
+    sampled tokens' and do not depend on the layout; the student's carry a gradient."""
+    model, banned, rows = passes
+    padded = PolicyForward(model, DummyVisionPass(model), banned=banned, temperature=0.7)
+    packed = PolicyForward(
+        model, DummyVisionPass(model), banned=banned, temperature=0.7, packing=Packing(True)
+    )
+    m = rows.real.bool().unsqueeze(-1)
+    with torch.no_grad():
+        teacher = padded.readout(dataclasses.replace(rows, top_k=4))
+        teacher_packed = packed.readout(dataclasses.replace(rows, top_k=4))
+    assert torch.equal(teacher.top_ids * m, teacher_packed.top_ids * m)
+    torch.testing.assert_close(teacher.top_logp * m, teacher_packed.top_logp * m, atol=1e-5, rtol=0)
+    student = packed.readout(dataclasses.replace(rows, at_ids=teacher.top_ids))
+    torch.testing.assert_close((student.at_logp * m).detach(), teacher.top_logp * m, atol=1e-5, rtol=0)
+    assert student.at_logp.requires_grad
+    (student.at_logp * m).sum().backward()
+    assert any(p.grad is not None and p.grad.abs().sum() > 0 for p in model.parameters())
+    model.zero_grad(set_to_none=True)

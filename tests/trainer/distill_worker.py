@@ -2,8 +2,8 @@
 distillation step on the global batch [video, image, text, mixed] (rank 0: three prompts, rank 1:
 one, so filler forwards run), through the trainer's own teacher (``trainer/teacher.py``):
 
-- OPD from a checkpoint teacher, built by ``build_teacher`` (FSDP2-sharded with the policy under
-  torchrun): the teacher's log-probs, the objective's advantages, one update of the policy;
+- GKD from a checkpoint teacher, built by ``build_teacher`` (FSDP2-sharded with the policy under
+  torchrun): the teacher's log-probs and top-4 ids, one update of the policy with the top-k KL term;
 - the self-teacher's log-probs of the same tokens over its privileged view (the record's answer
   appended), from the policy before the update.
 
@@ -23,7 +23,7 @@ import torch
 import torch.distributed as dist
 from safetensors.torch import save_file
 
-from easyvideor1.algorithms.distill import DistillInputs, TeacherSignal, distill_advantages
+from easyvideor1.algorithms.distill import DistillInputs, distill_advantages
 from easyvideor1.config import load_config
 from easyvideor1.data.dataset import RecordDataset
 from easyvideor1.models.loading import load_policy
@@ -48,7 +48,8 @@ def main() -> int:
                 f"data.train_files=[{records}]",
                 "data.video_fps=null",
                 "data.video_nframes=4",
-                "algorithm.distill.objective=opd",
+                "algorithm.distill.objective=gkd",
+                "algorithm.distill.options.top_k=4",
                 f"algorithm.distill.teacher={teacher_dir}",
                 "algorithm.distill.micro_batch_size=3",
                 "distributed.timeout_minutes=1.0",
@@ -74,18 +75,17 @@ def main() -> int:
     )
     ctx.data = SimpleNamespace(train_set=dataset)
     exp.old_logp, _ = experience_logprobs(forward, exp)
-    exp.teacher_logp = teacher.logprobs(ctx, step)
+    exp.teacher = teacher.signal(ctx, step)
     # the policy as its own teacher, shown the answer (computed before the update changes it)
     self_teacher = Teacher(None, False, teacher_context())
-    self_logp = self_teacher.logprobs(ctx, step)
+    self_logp = self_teacher.signal(ctx, step).logp
     dc = cfg.algorithm.distill
-    inputs = DistillInputs(exp.advantages, exp.old_logp, TeacherSignal(exp.teacher_logp), exp.mask)
+    inputs = DistillInputs(exp.advantages, exp.old_logp, exp.teacher, exp.mask)
     exp.advantages = distill_advantages(dc.objective, inputs, dc.reward_weight, dc.coef, {}).advantages
+    settings = UpdateSettings(max_grad_norm=1e9, distill_loss="gkd", distill_coef=dc.coef)
     optimizer = torch.optim.SGD([p for p in model.parameters() if p.requires_grad], lr=0.1)
-    metrics = policy_update(
-        forward, optimizer, None, exp, [list(range(len(exp)))], UpdateSettings(max_grad_norm=1e9)
-    )
-    logps = {"teacher": gathered(exp.teacher_logp * exp.mask), "self": gathered(self_logp * exp.mask)}
+    metrics = policy_update(forward, optimizer, None, exp, [list(range(len(exp)))], settings)
+    logps = {"teacher": gathered(exp.teacher.logp * exp.mask), "self": gathered(self_logp * exp.mask)}
     weights = {k: v.clone().contiguous() for k, v in full_weights(model)}
     if state.is_main:
         save_file(weights, out, metadata={"metrics": json.dumps(metrics), "logps": json.dumps(logps)})

@@ -13,8 +13,7 @@ import torch
 from easyvideor1.data.dataset import encode_prompts
 from easyvideor1.data.privileged import privileged_context
 from easyvideor1.errors import ConfigError
-from easyvideor1.models.inputs import gather_prompts
-from easyvideor1.models.logprobs import response_logprobs
+from easyvideor1.models.inputs import append_responses, gather_prompts
 from easyvideor1.models.tiny import make_tiny_model
 from easyvideor1.trainer import step as stages
 from easyvideor1.trainer.loop import Trainer
@@ -40,33 +39,39 @@ def captured_step(trainer, monkeypatch, direct):
     return seen["step"], seen["direct"], metrics
 
 
-def padded_logprobs(model, batch, exp, banned, temperature):
-    """Each sequence alone, padded, re-encoding its media: the plainest forward there is."""
-    out = torch.zeros(exp.ids.shape)
+def padded_logprobs(model, batch, exp, banned, temperature, top_k=0):
+    """Each sequence alone, padded, re-encoding its media: the plainest forward there is (with
+    ``top_k``, also the model's top-k ids and log-probs at each position)."""
+    out, ids, top = torch.zeros(exp.ids.shape), torch.zeros((*exp.ids.shape, top_k), dtype=torch.long), None
+    top = torch.zeros((*exp.ids.shape, top_k))
     with torch.no_grad():
         for i in range(len(exp)):
-            lp, _ = response_logprobs(
-                model,
-                gather_prompts(batch, [exp.prompt_of[i]]),
-                exp.ids[i : i + 1],
-                exp.real[i : i + 1],
-                banned=banned,
-                temperature=temperature,
+            inputs = append_responses(
+                gather_prompts(batch, [exp.prompt_of[i]]), exp.ids[i : i + 1], exp.real[i : i + 1]
             )
-            out[i, : lp.shape[1]] = lp[0]
-    return out * exp.mask
+            width = exp.ids.shape[1]
+            logits = model(**inputs, use_cache=False).logits[0, -width - 1 : -1].float() / temperature
+            logits[:, banned] = float("-inf")
+            logp = torch.log_softmax(logits, -1)
+            out[i] = logp.gather(-1, exp.ids[i][:, None])[:, 0]
+            if top_k:
+                top[i], ids[i] = logp.topk(top_k, -1)
+    mask = exp.mask.bool()
+    return out * mask, ids * mask[..., None], top * mask[..., None]
 
 
-def test_a_checkpoint_teachers_logprobs_equal_a_direct_forward_of_the_teacher(
+def test_a_checkpoint_teachers_logprobs_and_top_k_equal_a_direct_forward_of_the_teacher(
     make_cfg, teacher_dir, monkeypatch
 ):
-    """OPD from another checkpoint, through the trainer's pass (shared prefixes, packing); the
-    check loads the teacher on its own and scores every sequence alone."""
+    """GKD from another checkpoint, through the trainer's pass (packing, shared prefixes, its own
+    micro-batches); the check loads the teacher on its own and scores every sequence alone. The
+    update then adds the top-k KL term."""
     from transformers import AutoModelForImageTextToText
 
     cfg = make_cfg(
-        "algorithm.distill.objective=opd",
+        "algorithm.distill.objective=gkd",
         f"algorithm.distill.teacher={teacher_dir}",
+        "algorithm.distill.options.top_k=8",
         "algorithm.distill.micro_batch_size=5",
         "trainer.padding_free=true",
         "trainer.val_size=0",
@@ -74,17 +79,17 @@ def test_a_checkpoint_teachers_logprobs_equal_a_direct_forward_of_the_teacher(
     trainer = Trainer(cfg)
     teacher = AutoModelForImageTextToText.from_pretrained(teacher_dir, dtype=torch.float32).eval()
     banned, temperature = trainer.parts.engine.banned, cfg.rollout.temperature
-    step, direct, metrics = captured_step(
+    step, (logp, ids, top), metrics = captured_step(
         trainer,
         monkeypatch,
-        lambda s: padded_logprobs(teacher, s.experience.batch, s.experience, banned, temperature),
+        lambda s: padded_logprobs(teacher, s.experience.batch, s.experience, banned, temperature, top_k=8),
     )
-    exp = step.experience
-    torch.testing.assert_close(exp.teacher_logp * exp.mask, direct, atol=2e-5, rtol=0)
-    assert not torch.allclose(
-        exp.teacher_logp * exp.mask, exp.old_logp * exp.mask, atol=1e-3
-    )  # another model
-    assert metrics["distill/kl_k3"] > 0 and "distill/advantage_term" in metrics
+    exp, mask = step.experience, step.experience.mask.bool()
+    torch.testing.assert_close(exp.teacher.logp * mask, logp, atol=2e-5, rtol=0)
+    torch.testing.assert_close(exp.teacher.top_logp * mask[..., None], top, atol=2e-5, rtol=0)
+    assert torch.equal(exp.teacher.top_ids * mask[..., None], ids)
+    assert not torch.allclose(exp.teacher.logp * mask, exp.old_logp * mask, atol=1e-3)  # another model
+    assert metrics["actor/distill_loss"] > 0 and metrics["distill/kl_k3"] > 0
     trainer.close()
 
 
@@ -103,12 +108,12 @@ def test_a_self_teacher_scores_the_students_tokens_after_the_answer(make_cfg, mo
         assert not any("correct final answer" in t for t in step.batch.texts)
         return padded_logprobs(
             parts.model, batch, step.experience, parts.engine.banned, cfg.rollout.temperature
-        )
+        )[0]
 
     step, direct_logp, metrics = captured_step(trainer, monkeypatch, direct)
     exp = step.experience
-    torch.testing.assert_close(exp.teacher_logp * exp.mask, direct_logp, atol=2e-5, rtol=0)
-    assert not torch.allclose(exp.teacher_logp * exp.mask, exp.old_logp * exp.mask, atol=1e-4)
+    torch.testing.assert_close(exp.teacher.logp * exp.mask, direct_logp, atol=2e-5, rtol=0)
+    assert not torch.allclose(exp.teacher.logp * exp.mask, exp.old_logp * exp.mask, atol=1e-4)
     assert 0 < metrics["distill/reweighted_share"] <= 1 and metrics["distill/lambda"] == 1.0
     trainer.close()
 
@@ -147,9 +152,10 @@ def test_a_teacher_of_another_family_is_refused(make_cfg, demo_assets):
 
 
 def test_a_two_rank_distillation_step_equals_the_single_process_step(demo_assets, teacher_dir, tmp_path):
-    """OPD from a checkpoint teacher sharded by FSDP2 with the policy, and a self-teacher's
-    privileged view, on 2 torchrun ranks (uneven shares, so filler forwards run) and in one process:
-    the same teacher log-probs and the same weights after the update."""
+    """GKD from a checkpoint teacher sharded by FSDP2 with the policy (its top-k, and the update's
+    KL term), and a self-teacher's privileged view, on 2 torchrun ranks (uneven shares, so filler
+    forwards run) and in one process: the same teacher log-probs and the same weights after the
+    update."""
     import os
     import subprocess
     import sys
@@ -185,7 +191,9 @@ def test_a_two_rank_distillation_step_equals_the_single_process_step(demo_assets
         worst = max(float((a.get_tensor(k) - b.get_tensor(k)).abs().max()) for k in a.keys())
         moved = max(float(a.get_tensor(k).abs().max()) for k in a.keys())
         one, two = json.loads(a.metadata()["logps"]), json.loads(b.metadata()["logps"])
+        distill_loss = json.loads(b.metadata()["metrics"])["actor/distill_loss"]
     assert worst < 1e-6 and moved > 0
+    assert distill_loss > 0
     for kind in ("teacher", "self"):
         torch.testing.assert_close(torch.tensor(two[kind]), torch.tensor(one[kind]), atol=1e-5, rtol=0)
     assert torch.tensor(one["teacher"]).abs().sum() > 0

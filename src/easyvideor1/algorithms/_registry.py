@@ -24,7 +24,7 @@ from ..registry import (
     normalize_name,
 )
 from ..registry import load_plugin_files as _load_plugin_files
-from .distill_options import RLSDOptions
+from .distill_options import GKDOptions, RLSDOptions
 from .loss_options import (
     ClipCovOptions,
     ClipRange,
@@ -167,19 +167,29 @@ def register_distill_objective(
     aliases: Sequence[str] = (),
     override: bool = False,
     options: type | None = None,
+    kind: str = "advantage",
 ) -> Callable[[Callable[..., Any]], Callable[..., Any]]:
     """Decorator: register a distillation objective under `name` (`algorithms/distill.py`: a
     function of `DistillInputs`, `reward_weight=`, `coef=` and its options, returning
-    `DistillOutput`). `options` is the dataclass of its own settings (`algorithm.distill.options`);
-    without one, its keyword-only parameters with defaults are."""
+    `DistillOutput`), or with `kind="loss"` a per-token loss of the student's and the teacher's
+    log-probs of the teacher's top-k ids (`gkd`'s signature; its options then declare `top_k`).
+    `options` is the dataclass of its own settings (`algorithm.distill.options`); without one, its
+    keyword-only parameters with defaults are."""
+    if kind not in DISTILL_KINDS:
+        raise ValueError(
+            f"distillation objective {name!r}: kind must be one of {DISTILL_KINDS}, got {kind!r}"
+        )
 
     def register(fn: Callable[..., Any]) -> Callable[..., Any]:
         declared = options if options is not None else _options_of(name, fn, skip=_DISTILL_WEIGHTS)
-        return DISTILL_OBJECTIVES.register(name, aliases=aliases, override=override, options=declared)(fn)
+        return DISTILL_OBJECTIVES.register(
+            name, aliases=aliases, override=override, options=declared, kind=kind
+        )(fn)
 
     return register
 
 
+DISTILL_KINDS = ("advantage", "loss")  # what an objective makes: advantages, or a loss term
 _DISTILL_WEIGHTS = frozenset({"reward_weight", "coef"})  # the section's own keys, not options
 
 
@@ -265,8 +275,9 @@ LOSS_AGGREGATIONS.declare("seq-mean-token-sum", f"{_AGG}:_seq_mean_token_sum")
 LOSS_AGGREGATIONS.declare("seq-mean-token-sum-norm", f"{_AGG}:_seq_mean_token_sum_norm")
 
 _DISTILL = "easyvideor1.algorithms.distill"
-DISTILL_OBJECTIVES.declare("opd", f"{_DISTILL}:opd", options=None)
-DISTILL_OBJECTIVES.declare("rlsd", f"{_DISTILL}:rlsd", options=RLSDOptions)
+DISTILL_OBJECTIVES.declare("opd", f"{_DISTILL}:opd", options=None, kind="advantage")
+DISTILL_OBJECTIVES.declare("rlsd", f"{_DISTILL}:rlsd", options=RLSDOptions, kind="advantage")
+DISTILL_OBJECTIVES.declare("gkd", f"{_DISTILL}:gkd", options=GKDOptions, kind="loss")
 
 _FILTER = "easyvideor1.algorithms.filtering"
 # "std" needs at least two responses per group: a group of one never has reward spread

@@ -19,6 +19,19 @@ apply to the result unchanged:
   over 60 steps (``options.lambda_decay_steps``). Since ``w_t > 0`` no token's sign flips: the
   teacher moves credit between the tokens of one response, never the response's direction.
 
+One objective adds a loss term instead (``kind="loss"``): a function of the student's and the
+teacher's log-probs of the teacher's top-k ids at each position, giving a per-token loss that the
+update aggregates like the policy loss and adds with weight ``coef``; the verifiable advantages
+are scaled by ``reward_weight``:
+
+- ``gkd``, top-k forward KL (GKD, Agarwal et al., 2024, arXiv:2306.13649, at beta = 0: the
+  teacher's distribution is the target): the KL over ``top_k + 1`` bins, the teacher's ``top_k`` ids
+  and one bin for the rest of the vocabulary, ``sum_j p_T(j) (log p_T(j) - log p_S(j)) +
+  p_T(rest) (log p_T(rest) - log p_S(rest))``, both distributions normalised over the whole
+  vocabulary (the tail bin as in TRL's server distillation and the RLSD authors' top-k KL). Unlike
+  a sum over the k ids alone (veRL's) it is a true KL, never negative, and a lower bound of the
+  full-vocabulary forward KL that grows to it with k.
+
 ``lp_S`` is the old policy's log-prob (the log-prob pass before the update; equal to the
 rollout's on-policy), as ms-swift and slime use; ``lp_T`` the teacher's over the same tokens (its
 view of the prompt may hold privileged context). Both come at the rollout temperature.
@@ -36,9 +49,12 @@ from .masked import masked_mean
 
 @dataclass
 class TeacherSignal:
-    """The teacher's log-prob of each sampled token, ``[N, T]`` (0 where the mask is 0)."""
+    """The teacher's log-prob of each sampled token, ``[N, T]`` (0 where the mask is 0), and for a
+    ``loss`` objective its ``top_k`` most likely ids and their log-probs at each position."""
 
     logp: torch.Tensor
+    top_ids: torch.Tensor | None = None  # [N, T, k]
+    top_logp: torch.Tensor | None = None  # [N, T, k]
 
 
 @dataclass
@@ -60,12 +76,14 @@ class DistillOutput:
 
 
 def distill_advantages(name: str, inputs: DistillInputs, reward_weight: float, coef: float, options: dict):
-    """The advantages objective ``name`` makes of ``inputs``, plus the ``distill/*`` metrics every
-    objective reports: the teacher-student KL estimates on the sampled tokens (k1 and the
-    non-negative k3)."""
-    fn = DISTILL_OBJECTIVES.get(name)
-    out = fn(inputs, reward_weight=reward_weight, coef=coef, **options)
+    """The advantages objective ``name`` makes of ``inputs`` (a ``loss`` objective's: the verifiable
+    ones times ``reward_weight``), plus the ``distill/*`` metrics every objective reports: the
+    teacher-student KL estimates on the sampled tokens (k1 and the non-negative k3)."""
     mask = inputs.mask.bool()
+    if DISTILL_OBJECTIVES.metadata(name).get("kind") == "loss":  # its term joins the loss in the update
+        out = DistillOutput((reward_weight * inputs.advantages).masked_fill(~mask, 0.0))
+    else:
+        out = DISTILL_OBJECTIVES.get(name)(inputs, reward_weight=reward_weight, coef=coef, **options)
     delta = (inputs.teacher.logp - inputs.student_logp).masked_fill(~mask, 0.0)
     out.metrics["distill/kl_k1"] = float(masked_mean(-delta, mask))
     out.metrics["distill/kl_k3"] = float(masked_mean(torch.expm1(delta) - delta, mask))
@@ -121,12 +139,35 @@ def rlsd(
     return DistillOutput(adv, metrics)
 
 
+def gkd(student_topk_logp: torch.Tensor, teacher_topk_logp: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
+    """Per-token forward KL from the teacher to the student over the teacher's top-k ids and one
+    tail bin (the module docstring), ``[N, T]`` from ``[N, T, k]`` log-probs; 0 off the mask.
+    Differentiable in the student's log-probs."""
+    teacher = teacher_topk_logp.detach().to(student_topk_logp.dtype)
+    p_teacher = teacher.exp()
+    head = (p_teacher * (teacher - student_topk_logp)).sum(-1)
+    tail_teacher = _log_rest(teacher)
+    tail_student = _log_rest(student_topk_logp)
+    tail = tail_teacher.exp() * (tail_teacher - tail_student)
+    return torch.where(mask.bool(), head + tail, torch.zeros_like(head))
+
+
+TAIL_FLOOR = 1e-10  # the least mass the tail bin gets: a top-k holding all of it has log 0 elsewhere
+
+
+def _log_rest(topk_logp: torch.Tensor) -> torch.Tensor:
+    """``log(1 - sum_j p_j)``: the log-mass outside the k ids, at least ``log(TAIL_FLOOR)``."""
+    inside = torch.logsumexp(topk_logp, dim=-1).clamp(max=0.0)
+    return torch.log(torch.clamp(-torch.expm1(inside), min=TAIL_FLOOR))
+
+
 __all__ = [
     "DistillInputs",
     "DistillOutput",
     "TeacherSignal",
     "distill_advantages",
     "distill_objective_options",
+    "gkd",
     "opd",
     "rlsd",
 ]

@@ -27,7 +27,8 @@ class DistillConfig:
     Parameters:
         objective (`str`, *optional*, defaults to `"none"`):
             Registered objective: `opd` (on-policy distillation: the per-token reverse KL to the
-            teacher as a dense advantage), `gkd` (top-k forward KL to the teacher as a loss term),
+            teacher as a dense advantage), `gkd` (the forward KL to the teacher's top-k
+            distribution as a loss term),
             `rlsd` (RLVR with self-distillation: the verifiable advantage's sign, the teacher's
             per-token evidence for its magnitude), or your own (`@register_distill_objective`);
             `none` trains on the verifiable reward alone.
@@ -121,6 +122,17 @@ class DistillConfig:
         if self.context != "auto":
             return self.context
         return "answer" if self.teacher == "self" else "none"
+
+    @property
+    def kind(self) -> str:
+        """`advantage` (the objective makes the advantages) or `loss` (it adds a loss term)."""
+        return DISTILL_OBJECTIVES.metadata(self.objective).get("kind", "advantage") if self.enabled else ""
+
+    @property
+    def top_k(self) -> int:
+        """The teacher's ids per position a `loss` objective reads (its `top_k` option; 0 otherwise)."""
+        settings = self.objective_settings() if self.kind == "loss" else None
+        return int(getattr(settings, "top_k", 0)) if settings is not None else 0
 
     def objective_settings(self) -> Any:
         """The selected objective's options dataclass, built from `options` (every objective's

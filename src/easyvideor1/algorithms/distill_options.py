@@ -32,3 +32,19 @@ class RLSDOptions:
     def __post_init__(self) -> None:
         in_range(f"{KEY}.clip", self.clip, 0.0, 1.0, low_open=True)
         whole_number(f"{KEY}.lambda_decay_steps", self.lambda_decay_steps)
+
+
+@dataclass
+class GKDOptions:
+    """GKD's options (`algorithms/distill.py`).
+
+    Parameters:
+        top_k: The teacher's most likely ids per position the KL covers (plus one bin for the rest of
+            the vocabulary); peers use 32 to 128. The teacher's log-probs of them are kept for the
+            step: `N x T x top_k` floats and ids on the host.
+    """
+
+    top_k: int = 32
+
+    def __post_init__(self) -> None:
+        whole_number(f"{KEY}.top_k", self.top_k, low=1)

@@ -163,3 +163,78 @@ def _live_column(grad: torch.Tensor | None, live: torch.Tensor) -> torch.Tensor:
     if grad is None:
         return torch.zeros((*live.shape, 1), device=live.device)
     return torch.where(live, grad, 0.0).unsqueeze(-1)
+
+
+def logprobs_at(
+    logits: torch.Tensor,
+    ids: torch.Tensor,
+    *,
+    banned: Sequence[int] | None = None,
+    temperature: float = 1.0,
+    rows: int | None = None,
+) -> torch.Tensor:
+    """log p of several ids per position, ``[..., k]`` from ``logits [..., V]`` and ``ids [..., k]``
+    (the same semantics as :func:`logprobs_and_entropy`: scaled, banned ids at -inf, 0 on all -inf
+    rows), differentiable with the same chunked backward: a student's log-probs of a teacher's
+    top-k ids."""
+    if logits.shape[:-1] != ids.shape[:-1]:
+        raise ValueError(f"logits {tuple(logits.shape)} do not match ids {tuple(ids.shape)}")
+    banned_ids = torch.tensor(sorted(set(banned)), device=logits.device) if banned else None
+    rows = rows or chunk_rows(logits.shape[-1])
+    return _LogprobsAt.apply(logits, ids.long(), banned_ids, float(temperature), rows)
+
+
+@torch.no_grad()
+def top_logprobs(
+    logits: torch.Tensor,
+    k: int,
+    *,
+    banned: Sequence[int] | None = None,
+    temperature: float = 1.0,
+    rows: int | None = None,
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """(ids, log p), each ``[..., k]``: the ``k`` most likely ids of each position, most likely
+    first (a teacher's top-k), without gradient; all -inf rows give id 0 and log p 0."""
+    banned_ids = torch.tensor(sorted(set(banned)), device=logits.device) if banned else None
+    rows = rows or chunk_rows(logits.shape[-1])
+    dtype = torch.promote_types(logits.dtype, torch.float32)
+    top = torch.zeros((*logits.shape[:-1], k), dtype=dtype, device=logits.device)
+    ids = torch.zeros(top.shape, dtype=torch.long, device=logits.device)
+    for index in _row_chunks(logits.shape[:-1], rows):
+        logp_all, live = _log_softmax(logits[index], banned_ids, temperature)
+        values, chosen = logp_all.topk(k, dim=-1)
+        top[index] = torch.where(live.unsqueeze(-1), values, 0.0)
+        ids[index] = torch.where(live.unsqueeze(-1), chosen, 0)
+    return ids, top
+
+
+class _LogprobsAt(torch.autograd.Function):
+    """``logprobs_at``: per position, d l[id_j] / dz = (onehot(id_j) - p) / temperature, so the
+    logits' gradient is ``(scatter(g) - p * sum_j g_j) / temperature``, a chunk at a time."""
+
+    @staticmethod
+    def forward(ctx, logits, ids, banned, temperature, rows):
+        dtype = torch.promote_types(logits.dtype, torch.float32)
+        logp = torch.empty(ids.shape, dtype=dtype, device=logits.device)
+        for index in _row_chunks(ids.shape[:-1], rows):
+            logp_all, live = _log_softmax(logits[index], banned, temperature)
+            logp[index] = torch.where(live.unsqueeze(-1), logp_all.gather(-1, ids[index]), 0.0)
+        ctx.save_for_backward(logits, ids)
+        ctx.banned, ctx.temperature, ctx.rows = banned, temperature, rows
+        return logp
+
+    @staticmethod
+    @once_differentiable
+    def backward(ctx, grad_logp):
+        logits, ids = ctx.saved_tensors
+        grad = torch.empty(logits.shape, dtype=logits.dtype, device=logits.device)
+        for index in _row_chunks(ids.shape[:-1], ctx.rows):
+            logp_all, live = _log_softmax(logits[index], ctx.banned, ctx.temperature)
+            g = torch.where(live.unsqueeze(-1), grad_logp[index], 0.0).to(logp_all.dtype)
+            chunk_grad = logp_all.exp_().mul_(-g.sum(-1, keepdim=True)).scatter_add_(-1, ids[index], g)
+            if ctx.banned is not None:
+                chunk_grad.index_fill_(-1, ctx.banned, 0.0)
+            if ctx.temperature != 1.0:
+                chunk_grad.div_(ctx.temperature)
+            grad[index] = chunk_grad
+        return grad, None, None, None, None

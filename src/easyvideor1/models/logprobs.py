@@ -21,7 +21,7 @@ from dataclasses import dataclass, field
 import torch
 import torch.nn.functional as F
 
-from .chunked_logits import logprobs_and_entropy
+from .chunked_logits import logprobs_and_entropy, logprobs_at, top_logprobs
 from .inputs import append_responses, compute_device
 from .packing import Packed, needs_blocks, pack, pack_shared
 from .sequence_parallel import gather_tokens, group_of, shard_bounds
@@ -99,6 +99,29 @@ class ResponseRows:
     types: torch.Tensor | None = None  # [N, T] the responses' mm_token_type_ids
     blocks: list[int] | None = None
     own_counts: tuple[list[int], list[int]] | None = None
+    # distillation readouts beside the sampled tokens' log-probs (:class:`Readout`)
+    top_k: int = 0  # the model's ``top_k`` most likely ids per response position (a teacher's)
+    at_ids: torch.Tensor | None = None  # [N, T, k] ids whose log-probs to read (a student's, with gradient)
+
+
+@dataclass
+class Readout:
+    """What one pass reads from its logits at each response position."""
+
+    logp: torch.Tensor  # [N, T] log p of the sampled token
+    entropy: torch.Tensor  # [N, T], detached
+    top_ids: torch.Tensor | None = None  # [N, T, k]: the most likely ids (``rows.top_k``), no gradient
+    top_logp: torch.Tensor | None = None  # [N, T, k]: their log-probs
+    at_logp: torch.Tensor | None = None  # [N, T, k]: log p of ``rows.at_ids``, with gradient
+
+    def extras(self, logits, ids_at, top_k: int, banned, temperature, place) -> None:
+        """Fill the top-k / at-ids readouts from ``logits [B, L, V]`` (``ids_at [B, L, k]``);
+        ``place`` puts a ``[B, L, k]`` result in its ``[N, T, k]`` place."""
+        if top_k:
+            ids, top = top_logprobs(logits, top_k, banned=banned, temperature=temperature)
+            self.top_ids, self.top_logp = place(ids), place(top)
+        if ids_at is not None:
+            self.at_logp = place(logprobs_at(logits, ids_at, banned=banned, temperature=temperature))
 
 
 @dataclass(frozen=True)
@@ -135,6 +158,14 @@ class PolicyForward:
         ``vision`` cache) forwards give the padded, re-encoding forward's values (within float
         tolerance).
         """
+        out = self.readout(rows)
+        return out.logp, out.entropy
+
+    def readout(self, rows: ResponseRows) -> Readout:
+        """:meth:`logprobs` with the distillation readouts ``rows`` asks for (``top_k``,
+        ``at_ids``), from the same forward."""
+        if self.sp is not None and (rows.top_k or rows.at_ids is not None):
+            raise ValueError("top-k readouts are not split over a sequence-parallel group")
         serve = self.vision is not None and self.vision.active
         if serve and rows.prompt_ids is None:
             raise ValueError("a vision feature cache needs the prompt index of every sequence")
@@ -165,8 +196,13 @@ class PolicyForward:
             out = model(**full, use_cache=False, logits_to_keep=T + 1)
         assert full["input_ids"].shape[1] == prompt_len + T
         if self.sp is not None:  # sequence parallelism: this rank's share of the T + 1 kept positions
-            return self._gathered(out.logits, response_ids, response_mask, T + 1, T)
-        return token_logprobs(out.logits[:, :T], response_ids, self.banned, response_mask, self.temperature)
+            return Readout(*self._gathered(out.logits, response_ids, response_mask, T + 1, T))
+        logits = out.logits[:, :T]
+        read = Readout(*token_logprobs(logits, response_ids, self.banned, response_mask, self.temperature))
+        at = None if rows.at_ids is None else rows.at_ids.to(device)
+        keep = response_mask.bool().unsqueeze(-1)
+        read.extras(logits, at, rows.top_k, self.banned, self.temperature, lambda x: torch.where(keep, x, 0))
+        return read
 
     def _packed(self, rows: ResponseRows, expect):
         videos, images = rows.media_counts
@@ -203,9 +239,18 @@ class PolicyForward:
             lp, ent = self._gathered(out.logits, ids[None], None, kept, kept)
         else:
             lp, ent = token_logprobs(out.logits, ids[None], self.banned, temperature=self.temperature)
-        logp = lp.new_zeros(rows.ids.shape).index_put(index, lp[0])
-        entropy = ent.new_zeros(rows.ids.shape).index_put(index, ent[0])
-        return logp, entropy
+        read = Readout(
+            lp.new_zeros(rows.ids.shape).index_put(index, lp[0]),
+            ent.new_zeros(rows.ids.shape).index_put(index, ent[0]),
+        )
+        if rows.top_k or rows.at_ids is not None:
+            at = None if rows.at_ids is None else rows.at_ids.to(device)[index][None]
+
+            def place(x: torch.Tensor) -> torch.Tensor:
+                return x.new_zeros((*rows.ids.shape, x.shape[-1])).index_put(index, x[0])
+
+            read.extras(out.logits, at, rows.top_k, self.banned, self.temperature, place)
+        return read
 
     def _gathered(self, logits, ids, mask, kept: int, width: int):
         """Log-probs and entropy of this rank's share of the ``kept`` positions (its LM head

@@ -266,6 +266,8 @@ def step_settings(cfg) -> StepSettings:
             kl_kind=alg.kl.type,
             max_grad_norm=tc.max_grad_norm,
             offline_shaping=r.offline_shaping,
+            distill_loss=alg.distill.objective if alg.distill.kind == "loss" else "",
+            distill_coef=alg.distill.coef,
         ),
         kl_reference=alg.kl.enabled,
     )

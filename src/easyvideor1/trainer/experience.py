@@ -11,6 +11,7 @@ from dataclasses import dataclass, field
 
 import torch
 
+from ..algorithms.distill import TeacherSignal
 from ..models.inputs import PromptBatch
 
 SCORE_KEYS = ("overall", "accuracy", "format")
@@ -32,8 +33,8 @@ class Experience:
     advantages: torch.Tensor | None = None  # [N, T]
     old_logp: torch.Tensor | None = None  # [N, T]
     ref_logp: torch.Tensor | None = None  # [N, T]
-    # the distillation teacher's log-prob of each sampled token (``algorithm.distill``)
-    teacher_logp: torch.Tensor | None = None  # [N, T]
+    # the distillation teacher's log-prob of each sampled token, and its top-k (``algorithm.distill``)
+    teacher: TeacherSignal | None = None
     # the engine's own log-prob of each sampled token (NaN rows: offline or not returned); compared
     # with old_logp it measures the training/inference mismatch, e.g. stale rollout weights
     rollout_logp: torch.Tensor | None = None  # [N, T]

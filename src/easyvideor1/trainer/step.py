@@ -8,7 +8,7 @@
 
 from __future__ import annotations
 
-from ..algorithms.distill import DistillInputs, TeacherSignal, distill_advantages
+from ..algorithms.distill import DistillInputs, distill_advantages
 from ..algorithms.kl import kl_penalty
 from ..algorithms.masked import masked_mean
 from ..algorithms.rollout_correction import rollout_correction
@@ -52,7 +52,7 @@ def logprobs(ctx: StepContext, step: Step) -> None:
         with reference_forward(forward.model, snapshot):
             exp.ref_logp, _ = experience_logprobs(forward, exp)
     if parts.teacher is not None:
-        exp.teacher_logp = parts.teacher.logprobs(ctx, step)
+        exp.teacher = parts.teacher.signal(ctx, step)
     parts.handoff.mark("after_logprobs")
 
 
@@ -100,11 +100,9 @@ def advantages(ctx: StepContext, step: Step) -> None:
     objective's advantages made of them (``algorithm.distill``)."""
     exp, alg = step.experience, ctx.cfg.algorithm
     exp.advantages = step_advantages(alg, exp, step.rewards, step.samples, step.greedy_scores, ctx.parts.dist)
-    if exp.teacher_logp is not None:
+    if exp.teacher is not None:
         dc = alg.distill
-        inputs = DistillInputs(
-            exp.advantages, exp.old_logp, TeacherSignal(exp.teacher_logp), exp.mask, ctx.state.step
-        )
+        inputs = DistillInputs(exp.advantages, exp.old_logp, exp.teacher, exp.mask, ctx.state.step)
         out = distill_advantages(dc.objective, inputs, dc.reward_weight, dc.coef, dc.objective_arguments())
         exp.advantages = out.advantages
         step.metrics.update(out.metrics)

@@ -28,6 +28,7 @@ from typing import TYPE_CHECKING
 
 import torch
 
+from ..algorithms.distill import TeacherSignal
 from ..data.dataset import encode_prompts
 from ..data.privileged import PrivilegedContext, privileged_context
 from ..errors import ConfigError
@@ -38,7 +39,7 @@ from ..models.vision import DummyVisionPass
 from .distributed import DistState, shard_model
 from .experience import Experience
 from .precision import autocast_forward, compute_dtype
-from .update import experience_logprobs
+from .update import experience_readout
 
 if TYPE_CHECKING:
     from .state import Step, StepContext
@@ -58,10 +59,12 @@ class Teacher:
     """A self-teacher that is the reference (or, with LoRA, the adapter-free base), not the policy."""
     context: PrivilegedContext | None
     """What the teacher sees beyond the student's prompt (None: the student's prompt as it is)."""
+    top_k: int = 0
+    """Its most likely ids per position the objective reads (``gkd``), 0: the sampled tokens' only."""
 
-    def logprobs(self, ctx: StepContext, step: Step) -> torch.Tensor:
-        """``[N, T]``: the teacher's log-prob of each of the step's sampled tokens, computed without
-        gradient over the teacher's view of the prompts."""
+    def signal(self, ctx: StepContext, step: Step) -> TeacherSignal:
+        """The teacher's log-prob of each of the step's sampled tokens (and its top-k where the
+        objective reads them), computed without gradient over the teacher's view of the prompts."""
         parts, exp = ctx.parts, step.experience
         view = exp
         if self.context is not None:
@@ -76,8 +79,8 @@ class Teacher:
             snapshot = parts.lora_reference if ctx.state.reference_from_warmup else None
             forward, scope = parts.forward, reference_forward(parts.forward.model, snapshot)
         with scope:
-            logp, _ = experience_logprobs(forward, view)
-        return logp
+            read = experience_readout(forward, view, self.top_k)
+        return TeacherSignal(read.logp, read.top_ids, read.top_logp)
 
     def privileged(self, parts, exp: Experience, samples, data_cfg, loader) -> Experience:
         """``exp`` with the teacher's prompts: each sample's context appended, encoded by the
@@ -100,6 +103,11 @@ def build_teacher(cfg, dist: DistState, processor, forward: PolicyForward) -> Te
     dc = cfg.algorithm.distill
     if not dc.enabled:
         return None
+    if dc.top_k and dist.sp_size > 1:
+        raise ConfigError(
+            f"algorithm.distill.objective={dc.objective} reads the teacher's top-k ids, which are not split over "
+            f"a sequence-parallel group yet (distributed.sequence_parallel_size={dist.sp_size}): use opd or rlsd"
+        )
     context = None if dc.context_source == "none" else privileged_context(dc.context_source)
     if dc.teacher == "self":
         log.info(
@@ -108,7 +116,7 @@ def build_teacher(cfg, dist: DistState, processor, forward: PolicyForward) -> Te
             dc.self_teacher,
             dc.context_source,
         )
-        return Teacher(None, dc.self_teacher == "reference", context)
+        return Teacher(None, dc.self_teacher == "reference", context, dc.top_k)
     check_teacher_checkpoint(cfg, dist, processor)
     model, _ = load_policy(dc.teacher, cfg.model.dtype, attn_implementation=cfg.model.attn_implementation)
     model = model.eval().requires_grad_(False).to(compute_dtype(cfg))
@@ -132,7 +140,7 @@ def build_teacher(cfg, dist: DistState, processor, forward: PolicyForward) -> Te
     log.info(
         "distillation (%s): the teacher is %s, shown context %s", dc.objective, dc.teacher, dc.context_source
     )
-    return Teacher(teacher_forward, False, context)
+    return Teacher(teacher_forward, False, context, dc.top_k)
 
 
 def check_teacher_checkpoint(cfg, dist: DistState, processor) -> None:

@@ -13,7 +13,7 @@ from ..algorithms.aggregation import GlobalBatchStats, aggregate_loss
 from ..algorithms.kl import kl_loss
 from ..algorithms.policy_losses import compute_policy_loss
 from ..models.inputs import gather_prompts, gather_sequences, media_counts, merge_media
-from ..models.logprobs import Packing, PolicyForward, ResponseRows
+from ..models.logprobs import Packing, PolicyForward, Readout, ResponseRows
 from .distributed import data_group, max_over_ranks, sum_over_ranks
 from .experience import Experience
 
@@ -32,6 +32,8 @@ class UpdateSettings:
     kl_kind: str = "k3"
     max_grad_norm: float = 1.0
     offline_shaping: float = 0.0  # LUFFY-style policy shaping gamma for offline responses (0 = off)
+    distill_loss: str = ""  # a ``loss`` distillation objective (``gkd``): its term joins the loss
+    distill_coef: float = 0.0  # and its weight (``algorithm.distill.coef``)
 
 
 def global_stats(masks: list[torch.Tensor]) -> GlobalBatchStats:
@@ -170,16 +172,31 @@ def padded(chunks: list[list[int]]) -> list[tuple[list[int], bool]]:
 def experience_logprobs(forward: PolicyForward, exp: Experience) -> tuple[torch.Tensor, torch.Tensor]:
     """Per-token log-probs ``[N, T]`` and entropy of every response under ``forward``'s model (no
     gradient), micro-batch after micro-batch as its packing says."""
-    logp = torch.zeros(exp.ids.shape, dtype=torch.float32)
-    entropy = torch.zeros(exp.ids.shape, dtype=torch.float32)
+    read = experience_readout(forward, exp)
+    return read.logp, read.entropy
+
+
+@torch.no_grad()
+def experience_readout(forward: PolicyForward, exp: Experience, top_k: int = 0) -> Readout:
+    """:func:`experience_logprobs` with, for ``top_k > 0``, the model's ``top_k`` most likely ids
+    and their log-probs at every response position (``[N, T, top_k]``: a teacher's), on the host."""
+    shape = exp.ids.shape
+    out = Readout(torch.zeros(shape), torch.zeros(shape))
+    if top_k:
+        out.top_ids = torch.zeros((*shape, top_k), dtype=torch.long)
+        out.top_logp = torch.zeros((*shape, top_k))
     for idx, real in padded(split_micro_batches(exp, list(range(len(exp))), forward.packing)):
         rows, mask, width = response_rows(exp, idx, forward.packing.shares([exp.prompt_of[i] for i in idx]))
-        lp, ent = forward.logprobs(rows)
-        if real:
-            lp, ent, m = lp.cpu(), ent.cpu(), mask.bool()
-            logp[idx, :width] = torch.where(m, lp, torch.zeros_like(lp))
-            entropy[idx, :width] = torch.where(m, ent, torch.zeros_like(ent))
-    return logp, entropy
+        read = forward.readout(dataclasses.replace(rows, top_k=top_k))
+        if not real:
+            continue
+        m = mask.bool()
+        out.logp[idx, :width] = torch.where(m, read.logp.cpu(), 0.0)
+        out.entropy[idx, :width] = torch.where(m, read.entropy.cpu(), 0.0)
+        if top_k:
+            out.top_ids[idx, :width] = torch.where(m.unsqueeze(-1), read.top_ids.cpu(), 0)
+            out.top_logp[idx, :width] = torch.where(m.unsqueeze(-1), read.top_logp.cpu(), 0.0)
+    return out
 
 
 def policy_update(
@@ -213,7 +230,11 @@ def policy_update(
             rows, mask, width = response_rows(
                 exp, idx, forward.packing.shares([exp.prompt_of[i] for i in idx])
             )
-            logp, entropy = forward.logprobs(rows)
+            teacher = exp.teacher if settings.distill_loss else None
+            if teacher is not None:  # the student's log-probs of the teacher's top-k ids too
+                rows = dataclasses.replace(rows, at_ids=teacher.top_ids[idx, :width])
+            read = forward.readout(rows)
+            logp, entropy = read.logp, read.entropy
             mask = mask.to(logp.device)
             old_logp, adv = (
                 exp.old_logp[idx, :width].to(logp.device),
@@ -259,6 +280,13 @@ def policy_update(
                 )
                 loss = loss + kl_coef * kl
                 _add(sums, "actor/kl_loss", float(kl.detach()) / stats.dp_size)
+            if teacher is not None:
+                term = distill_loss_term(settings, read.at_logp, teacher.top_logp[idx, :width], mask)
+                distill = aggregate_loss(
+                    term, mask, settings.loss_agg_mode, global_stats=stats, norm_length=settings.norm_length
+                )
+                loss = loss + settings.distill_coef * distill
+                _add(sums, "actor/distill_loss", float(distill.detach()) / stats.dp_size)
             loss.backward()
             share = float(mask.sum()) / max(stats.num_tokens, 1)
             _add(
@@ -287,6 +315,14 @@ def policy_update(
     metrics["actor/skipped_steps"] = float(skipped)
     metrics["actor/lr"] = optimizer.param_groups[0]["lr"]
     return metrics
+
+
+def distill_loss_term(settings: UpdateSettings, student_topk, teacher_topk, mask) -> torch.Tensor:
+    """The ``loss`` distillation objective's per-token term (``algorithms/distill.py``)."""
+    from ..algorithms._registry import DISTILL_OBJECTIVES
+
+    objective = DISTILL_OBJECTIVES.get(settings.distill_loss)
+    return objective(student_topk, teacher_topk.to(student_topk.device), mask)
 
 
 def _add(d: dict[str, float], key: str, value: float) -> None:
