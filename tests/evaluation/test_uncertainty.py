@@ -23,8 +23,15 @@ def _rows(videos_and_scores, **fields):
     return [(_rec(i, video, **fields), {"accuracy": s}) for i, (video, s) in enumerate(videos_and_scores)]
 
 
-# 3 videos with 2, 1 and 3 questions: a video the model gets right, then wrong, stays so
-THREE_VIDEOS = [("a.mp4", 1.0), ("a.mp4", 1.0), ("b.mp4", 0.0), ("c.mp4", 0.0), ("c.mp4", 0.0), ("./c.mp4", 0.0)]
+# 3 videos with 2, 1 and 3 questions, each video all right or all wrong (./c.mp4 is c.mp4)
+THREE_VIDEOS = [
+    ("a.mp4", 1.0),
+    ("a.mp4", 1.0),
+    ("b.mp4", 0.0),
+    ("c.mp4", 0.0),
+    ("c.mp4", 0.0),
+    ("./c.mp4", 0.0),
+]
 
 
 def test_clustered_stderr_matches_the_formula_by_hand():
@@ -32,7 +39,7 @@ def test_clustered_stderr_matches_the_formula_by_hand():
     # stderr^2 = (4/3) / (6 * 5) = 2/45
     # stderr_clustered^2 = ((4/3)^2 + (1/3)^2 + 1^2 + (4/3) / 5) / 6^2 = (26/9 + 4/15) / 36 = 71/810
     out = get_benchmark("videomme").aggregate(_rows(THREE_VIDEOS))
-    assert out["score"] == pytest.approx(1 / 3) and out["n_clusters"] == 3  # ./c.mp4 is c.mp4
+    assert out["score"] == pytest.approx(1 / 3) and out["n_clusters"] == 3
     assert out["stderr"] == pytest.approx(math.sqrt(2 / 45))
     assert out["stderr_clustered"] == pytest.approx(math.sqrt(71 / 810))
     assert out["stderr_clustered"] > out["stderr"] * 1.3, "questions of one video move together"

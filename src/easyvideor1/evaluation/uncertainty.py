@@ -66,7 +66,9 @@ def mean_interval(values: Sequence[float], clusters: Sequence[Hashable]) -> dict
     ``ci95_reason`` when there is none) and the number of clusters."""
     n, n_clusters = len(values), len(set(clusters))
     if n < 2:
-        return no_interval(f"{n} scored sample{'' if n == 1 else 's'}: a standard error needs two", n_clusters)
+        return no_interval(
+            f"{n} scored sample{'' if n == 1 else 's'}: a standard error needs two", n_clusters
+        )
     mean = sum(values) / n
     stderr = math.sqrt(sum((v - mean) ** 2 for v in values) / (n * (n - 1)))
     if n_clusters < 2:
@@ -84,4 +86,10 @@ def mean_interval(values: Sequence[float], clusters: Sequence[Hashable]) -> dict
 
 def no_interval(reason: str, n_clusters: int | None = None) -> dict[str, Any]:
     """The ``INTERVAL_KEYS`` of a number that has no interval, saying why."""
-    return {"stderr": None, "stderr_clustered": None, "ci95": None, "ci95_reason": reason, "n_clusters": n_clusters}
+    return {
+        "stderr": None,
+        "stderr_clustered": None,
+        "ci95": None,
+        "ci95_reason": reason,
+        "n_clusters": n_clusters,
+    }
