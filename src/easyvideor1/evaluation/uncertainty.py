@@ -10,7 +10,8 @@ Miller, "Adding Error Bars to Evals", arXiv:2411.00640). For ``n`` scored sample
 - ``stderr_clustered``: ``sqrt(stderr^2 + (1/n^2) sum_c sum_{i != j in c} d_i d_j)``, which is
   ``sqrt((1/n^2) [sum_c (sum_{i in c} d_i)^2 + sum_i d_i^2 / (n - 1)])``.
 - ``ci95``: ``m +- 1.96 stderr_clustered`` (the normal critical value, as in Miller's intervals;
-  lmms-eval prints the standard error only), clipped to [0, 1], the range of every score here.
+  lmms-eval prints the standard error only), clipped to [0, 1], the range of the scores (a
+  scorer giving values outside it widens that range to theirs).
 
 The textbook cluster-robust SE of a mean (Liang-Zeger; CR1 as Stata computes it) is
 ``sqrt(G/(G - 1) (1/n^2) sum_c (sum_{i in c} d_i)^2)``. lmms-eval's differs in its small-sample
@@ -75,10 +76,11 @@ def mean_interval(values: Sequence[float], clusters: Sequence[Hashable]) -> dict
         out = no_interval("every sample shares one video: no spread between videos to estimate from", 1)
         return {**out, "stderr": stderr}
     se = clustered_stderr(values, clusters)
+    floor, ceiling = min(0.0, *values), max(1.0, *values)  # [0, 1] unless a score lies outside it
     return {
         "stderr": stderr,
         "stderr_clustered": se,
-        "ci95": [max(0.0, mean - Z95 * se), min(1.0, mean + Z95 * se)],
+        "ci95": [max(floor, mean - Z95 * se), min(ceiling, mean + Z95 * se)],
         "ci95_reason": None,
         "n_clusters": n_clusters,
     }
