@@ -11,6 +11,7 @@ from typing import Any
 import pytest
 
 from easyvideor1.evaluation import get_benchmark, list_benchmarks
+from easyvideor1.evaluation.uncertainty import INTERVAL_KEYS
 from tests.conftest import ANNOTATIONS
 from tests.evaluation.benchmark_cases import (
     JUDGE,
@@ -21,12 +22,12 @@ from tests.evaluation.benchmark_cases import (
     wrong_response,
 )
 
-_COUNTS = {"not_scored", "not_scored_reasons", "mbin_questions"}
+_COUNTS = {"not_scored", "not_scored_reasons", "mbin_questions", *INTERVAL_KEYS, "ci95_breakdowns"}
 NOT_IN_SHARED = set(UNSHIPPED) | {"synthetic"}
 
 
 def numbers(out: dict[str, Any], prefix: str = "") -> dict[str, float]:
-    """Every metric number of an aggregate (breakdowns flattened), counts and proxies left out."""
+    """Every metric number of an aggregate (breakdowns flattened), counts, intervals and proxies left out."""
     flat = {}
     for key, value in out.items():
         if key in _COUNTS or key.endswith("_proxy"):

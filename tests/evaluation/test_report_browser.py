@@ -1,7 +1,7 @@
 """report.html in a real headless browser (Debian's chromium-headless-shell over the DevTools
 protocol; see browser.py): a 2,000-sample run made by `score --data` (no model needed), filtered by
 verdict, by a breakdown field and by a text search, the counts the page shows read back and checked
-against the predictions file; then `eval-compare` on two such runs: the page lists exactly the
+against the predictions file, the summary's 95% interval against results.json; then `eval-compare` on two such runs: the page lists exactly the
 samples whose verdict changed and the printed table carries the bootstrap interval."""
 
 from __future__ import annotations
@@ -147,6 +147,13 @@ def test_report_filters_and_search_in_a_headless_browser(runs, tmp_path):
             ".map(e => [e.dataset.verdict, +e.dataset.count]))"
         )
         assert counts == {v: sum(x == v for x, _, _ in expect) for v in {x for x, _, _ in expect}}
+        # the summary's interval: results.json's, clustered over the 50 videos the questions share
+        res = json.loads((run_a / "results.json").read_text())["val"]
+        (lo, hi), ci = res["ci95"], "document.querySelector('#summary td.ci')"
+        assert res["n_clusters"] == 50 and res["stderr_clustered"] != res["stderr"] and lo < res["score"] < hi
+        assert b.eval(f"{ci}.textContent") == f"[{100 * lo:.2f}, {100 * hi:.2f}]"
+        assert "clustered over 50 videos" in b.eval(f"{ci}.title")
+        assert f"[{100 * lo:.2f}, {100 * hi:.2f}]" in (run_a / "results.md").read_text()
 
         _set(b, "f-verdict", "wrong")
         wrong = [e for e in expect if e[0] == "wrong"]

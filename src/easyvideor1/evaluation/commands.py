@@ -37,7 +37,7 @@ from .config import ANNOTATIONS_ENV, EvalConfig, digest_of
 from .inputs import BenchmarkInputs
 from .predictions import read_lines
 from .registry import BenchmarkSpec, UnknownBenchmarkError, get_benchmark, list_benchmarks
-from .report import plot_scores, write_run_report, write_summary
+from .report import interval_text, plot_scores, write_run_report, write_summary
 from .results import scored_pairs, summarize, write_json_atomic, write_jsonl_atomic
 from .rows import failure_row, scored_row
 from .spec_file import SpecFileError, check_breakdown_fields, records_benchmarks, register_spec_file
@@ -209,7 +209,8 @@ def evaluate(
                 )
                 results[item.spec.name] = res
                 print(
-                    f"{item.spec.name}: {_fmt(res['score'])} {res['metric']} ({res['evaluated']}/{res['samples']} "
+                    f"{item.spec.name}: {_fmt(res['score'])} {res['metric']}, 95% CI {interval_text(res, _fmt)} "
+                    f"({res['evaluated']}/{res['samples']} "
                     f"samples, {res['failures']} failures, {res['truncated']} truncated, "
                     f"{res['not_scored']} not scored)"
                 )
@@ -372,7 +373,8 @@ def score_responses(
         results[item.spec.name] = res
         if not quiet:
             print(
-                f"{item.spec.name}: {_fmt(res['score'])} {res['metric']} ({res['failures']} missing or failed, "
+                f"{item.spec.name}: {_fmt(res['score'])} {res['metric']}, 95% CI {interval_text(res, _fmt)} "
+                f"({res['failures']} missing or failed, "
                 f"{len(unknown)} unknown ids ignored)"
             )
     write_summary(results, out)

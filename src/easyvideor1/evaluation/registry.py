@@ -20,7 +20,8 @@ from ..errors import UserError
 from ..registry import Registry, UnknownNameError
 from ..rewards import RewardConfig
 from ..rollout.sampling import BENCHMARK_MAX_NEW_TOKENS
-from .metrics import Scored, accuracy
+from .metrics import Aggregation, Scored, plain_accuracy
+from .uncertainty import no_interval
 
 PromptFn = Callable[[Record, str], str]
 # (record, response, reward_config, response_length) -> result dict (see BenchmarkSpec.score_response)
@@ -28,10 +29,6 @@ ScoreFn = Callable[[Record, str, RewardConfig | None, int | None], dict[str, Any
 
 # Proxy numbers a scorer may attach to a sample; averaged as "<name>_proxy", never the headline.
 PROXIES = ("rouge_l", "rouge1", "rouge2", "exact_match", "final_answer_found")
-
-
-def _plain_accuracy(rows: list[Scored]) -> dict[str, Any]:
-    return {"score": accuracy(rows)}
 
 
 @dataclass(frozen=True)
@@ -43,7 +40,9 @@ class BenchmarkSpec:
         annotation: File name of its unified annotation file (JSON array or JSONL).
         video_dir: Sub-directory of the video root holding its videos.
         aggregator: Scored samples -> {"score": ..., breakdowns...}; default plain accuracy.
-            ``aggregate`` calls it with the judge-less samples already removed.
+            ``aggregate`` calls it with the judge-less samples already removed. An
+            ``metrics.Aggregation`` also says what the headline's 95% interval rests on; any other
+            callable gets none.
         adapt: Per-record adjustment after loading (e.g. MVBench clip windows).
         breakdown_note: What the official breakdown is, for the report.
         prompt: The benchmark's own prompt construction ``(record, style) -> text``; None = the
@@ -63,7 +62,7 @@ class BenchmarkSpec:
     name: str
     annotation: str
     video_dir: str
-    aggregator: Callable[[list[Scored]], dict[str, Any]] = field(default=_plain_accuracy)
+    aggregator: Callable[[list[Scored]], dict[str, Any]] = field(default_factory=plain_accuracy)
     adapt: Callable[[Record], Record] | None = None
     breakdown_note: str = ""
     prompt: PromptFn | None = None
@@ -110,11 +109,17 @@ class BenchmarkSpec:
         """The official numbers over scored samples; judge-less samples are excluded and counted.
 
         Failures (``failed: True``, accuracy 0) stay in and count as wrong. With no scored sample
-        at all the headline is None (not 0: nothing was measured).
+        at all the headline is None (not 0: nothing was measured). The headline's 95% interval,
+        clustered by video (``uncertainty.py``), comes with it: ``stderr``, ``stderr_clustered``,
+        ``ci95``, ``n_clusters``, and ``ci95_reason`` where there is no interval.
         """
         scored = [(rec, res) for rec, res in rows if res.get("scored") is not False]
         skipped = [res for _, res in rows if res.get("scored") is False]
         out = dict(self.aggregator(scored))
+        if isinstance(self.aggregator, Aggregation):
+            out.update(self.aggregator.interval(scored))
+        else:
+            out.update(no_interval("the benchmark's own aggregation names no per-sample mean"))
         if not scored:
             out["score"] = None
         out["not_scored"] = len(skipped)

@@ -4,6 +4,7 @@
 from __future__ import annotations
 
 import os
+from collections.abc import Callable
 from typing import Any
 
 from ..outdir import write_text_atomic, writing
@@ -14,12 +15,14 @@ def write_summary(results: dict[str, dict[str, Any]], out_dir: str) -> str:
 
     write_json_atomic(os.path.join(out_dir, "results.json"), results)
     lines = [
-        "| benchmark | metric | score | samples | failures | extraction failures | truncated | not scored | seconds |",
-        "|---|---|---|---|---|---|---|---|---|",
+        "| benchmark | metric | score | 95% CI (clustered by video) | samples | failures | extraction failures "
+        "| truncated | not scored | seconds |",
+        "|---|---|---|---|---|---|---|---|---|---|",
     ]
     for name, r in results.items():
         lines.append(
-            f"| {name} | {r.get('metric', 'accuracy')} | {_points(r['score'])} | {r['evaluated']}/{r['samples']} | "
+            f"| {name} | {r.get('metric', 'accuracy')} | {_points(r['score'])} | {interval_text(r)} | "
+            f"{r['evaluated']}/{r['samples']} | "
             f"{r['failures']} | {r['extraction_failures']} | {r.get('truncated', 0)} | {r.get('not_scored', 0)} | "
             f"{r.get('seconds', '-')} |"
         )
@@ -30,6 +33,13 @@ def write_summary(results: dict[str, dict[str, Any]], out_dir: str) -> str:
 
 def _points(score: float | None) -> str:
     return "-" if score is None else f"{100 * score:.2f}"
+
+
+def interval_text(result: dict[str, Any], fmt: Callable[[float], str] = _points) -> str:
+    """A benchmark's 95% interval, ``[lo, hi]`` (in points unless ``fmt`` says), or "-" where it
+    has none (results written before intervals existed have none either)."""
+    ci = result.get("ci95")
+    return "-" if not ci else f"[{fmt(ci[0])}, {fmt(ci[1])}]"
 
 
 def plot_scores(results: dict[str, dict[str, Any]], out_dir: str) -> str | None:
@@ -78,6 +88,7 @@ def write_run_report(out_dir: str, items: list, results: dict[str, dict[str, Any
                 by_id[sid] = rescore(item.spec, rec, by_id[sid], reward)
         rows += sample_rows(item, by_id, read_thumbs(os.path.join(bench_dir, "thumbs.jsonl")))
     keep = ("metric", "score", "samples", "evaluated", "failures", "extraction_failures", "not_scored")
+    keep += ("ci95", "ci95_reason", "stderr_clustered", "n_clusters")
     benchmarks = {name: {k: r.get(k) for k in keep} for name, r in results.items()}
     title = f"easyvideor1 eval: {os.path.basename(os.path.abspath(out_dir))}"
     return write_page(os.path.join(out_dir, "report.html"), title, benchmarks, rows, mode="run")

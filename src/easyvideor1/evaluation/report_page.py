@@ -1,7 +1,8 @@
 """The report page: HTML, CSS and plain JS (no library, no network). ``report_html.write_page`` puts
 the title and the JSON rows in; the script renders one page of filtered samples at a time, so the
 DOM holds at most ``size`` cards however many samples the run has. Element ids the tests read:
-``shown-count`` (samples matching the filters), ``total-count``, ``verdict-counts``, ``page-info``.
+``shown-count`` (samples matching the filters), ``total-count``, ``verdict-counts``, ``page-info``;
+the summary's interval cell has class ``ci`` (its title says what the interval rests on).
 """
 
 PAGE = r"""<!DOCTYPE html>
@@ -73,6 +74,11 @@ function el(tag, cls, text) {
   return e;
 }
 function fmt(x) { return x === null || x === undefined ? "-" : (100 * x).toFixed(2); }
+function ciNote(r) {  // the interval's basis, or why there is none (results.json's ci95_reason)
+  if (r.ci95) return "score \u00b1 1.96 \u00d7 standard error " + fmt(r.stderr_clustered) + ", clustered over "
+    + r.n_clusters + " videos (a question without a video counts alone)";
+  return r.ci95_reason || "no interval in results.json";
+}
 function options(sel, values, all) {
   sel.replaceChildren();
   const o = el("option", null, all); o.value = ""; sel.appendChild(o);
@@ -84,14 +90,19 @@ function summary() {
   $("subtitle").textContent = D.created + (D.thumbs_dropped ? " \u00b7 thumbnails left out past the size cap: " + D.thumbs_dropped : "");
   const t = el("table", "sum"), head = el("tr");
   const cols = CMP ? ["benchmark", "metric", "A", "B", "delta", "95% CI (paired bootstrap)", "paired samples", "changed"]
-                   : ["benchmark", "metric", "score", "evaluated", "failures", "extraction failures", "not scored"];
+                   : ["benchmark", "metric", "score", "95% CI (clustered by video)", "evaluated", "failures", "extraction failures", "not scored"];
   cols.forEach((c) => head.appendChild(el("th", null, c))); t.appendChild(head);
   for (const [name, r] of Object.entries(D.benchmarks)) {
     const tr = el("tr");
     const cells = CMP ? [name, r.metric, fmt(r.score_a), fmt(r.score_b), r.delta === null ? "-" : (100 * r.delta).toFixed(2),
                          r.ci ? "[" + (100 * r.ci[0]).toFixed(2) + ", " + (100 * r.ci[1]).toFixed(2) + "]" : "-", r.paired, r.changed]
-                      : [name, r.metric, fmt(r.score), r.evaluated + "/" + r.samples, r.failures, r.extraction_failures, r.not_scored];
-    cells.forEach((c, k) => { const td = el("td", k === 4 && CMP ? "delta " + (r.delta > 0 ? "pos" : r.delta < 0 ? "neg" : "") : null, c); tr.appendChild(td); });
+                      : [name, r.metric, fmt(r.score), r.ci95 ? "[" + fmt(r.ci95[0]) + ", " + fmt(r.ci95[1]) + "]" : "-",
+                         r.evaluated + "/" + r.samples, r.failures, r.extraction_failures, r.not_scored];
+    cells.forEach((c, k) => {
+      const td = el("td", k === 4 && CMP ? "delta " + (r.delta > 0 ? "pos" : r.delta < 0 ? "neg" : "") : k === 3 && !CMP ? "ci" : null, c);
+      if (k === 3 && !CMP) td.title = ciNote(r);
+      tr.appendChild(td);
+    });
     t.appendChild(tr);
   }
   $("summary").replaceChildren(t);

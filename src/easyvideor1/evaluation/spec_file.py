@@ -37,7 +37,15 @@ from ..data.prompt import prompt_template as training_template
 from ..data.records import Record
 from ..errors import UserError
 from ..registry import normalize_name
-from .metrics import Scored, accuracy, macro_over, multi_binary, spatio_temporal, temporal_recall
+from .metrics import (
+    Aggregation,
+    macro_over,
+    multi_binary,
+    plain_accuracy,
+    spatio_temporal,
+    temporal_recall,
+    with_breakdowns,
+)
 from .registry import BENCHMARKS, BenchmarkSpec, list_benchmarks, register_benchmark
 
 _KEYS = {
@@ -72,22 +80,9 @@ def _by(field: str) -> Callable[[Record], str]:
     return lambda rec: field_label(rec, field)
 
 
-def _breakdowns(breakdowns: dict[str, str]) -> Callable[[list[Scored]], dict[str, Any]]:
-    def add(rows: list[Scored]) -> dict[str, Any]:
-        out: dict[str, Any] = {}
-        for name, field in breakdowns.items():
-            groups: dict[str, list[Scored]] = {}
-            for rec, res in rows:
-                groups.setdefault(field_label(rec, field), []).append((rec, res))
-            out[name] = {g: accuracy(r) for g, r in sorted(groups.items())}
-        return out
-
-    return add
-
-
-def _headline(metric: str, macro_field: str | None) -> Callable[[list[Scored]], dict[str, Any]]:
+def _headline(metric: str, macro_field: str | None) -> Aggregation:
     if metric == "accuracy":
-        return lambda rows: {"score": accuracy(rows)}
+        return plain_accuracy()
     if metric == "macro_accuracy":
         return macro_over(_by(str(macro_field)), f"by_{macro_field}")
     if metric == "miou":
@@ -104,12 +99,9 @@ METRICS = {
 }
 
 
-def aggregator(
-    metric: str, breakdowns: dict[str, str], macro_field: str | None = None
-) -> Callable[[list[Scored]], dict[str, Any]]:
+def aggregator(metric: str, breakdowns: dict[str, str], macro_field: str | None = None) -> Aggregation:
     """A registry aggregation plus accuracy breakdowns by record fields."""
-    head, extra = _headline(metric, macro_field), _breakdowns(breakdowns)
-    return lambda rows: {**head(rows), **extra(rows)}
+    return with_breakdowns(_headline(metric, macro_field), **{name: _by(f) for name, f in breakdowns.items()})
 
 
 def _fail(path: str, key: str, why: str) -> SpecFileError:
