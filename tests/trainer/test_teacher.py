@@ -198,3 +198,80 @@ def test_a_two_rank_distillation_step_equals_the_single_process_step(demo_assets
         torch.testing.assert_close(torch.tensor(two[kind]), torch.tensor(one[kind]), atol=1e-5, rtol=0)
     assert torch.tensor(one["teacher"]).abs().sum() > 0
     assert not torch.allclose(torch.tensor(one["teacher"]), torch.tensor(one["self"]), atol=1e-3)
+
+
+def test_a_lora_policys_reference_self_teacher_is_the_adapter_free_base(make_cfg, demo_assets, monkeypatch):
+    """``self_teacher: reference`` with LoRA: no copy is made, and the teacher's log-probs over its
+    privileged view equal those of the base checkpoint loaded on its own (adapters made non-zero
+    first, so the adapted policy differs)."""
+    from transformers import AutoModelForImageTextToText
+
+    from easyvideor1.models.lora import adapter_parameters
+
+    cfg = make_cfg(
+        "model.lora.rank=4",
+        "model.lora.alpha=32",
+        "algorithm.distill.objective=rlsd",
+        "algorithm.distill.teacher=self",
+        "algorithm.distill.self_teacher=reference",
+        "trainer.val_size=0",
+    )
+    trainer = Trainer(cfg)
+    parts = trainer.parts
+    assert parts.ref_model is None  # the base is the policy with its adapter disabled
+    with torch.no_grad():
+        for p in adapter_parameters(parts.model).values():
+            p.normal_(0, 0.05)
+    base = AutoModelForImageTextToText.from_pretrained(demo_assets["model"], dtype=torch.float32).eval()
+
+    def direct(step):
+        view = privileged_context("answer").samples(step.samples)
+        batch = encode_prompts(parts.processor, view, trainer.cfg.data, trainer.data.train_set.loader)
+        banned = parts.engine.banned
+        return padded_logprobs(base, batch, step.experience, banned, cfg.rollout.temperature)[0]
+
+    step, base_logp, _ = captured_step(trainer, monkeypatch, direct)
+    exp = step.experience
+    torch.testing.assert_close(exp.teacher.logp * exp.mask, base_logp, atol=2e-5, rtol=0)
+    trainer.close()
+
+
+def test_an_episode_steps_teacher_scores_the_policys_tokens_only(make_cfg, monkeypatch):
+    """OPD from the policy shown the answer in a step of episodes: the teacher's log-probs (and
+    so the distillation term) are 0 on the tool turns' tokens, real on the policy's."""
+    from tests.trainer.test_episodes import TOOLS, script_first_turns
+
+    cfg = make_cfg(
+        *TOOLS,
+        "algorithm.distill.objective=opd",
+        "algorithm.distill.teacher=self",
+        "trainer.val_size=0",
+    )
+    trainer = Trainer(cfg)
+    script_first_turns(trainer)
+    step, _, metrics = captured_step(trainer, monkeypatch, lambda s: None)
+    exp = step.experience
+    tool_tokens = exp.real.bool() & ~exp.mask.bool()
+    assert tool_tokens.any()  # the scripted seek calls' results are in the responses
+    assert float(exp.teacher.logp[tool_tokens].abs().sum()) == 0.0
+    assert (exp.teacher.logp[exp.mask.bool()] < 0).all()
+    assert float(exp.advantages[tool_tokens].abs().sum()) == 0.0 and "distill/advantage_term" in metrics
+    trainer.close()
+
+
+def test_one_step_off_rollouts_distill_from_the_policy_of_their_update(make_cfg):
+    """``rollout.mode=one_step_off``: the rollouts were sampled a step before, the teacher (the
+    policy shown the answer) scores them when they are trained on; the run completes."""
+    cfg = make_cfg(
+        "rollout.mode=one_step_off",
+        "algorithm.distill.objective=rlsd",
+        "algorithm.distill.teacher=self",
+        "trainer.val_size=0",
+    )
+    trainer = Trainer(cfg)
+    trainer.train()
+    rows = [json.loads(line) for line in open(f"{cfg.trainer.output_dir}/metrics.jsonl")]
+    steps = [r for r in rows if "distill/reweighted_share" in r]
+    assert trainer.step == 2 and len(steps) == 2
+    assert all(0 <= r["distill/reweighted_share"] <= 1 and r["distill/kl_k3"] > 0 for r in steps)
+    trainer.close()
