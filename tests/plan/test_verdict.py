@@ -170,3 +170,26 @@ def test_a_plan_of_smaller_videos_plans_fewer_vision_tokens(arch_8b):
     assert work.video_tokens == 32 * (256 // 32) * (448 // 32)
     with pytest.raises(ConfigError, match=r"plan.video_size must be \[width, height\]"):
         load_config(RunConfig, RECIPE_8B, ["plan.video_size=[448]"])
+
+
+def test_a_distillation_teacher_is_planned_with_the_policy(arch_8b):
+    """A checkpoint teacher (here the released 8B, for the 2B recipe) is held frozen in bf16 and
+    sharded like the policy; offloaded it leaves the GPU; a reference self-teacher is a copy."""
+    cfg = load_config(RunConfig, RECIPE_8B)
+    teacher = ["algorithm.distill.objective=opd", "algorithm.distill.teacher=Qwen/Qwen3-VL-8B-Instruct"]
+    p = plan(load_config(RunConfig, RECIPE_8B, teacher), Hardware(gpus=8, memory_gib=80.0), arch_8b)
+    assert p.phase("generate").parts["teacher"] == pytest.approx(8_767_123_696 * 2 / 8)
+    assert "teacher" not in plan(cfg, Hardware(gpus=8, memory_gib=80.0), arch_8b).phase("generate").parts
+    offloaded = plan(
+        load_config(RunConfig, RECIPE_8B, [*teacher, "algorithm.distill.offload=true"]),
+        Hardware(gpus=8, memory_gib=80.0),
+        arch_8b,
+    )
+    assert offloaded.phase("generate").parts["teacher"] == 0
+    self_reference = [
+        "algorithm.distill.objective=rlsd",
+        "algorithm.distill.teacher=self",
+        "algorithm.distill.self_teacher=reference",
+    ]
+    p = plan(load_config(RunConfig, RECIPE_8B, self_reference), Hardware(gpus=8, memory_gib=80.0), arch_8b)
+    assert p.phase("generate").parts["reference"] == pytest.approx(8_767_123_696 * 2 / 8)

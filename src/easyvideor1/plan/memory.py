@@ -222,6 +222,7 @@ class Planner:
     memory_bytes: float
     reserved_bytes: float
     device: str = "cuda"
+    teacher: Architecture | None = None  # a distillation teacher checkpoint's (``algorithm.distill``)
 
     @property
     def precision(self) -> Precision:
@@ -236,15 +237,24 @@ class Planner:
         return ModelStates.of(self.cfg, self.arch)
 
     def resident(self) -> dict[str, float]:
-        """What the trainer holds between passes: its masters, AdamW's two moments, a reference."""
+        """What the trainer holds between passes: its masters, AdamW's two moments, a reference,
+        a distillation teacher."""
         p, s, states = self.precision, self.sharding, self.states
         on_gpu = 0 if s.offload else 1
         parts = {
             "weights": on_gpu * states.total * p.master / s.shards,
             "optimizer": on_gpu * 2 * states.trainable * 4 / s.shards,  # AdamW moments in float32
         }
-        if self.cfg.algorithm.kl.enabled and self.cfg.model.lora.rank == 0:  # a frozen copy
+        distill = self.cfg.algorithm.distill
+        reference = self.cfg.algorithm.kl.enabled or (
+            distill.teacher == "self" and distill.self_teacher == "reference"
+        )
+        if reference and self.cfg.model.lora.rank == 0:  # a frozen copy
             parts["reference"] = on_gpu * states.total * p.compute / s.shards
+        if self.teacher is not None:  # frozen, in the compute dtype, sharded like the policy (or offloaded)
+            parts["teacher"] = (
+                (0 if distill.offload else 1) * self.teacher.params.total * p.compute / s.shards
+            )
         if self.cfg.rollout.engine == "hf" and (s.fsdp or s.autocast):
             parts["rollout copy"] = states.total * p.compute  # the HF engine's full copy
         if self.reserved_bytes:

@@ -167,6 +167,8 @@ def _check(cfg, hw: Hardware) -> None:
 
 def planner_for(cfg, arch: Architecture, hw: Hardware) -> Planner:
     """The planner of the run ``cfg`` on ``hw`` (what every phase and the fixes are computed from)."""
+    distill = cfg.algorithm.distill
+    checkpoint_teacher = distill.enabled and distill.teacher != "self"
     return Planner(
         cfg=cfg,
         arch=arch,
@@ -175,6 +177,7 @@ def planner_for(cfg, arch: Architecture, hw: Hardware) -> Planner:
         memory_bytes=hw.memory_gib * GIB,
         reserved_bytes=0.0 if hw.device == "cpu" else hw.reserved_gib * GIB,
         device=hw.device,
+        teacher=architecture(distill.teacher) if checkpoint_teacher else None,
     )
 
 
