@@ -347,8 +347,8 @@ def geo_mean(
     Rollout correction: the token weights `w_t` enter as one weight per sequence, their geometric
     mean `exp(mean_t log w_t)`, consistent with the geometric token ratio (veRL 0.9.1's definition);
     multiplying each token's `L_i` by its own `w_t` would weigh the sequence by their arithmetic
-    mean instead (weights 2 and 0.5: 1 here, 1.25 that way). At sequence level every token carries
-    the same weight, so both agree.
+    mean instead (weights 2 and 0.5: 1 here, 1.25 that way). The two agree where a sequence's
+    weights are all equal (sequence level, every token sampled by the engine).
 
     Clip fractions: for A > 0 the tokens whose upper bound is active (`delta > clip_ratio_high`),
     for A < 0 those whose lower bound is (`delta < -clip_ratio_low`); a token clipped on the other
