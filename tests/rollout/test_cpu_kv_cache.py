@@ -25,8 +25,9 @@ def test_auto_takes_a_quarter_of_the_available_memory_per_rank_within_floor_and_
 ):
     size = kv_cache_size("auto", {}, available_gib * GIB, ranks)
     assert size.gib == expected and not size.from_env
+    ranks_text = "1 rank" if ranks == 1 else f"{ranks} ranks"
     assert size.line() == (
-        f"vLLM on CPU: KV cache {expected:g} GiB (auto: {available_gib:.1f} GiB available, {ranks} ranks)"
+        f"vLLM on CPU: KV cache {expected:g} GiB (auto: {available_gib:.1f} GiB available, {ranks_text})"
     )
 
 

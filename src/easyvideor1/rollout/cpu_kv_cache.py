@@ -86,8 +86,9 @@ def kv_cache_size(setting: object, env: Mapping[str, str], available_bytes: int,
     gib = parse_setting(setting)
     available = available_bytes / GIB
     if gib is None:
+        ranks = f"{engines} rank{'s' * (engines != 1)}"
         size = KVCacheSize(
-            auto_gib(available_bytes, engines), f"auto: {available:.1f} GiB available, {engines} ranks"
+            auto_gib(available_bytes, engines), f"auto: {available:.1f} GiB available, {ranks}"
         )
     else:
         size = KVCacheSize(gib, KEY)
