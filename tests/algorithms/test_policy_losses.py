@@ -140,3 +140,13 @@ def test_garbage_in_padding_never_reaches_loss_or_gradient(name: str) -> None:
     aggregate_loss(out.loss, mask, "token-mean").backward()
     assert torch.isfinite(logp.grad).all() and logp.grad[0, 1:].tolist() == [0.0, 0.0]
     assert all(torch.isfinite(v) for v in out.metrics.values())
+
+
+def test_geo_mean_counts_a_clipped_token_only_on_the_side_its_advantage_makes_active() -> None:
+    # log-ratios 0.5 (above clip_ratio_high 0.28) and -0.5 (below -clip_ratio_low -0.2) in both rows
+    delta = torch.tensor([[0.5, -0.5], [0.5, -0.5]])
+    adv = torch.tensor([[1.0, 1.0], [-1.0, -1.0]])
+    out = compute_policy_loss("geo_mean", delta, torch.zeros(2, 2), adv, torch.ones(2, 2))
+    # A > 0: only the upper bound binds (token 0); A < 0: only the lower one (token 3)
+    assert out.metrics["pg_clipfrac_higher"].item() == pytest.approx(0.25)
+    assert out.metrics["pg_clipfrac_lower"].item() == pytest.approx(0.25)

@@ -73,3 +73,29 @@ def test_mis_drops_tokens_and_sequences_outside_the_band():
 def test_bad_settings_are_refused_naming_the_key(kwargs, message):
     with pytest.raises(ValueError, match=message.replace("(", r"\(").replace(")", r"\)")):
         AlgorithmConfig(**kwargs)
+
+
+@pytest.mark.parametrize(
+    "loss,expected",
+    [
+        # GMPO (veRL 0.9.1): one weight per sequence, the geometric mean of its tokens' (2 and 0.5): 1
+        ("geo_mean", -math.exp(0.1)),
+        # a token-level loss: each token's loss times its own weight, averaged: (2 + 0.5) / 2 = 1.25
+        ("ppo", -math.exp(0.1) * 1.25),
+    ],
+)
+def test_token_weights_enter_each_loss_as_it_defines_them(loss, expected):
+    from easyvideor1.algorithms import aggregate_loss, compute_policy_loss
+
+    old = torch.tensor([[-1.0, -1.0]], dtype=torch.float64)
+    rollout = old - torch.tensor([[math.log(2.0), math.log(0.5)]], dtype=torch.float64)  # rho 2, 0.5
+    mask = torch.ones(1, 2)
+    weights = rollout_correction(old, rollout, mask, "tis", "token", cap=2.0).weights
+    assert weights[0].tolist() == pytest.approx([2.0, 0.5])
+    logp = (old + 0.1).requires_grad_()  # ratio e^0.1 on both tokens, inside the clip range
+    adv = torch.ones(1, 2, dtype=torch.float64)
+    out = compute_policy_loss(loss, logp, old, adv, mask, rollout_is_weights=weights)
+    total = aggregate_loss(out.loss, mask, "seq-mean-token-mean")
+    assert float(total.detach()) == pytest.approx(expected, rel=1e-7)
+    total.backward()  # the weights scale the gradient, they carry none
+    assert float(logp.grad.sum()) == pytest.approx(expected, rel=1e-7)

@@ -223,3 +223,17 @@ def test_aliases_and_factors():
         "qwen3_5_moe": 32,
         "internvl": 28,
     }
+
+
+@pytest.mark.parametrize("family", FAMILIES)
+def test_every_tiny_model_has_heads_that_every_feature_can_split(family):
+    """Sequence parallelism over 2 ranks splits the language model's heads (and a gated-DeltaNet
+    layer's key and value heads); grouped-query attention needs fewer KV heads than query heads."""
+    from easyvideor1.models.sequence_parallel import check_heads
+    from easyvideor1.models.tiny import tiny_config
+
+    ids = {token: i for i, token in enumerate(get_family(family).tokens.special_tokens)}
+    text = tiny_config(family, 600, ids).text_config
+    check_heads(text, 2, deltanet="linear_attention" in (getattr(text, "layer_types", None) or ()))
+    assert text.num_key_value_heads < text.num_attention_heads
+    assert text.num_attention_heads % text.num_key_value_heads == 0

@@ -154,8 +154,8 @@ def test_shared_experts_by_either_naming():
 def test_deltanet_layers_hold_a_fixed_state():
     text = Architecture.from_config(tiny("qwen3_5")[0], "q").text
     assert (text.linear_layers, text.attention_layers) == (1, 1)
-    # conv over q, k and v (128 + 128 + 128 channels) keeps kernel - 1 = 3 inputs; one 128 x 128 head
-    assert text.linear_state_elements == 384 * 3 + 128 * 128
+    # conv over q, k and v (2 heads of 128 each) keeps kernel - 1 = 3 inputs; two 128 x 128 heads
+    assert text.linear_state_elements == 768 * 3 + 2 * 128 * 128
 
 
 @pytest.mark.parametrize("family", ["qwen3_vl", "internvl", "qwen3_5_moe"])

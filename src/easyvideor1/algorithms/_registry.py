@@ -46,6 +46,7 @@ __all__ = [
     "POLICY_LOSSES",
     "PluginFileError",
     "RAW_REWARD_KEYS",
+    "ROLLOUT_IS_WEIGHTS",
     "Registry",
     "UnknownAlgorithmError",
     "advantage_inputs",
@@ -121,6 +122,12 @@ def register_advantage(
     return ADVANTAGE_ESTIMATORS.register(name, aliases=aliases, override=override, **metadata)
 
 
+# The parameter by which a policy loss takes the rollout-correction weights and applies them itself
+# (`policy_losses.compute_policy_loss`); it is never a user option.
+ROLLOUT_IS_WEIGHTS = "rollout_is_weights"
+_LOSS_INPUTS = frozenset({ROLLOUT_IS_WEIGHTS})
+
+
 def register_policy_loss(
     name: str, *, aliases: Sequence[str] = (), override: bool = False, options: type | None = None
 ) -> Callable[[Callable[..., Any]], Callable[..., Any]]:
@@ -130,10 +137,12 @@ def register_policy_loss(
     loss takes, with defaults; its `__post_init__` checks them), set by the user under
     `algorithm.loss_options`. Without one, the loss's keyword-only parameters with defaults are
     its options (`def my_loss(..., *, my_beta: float = 1.0)` makes `algorithm.loss_options.my_beta`).
+    A loss with a `rollout_is_weights` parameter receives the rollout-correction weights `[B, T]`
+    (or None) and applies them itself; any other loss's per-token loss is multiplied by them.
     """
 
     def register(fn: Callable[..., Any]) -> Callable[..., Any]:
-        declared = options if options is not None else _options_of(name, fn)
+        declared = options if options is not None else _options_of(name, fn, skip=_LOSS_INPUTS)
         return POLICY_LOSSES.register(name, aliases=aliases, override=override, options=declared)(fn)
 
     return register
@@ -158,7 +167,7 @@ def policy_loss_options(name: str) -> type:
     """The options dataclass policy loss `name` declared (one registered without the decorator:
     its keyword-only defaults); raises `UnknownAlgorithmError`."""
     options = POLICY_LOSSES.metadata(name).get("options")
-    return options if options is not None else _options_of(name, POLICY_LOSSES.get(name))
+    return options if options is not None else _options_of(name, POLICY_LOSSES.get(name), skip=_LOSS_INPUTS)
 
 
 def register_distill_objective(

@@ -13,7 +13,13 @@ stale or -inf old log-prob cannot overflow to inf/NaN.
 Metrics (0-d tensors, means over the valid tokens of this call; not globally weighted):
 `ppo_kl` = mean(-delta), `pg_clipfrac_higher` = share of tokens whose upper clip bound is active
 (A > 0, ratio > 1 + eps_high), `pg_clipfrac_lower` (A < 0, ratio < 1 - eps_low),
-`pg_clipfrac_dual` (A < 0, dual clip active).
+`pg_clipfrac_dual` (A < 0, dual clip active). A loss that clips elsewhere (GMPO: the log-ratio)
+counts by its own bound, on the same side per advantage sign.
+
+Rollout correction (`algorithm.rollout_correction`) weights each token's loss by
+`pi_old / pi_rollout` (`rollout_correction.py`): `compute_policy_loss(..., rollout_is_weights=W)`
+multiplies the per-token loss by `W`, unless the loss declares a `rollout_is_weights` parameter
+and applies the weights itself (GMPO: as one geometric-mean weight per sequence, as veRL does).
 
 The built-ins are registered by name in `_registry.py` (config checks need no torch), each with the
 dataclass of its options (`loss_options.py`, set as `algorithm.loss_options.<option>`); register your
@@ -23,13 +29,19 @@ own with `@register_policy_loss("name")` (its keyword-only defaults are its opti
 
 from __future__ import annotations
 
+import inspect
 import math
 from collections.abc import Callable
 from typing import Any, NamedTuple
 
 import torch
 
-from ._registry import POLICY_LOSSES, call_with_supported, register_policy_loss  # noqa: F401  (re-exported)
+from ._registry import (  # noqa: F401  (register_policy_loss re-exported)
+    POLICY_LOSSES,
+    ROLLOUT_IS_WEIGHTS,
+    call_with_supported,
+    register_policy_loss,
+)
 from .loss_options import DPPO_DIVERGENCES
 from .masked import as_bool_mask, masked_mean, masked_sum, sequence_lengths
 
@@ -64,11 +76,22 @@ def compute_policy_loss(
     old_log_prob: torch.Tensor,
     advantages: torch.Tensor,
     response_mask: torch.Tensor,
+    *,
+    rollout_is_weights: torch.Tensor | None = None,
     **options: Any,
 ) -> PolicyLossOutput:
-    """Run policy loss `name`; options it does not declare are ignored."""
+    """Run policy loss `name`; options it does not declare are ignored. `rollout_is_weights`
+    (`[B, T]`, rollout correction) go to a loss that declares that parameter; any other loss's
+    per-token loss is multiplied by them."""
     fn = get_policy_loss(name)
-    return call_with_supported(fn, log_prob, old_log_prob, advantages, response_mask, options=options)
+    args = (log_prob, old_log_prob, advantages, response_mask)
+    if rollout_is_weights is None:
+        return call_with_supported(fn, *args, options=options)
+    weights = rollout_is_weights.to(device=log_prob.device, dtype=log_prob.dtype)
+    if ROLLOUT_IS_WEIGHTS in inspect.signature(fn).parameters:
+        return call_with_supported(fn, *args, options={**options, ROLLOUT_IS_WEIGHTS: weights})
+    out = call_with_supported(fn, *args, options=options)
+    return PolicyLossOutput(out.loss * weights, out.metrics)
 
 
 # ----------------------------------------------------------------------------------------- helpers
@@ -311,6 +334,7 @@ def geo_mean(
     *,
     clip_ratio_low: float = 0.2,
     clip_ratio_high: float = 0.28,
+    rollout_is_weights: torch.Tensor | None = None,
 ) -> PolicyLossOutput:
     """GMPO, geometric-mean policy optimization (Zhao et al., 2025, arXiv:2507.20673): one ratio per
     sequence, the geometric mean of its token ratios after each token's log-ratio is clipped to
@@ -318,7 +342,17 @@ def geo_mean(
     pessimistic), times the sequence's mean advantage: `L_i = -A_i exp(mean_t clip(delta_t))`.
     The geometric mean is far less moved by one outlier token than PPO's arithmetic token mean.
     Each valid token carries its sequence's `L_i`, so `loss_agg_mode=seq-mean-token-mean` (which
-    the config insists on) gives the paper's (and veRL's) mean over sequences."""
+    the config insists on) gives the paper's (and veRL's) mean over sequences.
+
+    Rollout correction: the token weights `w_t` enter as one weight per sequence, their geometric
+    mean `exp(mean_t log w_t)`, consistent with the geometric token ratio (veRL 0.9.1's definition);
+    multiplying each token's `L_i` by its own `w_t` would weigh the sequence by their arithmetic
+    mean instead (weights 2 and 0.5: 1 here, 1.25 that way). The two agree where a sequence's
+    weights are all equal (sequence level, every token sampled by the engine).
+
+    Clip fractions: for A > 0 the tokens whose upper bound is active (`delta > clip_ratio_high`),
+    for A < 0 those whose lower bound is (`delta < -clip_ratio_low`); a token clipped on the other
+    side leaves the loss unchanged (the pessimistic minimum keeps its own value) and is not counted."""
     mask, advantages, delta = _prepared(log_prob, old_log_prob, advantages, response_mask)
     _check_clip(clip_ratio_low, clip_ratio_high)
     sign = torch.sign(advantages)
@@ -329,12 +363,15 @@ def geo_mean(
     log_ratio = torch.where(mask, pessimistic, zero).sum(-1) / (lengths + 1e-8)
     seq_adv = torch.where(mask, advantages, zero).sum(-1) / (lengths + 1e-8)
     per_sequence = -seq_adv * torch.exp(log_ratio.clamp(-LOG_RATIO_CLAMP, LOG_RATIO_CLAMP))
+    if rollout_is_weights is not None:
+        # a token mis dropped (weight 0) is outside the mask: its log never enters the mean
+        log_weights = torch.where(mask, rollout_is_weights.detach().clamp(min=1e-10).log(), zero)
+        per_sequence = per_sequence * torch.exp(log_weights.sum(-1) / (lengths + 1e-8))
     loss = torch.where(mask, per_sequence.unsqueeze(-1).expand_as(delta), zero)
     with torch.no_grad():
-        clipped = delta != clamped
         clip = {
-            "pg_clipfrac_higher": masked_mean((clipped & (advantages > 0)).float(), mask),
-            "pg_clipfrac_lower": masked_mean((clipped & (advantages < 0)).float(), mask),
+            "pg_clipfrac_higher": masked_mean(((advantages > 0) & (delta > clip_ratio_high)).float(), mask),
+            "pg_clipfrac_lower": masked_mean(((advantages < 0) & (delta < -clip_ratio_low)).float(), mask),
         }
     return PolicyLossOutput(loss, _metrics(delta, mask, clip))
 

@@ -156,6 +156,10 @@ def add_vllm_engine_flags(group) -> None:
         "--gpu-memory-utilization", type=float, help="rollout.vllm.gpu_memory_utilization (default 0.9 alone)"
     )
     group.add_argument(
+        "--cpu-kv-cache-gib",
+        help="rollout.vllm.cpu_kv_cache_gib: vLLM's KV cache on CPUs, in GiB or auto (the default)",
+    )
+    group.add_argument(
         "--tensor-parallel-size", type=number_above_zero(int), help="rollout.vllm.tensor_parallel_size"
     )
     group.add_argument("--enforce-eager", action="store_true", help="rollout.vllm.enforce_eager")
@@ -169,6 +173,7 @@ def add_vllm_engine_flags(group) -> None:
 _VLLM_FLAGS = (
     "max_model_len",
     "gpu_memory_utilization",
+    "cpu_kv_cache_gib",
     "tensor_parallel_size",
     "enforce_eager",
     "data_parallel_size",

@@ -217,11 +217,18 @@ def check(model, size: int) -> None:
             "M-RoPE positions and grid-split vision towers; use distributed.sequence_parallel_size=1"
         )
     language_model = layers.language_model(model)
-    text = language_model.config
-    heads = {"attention heads": text.num_attention_heads}
-    if any(layers.is_deltanet(m) for m in language_model.modules()):
-        heads["linear-attention key heads"] = text.linear_num_key_heads
-        heads["linear-attention value heads"] = text.linear_num_value_heads
+    deltanet = any(layers.is_deltanet(m) for m in language_model.modules())
+    check_heads(language_model.config, size, deltanet)
+
+
+def check_heads(text_config, size: int, deltanet: bool) -> None:
+    """Refuse, naming the key, a language model (its ``text_config``) whose heads cannot be split
+    ``size`` ways: its attention heads and, with gated-DeltaNet layers, their key and value heads."""
+    key = f"distributed.sequence_parallel_size={size}"
+    heads = {"attention heads": text_config.num_attention_heads}
+    if deltanet:
+        heads["linear-attention key heads"] = text_config.linear_num_key_heads
+        heads["linear-attention value heads"] = text_config.linear_num_value_heads
     for what, n in heads.items():
         if n % size:
             raise ConfigError(f"{key} must divide the model's {what} ({n})")

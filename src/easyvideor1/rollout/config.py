@@ -6,6 +6,7 @@ from dataclasses import dataclass, field
 from typing import ClassVar
 
 from ..validation import at_least, in_range, non_negative, one_of, require, whole_number
+from .cpu_kv_cache import AUTO, parse_setting
 from .engines import ENGINES
 from .sampling import TRAIN_MAX_NEW_TOKENS, SamplingConfig
 
@@ -18,7 +19,12 @@ class VLLMConfig:
     Parameters:
         gpu_memory_utilization: Share of the GPU vLLM may take (weights + KV cache). Unset: 0.5 when
             the engine shares the GPU with the trainer, 0.9 when it is alone (``eval``, ``filter``).
-            On CPUs the KV cache size comes from ``VLLM_CPU_KVCACHE_SPACE`` (GiB).
+            Not used on CPUs: ``cpu_kv_cache_gib`` sizes the cache there.
+        cpu_kv_cache_gib: On CPUs, each engine's KV cache in GiB, or ``auto``: a quarter of the
+            memory available at start-up, shared by the engines on this machine (ranks x copies),
+            within [0.5, 16] GiB. A size the engines cannot fit in the available memory is refused
+            at start-up; ``VLLM_CPU_KVCACHE_SPACE`` set in the environment wins. Each engine prints
+            its choice ("vLLM on CPU: KV cache N GiB (...)"). Ignored on GPUs.
         tensor_parallel_size: GPUs per engine.
         data_parallel_size: ``eval`` / ``filter``: engine copies behind one front end (GPUs = dp x tp).
         enforce_eager: Skip CUDA-graph capture (faster start-up, slower decoding).
@@ -38,6 +44,7 @@ class VLLMConfig:
     """
 
     gpu_memory_utilization: float | None = None
+    cpu_kv_cache_gib: str = AUTO
     tensor_parallel_size: int = 1
     data_parallel_size: int = 1
     enforce_eager: bool = False
@@ -52,6 +59,7 @@ class VLLMConfig:
         one_of("rollout.vllm.dtype", self.dtype, ENGINE_DTYPES)
         if self.gpu_memory_utilization is not None:
             in_range("rollout.vllm.gpu_memory_utilization", self.gpu_memory_utilization, 0, 1, low_open=True)
+        parse_setting(self.cpu_kv_cache_gib)
         at_least("rollout.vllm.tensor_parallel_size", self.tensor_parallel_size, 1)
         at_least("rollout.vllm.data_parallel_size", self.data_parallel_size, 1)
         non_negative("rollout.vllm.max_model_len", self.max_model_len)

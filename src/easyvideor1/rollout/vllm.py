@@ -94,7 +94,9 @@ class VLLMRolloutEngine(RequestQueue, VLLMResponses):
             same calls in the same order give the same samples.
         max_model_len: Prompt + response token limit (default: the model's).
         gpu_memory_utilization: Share of GPU memory vLLM may take (weights + KV cache); leave the
-            trainer room when colocated. Ignored on CPU (``VLLM_CPU_KVCACHE_SPACE`` in GiB there).
+            trainer room when colocated. Ignored on CPU (``cpu_kv_cache_gib`` there).
+        cpu_kv_cache_gib: On CPUs, the KV cache's size in GiB or ``"auto"`` (sized from the
+            available memory and the ranks on this machine; ``rollout/cpu_kv_cache.py``).
         tensor_parallel_size: GPUs per engine (> 1 needs ``in_process=False``).
         enforce_eager: Skip CUDA-graph capture / compilation (faster start, slower decoding).
         in_process: Run engine core and worker in this process (sets ``VLLM_ENABLE_V1_MULTIPROCESSING=0``
@@ -125,6 +127,7 @@ class VLLMRolloutEngine(RequestQueue, VLLMResponses):
         seed: int = 0,
         max_model_len: int | None = None,
         gpu_memory_utilization: float = 0.5,
+        cpu_kv_cache_gib: float | str = "auto",
         tensor_parallel_size: int = 1,
         enforce_eager: bool = False,
         in_process: bool = True,
@@ -162,6 +165,7 @@ class VLLMRolloutEngine(RequestQueue, VLLMResponses):
             seed=seed,
             max_model_len=max_model_len,
             gpu_memory_utilization=gpu_memory_utilization,
+            cpu_kv_cache_gib=cpu_kv_cache_gib,
             tensor_parallel_size=tensor_parallel_size,
             enforce_eager=enforce_eager,
             enable_prefix_caching=enable_prefix_caching,
@@ -210,6 +214,7 @@ class VLLMRolloutEngine(RequestQueue, VLLMResponses):
             seed=seed,
             max_model_len=cfg.max_model_len or None,
             gpu_memory_utilization=cfg.memory_share(colocated),
+            cpu_kv_cache_gib=cfg.cpu_kv_cache_gib,
             tensor_parallel_size=cfg.tensor_parallel_size,
             enforce_eager=cfg.enforce_eager,
             in_process=cfg.in_process,

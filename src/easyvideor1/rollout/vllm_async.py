@@ -32,7 +32,8 @@ class AsyncVLLMEngine(VLLMResponses):
     Parameters:
         model_path: Hugging Face model directory.
         processor: Its transformers processor (EOS ids, banned vision tokens, decoding).
-        cfg: The ``rollout.vllm`` section (memory share, parallelism, eager mode, length limit).
+        cfg: The ``rollout.vllm`` section (memory share, parallelism, eager mode, length limit,
+            the KV-cache size on CPUs).
         dtype: Weights and activations dtype (``float32``, ``bfloat16``, ``auto``).
         seed: Seed of the per-request sampling seeds (greedy decoding ignores it).
         engine_kwargs: Any other vLLM engine argument.
@@ -67,10 +68,10 @@ class AsyncVLLMEngine(VLLMResponses):
             max_model_len=cfg.max_model_len or None,
             gpu_memory_utilization=cfg.memory_share(colocated=False),
             tensor_parallel_size=cfg.tensor_parallel_size,
+            data_parallel_size=cfg.data_parallel_size,
             enforce_eager=cfg.enforce_eager,
+            cpu_kv_cache_gib=cfg.cpu_kv_cache_gib,
         )
-        if cfg.data_parallel_size > 1:
-            kwargs["data_parallel_size"] = cfg.data_parallel_size
         kwargs.update(engine_kwargs or {})
         self._ids = itertools.count()
         self._loop = asyncio.new_event_loop()

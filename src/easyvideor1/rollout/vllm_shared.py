@@ -25,6 +25,7 @@ import torch
 
 from ..errors import ConfigError, UserError
 from .base import Responses, SamplingConfig, banned_token_ids
+from .cpu_kv_cache import AUTO, engine_kv_cache_args
 
 log = logging.getLogger(__name__)
 
@@ -150,8 +151,12 @@ class VLLMResponses:
 _DTYPE_ALIASES = {"fp32": "float32", "bf16": "bfloat16", "fp16": "float16"}
 
 
-def engine_args(model_path: str, processor, *, dtype: str = "auto", **kwargs: Any) -> dict[str, Any]:
-    """vLLM engine arguments with this project's corrections for the platform and processor."""
+def engine_args(
+    model_path: str, processor, *, dtype: str = "auto", cpu_kv_cache_gib: object = AUTO, **kwargs: Any
+) -> dict[str, Any]:
+    """vLLM engine arguments with this project's corrections for the platform and processor. On
+    CPUs the KV cache gets an explicit size (``cpu_kv_cache_gib``: ``rollout.vllm.cpu_kv_cache_gib``,
+    see ``rollout/cpu_kv_cache.py``), printed as one line."""
     from vllm.platforms import current_platform
 
     from ..models.families import family_of_checkpoint
@@ -182,6 +187,8 @@ def engine_args(model_path: str, processor, *, dtype: str = "auto", **kwargs: An
         if family.engine.hybrid_attention:
             # prefix caching of linear-attention state ("align" mode) requires chunked prefill
             out["enable_prefix_caching"] = False
+        parallel = (kwargs.get("tensor_parallel_size") or 1, kwargs.get("data_parallel_size") or 1)
+        out.update(engine_kv_cache_args(cpu_kv_cache_gib, *parallel))
     return out
 
 

