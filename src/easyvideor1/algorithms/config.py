@@ -207,6 +207,8 @@ class AlgorithmConfig:
             tokens (`algorithms/rollout_correction.py`): `tis` truncates them at the cap, `mis`
             drops tokens (or sequences) whose ratio leaves `[lower, cap]`; `none` trains as sampled.
             Corrects the engine's numerics (vLLM kernels, bf16) and, asynchronously, stale weights.
+            Per-token losses are multiplied by the weights; `geo_mean` (GMPO), whose ratio is one per
+            sequence, takes the geometric mean of its tokens' weights instead (as veRL does).
         rollout_correction_level (`str`, *optional*, defaults to `"token"`):
             `token` (each token's ratio) or `sequence` (the product over the sequence).
         rollout_correction_cap (`float`, *optional*, defaults to `2.0`):
