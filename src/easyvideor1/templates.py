@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import dataclasses
 import functools
+import os
 import re
 import threading
 import time
@@ -287,6 +288,18 @@ class UserTemplate:
         finally:
             _active.budget = None
         return "".join(pieces)
+
+
+def read_template_file(path: str) -> str:
+    """The text of the template file ``path``; a missing or unreadable file is a one-line
+    :class:`~.errors.UserError` naming it (the caller says which setting named it)."""
+    if not os.path.isfile(path):
+        raise UserError(f"template not found: {path}")
+    try:
+        with open(path, encoding="utf-8") as f:
+            return f.read()
+    except (OSError, UnicodeDecodeError) as e:
+        raise UserError(f"template {path}: cannot be read as UTF-8 text ({e})") from None
 
 
 def compile_template(source: str, origin: str) -> UserTemplate:

@@ -9,7 +9,8 @@ images as the student's (the same frames; with a frozen tower the same cached fe
 
 ``algorithm.distill.context`` names the source: ``answer`` (the built-in template below) or a
 ``.jinja`` file rendered in the sandboxed environment every user template renders in, with the
-record's fields (``answer`` included: that is the point) and ``question``. The student's prompt is
+record's fields (``answer`` included: that is the point) and ``question`` (its text, without the
+media placeholders). The student's prompt is
 rendered by ``data/prompt.py``, which withholds the answer; this module is the only place that
 shows it to a model.
 """
@@ -18,10 +19,10 @@ from __future__ import annotations
 
 import dataclasses
 import functools
-import os
+import re
 
-from ..errors import ConfigError
-from ..templates import TemplateError, compile_template
+from ..errors import ConfigError, UserError
+from ..templates import TemplateError, compile_template, read_template_file
 from .dataset import MediaSample
 from .prompt import PromptError, question_text
 
@@ -34,6 +35,8 @@ ANSWER_CONTEXT = (
 )
 
 CONTEXT_SOURCES = ("answer",)  # the built-in sources; anything else must be a .jinja file
+# the question's media placeholders, left out of a context's ``question`` (the media stay in the prompt)
+_MEDIA = re.compile(r"<(video|image)>")
 
 
 @dataclasses.dataclass(frozen=True)
@@ -49,7 +52,7 @@ class PrivilegedContext:
         fields = record.to_dict()
         try:
             return compile_template(self.text, self.origin).render(
-                {**fields, "question": question_text(record), "record": fields}
+                {**fields, "question": _MEDIA.sub("", question_text(record)).strip(), "record": fields}
             )
         except TemplateError as e:
             raise PromptError(
@@ -75,15 +78,10 @@ def privileged_context(source: str) -> PrivilegedContext:
     if source == "answer":
         text = ANSWER_CONTEXT
     elif str(source).endswith(".jinja"):
-        if not os.path.isfile(source):
-            raise ConfigError(f"algorithm.distill.context: template not found: {source}")
         try:
-            with open(source, encoding="utf-8") as f:
-                text = f.read()
-        except (OSError, UnicodeDecodeError) as e:
-            raise ConfigError(
-                f"algorithm.distill.context {source}: cannot be read as UTF-8 text ({e})"
-            ) from None
+            text = read_template_file(source)
+        except UserError as e:
+            raise ConfigError(f"algorithm.distill.context: {e}") from None
     else:
         raise ConfigError(
             f"algorithm.distill.context={source!r}: use {', '.join(CONTEXT_SOURCES)}, none or a .jinja file"

@@ -25,13 +25,12 @@ from __future__ import annotations
 
 import dataclasses
 import functools
-import os
 import re
 from typing import Any
 
 from ..errors import ConfigError, UserError
 from ..rewards.instructions import answer_instruction
-from ..templates import TemplateError, UserTemplate, compile_template
+from ..templates import TemplateError, UserTemplate, compile_template, read_template_file
 from .records import Record, RecordError
 
 STYLES = ("direct", "thinking")
@@ -147,13 +146,10 @@ def prompt_template(name: str) -> PromptTemplate:
         raise PromptError(
             f"unknown prompt template {name!r}: use {', '.join(TEMPLATE_NAMES)} or a .jinja file"
         )
-    if not os.path.isfile(name):
-        raise PromptError(f"prompt template not found: {name}")
     try:
-        with open(name, encoding="utf-8") as f:
-            source = f.read()
-    except (OSError, UnicodeDecodeError) as e:
-        raise PromptError(f"prompt template {name}: cannot be read as UTF-8 text ({e})") from None
+        source = read_template_file(name)
+    except UserError as e:
+        raise PromptError(f"prompt {e}") from None
     return PromptTemplate(source, f"prompt template {name}", None, sets_thinking=False)
 
 
