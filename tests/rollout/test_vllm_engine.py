@@ -163,7 +163,7 @@ def test_a_policy_pushed_towards_vision_tokens_never_samples_one(report):
     assert pushed["least_banned_mass"] > 0.99  # without the ban, nearly every token would be one
 
 
-# what a step may leave in a cache: the counts exactly, resident memory within this (MiB)
+# resident memory the steps after the first may add (MiB); the caches' own counts must not move
 RESIDENT_GROWTH_MIB = 16
 
 
