@@ -1,6 +1,9 @@
-"""HF rollouts: batched over prompts, EOS handling, banned tokens, log-prob alignment."""
+"""HF rollouts: batched over prompts, EOS handling, banned tokens (even when the policy is pushed
+towards them), log-prob alignment."""
 
 from __future__ import annotations
+
+import copy
 
 import pytest
 import torch
@@ -10,12 +13,15 @@ from easyvideor1.data.config import DataConfig
 from easyvideor1.data.dataset import RecordDataset, encode_prompts
 from easyvideor1.data.records import load_records
 from easyvideor1.data.synthetic import write_synthetic_set
+from easyvideor1.models.families import family_names, get_family
 from easyvideor1.models.inputs import expand
 from easyvideor1.models.logprobs import response_logprobs
-from easyvideor1.models.tiny import make_tiny_model
+from easyvideor1.models.tiny import build_tokenizer, make_tiny_model
 from easyvideor1.models.vision import DummyVisionPass
-from easyvideor1.rollout.base import SamplingConfig, cut_at_eos
+from easyvideor1.rollout.base import SamplingConfig, banned_token_ids, cut_at_eos
 from easyvideor1.rollout.hf import HFRolloutEngine
+
+from .vllm_worker import banned_mass, push_towards_tokens
 
 
 @pytest.fixture(scope="module")
@@ -70,6 +76,34 @@ def test_batched_rollout_never_samples_vision_tokens_and_logprobs_align(setup):
     m = greedy.mask.bool()
     assert torch.equal(step_logits.argmax(-1)[m], greedy.ids[m])
     assert torch.isfinite(logp[m]).all() and (logp[m] <= 0).all() and (entropy[m] >= 0).all()
+
+
+def test_every_family_bans_its_vision_placeholders():
+    """The ban comes from the family adapters: each family's placeholders, as its tokenizer has them."""
+    for name in family_names():
+        tok = build_tokenizer(model_family=name)
+        placeholders = tok.convert_tokens_to_ids(list(get_family(name).tokens.placeholder_tokens))
+        assert set(placeholders) <= set(banned_token_ids(tok)), name
+
+
+def test_a_policy_pushed_towards_vision_tokens_never_samples_one(setup):
+    """Weights that make a vision placeholder all but certain at every step (veRL #7038: a sampled
+    ``<|video_pad|>`` crashed a run's vision merge): sampled and greedy, none is drawn."""
+    model, processor, ds = setup
+    pushed = copy.deepcopy(model)
+    engine = HFRolloutEngine(pushed, processor)
+    assert {"<|video_pad|>", "<|image_pad|>", "<|vision_start|>"} <= set(
+        processor.tokenizer.convert_ids_to_tokens(engine.banned)
+    )
+    push_towards_tokens(pushed, engine.banned)
+    batch = encode_prompts(processor, [ds[0], ds[1], ds[2]], ds.cfg, ds.loader)
+    torch.manual_seed(0)
+    for temperature, repeats in ((1.0, [3, 3, 3]), (0.0, [1, 1, 1])):
+        out = engine.generate(batch, repeats, SamplingConfig(temperature=temperature, max_new_tokens=12))
+        m = out.mask.bool()
+        assert m.any() and not torch.isin(out.ids[m], torch.tensor(engine.banned)).any()
+        # without the ban, nearly every token would have been a placeholder
+        assert float(banned_mass(pushed, batch, repeats, out, engine.banned).min()) > 0.99
 
 
 @pytest.mark.parametrize("temperature", [1.0, 0.7])

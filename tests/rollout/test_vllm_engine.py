@@ -155,6 +155,44 @@ def test_vision_tokens_never_sampled_and_eos_cut_like_hf(report):
     assert eos["rows_ok"] and eos["with_eos"] > 0 and eos["truncated"] > 0
 
 
+def test_a_policy_pushed_towards_vision_tokens_never_samples_one(report):
+    """Pushed weights that make a vision placeholder all but certain at every step (veRL #7038: a
+    sampled ``<|video_pad|>`` crashed a run): sampled and greedy, the engine draws none."""
+    pushed = report["pushed_to_vision"]
+    assert pushed["tokens"] > 0 and pushed["banned_sampled"] == 0
+    assert pushed["least_banned_mass"] > 0.99  # without the ban, nearly every token would be one
+
+
+# resident memory the steps after the first may add (MiB); the caches' own counts must not move
+RESIDENT_GROWTH_MIB = 16
+
+
+def test_multimodal_caches_do_not_grow_across_training_steps(report):
+    """EasyR1 #11002 (the encoder cache grew each step until the actor ran out of memory): over
+    ``CACHE_ROUNDS`` steps of new videos and a push, every push empties the encoder and processor
+    caches, every later step's generation holds the same entries (its own media; the first also
+    holds what the engine generated before it), and resident memory stays flat."""
+    rounds = report["cache_rounds"]
+    counts = ("encoder_entries", "encoder_mib", "scheduler_entries", "processor_keys", "processor_entries")
+    step = {k: rounds[1]["generated"][k] for k in counts}
+    assert step["encoder_entries"] > 0 and step["processor_entries"] > 0  # the caches were in use
+    for r in rounds[1:]:
+        assert {k: r["generated"][k] for k in counts} == step
+    emptied = (*counts, "processor_mib")
+    assert all(r["pushed"][k] == 0 for r in rounds for k in emptied), [r["pushed"] for r in rounds]
+    resident = [r["pushed"]["resident_mib"] for r in rounds]
+    assert max(resident) - resident[0] < RESIDENT_GROWTH_MIB, resident
+    print(f"{len(rounds)} steps; resident MiB", resident, "; seconds", report["guard_seconds"])
+
+
+def test_a_vision_tower_push_reaches_videos_already_encoded(report):
+    """veRL #6932: after a push that changes only the vision tower, videos the engine had encoded
+    (and preprocessed) with the old tower give what the new weights give."""
+    tower = report["tower_push"]
+    assert tower["stale"] > 100 * LOGPROB_TOL, "the tower's change must show before the push"
+    assert tower["after"] < LOGPROB_TOL
+
+
 def test_episodes_with_video_tools_equal_the_hf_engine_token_for_token(report):
     """The trainer's episode path on both engines: a scripted seek + zoom turn, the tool turn with a
     clip and an image, then greedy continuations: identical ids, masks, calls and media."""

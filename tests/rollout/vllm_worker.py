@@ -35,9 +35,9 @@ def main(model_dir: str, data_file: str, out_path: str, multiprocess: bool) -> N
     from easyvideor1.data.config import DataConfig
     from easyvideor1.data.dataset import RecordDataset, encode_prompts
     from easyvideor1.data.records import load_records
-    from easyvideor1.models.inputs import append_responses, expand
+    from easyvideor1.models.inputs import expand
     from easyvideor1.models.logprobs import response_logprobs
-    from easyvideor1.models.vision import DummyVisionPass
+    from easyvideor1.models.vision import DummyVisionPass, vision_tower
     from easyvideor1.rollout.base import SamplingConfig
     from easyvideor1.rollout.hf import HFRolloutEngine
     from easyvideor1.rollout.vllm import VLLMRolloutEngine, vllm_prompt
@@ -158,12 +158,9 @@ def main(model_dir: str, data_file: str, out_path: str, multiprocess: bool) -> N
     big = engine.generate(batch, big_repeats, SamplingConfig(temperature=1.0, max_new_tokens=32))
     m = big.mask.bool()
     report["banned_sampled"] = int(torch.isin(big.ids[m], torch.tensor(engine.banned)).sum())
-    with torch.no_grad():
-        full = append_responses(expand(batch, big_repeats), big.ids, big.mask)
-        logits = model(**full).logits
-    P = batch.inputs["input_ids"].shape[1]
-    probs = logits[:, P - 1 : P - 1 + big.ids.shape[1]].float().softmax(-1)[..., engine.banned].sum(-1)
-    report["banned_expected_unbanned"] = float(probs[m].sum())
+    report["banned_expected_unbanned"] = float(
+        banned_mass(model, batch, big_repeats, big, engine.banned).sum()
+    )
     report["eos"] = _eos_report(big, engine, 32)
 
     # (f) multi-turn episodes with video tools: vLLM vs HF, token for token, and log-probs
@@ -187,6 +184,28 @@ def main(model_dir: str, data_file: str, out_path: str, multiprocess: bool) -> N
     engine.update_weights(model.state_dict().items())
     report["update_bytes_seconds"] = time.perf_counter() - t
     report["parity_after_bytes_update"] = parity(engine.generate(batch, repeats, sample_cfg), repeats, 1.0)
+
+    # (g) training steps (new videos, then a push) leave vLLM's caches as they found them
+    seconds, t = {}, time.perf_counter()
+    report["cache_rounds"] = cache_rounds(engine, model, batch, CACHE_ROUNDS)
+    seconds["cache_rounds"], t = time.perf_counter() - t, time.perf_counter()
+
+    # (h) a push that changes only the vision tower reaches videos the engine has encoded (and
+    # preprocessed) with the old one: the stale generation puts them in its caches
+    _perturb(model, 3, vision_tower(model))
+    once = [1] * B
+    stale = parity(engine.generate(batch, once, sample_cfg), once, 1.0)
+    engine.update_weights(model.state_dict().items())
+    after = parity(engine.generate(batch, once, sample_cfg), once, 1.0)
+    report["tower_push"] = {"stale": stale, "after": after}
+    seconds["tower_push"], t = time.perf_counter() - t, time.perf_counter()
+
+    # (i) a policy pushed towards the vision placeholders (last: it leaves the model useless)
+    push_towards_tokens(model, engine.banned)
+    engine.update_weights(model.state_dict().items())
+    report["pushed_to_vision"] = vision_push_report(model, engine, batch, [2] * B)
+    seconds["pushed_to_vision"] = time.perf_counter() - t
+    report["guard_seconds"] = seconds
     engine.sleep()
     engine.wake_up()
     engine.close()
@@ -312,14 +331,126 @@ def torchrun_check(model_dir: str, out_path: str) -> None:
     _write(f"{out_path}.rank{rank}", {"rows": rows, "sum": float(total)})
 
 
-def _perturb(model, seed: int) -> None:
-    """Change every weight noticeably (a stand-in for an optimizer step)."""
+def _perturb(model, seed: int, module=None) -> None:
+    """Change every weight of ``module`` (default: the whole model) noticeably (a stand-in for an
+    optimizer step)."""
     import torch
 
     g = torch.Generator().manual_seed(seed)
     with torch.no_grad():
-        for p in model.parameters():
+        for p in (module or model).parameters():
             p.add_(torch.randn(p.shape, generator=g) * 0.05)
+
+
+def banned_mass(model, batch, repeats: list[int], out, banned: list[int]):
+    """Each sampled token's probability of a banned id under ``model``'s unbanned distribution
+    (the chance an engine without the ban would have drawn one there), for the unmasked tokens."""
+    import torch
+
+    from easyvideor1.models.inputs import append_responses, expand
+
+    with torch.no_grad():
+        logits = model(**append_responses(expand(batch, repeats), out.ids, out.mask)).logits
+    P = batch.inputs["input_ids"].shape[1]
+    probs = logits[:, P - 1 : P - 1 + out.ids.shape[1]].float().softmax(-1)[..., banned].sum(-1)
+    return probs[out.mask.bool()]
+
+
+def push_towards_tokens(model, ids: list[int], scale: float = 1000.0) -> None:
+    """Make ``ids`` dominate every next-token distribution: their output-embedding rows become
+    ``+-scale`` along one hidden axis per pair, so one of each pair gets a logit of ``scale`` times
+    the final hidden state's (order-one) value on that axis, far above any other token's."""
+    import torch
+
+    with torch.no_grad():
+        rows = model.get_output_embeddings().weight
+        for k, i in enumerate(ids):
+            rows[i] = 0
+            rows[i, k // 2] = scale if k % 2 == 0 else -scale
+
+
+def vision_push_report(model, engine, batch, repeats: list[int]) -> dict:
+    """Sampled and greedy responses of ``engine`` after :func:`push_towards_tokens`: how many of
+    their tokens are banned (vision placeholders), and the least probability the pushed ``model``
+    gave the banned ids at any of those tokens (the push's strength)."""
+    import torch
+
+    from easyvideor1.rollout.base import SamplingConfig
+
+    banned, sampled, least, tokens = torch.tensor(engine.banned), 0, 1.0, 0
+    for temperature, rows in ((1.0, repeats), (0.0, [1] * len(repeats))):
+        out = engine.generate(batch, rows, SamplingConfig(temperature=temperature, max_new_tokens=12))
+        m = out.mask.bool()
+        sampled += int(torch.isin(out.ids[m], banned).sum())
+        least = min(least, float(banned_mass(model, batch, rows, out, engine.banned).min()))
+        tokens += int(m.sum())
+    return {"banned_sampled": sampled, "least_banned_mass": least, "tokens": tokens}
+
+
+CACHE_ROUNDS = 20
+
+
+def cache_rounds(engine, model, batch, rounds: int) -> list[dict]:
+    """``rounds`` training steps as the engine sees them: rollouts on media of their own (each
+    round's frames and images differ from the other rounds' in one pixel), then a weight push
+    (the same weights: what the caches do after a push does not depend on them). vLLM's caches
+    and the process's resident memory after each generation and after each push."""
+    from easyvideor1.rollout.base import SamplingConfig
+
+    out = []
+    for r in range(rounds):
+        engine.generate(_fresh_media(batch, r), [1] * len(batch), SamplingConfig(max_new_tokens=4))
+        generated = _cache_sizes(engine)
+        engine.update_weights(model.state_dict().items())
+        out.append({"generated": generated, "pushed": _cache_sizes(engine)})
+    return out
+
+
+def _fresh_media(batch, r: int):
+    """``batch`` with round ``r``'s media: one pixel of every frame and image set to ``r`` (a
+    video that several prompts share stays one video)."""
+    import dataclasses
+
+    def video(item):
+        frames, meta = item
+        frames = frames.copy()
+        frames[:, 0, 0] = r
+        return frames, meta
+
+    def image(img):
+        img = img.copy()
+        img.putpixel((0, 0), (r, r, r))
+        return img
+
+    media = [
+        {"video": [video(v) for v in m["video"]], "image": [image(i) for i in m["image"]]}
+        for m in batch.media
+    ]
+    return dataclasses.replace(batch, media=media)
+
+
+def _cache_sizes(engine) -> dict:
+    """An in-process engine's multimodal caches: the model runner's encoder outputs (entries,
+    MiB), the scheduler's encoder-cache bookkeeping, the processor cache on both sides (the
+    renderer's keys, the engine core's preprocessed items and their MiB); and resident memory."""
+    import os
+
+    llm_engine = engine.llm.llm_engine
+    core = llm_engine.engine_core.engine_core
+    runner = core.model_executor.driver_worker.worker.model_runner
+    encoder = runner.encoder_cache
+    items = core.mm_receiver_cache._cache
+    with open("/proc/self/statm") as f:
+        resident = int(f.read().split()[1]) * os.sysconf("SC_PAGE_SIZE")
+    return {
+        "encoder_entries": len(encoder),
+        "encoder_mib": sum(t.numel() * t.element_size() for t in encoder.values()) / 2**20,
+        "scheduler_entries": len(core.scheduler.encoder_cache_manager.cached),
+        "processor_keys": len(llm_engine.renderer.mm_processor_cache._cache),
+        "processor_entries": len(items),
+        "processor_mib": items.currsize / 2**20,
+        "resident_mib": resident / 2**20,
+    }
 
 
 def _eos_report(out, engine, max_new_tokens: int) -> dict:

@@ -1,6 +1,7 @@
 """The step speed-ups (issue 13 part 2) change speed, not results: token-budget micro-batches give
 the fixed-count update, reused vision features equal re-encoded ones (and the tower runs once per
-step), and all speed-ups on give the weights of all off, in one process and on two ranks (gloo)."""
+step; after new tower weights they are the new weights' features), and all speed-ups on give the
+weights of all off, in one process and on two ranks (gloo)."""
 
 from __future__ import annotations
 
@@ -57,7 +58,9 @@ def setup(demo_assets, records):
     return model, processor, exp
 
 
-def _step(model, processor, exp, *, on_budget=0, padding_free=False, cache=None, epochs=2, calls=None, shared="off"):
+def _step(
+    model, processor, exp, *, on_budget=0, padding_free=False, cache=None, epochs=2, calls=None, shared="off"
+):
     """Old log-probs and one SGD step of ``epochs`` passes on a copy of ``model``; returns the copy,
     the old log-probs and the feature cache (``calls`` collects vision-tower calls)."""
     model = copy.deepcopy(model)
@@ -68,7 +71,9 @@ def _step(model, processor, exp, *, on_budget=0, padding_free=False, cache=None,
     if cache is not None:
         cache.start(exp.batch)
     exp = copy.copy(exp)
-    packing = Packing(padding_free=padding_free, max_tokens=on_budget, micro_batch_size=3, shared_prefix=shared)
+    packing = Packing(
+        padding_free=padding_free, max_tokens=on_budget, micro_batch_size=3, shared_prefix=shared
+    )
     forward = PolicyForward(model, dummy, cache, banned, packing=packing)
     exp.old_logp, _ = experience_logprobs(forward, exp)
     settings = UpdateSettings(max_grad_norm=1e9)
@@ -138,10 +143,52 @@ def test_reused_vision_features_equal_recomputed_and_encode_once(setup, all_off)
     assert fresh_calls >= 2 * 9
 
 
+def _served_step(model, cache: VisionFeatureCache, batch) -> torch.Tensor:
+    """One step's forward over every prompt of ``batch``, its features from the cache."""
+    cache.start(batch)
+    try:
+        with torch.no_grad(), cache.serving(list(range(len(batch)))):
+            return model(**batch.inputs).logits
+    finally:
+        cache.stop()
+
+
+def test_features_served_after_new_tower_weights_equal_a_fresh_computation(setup):
+    """The cache keys features by the step, not the weights: what it serves after the tower's
+    weights change (between steps, the only place a frozen tower's can) is computed with them."""
+    model, _, exp = setup
+    model = copy.deepcopy(model)
+    cache = VisionFeatureCache([model])
+    before = _served_step(model, cache, exp.batch)
+    generator = torch.Generator().manual_seed(0)
+    with torch.no_grad():  # new tower weights, as a load between steps writes them
+        for p in vision_tower(model).parameters():
+            p.add_(torch.randn(p.shape, generator=generator) * 0.05)
+    after = _served_step(model, cache, exp.batch)
+    with torch.no_grad():
+        fresh = model(**exp.batch.inputs).logits
+    assert cache.encodes == 4  # each step encoded its videos and images once
+    torch.testing.assert_close(after, fresh, atol=1e-6, rtol=0)
+    assert float((before - fresh).abs().max()) > 1e-3  # the new weights change what is served
+
+
+def test_a_trainable_tower_is_refused(setup):
+    """Within a step nothing may change the tower: the cache refuses one that could train."""
+    model, _, exp = setup
+    model = copy.deepcopy(model)
+    vision_tower(model).blocks[0].attn.qkv.weight.requires_grad_(True)
+    with pytest.raises(
+        RuntimeError, match=r"trainable tower \(.*blocks\.0\.attn\.qkv\.weight requires grad\)"
+    ):
+        VisionFeatureCache([model]).start(exp.batch)
+
+
 def test_all_on_equals_all_off_one_process(setup, all_off):
     model, processor, exp = setup
     off, off_logp = all_off[:2]
-    on, on_logp, cache = _step(model, processor, exp, on_budget=150, padding_free=True, cache=True, shared="on")
+    on, on_logp, cache = _step(
+        model, processor, exp, on_budget=150, padding_free=True, cache=True, shared="on"
+    )
     assert cache.encodes == 2  # each prompt's features served once per shared row
     m = exp.mask.bool()
     assert torch.allclose(on_logp[m], off_logp[m], atol=1e-5, rtol=0)

@@ -19,6 +19,11 @@ dummy input when a rank has no item of that modality), and none in later forward
 tower needs no dummy pass for gradients, so ``DummyVisionPass`` is off while the cache serves.
 Forwards outside ``serving`` (generation, validation, SFT warm-up) are untouched.
 
+Staleness: features are kept from a step's first forward to :meth:`VisionFeatureCache.stop`,
+keyed by the step, not by the weights. That is exact because the tower cannot change in between:
+:meth:`VisionFeatureCache.start` refuses a tower with a trainable parameter, and weights that
+change between steps meet a cache that :meth:`~VisionFeatureCache.stop` emptied.
+
 A family whose processor gives one grid-less pixel tensor (InternVL: tiles and frames together,
 ``PromptBatch.pixel_rows``) has one feature method, ``get_image_features``, whose items are rows
 (one tile or frame each, encoded independently too): a prompt's features are its rows'.
@@ -71,6 +76,7 @@ class VisionFeatureCache:
     def start(self, batch: PromptBatch, own_media: list[dict[str, Any] | None] | None = None) -> None:
         """A new step: forget the previous step's features; ``batch`` holds this step's prompts'
         media, ``own_media[s]`` sequence ``s``'s own (an episode's tool turns; ``None``: none)."""
+        self._check_frozen()
         self.batch, self.features, self.prompts, self.sequences = batch, {}, None, None
         self.inputs, self.prompt_items, self.own_items, self._encoded = {}, {}, {}, False
         self._rows_key = None
@@ -97,6 +103,19 @@ class VisionFeatureCache:
             kept = [(p, g) for p, g in zip(pixels, grids, strict=True) if g is not None]
             if kept:
                 self.inputs[kind] = (torch.cat([p for p, _ in kept]), torch.cat([g for _, g in kept]))
+
+    def _check_frozen(self) -> None:
+        """Features are keyed by the step alone, never by the weights: that is right only while
+        nothing can change the tower within the step, so a tower with a trainable parameter is
+        refused (its features would go stale at the step's first optimizer step)."""
+        for family, model in self._families.values():
+            for module in family.vision.modules(model):
+                trainable = next((n for n, p in module.named_parameters() if p.requires_grad), None)
+                if trainable is not None:
+                    raise RuntimeError(
+                        f"vision cache over a trainable tower ({trainable} requires grad): its features "
+                        "would go stale within the step; the cache is for model.freeze_vision_tower=true"
+                    )
 
     def _start_rows(self, batch: PromptBatch, own_media) -> None:
         """:meth:`start` for a grid-less layout: every row (tile or frame) is an item."""

@@ -15,7 +15,11 @@ of the sampled tokens under the distribution they were sampled from (``logprobs_
 New policy weights go in layer by layer (vLLM's in-place ``reload_weights``, which also handles
 fused and repacked kernels) through a small worker extension, after which the prefix and encoder
 caches are dropped: both hold values computed with the old weights (a repeated video would
-otherwise reuse stale vision embeddings).
+otherwise reuse stale vision embeddings). vLLM's multimodal processor cache is dropped too: it
+holds preprocessed pixels keyed by a hash of the media and processor settings, which the weights
+do not change, but a training step's media seldom return in later steps, and kept it would fill
+up to ``mm_processor_cache_gb`` (4 GiB by default) of host memory per engine; within a step it
+still serves an episode's later turns, which repeat the prompt's media.
 
 With ``max_lora_rank`` the engine runs vLLM's LoRA support instead (``enable_lora``): the trainer
 sends only its adapter, as a PEFT directory, through :meth:`VLLMRolloutEngine.update_adapter`, and
@@ -273,7 +277,7 @@ class VLLMRolloutEngine(RequestQueue, VLLMResponses):
         return self.responses(rows, logprobs if any(s.return_logprobs for s in samplings) else None)
 
     def update_weights(self, named_tensors: Iterable[tuple[str, torch.Tensor]]) -> None:
-        """Load new policy weights, then drop the prefix and encoder caches.
+        """Load new policy weights, then drop the prefix, encoder and processor caches.
 
         ``named_tensors`` yields ``(name, tensor)`` with transformers parameter names (as in the HF
         model's ``state_dict()``), full (unsharded) tensors, any device and dtype (cast on load).
@@ -293,16 +297,14 @@ class VLLMRolloutEngine(RequestQueue, VLLMResponses):
         else:
             payload = safetensors_bytes(named_tensors)
         self.llm.collective_rpc("evr1_load_weights", args=(payload,))
-        if not self.llm.reset_prefix_cache():
-            log.warning("vLLM could not reset its prefix cache (requests still running?)")
-        self.llm.llm_engine.reset_encoder_cache()
+        self._drop_caches()
 
     def update_adapter(self, adapter_dir: str) -> None:
         """Serve the LoRA adapter in ``adapter_dir`` (PEFT format) from now on (``max_lora_rank``).
 
         It is registered under a new id (vLLM reads the files now; the directory may be rewritten
-        afterwards) and the previous adapter is dropped, then the prefix cache is reset; the encoder
-        cache too, in case the adapter reaches the vision path."""
+        afterwards) and the previous adapter is dropped, then the caches are dropped as after a
+        weight push (the encoder cache too, in case the adapter reaches the vision path)."""
         from vllm.lora.request import LoRARequest
 
         if not self.adapter_sync:
@@ -317,9 +319,15 @@ class VLLMRolloutEngine(RequestQueue, VLLMResponses):
         self._adapter = request
         if old is not None:
             self.llm.llm_engine.remove_lora(old.lora_int_id)
+        self._drop_caches()
+
+    def _drop_caches(self) -> None:
+        """After new weights or a new adapter: drop what was computed with the old ones (prefix
+        KV, vision embeddings) and the step's preprocessed media (see the module doc)."""
         if not self.llm.reset_prefix_cache():
             log.warning("vLLM could not reset its prefix cache (requests still running?)")
         self.llm.llm_engine.reset_encoder_cache()
+        self.llm.reset_mm_cache()
 
     def sleep(self, level: int = 1) -> None:
         """Free GPU memory for training (level 1 offloads weights to host memory, 2 discards
