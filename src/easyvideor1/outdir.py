@@ -40,6 +40,8 @@ import time
 from collections.abc import Iterator
 from pathlib import Path
 
+from .errors import UserError
+
 LOCK_NAME = ".lock"
 
 # Lock descriptors this process holds. A forked child (media loaders, data workers) would share the
@@ -61,8 +63,9 @@ os.register_at_fork(after_in_child=_close_held_after_fork)
 _RESOURCE_ERRNOS = {errno.ENOSPC, errno.EDQUOT, errno.EFBIG, errno.EIO}
 
 
-class OutputError(Exception):
-    """An output path that cannot be used or written; ``exit_code`` is what the CLI exits with."""
+class OutputError(UserError):
+    """An output path that cannot be used or written, named in the message; ``exit_code`` is what
+    the CLI exits with: 2 for a path the user can change, 1 when the machine failed the write."""
 
     def __init__(self, message: str, exit_code: int = 2):
         super().__init__(message)
