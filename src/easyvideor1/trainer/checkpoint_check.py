@@ -28,6 +28,7 @@ from pathlib import Path
 from typing import Any
 
 from ..errors import UserError
+from ..outdir import write_text_atomic
 
 FILES_LIST = "checkpoint_files.json"
 _MAX_HEADER = 100 * 1024 * 1024  # safetensors' own limit on the JSON header
@@ -46,9 +47,7 @@ def record_files(ckpt: str | os.PathLike) -> None:
         for p in sorted(root.rglob("*"))
         if p.is_file() and p.name != FILES_LIST
     }
-    tmp = root / f"{FILES_LIST}.tmp"
-    tmp.write_text(json.dumps(sizes, indent=0))
-    os.replace(tmp, root / FILES_LIST)
+    write_text_atomic(root / FILES_LIST, json.dumps(sizes, indent=0))
 
 
 def read_state(ckpt: str | os.PathLike) -> dict[str, Any]:

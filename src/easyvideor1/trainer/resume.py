@@ -34,6 +34,7 @@ from . import run_checkpoints
 from .checkpoint import load_checkpoint, save_checkpoint
 from .checkpoint_check import CheckpointError, check_same_model, find_resumable, verify_checkpoint
 from .distributed import DistState, all_gather
+from .evaluate import GENERATIONS_FILE
 from .metrics import rewrite_jsonl
 from .state import Components, TrainState
 
@@ -110,7 +111,7 @@ def restore(cfg, parts: Components, n_prompts: int) -> dict[str, Any] | None:
     step = saved["step"]
     if parts.dist.is_main:
         parts.logger.truncate_after(step)
-        rewrite_jsonl(os.path.join(tc.output_dir, "generations.jsonl"), _upto(step))
+        rewrite_jsonl(os.path.join(tc.output_dir, GENERATIONS_FILE), _upto(step))
         parts.skip_log.truncate_after(step)
     parts.logger.write(f"resumed from {ckpt} at step {step}")
     if changed:
