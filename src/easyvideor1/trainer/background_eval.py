@@ -29,7 +29,7 @@ from typing import Any
 
 from ..config_loading import to_yaml
 from ..errors import ConfigError
-from ..outdir import open_append, write_text_atomic
+from ..outdir import make_dir, open_append, refuse_link, write_text_atomic
 from .config import TrainingEvalConfig
 
 
@@ -76,6 +76,9 @@ class BackgroundEvals:
         from .checkpoint import export_model
 
         parts = self.parts
+        if parts.dist.is_main:  # a link planted at eval/ or eval/step_N is refused, not written through
+            refuse_link(self.root)
+            make_dir(self.root / f"step_{step}")
         model_dir = export_model(
             parts.model, parts.processor, self.root / f"step_{step}" / "model", parts.dist
         )

@@ -15,7 +15,7 @@ from collections import defaultdict
 
 import torch
 
-from ..outdir import open_append
+from ..outdir import make_dir, open_append, refuse_link
 from ..rewards import score_records
 from ..rollout.base import Prompt, Request, Responses
 from ..rollout.config import PipelineSettings
@@ -63,7 +63,8 @@ def validate_policy(
                 shown += [{**g, "probe": probe} for g in probed[:4]]
     if not dist.is_main:
         return metrics
-    out = os.path.join(cfg.trainer.output_dir, VALIDATION_DIR, f"step_{step}")
+    refuse_link(os.path.join(cfg.trainer.output_dir, VALIDATION_DIR))  # written into, never through
+    out = str(make_dir(os.path.join(cfg.trainer.output_dir, VALIDATION_DIR, f"step_{step}")))
     write_validation_run(out, val_set, generations, cfg.reward)
     append_generations(cfg.trainer.output_dir, step, shown)
     return metrics
