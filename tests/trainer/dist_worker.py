@@ -148,15 +148,7 @@ def build_experience(processor, dataset, kinds: list[str]) -> Experience:
 
 
 def one_update(
-    model,
-    optimizer,
-    processor,
-    dataset,
-    kinds,
-    dummy,
-    micro: int,
-    session=None,
-    packed: bool = False,
+    model, optimizer, processor, dataset, kinds, dummy, micro: int, session=None, packed: bool = False,
     shared: str = "off",
 ) -> dict[str, float]:
     exp = (
@@ -230,15 +222,7 @@ def main() -> int:
         packed = "--packed" in sys.argv
         shared = "on" if "--shared" in sys.argv else "off"
         metrics = one_update(
-            model,
-            optimizer,
-            processor,
-            dataset,
-            kinds,
-            dummy,
-            micro=2,
-            session=session,
-            packed=packed,
+            model, optimizer, processor, dataset, kinds, dummy, micro=2, session=session, packed=packed,
             shared=shared,
         )
         weights = {k: v.clone().contiguous() for k, v in full_weights(model)}

@@ -56,9 +56,7 @@ def main() -> int:
     budget = 160 if on else 0
     if cache is not None:
         cache.start(exp.batch)
-    packing = Packing(
-        padding_free=on, max_tokens=budget, micro_batch_size=2, shared_prefix="on" if on else "off"
-    )
+    packing = Packing(padding_free=on, max_tokens=budget, micro_batch_size=2, shared_prefix="on" if on else "off")
     forward = PolicyForward(model, dummy, cache, banned, packing=packing)
     exp.old_logp, _ = experience_logprobs(forward, exp)
     settings = UpdateSettings(max_grad_norm=1e9)

@@ -57,9 +57,7 @@ def setup(demo_assets, records):
     return model, processor, exp
 
 
-def _step(
-    model, processor, exp, *, on_budget=0, padding_free=False, cache=None, epochs=2, calls=None, shared="off"
-):
+def _step(model, processor, exp, *, on_budget=0, padding_free=False, cache=None, epochs=2, calls=None, shared="off"):
     """Old log-probs and one SGD step of ``epochs`` passes on a copy of ``model``; returns the copy,
     the old log-probs and the feature cache (``calls`` collects vision-tower calls)."""
     model = copy.deepcopy(model)
@@ -70,9 +68,7 @@ def _step(
     if cache is not None:
         cache.start(exp.batch)
     exp = copy.copy(exp)
-    packing = Packing(
-        padding_free=padding_free, max_tokens=on_budget, micro_batch_size=3, shared_prefix=shared
-    )
+    packing = Packing(padding_free=padding_free, max_tokens=on_budget, micro_batch_size=3, shared_prefix=shared)
     forward = PolicyForward(model, dummy, cache, banned, packing=packing)
     exp.old_logp, _ = experience_logprobs(forward, exp)
     settings = UpdateSettings(max_grad_norm=1e9)
@@ -145,9 +141,7 @@ def test_reused_vision_features_equal_recomputed_and_encode_once(setup, all_off)
 def test_all_on_equals_all_off_one_process(setup, all_off):
     model, processor, exp = setup
     off, off_logp = all_off[:2]
-    on, on_logp, cache = _step(
-        model, processor, exp, on_budget=150, padding_free=True, cache=True, shared="on"
-    )
+    on, on_logp, cache = _step(model, processor, exp, on_budget=150, padding_free=True, cache=True, shared="on")
     assert cache.encodes == 2  # each prompt's features served once per shared row
     m = exp.mask.bool()
     assert torch.allclose(on_logp[m], off_logp[m], atol=1e-5, rtol=0)
