@@ -158,9 +158,10 @@ def open_append(path: str | os.PathLike, binary: bool = False) -> IO:
 @contextlib.contextmanager
 def replacing(path: str | os.PathLike, binary: bool = False) -> Iterator[IO]:
     """A file to write ``path`` whole or not at all: what the caller writes goes to a temporary file
-    beside it (created by :func:`create_file`: never through a link), synced, then renamed over
-    ``path``. A symbolic link at ``path`` is refused, naming it; a failed write (full disk) leaves the
-    previous ``path`` as it was and no temporary file behind, and is an OutputError naming ``path``."""
+    beside it (created exclusively, as :func:`create_file` creates: never through a link), synced,
+    then renamed over ``path``. A symbolic link at ``path`` is refused, naming it; a failed write
+    (full disk) leaves the previous ``path`` as it was and no temporary file behind, and is an
+    OutputError naming ``path``."""
     path = Path(path)
     refuse_link(path)
     tmp = path.with_name(f".{path.name}.tmp.{socket.gethostname()}.{os.getpid()}")
