@@ -9,6 +9,7 @@ import socket
 
 import pytest
 
+from easyvideor1.errors import UserError
 from easyvideor1.outdir import LOCK_NAME, OutputError, Reuse, hold, write_text_atomic
 
 
@@ -112,7 +113,8 @@ def test_a_link_planted_at_a_fixed_name_is_refused_naming_it(tmp_path, outside, 
     before = outside.read_text()
     with pytest.raises(OutputError, match=f"^{out / entry}: is a symbolic link") as e:
         _writers()[name](out)
-    assert e.value.exit_code == 2 and "\n" not in str(e.value)
+    # a user error: the command line prints it as this one line and exits 2
+    assert isinstance(e.value, UserError) and e.value.exit_code == 2 and "\n" not in str(e.value)
     assert outside.read_text() == before and os.listdir(folder) == []
     assert (out / entry).is_symlink()  # refused, not removed either
 
