@@ -26,7 +26,7 @@ _USER_ERRORS = {
     "ValueError", "ConfigError", "UnknownTaskError", "UnknownAlgorithmError", "UnknownBenchmarkError",
     "CheckpointError", "EvalInputError", "CacheError", "RecordError", "SpecFileError", "JudgeFailed",
     "KeyError", "TypeError", "FileNotFoundError", "PluginFileError", "ToolError", "MediaFailure",
-    "UserError", "PromptError", "GroundTruthError",
+    "UserError", "PromptError", "GroundTruthError", "OutputError",
 }  # fmt: skip
 _VALIDATORS = {"require", "at_least", "non_negative", "positive", "one_of", "in_range", "whole_number"}
 _RULES = {

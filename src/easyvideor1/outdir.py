@@ -14,9 +14,15 @@ write failures turned into one line that names the file.
   becomes an :class:`OutputError` naming the file; the writers write a temporary file and rename
   it (:func:`write_text_atomic`), so the previous version of the file stays whole.
 - Symbolic links are never written through: ``.lock`` is opened with ``O_NOFOLLOW`` (a link planted
-  there is refused, naming it), and a file the run creates under a fixed name (a temporary file,
-  ``checkpoints/latest``) is made by :func:`create_file`, which removes whatever entry holds the name
-  (a link itself, never its target) and creates the file exclusively.
+  there is refused, naming it), and a file the run creates under a scratch name (a temporary file,
+  ``checkpoints/latest.tmp``) is made by :func:`create_file`, which removes whatever entry holds the
+  name (a link itself, never its target) and creates the file exclusively.
+- Every file or folder of a fixed name that a command writes under its output directory
+  (``metrics.jsonl``, ``generations.jsonl``, ``tensorboard/``, ``predictions.jsonl``,
+  ``results.json``, ``report.html``, ``pass_rates.jsonl``, ``kept/``, ...) goes through one of
+  :func:`open_append` (appended rows), :func:`replacing` / :func:`write_text_atomic` (a file
+  written whole) and :func:`make_dir` (a folder): a symbolic link planted at that name, or a FIFO,
+  is refused with one line naming it, never followed and never removed.
 - :class:`Reuse`: a command that replaces files of fixed names (``eval``'s ``results.json``,
   ``report.html``) refuses a non-empty directory that no earlier run of its kind wrote, unless asked
   to reuse it; the ``.lock`` every run leaves behind names the command that last held the directory.
@@ -39,6 +45,9 @@ import tempfile
 import time
 from collections.abc import Iterator
 from pathlib import Path
+from typing import IO
+
+from .errors import UserError
 
 LOCK_NAME = ".lock"
 
@@ -61,8 +70,9 @@ os.register_at_fork(after_in_child=_close_held_after_fork)
 _RESOURCE_ERRNOS = {errno.ENOSPC, errno.EDQUOT, errno.EFBIG, errno.EIO}
 
 
-class OutputError(Exception):
-    """An output path that cannot be used or written; ``exit_code`` is what the CLI exits with."""
+class OutputError(UserError):
+    """An output path that cannot be used or written, named in the message; ``exit_code`` is what
+    the CLI exits with: 2 for a path the user can change, 1 when the machine failed the write."""
 
     def __init__(self, message: str, exit_code: int = 2):
         super().__init__(message)
@@ -100,24 +110,93 @@ def create_file(path: str | os.PathLike, data: bytes) -> None:
     """Create ``path`` holding ``data``, never through a symbolic link: an entry already at ``path``
     that is not a directory (a stale file, a planted link) is removed itself, then the file is
     created exclusively (``O_EXCL | O_NOFOLLOW``), so nothing outside the directory is written."""
-    with contextlib.suppress(FileNotFoundError, IsADirectoryError):
-        os.unlink(path)
-    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC, 0o666)
-    with os.fdopen(fd, "wb") as f:
+    with os.fdopen(_create(path), "wb") as f:
         f.write(data)
 
 
-def write_text_atomic(path: str | os.PathLike, text: str) -> None:
-    """Write ``path`` whole or not at all: a temporary file beside it, then a rename. A failed write
-    (full disk) leaves the previous ``path`` as it was and no temporary file behind."""
+def _create(path: str | os.PathLike) -> int:
+    """The descriptor of a file created exclusively at ``path``, whatever entry stood there removed
+    itself (see :func:`create_file`)."""
+    with contextlib.suppress(FileNotFoundError, IsADirectoryError):
+        os.unlink(path)
+    return os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC, 0o666)
+
+
+def refuse_link(path: str | os.PathLike) -> None:
+    """An OutputError naming ``path`` when a symbolic link stands there: a file or folder the run
+    writes under a fixed name is never written, replaced or appended to through a link."""
+    if os.path.islink(path):
+        raise OutputError(
+            f"{path}: is a symbolic link, not a file this run writes; remove it or choose another output directory"
+        )
+
+
+def open_append(path: str | os.PathLike, binary: bool = False) -> IO:
+    """``path`` opened to append to (created when missing): UTF-8 text, or with ``binary`` unbuffered
+    bytes (each ``write`` one system call, so processes appending together never split a line).
+    A symbolic link there is refused (``O_NOFOLLOW``), and so is anything but a regular file (a
+    FIFO would block the run), naming ``path``; any other failure is an OutputError too."""
+    flags = os.O_WRONLY | os.O_APPEND | os.O_CREAT | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC
+    with writing(path):
+        not_a_file = OutputError(
+            f"{path}: is not a regular file; remove it or choose another output directory"
+        )
+        try:
+            fd = os.open(path, flags, 0o644)
+        except OSError as e:
+            if e.errno == errno.ELOOP:
+                refuse_link(path)
+            if e.errno == errno.ENXIO:  # a FIFO no process reads
+                raise not_a_file from None
+            raise
+        if not stat.S_ISREG(os.fstat(fd).st_mode):
+            os.close(fd)
+            raise not_a_file
+        return os.fdopen(fd, "ab", buffering=0) if binary else os.fdopen(fd, "a", encoding="utf-8")
+
+
+@contextlib.contextmanager
+def replacing(path: str | os.PathLike, binary: bool = False) -> Iterator[IO]:
+    """A file to write ``path`` whole or not at all: what the caller writes goes to a temporary file
+    beside it (created exclusively, as :func:`create_file` creates: never through a link), synced,
+    then renamed over ``path``. A symbolic link at ``path`` is refused, naming it; a failed write
+    (full disk) leaves the previous ``path`` as it was and no temporary file behind, and is an
+    OutputError naming ``path``."""
     path = Path(path)
+    refuse_link(path)
     tmp = path.with_name(f".{path.name}.tmp.{socket.gethostname()}.{os.getpid()}")
     with writing(path):
         try:
-            create_file(tmp, text.encode("utf-8"))
+            fd = _create(tmp)
+            with os.fdopen(fd, "wb") if binary else os.fdopen(fd, "w", encoding="utf-8") as f:
+                yield f
+                f.flush()
+                os.fsync(f.fileno())
             os.replace(tmp, path)
         finally:
             tmp.unlink(missing_ok=True)
+
+
+def write_text_atomic(path: str | os.PathLike, text: str) -> None:
+    """Write ``text`` to ``path`` whole or not at all (:func:`replacing`)."""
+    with replacing(path) as f:
+        f.write(text)
+
+
+def save_figure(figure, path: str | os.PathLike, **savefig: object) -> None:
+    """A matplotlib ``figure`` saved as ``path`` (its format from the suffix) through
+    :func:`replacing`; ``savefig``: more arguments of ``Figure.savefig``."""
+    with replacing(path, binary=True) as f:
+        figure.savefig(f, format=Path(path).suffix.lstrip("."), **savefig)
+
+
+def make_dir(path: str | os.PathLike) -> Path:
+    """Folder ``path`` of an output directory, created when missing; a symbolic link there is refused,
+    naming it, so what the run writes inside stays inside the output directory."""
+    refuse_link(path)
+    with writing(path):
+        os.makedirs(path, exist_ok=True)
+    return Path(path)
 
 
 def check_writable(path: str | os.PathLike, flag: str) -> Path:
@@ -206,7 +285,9 @@ class Reuse:
     asked: bool = False
 
     def check(self, root: Path, flag: str) -> None:
-        if self.asked or next(root.iterdir(), None) is None:
+        # a lock file alone holds nothing to replace (a run of another command may hold it now:
+        # then the lock, not this check, names the holder)
+        if self.asked or next((p for p in root.iterdir() if p.name != LOCK_NAME), None) is None:
             return
         if _last_command(root / LOCK_NAME) in self.commands:
             return

@@ -142,3 +142,35 @@ def test_data_prompt_template_is_compiled_at_start_up(tmp_path) -> None:
         ConfigError, match=r"^data.prompt_template: prompt template not found: .*missing.jinja"
     ):
         DataConfig(prompt_template=str(tmp_path / "missing.jinja"))
+
+
+@pytest.mark.parametrize(
+    "source, why",
+    [
+        ("{{ category | upper }}", "'category' is undefined"),  # a field these records lack
+        ("{{ question }} {{ 1 // (options | length) }}", "ZeroDivisionError"),
+        ("{{ question }}", None),
+    ],
+)
+def test_a_template_that_cannot_render_a_record_stops_at_start_up(tmp_path, source, why) -> None:
+    """``check_renders`` (``trainer/build.start``, before any model loads) renders the first record
+    that reads; a line that does not read is passed over (the data checks name it)."""
+    from easyvideor1.data.prompt import check_renders
+    from easyvideor1.errors import ConfigError
+
+    template = tmp_path / "t.jinja"
+    template.write_text(source)
+    data = tmp_path / "train.jsonl"
+    data.write_text(
+        '{"problem": \n{"problem_id": "p1", "problem": "How many?", "problem_type": "numerical"}\n'
+    )
+    files = [str(tmp_path / "missing.jsonl"), str(data)]
+    if why is None:
+        check_renders(str(template), files)
+        return
+    with pytest.raises(ConfigError) as e:
+        check_renders(str(template), files)
+    assert str(e.value).startswith(
+        f"data.prompt_template: prompt template {template}: record 'p1' ({data}:2)"
+    )
+    assert why in str(e.value) and "\n" not in str(e.value)

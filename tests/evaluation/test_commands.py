@@ -323,9 +323,10 @@ def test_a_second_run_into_one_out_says_which_run_holds_it(assets, tmp_path, com
         assert r.returncode == 0 and (out / "synthetic" / "results.json").exists(), r.stderr[-2000:]
 
 
-def test_a_full_disk_while_writing_thumbnails_is_one_line_and_keeps_the_results(assets, tmp_path):
-    """thumbs.jsonl on /dev/full (every write: ENOSPC): the run stops with one line naming the file,
-    exit 1 (the machine failed a valid run), and the earlier run's rows and results stay as they were."""
+def test_a_link_planted_at_thumbs_jsonl_is_one_line_and_keeps_the_results(assets, tmp_path):
+    """thumbs.jsonl a link to /dev/full: the run stops with one line naming the link, exit 2 (it is
+    refused, not written through), and the earlier run's rows and results stay as they were. (A full
+    disk while writing it: ``tests/evaluation/test_pipeline.py``.)"""
     out = tmp_path / "out"
     _eval(assets, out, "--max-samples", "2")
     bench = out / "synthetic"
@@ -339,11 +340,13 @@ def test_a_full_disk_while_writing_thumbnails_is_one_line_and_keeps_the_results(
     ]  # fmt: skip
     r = _cli(*cmd)
     errors = [line for line in r.stderr.splitlines() if line.startswith("easyvideor1")]
-    assert r.returncode == 1 and "Traceback" not in r.stderr, r.stderr[-2000:]
+    assert r.returncode == 2 and "Traceback" not in r.stderr, r.stderr[-2000:]
     assert errors == [
-        f"easyvideor1 eval: cannot write {bench / 'thumbs.jsonl'}: No space left on device (ENOSPC)"
+        f"easyvideor1 eval: {bench / 'thumbs.jsonl'}: is a symbolic link, not a file this run writes; "
+        "remove it or choose another output directory"
     ]
     assert {name: (bench / name).read_bytes() for name in before} == before
+    assert (bench / "thumbs.jsonl").is_symlink()
 
 
 def test_a_cache_dir_that_is_a_file_is_named_before_the_model_loads(assets, tmp_path):

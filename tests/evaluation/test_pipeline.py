@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import os
+import resource
 import signal
 import subprocess
 import sys
@@ -13,8 +14,10 @@ import time
 import pytest
 
 from easyvideor1.data.synthetic import write_synthetic_set
+from easyvideor1.evaluation.pipeline import _appending
 from easyvideor1.evaluation.report_html import read_payload
 from easyvideor1.models.tiny import make_tiny_model
+from easyvideor1.outdir import OutputError
 
 
 @pytest.fixture(scope="module")
@@ -177,3 +180,22 @@ def test_a_failing_request_is_a_recorded_failure_and_spares_its_batch(assets, tm
     assert results["failures"] == 1 and results["evaluated"] == 6
     if max(engine.poisoned_batches) > 1:  # the batch failed, then its samples went one by one
         assert engine.poisoned_batches[-1] == 1
+
+
+def test_a_full_disk_while_appending_rows_is_one_line_naming_the_file(tmp_path):
+    """A write past a file size limit fails with EFBIG, as on a full disk: the row writer's error
+    names the file, exit code 1 (the machine failed a valid run); the rows written before stay."""
+    path = tmp_path / "thumbs.jsonl"
+    path.write_text(json.dumps({"sample_id": "a", "thumb": "x"}) + "\n")
+    before = path.read_bytes()
+    soft, hard = resource.getrlimit(resource.RLIMIT_FSIZE)
+    default = signal.signal(signal.SIGXFSZ, signal.SIG_IGN)  # the default action kills instead of failing
+    resource.setrlimit(resource.RLIMIT_FSIZE, (len(before) + 10, hard))
+    try:
+        with pytest.raises(OutputError) as e, _appending(str(path)) as rows:
+            rows.write([{"sample_id": "b", "thumb": "y" * 100}])
+    finally:
+        resource.setrlimit(resource.RLIMIT_FSIZE, (soft, hard))
+        signal.signal(signal.SIGXFSZ, default)
+    assert str(e.value) == f"cannot write {path}: File too large (EFBIG)" and e.value.exit_code == 1
+    assert path.read_bytes().startswith(before)

@@ -12,7 +12,7 @@ import time
 import pytest
 
 from easyvideor1.errors import ConfigError
-from easyvideor1.rewards.judge import JudgeClient, JudgeConfig, content_key, retry_after
+from easyvideor1.rewards.judge import MAX_ANSWER_BYTES, JudgeClient, JudgeConfig, content_key, retry_after
 from tests.json_server import JSONServer, chat_reply
 
 
@@ -179,6 +179,21 @@ def test_only_text_content_is_an_answer(content, text):
     server.close()
     assert reply.text == text
     assert reply.ok if text is not None else "unreadable answer (content is a" in reply.error
+
+
+@pytest.mark.parametrize(
+    "status, attempts, error", [(200, 1, "answer longer than 1048576 bytes"), (503, 2, "HTTP 503")]
+)
+def test_an_answer_past_the_size_cap_is_a_failed_request(status, attempts, error):
+    huge = chat_reply("Judgement: 1 " + "x" * MAX_ANSWER_BYTES)
+    server = JSONServer(lambda body: (status, huge, {"Retry-After": "0"}))
+    client = JudgeClient(JudgeConfig(url=server.url, retries=1))
+    reply = client.ask(_ask("q"))
+    client.close()
+    server.close()
+    # an over-size 200 is not asked again (it would come back as long); a 5xx is retried as always
+    assert not reply.ok and reply.attempts == attempts and reply.error.startswith(error), reply.error
+    assert len(reply.error) < 400 and client.stats.failures == 1
 
 
 def test_the_cache_key_names_the_judge_and_a_foreign_entry_is_a_miss(tmp_path):

@@ -102,6 +102,29 @@ def test_a_malformed_request_is_answered_4xx_in_openai_error_shape(server, reque
     assert error["type"] == "invalid_request_error" and error["param"] == param and "code" in error
 
 
+@pytest.mark.parametrize(
+    "model, status, code, message",
+    [
+        ("gpt-4o", 404, "model_not_found", "The model `gpt-4o` does not exist; this server serves `tiny`"),
+        (7, 400, None, "model must be a string, got 7"),
+        ("tiny", 200, None, None),
+        (None, 200, None, None),  # no name: the served model (vLLM reads it so too)
+    ],
+)
+def test_a_request_for_another_model_is_answered_404_model_not_found(server, model, status, code, message):
+    answered, payload, _ = _raw(server, _post(_json(model=model, max_tokens=1)))
+    assert answered == status, payload
+    if status == 200:
+        assert payload["model"] == "tiny"
+    else:
+        assert payload["error"] == {
+            "message": message,
+            "type": "invalid_request_error",
+            "param": "model",
+            "code": code,
+        }
+
+
 def test_a_request_with_a_body_of_unknown_length_is_refused_and_the_connection_closed(server):
     status, payload, closed = _raw(server, _post(b'{"messages": []}', framed=False))
     assert status == 411 and "needs a Content-Length" in payload["error"]["message"] and closed

@@ -69,7 +69,7 @@ def main(argv: list[str] | None = None) -> int:
         # before torch loads OpenMP, which would warn about a bad value and carry on with its own
         threads.env_threads()
         return args.func(args, extra)
-    except OutputError as e:
+    except OutputError as e:  # a UserError whose exit code says who failed: 1 when the machine did
         return _user_error(command, str(e), e.exit_code, debug)
     except (UserError, CacheError) as e:  # ConfigError, EvalInputError, RecordError, a bad cache entry
         return _user_error(command, str(e), 2, debug)

@@ -196,6 +196,17 @@ def add_model_flag(parser) -> None:
     parser.add_argument("--model", help="a Hugging Face model directory (default: model.path of config=FILE)")
 
 
+def add_reuse_out_flag(parser, commands: str, replaced: str) -> None:
+    """``--reuse-out``: write into a non-empty ``--out`` that no earlier run of ``commands`` wrote
+    (``outdir.Reuse``), whose files of the command's names (``replaced``) are then replaced."""
+    parser.add_argument(
+        "--reuse-out",
+        action="store_true",
+        help=f"write into a non-empty --out that no {commands} run wrote ({replaced} are replaced); "
+        "refused without it",
+    )
+
+
 def add_cache_flags(parser) -> None:
     """Where a command reads frames from: the cache directory and mode (``eval`` and ``filter``)."""
     parser.add_argument("--cache-dir", help="data.cache_dir: the frame cache `easyvideor1 preprocess` built")

@@ -10,6 +10,7 @@ from ..rollout.engines import engine_names
 from .common import (
     add_cache_flags,
     add_model_flag,
+    add_reuse_out_flag,
     add_sampling_flags,
     add_vllm_engine_flags,
     flag_values,
@@ -52,7 +53,7 @@ def cmd_filter(args: argparse.Namespace, extra: list[str]) -> int:
         max_in_flight=args.max_in_flight,
     )
 
-    curate(cfg, settings, paths, model, args.out)
+    curate(cfg, settings, paths, model, args.out, reuse_out=args.reuse_out)
     return 0
 
 
@@ -80,6 +81,7 @@ def add_parsers(sub) -> None:
         help="records file (JSONL, JSON array, Parquet); repeatable",
     )
     p.add_argument("--out", required=True, help="output directory (a rerun resumes in it)")
+    add_reuse_out_flag(p, "filter", "its pass_rates.jsonl, kept/ and report files")
     p.add_argument("--n", type=number_above_zero(int), help="responses per record (default rollout.n: 8)")
     p.add_argument(
         "--keep",

@@ -14,6 +14,7 @@ from ..tools.base import tool_specs
 from .common import (
     add_cache_flags,
     add_model_flag,
+    add_reuse_out_flag,
     add_sampling_flags,
     add_vllm_engine_flags,
     data_values,
@@ -165,15 +166,6 @@ def _add_benchmark_flags(p: argparse.ArgumentParser) -> None:
     )
 
 
-def _add_reuse_out_flag(p: argparse.ArgumentParser) -> None:
-    p.add_argument(
-        "--reuse-out",
-        action="store_true",
-        help="write into a non-empty --out that no eval or score run wrote (its results.json, "
-        "report.html and benchmark folders are replaced); refused without it",
-    )
-
-
 def add_parsers(sub) -> None:
     p = sub.add_parser(
         "eval",
@@ -188,7 +180,7 @@ def add_parsers(sub) -> None:
         "--video-root", help="eval.video_root: root of the benchmarks' videos (synthetic: the synth dir)"
     )
     p.add_argument("--out", help="output directory (required except with --list)")
-    _add_reuse_out_flag(p)
+    add_reuse_out_flag(p, "eval or score", "its results.json, report.html and benchmark folders")
     p.add_argument(
         "--list", action="store_true", help="list every benchmark: annotation file, metric, found?"
     )
@@ -246,7 +238,7 @@ def add_parsers(sub) -> None:
     p.add_argument("--video-root", help="eval.video_root (only the synthetic benchmark reads it)")
     p.add_argument("--predictions", action="append", required=True, help="JSONL predictions file; repeatable")
     p.add_argument("--out", required=True)
-    _add_reuse_out_flag(p)
+    add_reuse_out_flag(p, "eval or score", "its results.json, report.html and benchmark folders")
     p.add_argument("--style", choices=["direct", "thinking"], help="eval.style the responses were made with")
     p.add_argument("--preset", help=argparse.SUPPRESS)
     p.add_argument("--max-samples", type=number_above_zero(int), help="eval.max_samples")

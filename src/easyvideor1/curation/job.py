@@ -8,7 +8,7 @@ from typing import Protocol
 
 from .. import threads
 from ..data.config import DataConfig
-from ..outdir import hold
+from ..outdir import Reuse, hold
 from ..resolve import resolve_data
 from ..rewards import RewardConfig
 from ..rollout.config import RolloutConfig
@@ -32,8 +32,16 @@ class FilterSections(Protocol):
     cpu: CPUConfig
 
 
-def curate(cfg: FilterSections, settings: FilterSettings, paths: list[str], model: str, out_dir: str) -> dict:
+def curate(
+    cfg: FilterSections,
+    settings: FilterSettings,
+    paths: list[str],
+    model: str,
+    out_dir: str,
+    reuse_out: bool = False,
+) -> dict:
     """Filter the records of ``paths`` by ``model``'s pass rate; returns the report dict.
+    ``reuse_out``: write into a non-empty ``out_dir`` that no earlier filter run wrote.
 
     Inputs are read and checked before the engine of ``settings.engine`` loads the model (one
     request per ``generate``: each record's samples are seeded); the engine is closed (vLLM's
@@ -45,7 +53,8 @@ def curate(cfg: FilterSections, settings: FilterSettings, paths: list[str], mode
     # the checkpoint names the family (frame size); data.model_family checks it
     data = resolve_data(cfg.data, model)
     model_id = model_fingerprint(model)
-    with hold(out_dir, "--out", "filter"):  # two runs appending to one responses.jsonl mix their rows
+    # two runs appending to one responses.jsonl mix their rows; another folder's files are not replaced
+    with hold(out_dir, "--out", "filter", Reuse(("filter",), "--reuse-out", asked=reuse_out)):
         items, _, todo = to_sample(files, data, settings, out_dir, model_id)
         stats = {"records": len(items), "sampled": 0, "reused": len(items), "seconds": 0.0}
         if todo:  # a rerun with every record sampled (another band, other thresholds) loads no model

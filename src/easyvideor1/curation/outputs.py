@@ -20,6 +20,7 @@ from typing import Any
 
 from ..evaluation.predictions import read_predictions
 from ..evaluation.rows import reward_digest
+from ..outdir import make_dir, replacing
 from ..rewards import RewardConfig
 from .filter import RESPONSES, FilterSettings, score_row
 from .inputs import InputFile, InputRecord
@@ -110,11 +111,8 @@ def collect(
 
 
 def write_json_lines(path: str, rows: list[dict]) -> None:
-    tmp = path + ".tmp"
-    with open(tmp, "w", encoding="utf-8") as f:
-        for row in rows:
-            f.write(json.dumps(row, ensure_ascii=False) + "\n")
-    os.replace(tmp, path)
+    with replacing(path) as f:
+        f.writelines(json.dumps(row, ensure_ascii=False) + "\n" for row in rows)
 
 
 def kept_paths(files: list[InputFile], out_dir: str) -> dict[str, str]:
@@ -132,30 +130,29 @@ def kept_paths(files: list[InputFile], out_dir: str) -> dict[str, str]:
 def write_kept(files: list[InputFile], results: list[RecordResult], out_dir: str) -> dict[str, dict]:
     """One kept file per input file, in the input's format; returns input -> {path (relative to
     ``out_dir``), kept, total, format}."""
-    os.makedirs(os.path.join(out_dir, "kept"), exist_ok=True)
+    make_dir(os.path.join(out_dir, "kept"))
     kept = {(r.item.file, r.item.position) for r in results if r.kept}
     paths = kept_paths(files, out_dir)
     summary = {}
     for f in files:
         chosen = [it for it in f.items if (f.path, it.position) in kept]
         path = paths[f.path]
-        tmp = path + ".tmp"
-        if f.kind == "jsonl":
-            with open(tmp, "w", encoding="utf-8", newline="") as out:
+        if f.kind == "jsonl":  # each line as the input wrote it, its own line ending included
+            with replacing(path, binary=True) as out:
                 for it in chosen:
                     line = it.line or ""
-                    out.write(line if line.endswith(("\n", "\r")) else line + "\n")
+                    out.write((line if line.endswith(("\n", "\r")) else line + "\n").encode("utf-8"))
         elif f.kind == "json":
             indent = 2 if _indented(f.path) else None
-            with open(tmp, "w", encoding="utf-8") as out:
+            with replacing(path) as out:
                 json.dump([it.raw for it in chosen], out, ensure_ascii=False, indent=indent)
                 out.write("\n")
         else:
             import pyarrow.parquet as pq
 
             table = pq.read_table(f.path)
-            pq.write_table(table.take([it.position for it in chosen]), tmp)
-        os.replace(tmp, path)
+            with replacing(path, binary=True) as out:
+                pq.write_table(table.take([it.position for it in chosen]), out)
         # relative to OUT: the report must not depend on where OUT is (a moved or resumed run's is the same)
         rel = os.path.relpath(path, out_dir)
         summary[f.path] = {"path": rel, "kept": len(chosen), "total": len(f.items), "format": f.kind}

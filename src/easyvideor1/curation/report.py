@@ -16,6 +16,7 @@ import os
 from collections import Counter, defaultdict
 from typing import Any
 
+from ..outdir import save_figure, write_text_atomic
 from .outputs import RecordResult
 
 HISTOGRAM = "pass_rate_histogram.png"
@@ -87,8 +88,10 @@ def plot_histogram(report: dict, path: str) -> str | None:
         f"{t['kept']} of {t['total']} records kept ({t['failed_to_load']} failed to load)", fontsize=10
     )
     fig.tight_layout()
-    fig.savefig(path, dpi=110, metadata={"Software": None})  # no version stamp: reruns write the same file
-    plt.close(fig)
+    try:  # no version stamp: reruns write the same file
+        save_figure(fig, path, dpi=110, metadata={"Software": None})
+    finally:
+        plt.close(fig)
     return path
 
 
@@ -170,8 +173,5 @@ def write_report(results: list[RecordResult], meta: dict, outputs: dict, out_dir
         ("report.md", render_markdown(report)),
         ("report.html", render_html(report, png)),
     ):
-        tmp = os.path.join(out_dir, name + ".tmp")
-        with open(tmp, "w", encoding="utf-8") as f:
-            f.write(text)
-        os.replace(tmp, os.path.join(out_dir, name))
+        write_text_atomic(os.path.join(out_dir, name), text)
     return report

@@ -31,7 +31,7 @@ from typing import Any
 from ..errors import ConfigError, UserError
 from ..rewards.instructions import answer_instruction
 from ..templates import TemplateError, UserTemplate, compile_template, read_template_file
-from .records import Record, RecordError
+from .records import Record, RecordError, iter_raw, parse_record
 
 STYLES = ("direct", "thinking")
 
@@ -151,6 +151,28 @@ def prompt_template(name: str) -> PromptTemplate:
     except UserError as e:
         raise PromptError(f"prompt {e}") from None
     return PromptTemplate(source, f"prompt template {name}", None, sets_thinking=False)
+
+
+def check_renders(template: str, files: list[str]) -> None:
+    """Render the template named ``template`` once on the first readable record of ``files``: at
+    start-up, a template that compiles but cannot render a record (a variable records lack, a
+    division by zero, a bound) stops the run before any model loads, naming the template and the
+    record (a ConfigError for ``data.prompt_template``), not at the first prompt. A file or record
+    that cannot be read is passed over here: the data checks that follow name it."""
+    for path in files:
+        try:
+            for source, raw in iter_raw(path):
+                try:
+                    record = parse_record(raw, source)
+                except RecordError:
+                    continue
+                try:
+                    prompt_template(template)(record)
+                except PromptError as e:
+                    raise ConfigError(f"data.prompt_template: {e}") from None
+                return
+        except (OSError, RecordError):
+            continue
 
 
 def format_question(record: Record, template: str = "plain", style: str = "direct") -> str:

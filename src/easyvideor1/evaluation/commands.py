@@ -27,7 +27,7 @@ from typing import Any, Protocol
 from ..data.config import DataConfig
 from ..data.records import RecordError
 from ..errors import UserError
-from ..outdir import Reuse, hold, writing
+from ..outdir import Reuse, hold, make_dir, replacing
 from ..resolve import resolve_config
 from ..rewards import RewardConfig
 from ..rollout.config import RolloutConfig
@@ -245,15 +245,9 @@ def dry_run(cfg: RunSections, out: str, reuse_out: bool = False) -> dict[str, st
     inputs = load_inputs(resolve_benchmarks(settings, cfg.data.prompt_template), settings)
     with hold(out, "--out", "eval --dry-run", _reuse(reuse_out)):
         for item in inputs:
-            bench_dir = os.path.join(out, item.spec.name)
-            os.makedirs(bench_dir, exist_ok=True)
-            path = os.path.join(bench_dir, "prompts.jsonl")
-            tmp = path + ".tmp"
-            with writing(path):
-                with open(tmp, "w", encoding="utf-8") as f:
-                    for row in item.prompt_rows():
-                        f.write(json.dumps(row, ensure_ascii=False) + "\n")
-                os.replace(tmp, path)
+            path = os.path.join(make_dir(os.path.join(out, item.spec.name)), "prompts.jsonl")
+            with replacing(path) as f:
+                f.writelines(json.dumps(row, ensure_ascii=False) + "\n" for row in item.prompt_rows())
             written[item.spec.name] = path
             print(f"{item.spec.name}: {len(item.records)} prompts -> {path}")
     return written
@@ -363,8 +357,7 @@ def score_responses(
                 )
             )
         rows = _run_jobs(jobs, reward.judge.score_workers if reward is not None else 0)
-        bench_dir = os.path.join(out, item.spec.name)
-        os.makedirs(bench_dir, exist_ok=True)
+        bench_dir = str(make_dir(os.path.join(out, item.spec.name)))
         # replaced whole: scoring is a pure function of the file, never a mix of two scorings
         write_jsonl_atomic(os.path.join(bench_dir, "predictions.jsonl"), rows)
         res = summarize(item, scored_pairs(item, {r["sample_id"]: r for r in rows}, reward), skipped)

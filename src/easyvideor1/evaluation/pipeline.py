@@ -21,7 +21,7 @@ from typing import Any
 from ..data.config import DataConfig
 from ..data.dataset import RecordDataset
 from ..data.prompt import PromptTemplate
-from ..outdir import writing
+from ..outdir import make_dir, writing
 from ..rewards import RewardConfig
 from ..rollout.base import Prompt, Request, Responses
 from ..rollout.pipeline import run_pipeline
@@ -92,8 +92,7 @@ def run_benchmark(
     records every turn and call, with a thumbnail strip of the frames each call returned."""
     t0 = time.perf_counter()
     spec = inputs.spec
-    bench_dir = os.path.join(out_dir, spec.name)
-    os.makedirs(bench_dir, exist_ok=True)
+    bench_dir = str(make_dir(os.path.join(out_dir, spec.name)))
     pred_path = os.path.join(bench_dir, "predictions.jsonl")
     tools = tools if tools is not None and tools.enabled else None
     digest = settings_digest(settings, spec, data, model_id, tools)

@@ -15,6 +15,7 @@ from dataclasses import dataclass, field
 
 from ..data.records import RecordError, text_problem
 from ..jsonlines import json_lines
+from ..outdir import open_append
 
 
 @dataclass
@@ -60,11 +61,12 @@ def read_predictions(path: str, settings: str | None = None) -> PredictionFile:
 
 
 class PredictionWriter:
-    """Appends rows durably: each batch is flushed and fsynced before the next is generated."""
+    """Appends rows durably: each batch is flushed and fsynced before the next is generated
+    (``outdir.open_append``: never through a symbolic link planted at ``path``)."""
 
     def __init__(self, path: str):
         self.path = path
-        self._f = open(path, "a", encoding="utf-8")
+        self._f = open_append(path)
         if self._f.tell() and not _ends_with_newline(path):
             self._f.write("\n")  # a kill cut the last line: never glue a new row onto it
 

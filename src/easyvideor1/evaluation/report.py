@@ -7,7 +7,7 @@ import os
 from collections.abc import Callable
 from typing import Any
 
-from ..outdir import write_text_atomic, writing
+from ..outdir import save_figure, write_text_atomic
 
 
 def write_summary(results: dict[str, dict[str, Any]], out_dir: str) -> str:
@@ -61,8 +61,7 @@ def plot_scores(results: dict[str, dict[str, Any]], out_dir: str) -> str | None:
     fig.tight_layout()
     path = os.path.join(out_dir, "scores.png")
     try:
-        with writing(path):
-            fig.savefig(path, dpi=110)
+        save_figure(fig, path, dpi=110)
     finally:
         plt.close(fig)
     return path

@@ -13,10 +13,9 @@ from __future__ import annotations
 
 import json
 import os
-import tempfile
 from typing import TYPE_CHECKING, Any
 
-from ..outdir import writing
+from ..outdir import replacing
 from ..rewards import RewardConfig
 from .identity import duplicate_problem_ids
 from .predictions import read_predictions
@@ -116,15 +115,6 @@ def write_jsonl_atomic(path: str, rows: list[dict]) -> None:
 
 
 def _write_atomic(path: str, write) -> None:
-    with writing(path):  # a full disk is one line naming the file; the previous file stays whole
-        fd, tmp = tempfile.mkstemp(dir=os.path.dirname(path) or ".", prefix=".tmp-", suffix=".json")
-        try:
-            with os.fdopen(fd, "w", encoding="utf-8") as f:
-                write(f)
-                f.flush()
-                os.fsync(f.fileno())
-            os.replace(tmp, path)
-        except BaseException:
-            if os.path.exists(tmp):
-                os.unlink(tmp)
-            raise
+    # a full disk is one line naming the file; the previous file stays whole; a link is refused
+    with replacing(path) as f:
+        write(f)

@@ -12,7 +12,10 @@
   exponential backoff (0.5 s, 1 s, 2 s, ... capped at 30 s); a ``Retry-After`` header (seconds or
   an HTTP date) is honoured instead when the server sends one, for at most ``max_retry_wait_s``.
 * An answer is read only in the chat-completions shape: ``choices[0].message.content`` is text
-  (or a list of text parts, joined); anything else is an unreadable answer, never a verdict.
+  (or a list of text parts, joined); anything else is an unreadable answer, never a verdict. An
+  answer body of more than :data:`MAX_ANSWER_BYTES` (1 MiB) is not read past that size: a 200
+  answer that long is a failed request (not retried: the server would send it again), the body of
+  an error status is only quoted.
 * Identical requests (same endpoint, messages, model, sampling settings, prompt template and
   verdict format) are sent once: a request that is in flight or was answered recently (the last
   ``MEMO_SIZE`` requests of this process) shares its future, and an answered one is stored on disk
@@ -49,6 +52,7 @@ RETRIED_STATUS = frozenset({429, 500, 502, 503, 504})
 ON_FAILURE = ("skip", "rule")
 BACKOFF_START_S, BACKOFF_MAX_S = 0.5, 30.0
 MEMO_SIZE, FAILED_TTL_S = 4096, 60.0
+MAX_ANSWER_BYTES = 1 << 20  # a judge's answer is a few hundred tokens; more is not a reply to read
 logger = logging.getLogger("easyvideor1.judge")
 
 
@@ -323,19 +327,23 @@ class JudgeClient:
             wait = None
             try:
                 with deadline(self.cfg.timeout_s):
-                    r = self._http.post(self.cfg.endpoint, json=body)
+                    r, data, whole = self._post(body)
             except httpx.TimeoutException:
                 last = f"timed out after {self.cfg.timeout_s:g} s"
             except httpx.HTTPError as e:
                 last = f"{type(e).__name__}: {e}"
             else:
+                shown = data[:200].decode("utf-8", "replace")
                 if r.status_code == 200:
+                    if not whole:  # never parsed: a reply this long is no verdict
+                        reason = f"answer longer than {MAX_ANSWER_BYTES} bytes, not read: {shown!r}"
+                        return self._failed(reason, t0, attempts)
                     try:
-                        text = answer_text(r.json())
+                        text = answer_text(json.loads(data))
                     except (ValueError, UnreadableAnswer) as error:  # not JSON, or not that shape
-                        return self._failed(f"unreadable answer ({error}): {r.text[:200]!r}", t0, attempts)
+                        return self._failed(f"unreadable answer ({error}): {shown!r}", t0, attempts)
                     return JudgeReply(text, latency_s=time.perf_counter() - t0, attempts=attempts)
-                last = f"HTTP {r.status_code}: {r.text[:200]}"
+                last = f"HTTP {r.status_code}: {shown}"
                 if r.status_code not in RETRIED_STATUS:
                     return self._failed(last, t0, attempts)
                 wait = retry_after(r.headers.get("retry-after"))
@@ -352,6 +360,18 @@ class JudgeClient:
             time.sleep(
                 wait if wait is not None else min(BACKOFF_MAX_S, BACKOFF_START_S * 2 ** (attempts - 1))
             )
+
+    def _post(self, body: dict[str, Any]):
+        """(the response, at most :data:`MAX_ANSWER_BYTES` of its body, whether that is all of it):
+        a longer answer is not read further, so its size costs no memory."""
+        with self._http.stream("POST", self.cfg.endpoint, json=body) as r:
+            data, whole = bytearray(), True
+            for chunk in r.iter_bytes():
+                data += chunk
+                if len(data) > MAX_ANSWER_BYTES:
+                    whole = False
+                    break
+        return r, bytes(data[:MAX_ANSWER_BYTES]), whole
 
     @staticmethod
     def _failed(reason: str, t0: float, attempts: int) -> JudgeReply:

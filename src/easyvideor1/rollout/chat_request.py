@@ -20,12 +20,12 @@ _UNSERVED = ("stop", "tools", "functions", "logprobs", "top_logprobs", "logit_bi
 
 
 class BadRequest(UserError):
-    """A request the server refuses: answered ``status`` (400 unless said) with the reason and the
-    offending field (``param``) in OpenAI's error shape."""
+    """A request the server refuses: answered ``status`` (400 unless said) with the reason, the
+    offending field (``param``) and OpenAI's ``code`` for it (when it has one) in OpenAI's error shape."""
 
-    def __init__(self, message: str, param: str | None = None, status: int = 400):
+    def __init__(self, message: str, param: str | None = None, status: int = 400, code: str | None = None):
         super().__init__(message)
-        self.param, self.status = param, status
+        self.param, self.status, self.code = param, status, code
 
 
 @dataclass
@@ -117,6 +117,24 @@ def _flag(body: dict[str, Any], key: str) -> bool:
     return value
 
 
+def check_model(body: dict[str, Any], served: str) -> None:
+    """The request names the served model, or none (then it is the served one, as vLLM takes it);
+    another name is answered 404 ``model_not_found`` (OpenAI's code; vLLM answers 404 too, naming
+    the model it serves), never served by a model the client did not ask for."""
+    model = body.get("model")
+    if model is None or model == "":
+        return
+    if not isinstance(model, str):
+        raise BadRequest(f"model must be a string, got {model!r:.40}", "model")
+    if model != served:
+        raise BadRequest(
+            f"The model `{model:.100}` does not exist; this server serves `{served}`",
+            "model",
+            status=404,
+            code="model_not_found",
+        )
+
+
 def parse_request(processor, body: dict[str, Any], max_context: int | None = None) -> ChatRequest:
     """The request ``body`` checked field by field (:class:`BadRequest` names the first bad one)."""
     for key in _UNSERVED:
@@ -163,8 +181,12 @@ def reject_constant(constant: str):
     raise BadRequest(f"the body is not JSON: {constant} is not a JSON number")
 
 
-def error_body(message: str, status: int, param: str | None = None) -> dict[str, Any]:
-    """OpenAI's error shape."""
+def error_body(
+    message: str, status: int, param: str | None = None, code: str | None = None
+) -> dict[str, Any]:
+    """OpenAI's error shape (``code``: the status's own unless given)."""
     kind = "server_error" if status >= 500 else "invalid_request_error"
-    code = {401: "invalid_api_key", 404: "not_found", 408: "timeout", 413: "request_too_large"}.get(status)
+    code = code or {401: "invalid_api_key", 404: "not_found", 408: "timeout", 413: "request_too_large"}.get(
+        status
+    )
     return {"error": {"message": message, "type": kind, "param": param, "code": code}}

@@ -39,7 +39,6 @@ from ..data.dataset import MediaSample, RecordDataset, load_media, render_text, 
 from ..errors import ConfigError, UserError
 from ..media.cache import VideoLoader
 from ..media.failures import MediaFailure
-from ..outdir import OutputError
 from ..tools.session import ToolSession
 from .base import Prompt, Request, Responses
 from .config import PipelineSettings
@@ -173,8 +172,8 @@ def run_pipeline(
 
 def _next(ready: queue.Queue, block: bool = True):
     item = ready.get(block=block)
-    # an output the loader side writes (thumbnails) failed, or a user error (a record, a key): as it is
-    if isinstance(item, (OutputError, UserError)):
+    # a user error (a record, a key, an output the loader side writes such as thumbnails): as it is
+    if isinstance(item, UserError):
         raise item
     if isinstance(item, BaseException):  # the loader died: stop with its error, not a hang
         raise RuntimeError(f"media loading stopped: {failure_reason(item)}") from item

@@ -12,8 +12,8 @@ chat template renders them. Sampling: ``temperature`` (default 1, 0 greedy), ``t
 choices (at most ``chat_request.MAX_CHOICES``; the checks are ``chat_request.py``). ``stream: true`` answers server-sent events in OpenAI's chunk
 format, token by token, ending with ``data: [DONE]``. Every request the server cannot serve as
 asked (malformed JSON or HTTP framing, a field of the wrong type or range, NaN or infinity, a
-feature it does not have such as ``stop`` or ``tools``, a prompt longer than the model's context)
-is answered 4xx with OpenAI's error shape and never retried by a well-behaved client; 500 means the
+feature it does not have such as ``stop`` or ``tools``, a prompt longer than the model's context,
+a ``model`` other than the served name: 404 ``model_not_found``) is answered 4xx with OpenAI's error shape and never retried by a well-behaved client; 500 means the
 engine itself failed.
 
 A client that goes away cancels its generation at the next decode step; each connection has a read
@@ -38,7 +38,7 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
 
 from .base import Progress, Prompt, Request, Responses
-from .chat_request import BadRequest, ChatRequest, error_body, parse_request, reject_constant
+from .chat_request import BadRequest, ChatRequest, check_model, error_body, parse_request, reject_constant
 
 MAX_BODY_BYTES = 16 << 20
 DEFAULT_READ_TIMEOUT_S = 60.0
@@ -109,7 +109,7 @@ class _ChatHandler(BaseHTTPRequestHandler):
         if not body_read:  # where the next request would start is unknown: end the connection
             self.close_connection = True
         headers = {"WWW-Authenticate": "Bearer"} if e.status == 401 else None
-        self._answer(e.status, error_body(str(e), e.status, e.param), headers)
+        self._answer(e.status, error_body(str(e), e.status, e.param, e.code), headers)
 
     def _authorize(self) -> None:
         key = self.chat.api_key
@@ -356,6 +356,7 @@ class ChatServer:
             raise BadRequest(f"the body is not JSON: {e}") from None
         if not isinstance(body, dict):
             raise BadRequest("the body must be a JSON object")
+        check_model(body, self.name)
         return parse_request(self.processor, body, self.max_context)
 
     def submit(self, request: ChatRequest, progress: Progress | None = None) -> concurrent.futures.Future:

@@ -29,6 +29,7 @@ from typing import Any
 
 from ..config_loading import to_yaml
 from ..errors import ConfigError
+from ..outdir import make_dir, open_append, refuse_link, write_text_atomic
 from .config import TrainingEvalConfig
 
 
@@ -75,6 +76,9 @@ class BackgroundEvals:
         from .checkpoint import export_model
 
         parts = self.parts
+        if parts.dist.is_main:  # a link planted at eval/ or eval/step_N is refused, not written through
+            refuse_link(self.root)
+            make_dir(self.root / f"step_{step}")
         model_dir = export_model(
             parts.model, parts.processor, self.root / f"step_{step}" / "model", parts.dist
         )
@@ -86,7 +90,7 @@ class BackgroundEvals:
         step_dir = model_dir.parent
         run = _eval_run_config(self.cfg)
         config_path = step_dir / "config.yaml"
-        config_path.write_text(to_yaml(run))
+        write_text_atomic(config_path, to_yaml(run))
         env = {**os.environ, "OMP_NUM_THREADS": str(s.threads), "TOKENIZERS_PARALLELISM": "false"}
         env.pop("EASYVIDEOR1_THREADS", None)
         for key in ("RANK", "LOCAL_RANK", "WORLD_SIZE", "MASTER_ADDR", "MASTER_PORT"):
@@ -105,7 +109,7 @@ class BackgroundEvals:
             f"config={config_path}",
             f"cpu.threads={s.threads}",
         ]
-        log = open(step_dir / "eval.log", "a", encoding="utf-8")
+        log = open_append(step_dir / "eval.log")
         nice = s.nice
         process = subprocess.Popen(
             command,
@@ -155,9 +159,8 @@ class BackgroundEvals:
         metrics = eval_metrics(json.loads((step_dir / "results" / "results.json").read_text()))
         metrics["eval/seconds"] = _seconds(step_dir)
         self.parts.logger.log(step, metrics, late=True)
-        tmp = step_dir / "logged.json.tmp"
-        tmp.write_text(json.dumps({"step": step, "metrics": metrics, "logged_at": time.time()}))
-        os.replace(tmp, step_dir / "logged.json")
+        logged = {"step": step, "metrics": metrics, "logged_at": time.time()}
+        write_text_atomic(step_dir / "logged.json", json.dumps(logged))
         self._drop_weights(step_dir)
 
     # -------------------------------------------------------------------------------- resume

@@ -17,6 +17,7 @@ import torch
 
 from .. import threads
 from ..data.dataset import RecordDataset
+from ..data.prompt import check_renders
 from ..errors import ConfigError
 from ..models.logprobs import Packing, PolicyForward
 from ..models.vision import DummyVisionPass
@@ -30,6 +31,7 @@ from .metrics import MetricsLogger
 from .policy import build_policy
 from .precision import DTYPES, compute_dtype
 from .preflight import preflight
+from .resume import check_model_first
 from .skipping import SkipLog
 from .state import Components, DataSkips, StepSettings, TrainData
 from .teacher import build_teacher
@@ -57,6 +59,8 @@ def start(cfg) -> DistState:
         raise ConfigError("model.path is not set: give a Hugging Face Qwen-VL checkpoint directory")
     if not cfg.data.train_files:
         raise ConfigError("data.train_files is empty: give at least one training data file")
+    check_renders(cfg.data.prompt_template, cfg.data.train_files)
+    check_model_first(cfg)
     if cfg.tools.enabled:
         check_episodes(cfg)
     if cfg.rollout.overlaps:

@@ -12,9 +12,10 @@ shard) or a JSON error that named no file. Here, before anything is loaded:
 - every ``.safetensors`` file must have a readable header whose tensors end exactly at the end of
   the file (what a truncated or padded file fails).
 
-Before its tensors are loaded into the run's model, :func:`check_same_model` compares the
-checkpoint's ``config.json`` with that model's: another family or other parameter shapes (a new
-``model.path``, or ``trainer.resume=PATH`` of another run) is refused, naming what differs.
+Before any model is loaded, :func:`check_same_model` compares the checkpoint's ``config.json`` with
+``model.path``'s (``resume.check_model_first``, at start-up): another family or other parameter
+shapes (a new ``model.path``, or ``trainer.resume=PATH`` of another run) is refused, naming what
+differs, so a mismatch costs no model load.
 
 This reads headers and sizes only (milliseconds for any model size); it does not hash tensor
 bytes, so bytes flipped in place inside a tensor are not detected.
@@ -28,6 +29,7 @@ from pathlib import Path
 from typing import Any
 
 from ..errors import UserError
+from ..outdir import write_text_atomic
 
 FILES_LIST = "checkpoint_files.json"
 _MAX_HEADER = 100 * 1024 * 1024  # safetensors' own limit on the JSON header
@@ -46,9 +48,7 @@ def record_files(ckpt: str | os.PathLike) -> None:
         for p in sorted(root.rglob("*"))
         if p.is_file() and p.name != FILES_LIST
     }
-    tmp = root / f"{FILES_LIST}.tmp"
-    tmp.write_text(json.dumps(sizes, indent=0))
-    os.replace(tmp, root / FILES_LIST)
+    write_text_atomic(root / FILES_LIST, json.dumps(sizes, indent=0))
 
 
 def read_state(ckpt: str | os.PathLike) -> dict[str, Any]:
@@ -76,12 +76,7 @@ def check_same_model(ckpt: str | os.PathLike, model_config: dict[str, Any]) -> N
     path = Path(ckpt) / "config.json"
     if not path.is_file():
         return
-    try:
-        saved = json.loads(path.read_text(encoding="utf-8"))
-    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as e:
-        raise CheckpointError(f"{path}: unreadable ({e})") from None
-    if not isinstance(saved, dict):
-        raise CheckpointError(f"{path}: not a model config (a JSON object)")
+    saved = read_model_config(path)
     family, now = saved.get("model_type"), model_config.get("model_type")
     if family != now:
         raise CheckpointError(
@@ -100,6 +95,17 @@ def check_same_model(ckpt: str | os.PathLike, model_config: dict[str, Any]) -> N
             f"({'; '.join(differ)}); resume with the model it was trained from, or start a new run "
             "(trainer.resume=never)"
         )
+
+
+def read_model_config(path: str | os.PathLike) -> dict[str, Any]:
+    """A model's ``config.json`` as a dict (no weights are read), or a CheckpointError naming it."""
+    try:
+        config = json.loads(Path(path).read_text(encoding="utf-8"))
+    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as e:
+        raise CheckpointError(f"{path}: unreadable ({e})") from None
+    if not isinstance(config, dict):
+        raise CheckpointError(f"{path}: not a model config (a JSON object)")
+    return config
 
 
 # the config keys that set parameter shapes, in any sub-config (text_config, vision_config, ...)

@@ -15,6 +15,7 @@ from collections import defaultdict
 
 import torch
 
+from ..outdir import make_dir, open_append, refuse_link
 from ..rewards import score_records
 from ..rollout.base import Prompt, Request, Responses
 from ..rollout.config import PipelineSettings
@@ -62,13 +63,20 @@ def validate_policy(
                 shown += [{**g, "probe": probe} for g in probed[:4]]
     if not dist.is_main:
         return metrics
-    out = os.path.join(cfg.trainer.output_dir, VALIDATION_DIR, f"step_{step}")
+    refuse_link(os.path.join(cfg.trainer.output_dir, VALIDATION_DIR))  # written into, never through
+    out = str(make_dir(os.path.join(cfg.trainer.output_dir, VALIDATION_DIR, f"step_{step}")))
     write_validation_run(out, val_set, generations, cfg.reward)
-    path = os.path.join(cfg.trainer.output_dir, "generations.jsonl")
-    with open(path, "a", encoding="utf-8") as f:
-        for g in shown:
-            f.write(json.dumps({"step": step, **g}) + "\n")
+    append_generations(cfg.trainer.output_dir, step, shown)
     return metrics
+
+
+GENERATIONS_FILE = "generations.jsonl"
+
+
+def append_generations(output_dir: str, step: int, shown: list[dict]) -> None:
+    """Append the validation responses shown for ``step`` to ``<output_dir>/generations.jsonl``."""
+    with open_append(os.path.join(output_dir, GENERATIONS_FILE)) as f:
+        f.writelines(json.dumps({"step": step, **g}) + "\n" for g in shown)
 
 
 @torch.no_grad()

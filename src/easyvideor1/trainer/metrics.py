@@ -11,6 +11,7 @@ from typing import Any
 
 import torch
 
+from ..outdir import make_dir, open_append, refuse_link, replacing
 from .experience import Experience
 
 
@@ -18,13 +19,13 @@ class MetricsLogger:
     def __init__(self, output_dir: str, loggers: list[str], config: dict | None = None, total_steps: int = 0):
         os.makedirs(output_dir, exist_ok=True)
         self.jsonl_path = os.path.join(output_dir, "metrics.jsonl")
-        self.jsonl = open(self.jsonl_path, "a", encoding="utf-8") if "jsonl" in loggers else None
+        self.jsonl = open_append(self.jsonl_path) if "jsonl" in loggers else None
         self.tb = None
         if "tensorboard" in loggers:
             try:
                 from torch.utils.tensorboard import SummaryWriter
 
-                self.tb = SummaryWriter(os.path.join(output_dir, "tensorboard"))
+                self.tb = SummaryWriter(str(make_dir(os.path.join(output_dir, "tensorboard"))))
             except ImportError:
                 print("tensorboard is not installed: skipping the tensorboard logger")
         self.wandb = None
@@ -32,6 +33,7 @@ class MetricsLogger:
             try:
                 import wandb
 
+                make_dir(os.path.join(output_dir, "wandb"))  # the folder wandb writes its run into
                 self.wandb = wandb.init(project="easyvideor1", dir=output_dir, config=config or {})
             except ImportError:
                 print("wandb is not installed: skipping the wandb logger")
@@ -72,7 +74,7 @@ class MetricsLogger:
             return
         self.jsonl.close()
         rewrite_jsonl(self.jsonl_path, lambda row: row.get("step", 0) <= step)
-        self.jsonl = open(self.jsonl_path, "a", encoding="utf-8")
+        self.jsonl = open_append(self.jsonl_path)
 
     def write(self, text: str) -> None:
         if self.bar is not None:
@@ -95,9 +97,11 @@ def rewrite_jsonl(path: str, keep: Callable[[dict], bool]) -> int:
     """Keep only the rows of a JSONL file that ``keep`` accepts; returns how many were dropped.
 
     Atomic: the kept rows go to a temporary file that replaces the original, so a crash leaves
-    either the old or the new file. A line that is not a JSON object (a row cut off by a crash)
-    is dropped too. A missing file is left missing.
+    either the old or the new file (``outdir.replacing``: a symbolic link at ``path`` is refused,
+    naming it). A line that is not a JSON object (a row cut off by a crash) is dropped too. A
+    missing file is left missing.
     """
+    refuse_link(path)
     if not os.path.exists(path):
         return 0
     kept, dropped = [], 0
@@ -113,12 +117,8 @@ def rewrite_jsonl(path: str, keep: Callable[[dict], bool]) -> int:
                 dropped += 1
     if not dropped:
         return 0
-    tmp = f"{path}.tmp{os.getpid()}"
-    with open(tmp, "w", encoding="utf-8") as f:
+    with replacing(path) as f:
         f.writelines(kept)
-        f.flush()
-        os.fsync(f.fileno())
-    os.replace(tmp, path)
     return dropped
 
 

@@ -8,7 +8,8 @@ rolled back to it. :func:`save` writes a checkpoint, :func:`restore` is its one 
   follows. An explicit ``trainer.resume=PATH`` that is damaged is an error (the user asked for that
   one).
 - A checkpoint of another model family or with other parameter shapes than ``model.path`` is
-  refused before its tensors are loaded, naming what differs (``checkpoint_check.py``).
+  refused at start-up, before any model loads (:func:`check_model_first`, from ``build.start``),
+  naming what differs (``checkpoint_check.py``).
 - Settings changed since the checkpoint: ``trainer.seed`` is refused (the prompt order and the RNG
   streams of the saved run depend on it), and so is a different number of usable training prompts
   (the sampler's position would point elsewhere). Everything else is applied from the restored step
@@ -32,8 +33,15 @@ from ..errors import ConfigError
 from ..outdir import OutputError
 from . import run_checkpoints
 from .checkpoint import load_checkpoint, save_checkpoint
-from .checkpoint_check import CheckpointError, check_same_model, find_resumable, verify_checkpoint
+from .checkpoint_check import (
+    CheckpointError,
+    check_same_model,
+    find_resumable,
+    read_model_config,
+    verify_checkpoint,
+)
 from .distributed import DistState, all_gather
+from .evaluate import GENERATIONS_FILE
 from .metrics import rewrite_jsonl
 from .state import Components, TrainState
 
@@ -91,8 +99,7 @@ def restore(cfg, parts: Components, n_prompts: int) -> dict[str, Any] | None:
     ckpt = _choose_checkpoint(tc, parts.dist, parts.logger.write)
     if ckpt is None:
         return None
-    meta = verify_checkpoint(ckpt)
-    check_same_model(ckpt, parts.model.config.to_dict())
+    meta = verify_checkpoint(ckpt)  # (its model was checked against model.path at start-up)
     changed = _check_settings(cfg, ckpt, meta, n_prompts)
     try:
         saved = load_checkpoint(
@@ -110,7 +117,7 @@ def restore(cfg, parts: Components, n_prompts: int) -> dict[str, Any] | None:
     step = saved["step"]
     if parts.dist.is_main:
         parts.logger.truncate_after(step)
-        rewrite_jsonl(os.path.join(tc.output_dir, "generations.jsonl"), _upto(step))
+        rewrite_jsonl(os.path.join(tc.output_dir, GENERATIONS_FILE), _upto(step))
         parts.skip_log.truncate_after(step)
     parts.logger.write(f"resumed from {ckpt} at step {step}")
     if changed:
@@ -118,6 +125,27 @@ def restore(cfg, parts: Components, n_prompts: int) -> dict[str, Any] | None:
             f"settings changed since {ckpt.name}, applied from step {step}: " + "; ".join(changed)
         )
     return saved
+
+
+def check_model_first(cfg) -> None:
+    """Start-up, before any weights load: the checkpoint a resume would take (``trainer.resume=PATH``,
+    or with ``auto`` the newest of the run's own that verifies) is refused when its model is of
+    another family or other shapes than ``model.path``'s (both ``config.json`` files compared).
+    Reads only: :func:`restore` chooses again, setting damaged checkpoints aside, and says why
+    a checkpoint cannot be taken."""
+    tc = cfg.trainer
+    if tc.resume == "never" or not cfg.model.path:
+        return
+    if tc.resume != "auto":
+        ckpt = Path(tc.resume) if Path(tc.resume).is_dir() else None
+    else:
+        try:
+            ckpt, _ = find_resumable(run_checkpoints.newest_first(Path(tc.output_dir) / "checkpoints"))
+        except OutputError:  # an unreadable record: restore stops on it, naming it
+            return
+    model_config = Path(cfg.model.path) / "config.json"
+    if ckpt is not None and model_config.is_file():
+        check_same_model(ckpt, read_model_config(model_config))
 
 
 def _choose_checkpoint(tc, dist: DistState, write: Callable[[str], None]) -> Path | None:

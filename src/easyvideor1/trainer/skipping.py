@@ -21,6 +21,7 @@ from ..data.dataset import MediaSample, load_media, media_names
 from ..data.records import RecordError
 from ..errors import UserError
 from ..media.failures import NO_CACHE_ENTRY, MediaFailure, missing_media
+from ..outdir import open_append
 from .distributed import max_over_ranks
 from .metrics import rewrite_jsonl
 
@@ -167,9 +168,6 @@ class SkipLog:
         if not rows:
             return
         os.makedirs(os.path.dirname(self.path) or ".", exist_ok=True)
-        fd = os.open(self.path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
-        try:
+        with open_append(self.path, binary=True) as f:
             for row in rows:
-                os.write(fd, (json.dumps(row) + "\n").encode("utf-8"))
-        finally:
-            os.close(fd)
+                f.write((json.dumps(row) + "\n").encode("utf-8"))
