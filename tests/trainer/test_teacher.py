@@ -144,11 +144,38 @@ def test_a_teacher_larger_than_its_declared_memory_is_refused(make_cfg, teacher_
         Trainer(cfg)
 
 
-def test_a_teacher_of_another_family_is_refused(make_cfg, demo_assets):
+def test_a_teacher_of_another_family_reads_the_same_frames_on_its_own_grid(
+    make_cfg, demo_assets, monkeypatch
+):
+    """A Qwen2.5-VL teacher (patch 14: a 28-pixel grid) of a Qwen3-VL student (32): same token ids,
+    so it is taken; its prompts are rendered by its own chat template and processor over the
+    student's frames resized to its grid, and its log-probs equal its plain forward over them."""
+    from transformers import AutoModelForImageTextToText
+
     other = make_tiny_model(str(demo_assets["dir"] / "teacher_q25"), "qwen2_5_vl")
-    cfg = make_cfg("algorithm.distill.objective=opd", f"algorithm.distill.teacher={other}")
-    with pytest.raises(ConfigError, match="is a qwen2_5_vl model and the policy a qwen3_vl one"):
-        Trainer(cfg)
+    cfg = make_cfg(
+        "algorithm.distill.objective=opd", f"algorithm.distill.teacher={other}", "trainer.val_size=0"
+    )
+    trainer = Trainer(cfg)
+    own = trainer.parts.teacher.own
+    assert own is not None and own.factor == 28 and own.data_cfg.model_family == "qwen2_5_vl"
+    teacher = AutoModelForImageTextToText.from_pretrained(other, dtype=torch.float32).eval()
+    banned = trainer.parts.engine.banned
+
+    def direct(step):
+        batch = own.encode(step.samples, trainer.cfg.data, trainer.data.train_set.loader)
+        grids = batch.inputs["video_grid_thw"]
+        assert (grids[:, 1:] % 2 == 0).all()  # whole 2 x 2 merges of 14-pixel patches: a 28 grid
+        frames = [v.frames for s in step.samples for v in (s.loaded or ([], []))[0]]
+        assert frames and all(f.shape[1] % 32 == 0 for f in frames)  # the student's frames are untouched
+        return padded_logprobs(teacher, batch, step.experience, banned, cfg.rollout.temperature)[0], batch
+
+    step, (logp, batch), metrics = captured_step(trainer, monkeypatch, direct)
+    exp = step.experience
+    torch.testing.assert_close(exp.teacher.logp * exp.mask, logp, atol=2e-5, rtol=0)
+    assert batch.inputs["pixel_values_videos"].shape != step.batch.inputs["pixel_values_videos"].shape
+    assert metrics["distill/kl_k3"] > 0
+    trainer.close()
 
 
 def test_a_two_rank_distillation_step_equals_the_single_process_step(demo_assets, teacher_dir, tmp_path):

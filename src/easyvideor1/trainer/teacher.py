@@ -5,8 +5,9 @@ Two kinds:
 
 - **a checkpoint** (``teacher: PATH``): loaded frozen like the reference model (held in the compute
   dtype, sharded by FSDP2 under torchrun, optionally offloaded), with its own micro-batches. It
-  must speak the policy's token ids (:func:`check_same_token_ids`) and belong to the policy's
-  family (the same processor reads the same frames); its size may differ.
+  must speak the policy's token ids (:func:`check_same_token_ids`); its size and family may differ.
+  A teacher of another family reads the same frames through its own processor and chat template,
+  each frame and image resized to its patch grid (:class:`OwnPrompts`).
 - **the policy itself** (``teacher: self``): the current weights, or the reference (with LoRA:
   the adapter-free base), shown privileged context (``data/privileged.py``) the student never sees.
 
@@ -24,18 +25,24 @@ import os
 import struct
 from contextlib import nullcontext
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 import torch
+from PIL import Image
 
 from ..algorithms.distill import TeacherSignal
-from ..data.dataset import encode_prompts
+from ..data.config import DataConfig
+from ..data.dataset import MediaSample, encode_prompts, load_media
 from ..data.privileged import PrivilegedContext, privileged_context
 from ..errors import ConfigError
+from ..media.resize import resize_frames
+from ..models.families import get_family
+from ..models.inputs import PromptBatch
 from ..models.loading import load_policy
 from ..models.logprobs import PolicyForward
 from ..models.lora import reference_forward
 from ..models.vision import DummyVisionPass
+from ..resolve import resolve_data
 from .distributed import DistState, shard_model
 from .experience import Experience
 from .precision import autocast_forward, compute_dtype
@@ -61,13 +68,20 @@ class Teacher:
     """What the teacher sees beyond the student's prompt (None: the student's prompt as it is)."""
     top_k: int = 0
     """Its most likely ids per position the objective reads (``gkd``), 0: the sampled tokens' only."""
+    own: OwnPrompts | None = None
+    """A teacher of another family than the policy's: how its prompts are encoded."""
 
     def signal(self, ctx: StepContext, step: Step) -> TeacherSignal:
         """The teacher's log-prob of each of the step's sampled tokens (and its top-k where the
         objective reads them), computed without gradient over the teacher's view of the prompts."""
         parts, exp = ctx.parts, step.experience
         view = exp
-        if self.context is not None:
+        if self.own is not None:
+            samples = self.context.samples(step.samples) if self.context is not None else step.samples
+            view = dataclasses.replace(
+                exp, batch=self.own.encode(samples, ctx.cfg.data, ctx.data.train_set.loader)
+            )
+        elif self.context is not None:
             view = self.privileged(parts, exp, step.samples, ctx.cfg.data, ctx.data.train_set.loader)
         if self.forward is not None:
             forward, scope = self.forward, nullcontext()
@@ -97,6 +111,38 @@ class Teacher:
         return dataclasses.replace(exp, batch=dataclasses.replace(batch, inputs=inputs))
 
 
+@dataclass
+class OwnPrompts:
+    """A teacher of another family's prompts: its processor and chat template over the policy's
+    frames and images (the ones the student saw, sampled once), each resized to the nearest size on
+    the teacher's patch grid (``factor``: patch x merge), as its processor expects."""
+
+    processor: Any
+    data_cfg: DataConfig
+    """The ``data`` section finished for the teacher's family (its processor settings)."""
+    factor: int
+
+    def encode(self, samples: list[MediaSample], policy_data: DataConfig, loader) -> PromptBatch:
+        refit = [
+            dataclasses.replace(s, loaded=self.refit(s.loaded or load_media(s, policy_data, loader)))
+            for s in samples
+        ]
+        return encode_prompts(self.processor, refit, self.data_cfg, loader)
+
+    def refit(self, loaded: tuple[list, list]) -> tuple[list, list]:
+        videos, images = loaded
+        out = []
+        for video in videos:
+            _, h, w, _ = video.frames.shape
+            frames = resize_frames(video.frames, self.grid(h), self.grid(w))
+            out.append(dataclasses.replace(video, frames=frames))
+        resized = [im.resize((self.grid(im.width), self.grid(im.height)), Image.BICUBIC) for im in images]
+        return out, resized
+
+    def grid(self, size: int) -> int:
+        return max(self.factor, round(size / self.factor) * self.factor)
+
+
 def build_teacher(cfg, dist: DistState, processor, forward: PolicyForward) -> Teacher | None:
     """The run's teacher (None without ``algorithm.distill``); a checkpoint is checked (token ids,
     family, memory) before its weights load."""
@@ -117,8 +163,14 @@ def build_teacher(cfg, dist: DistState, processor, forward: PolicyForward) -> Te
             dc.context_source,
         )
         return Teacher(None, dc.self_teacher == "reference", context, dc.top_k)
-    check_teacher_checkpoint(cfg, dist, processor)
-    model, _ = load_policy(dc.teacher, cfg.model.dtype, attn_implementation=cfg.model.attn_implementation)
+    family = check_teacher_checkpoint(cfg, dist, processor)
+    model, teacher_processor = load_policy(
+        dc.teacher, cfg.model.dtype, attn_implementation=cfg.model.attn_implementation
+    )
+    own = None
+    if family.model_type != get_family(cfg.data.model_family).model_type:
+        teacher_data = resolve_data(dataclasses.replace(cfg.data, model_family=None), dc.teacher)
+        own = OwnPrompts(teacher_processor, teacher_data, family.frames.factor)
     model = model.eval().requires_grad_(False).to(compute_dtype(cfg))
     if dist.sp_size > 1:  # its forwards split sequences over the group as the policy's do
         from ..models.sequence_parallel import enable
@@ -140,12 +192,12 @@ def build_teacher(cfg, dist: DistState, processor, forward: PolicyForward) -> Te
     log.info(
         "distillation (%s): the teacher is %s, shown context %s", dc.objective, dc.teacher, dc.context_source
     )
-    return Teacher(teacher_forward, False, context, dc.top_k)
+    return Teacher(teacher_forward, False, context, dc.top_k, own)
 
 
-def check_teacher_checkpoint(cfg, dist: DistState, processor) -> None:
-    """A checkpoint teacher's refusals, before any weight loads: another family, other token ids,
-    or more memory than ``algorithm.distill`` declares room for."""
+def check_teacher_checkpoint(cfg, dist: DistState, processor):
+    """A checkpoint teacher's refusals, before any weight loads: other token ids, or more memory
+    than ``algorithm.distill`` declares room for; returns its family."""
     from transformers import AutoTokenizer
 
     from ..models.families import family_of_checkpoint
@@ -154,13 +206,7 @@ def check_teacher_checkpoint(cfg, dist: DistState, processor) -> None:
     path = dc.teacher
     if not os.path.isdir(path):
         raise ConfigError(f"algorithm.distill.teacher={path!r} is not a model directory (or use self)")
-    family = family_of_checkpoint(path).model_type
-    if family != cfg.data.model_family:
-        raise ConfigError(
-            f"algorithm.distill.teacher {path} is a {family} model and the policy a {cfg.data.model_family} "
-            "one: the teacher must read the policy's prompts with the same processor (another size of the "
-            "same family works)"
-        )
+    family = family_of_checkpoint(path)
     check_same_token_ids(
         getattr(processor, "tokenizer", processor), AutoTokenizer.from_pretrained(path), path
     )
@@ -177,6 +223,7 @@ def check_teacher_checkpoint(cfg, dist: DistState, processor) -> None:
             f"{str(compute_dtype(cfg)).removeprefix('torch.')} and {where} has {room / GIB:.2f} GiB: "
             f"use {fix}"
         )
+    return family
 
 
 def check_same_token_ids(student, teacher, path: str) -> None:
