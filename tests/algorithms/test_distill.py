@@ -123,6 +123,24 @@ def test_a_registered_objective_is_one_function_with_its_options(tmp_path):
         (["algorithm.distill.options.top_q=3"], "algorithm.distill.options.top_q"),
         (
             [
+                "algorithm.distill.objective=rlsd",
+                "algorithm.distill.teacher=self",
+                "algorithm.distill.sync_steps=5",
+            ],
+            "needs algorithm.distill.teacher=self and algorithm.distill.self_teacher=reference",
+        ),
+        (
+            [
+                "algorithm.distill.objective=rlsd",
+                "algorithm.distill.teacher=self",
+                "algorithm.distill.self_teacher=reference",
+                "algorithm.distill.sync_steps=5",
+                "algorithm.kl.type=k3",
+            ],
+            "moves the reference, which algorithm.kl",
+        ),
+        (
+            [
                 "algorithm.distill.objective=opd",
                 "algorithm.distill.teacher=self",
                 "algorithm.distill.context=x.txt",

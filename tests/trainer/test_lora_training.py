@@ -95,7 +95,7 @@ def test_lora_run_checkpoints_and_exact_resume(make_cfg, tmp_path):
     Trainer(make_cfg(f"trainer.output_dir={other}", "trainer.max_steps=1", *LORA)).train()
     resumed = Trainer(make_cfg(f"trainer.output_dir={other}", *LORA))
     resumed.train()
-    assert resumed.reference_from_warmup
+    assert resumed.reference_moved
     now = adapter_parameters(resumed.model)
     for k, v in final.items():
         torch.testing.assert_close(now[k].detach(), v, rtol=0, atol=1e-6, msg=k)

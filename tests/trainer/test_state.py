@@ -17,13 +17,13 @@ def test_train_state_round_trips_through_json():
     state = TrainState(PromptSampler(10, 4, seed=3))
     for _ in range(3):  # into the second epoch
         state.sampler.next_batch()
-    state.step, state.reference_from_warmup = 3, True
+    state.step, state.reference_moved = 3, True
     state.history = [{"step": 0, "val/accuracy": 0.25}, {"step": 3, "reward/overall": 0.5}]
     saved = json.loads(json.dumps(state.state_dict()))  # as trainer_state.json holds it
 
     back = TrainState(PromptSampler(10, 4, seed=3))
     back.load_state_dict(saved)
-    assert (back.step, back.history, back.reference_from_warmup) == (3, state.history, True)
+    assert (back.step, back.history, back.reference_moved) == (3, state.history, True)
     assert back.epoch == state.epoch == 1 and back.sampler.state_dict() == state.sampler.state_dict()
     assert back.sampler.next_batch() == state.sampler.next_batch()  # the same prompts come next
     with pytest.raises(ValueError, match="checkpoint was made for 10 prompts with seed 3"):
@@ -49,7 +49,7 @@ def test_trainer_save_then_restore_gives_back_state_weights_and_optimizer(make_c
         "python_rng",
         "sampler",
         "history",
-        "reference_from_warmup",
+        "reference_moved",
         "kl_coef",
         "settings",
     ]

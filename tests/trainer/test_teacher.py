@@ -302,3 +302,30 @@ def test_one_step_off_rollouts_distill_from_the_policy_of_their_update(make_cfg)
     assert trainer.step == 2 and len(steps) == 2
     assert all(0 <= r["distill/reweighted_share"] <= 1 and r["distill/kl_k3"] > 0 for r in steps)
     trainer.close()
+
+
+def test_a_synced_self_teacher_is_the_policy_of_the_last_sync_and_resumes(make_cfg, tmp_path):
+    """``sync_steps: 1`` with the reference as teacher: after each step the reference holds the
+    policy's weights (the RLSD authors' frozen, re-synced teacher); the moved reference is saved
+    and a resumed run starts from it."""
+    overrides = (
+        "algorithm.distill.objective=rlsd",
+        "algorithm.distill.teacher=self",
+        "algorithm.distill.self_teacher=reference",
+        "algorithm.distill.sync_steps=1",
+        "trainer.val_size=0",
+        "trainer.max_steps=1",
+        f"trainer.output_dir={tmp_path / 'run'}",
+    )
+    trainer = Trainer(make_cfg(*overrides))
+    start = {k: v.clone() for k, v in trainer.parts.ref_model.state_dict().items()}
+    trainer.train()
+    policy, ref = trainer.parts.model.state_dict(), trainer.parts.ref_model.state_dict()
+    assert trainer.reference_moved and all(torch.equal(policy[k], ref[k]) for k in policy)
+    assert any(not torch.equal(start[k], ref[k]) for k in ref)  # it moved
+    trainer.close()
+    resumed = Trainer(make_cfg(*overrides, "trainer.max_steps=2"))
+    assert resumed.restore() and resumed.reference_moved
+    back = resumed.parts.ref_model.state_dict()
+    assert all(torch.equal(back[k], ref[k]) for k in ref)
+    resumed.close()

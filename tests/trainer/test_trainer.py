@@ -121,7 +121,7 @@ def test_kl_reference_is_the_warmed_up_policy(make_cfg):
     now, ref = t.model.state_dict(), t.ref_model.state_dict()
     assert any(not torch.equal(start[k], now[k]) for k in now)  # the warm-up moved the policy
     assert all(torch.equal(now[k], ref[k]) for k in now)  # and the reference moved with it
-    assert t.reference_from_warmup
+    assert t.reference_moved
 
 
 @pytest.mark.parametrize(

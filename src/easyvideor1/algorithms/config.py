@@ -293,6 +293,11 @@ class AlgorithmConfig:
             f"algorithm.rollout_correction_lower must be in (0, 1) or None, got {self.rollout_correction_lower}",
         )
         _check(
+            not (self.distill.sync_steps and self.kl.enabled),
+            f"algorithm.distill.sync_steps={self.distill.sync_steps} moves the reference, which "
+            f"algorithm.kl (type {self.kl.type}) also holds the policy to: use one of the two",
+        )
+        _check(
             ADVANTAGE_ESTIMATORS.canonical(self.adv_estimator) != "gdpo" or len(self.gdpo_reward_keys) > 0,
             "algorithm.adv_estimator=gdpo needs at least one key in algorithm.gdpo_reward_keys",
         )

@@ -60,6 +60,10 @@ class DistillConfig:
             fewer.
         max_tokens_per_micro_batch (`int`, *optional*, defaults to `0`):
             Token budget per teacher forward (0: `trainer.max_tokens_per_micro_batch`).
+        sync_steps (`int`, *optional*, defaults to `0`):
+            With `self_teacher: reference`: every this many steps the reference becomes the policy
+            as it is then (the RLSD authors' recipe: a frozen teacher re-synced every 20 steps);
+            0 keeps the starting weights. The reference then moves with checkpoints and resumes.
     """
 
     objective: str = "none"
@@ -73,6 +77,7 @@ class DistillConfig:
     memory_gib: float = 0.0
     micro_batch_size: int = 0
     max_tokens_per_micro_batch: int = 0
+    sync_steps: int = 0
 
     def __post_init__(self) -> None:
         try:
@@ -87,6 +92,7 @@ class DistillConfig:
         non_negative(f"{KEY}.memory_gib", self.memory_gib)
         whole_number(f"{KEY}.micro_batch_size", self.micro_batch_size)
         whole_number(f"{KEY}.max_tokens_per_micro_batch", self.max_tokens_per_micro_batch)
+        whole_number(f"{KEY}.sync_steps", self.sync_steps)
         self.objective_settings()  # the objective checks its options
         if self.context not in ("auto", "answer", "none") and not str(self.context).endswith(".jinja"):
             raise ConfigError(f"{KEY}.context={self.context!r}: use auto, answer, none or a .jinja file")
@@ -107,6 +113,11 @@ class DistillConfig:
             )
         if self.teacher != "self" and self.self_teacher != "policy":
             raise ConfigError(f"{KEY}.self_teacher applies to teacher=self only (teacher={self.teacher!r})")
+        if self.sync_steps and (self.teacher != "self" or self.self_teacher != "reference"):
+            raise ConfigError(
+                f"{KEY}.sync_steps re-syncs a frozen self-teacher: it needs {KEY}.teacher=self and "
+                f"{KEY}.self_teacher=reference (got teacher={self.teacher!r}, self_teacher={self.self_teacher})"
+            )
         if self.offload and self.teacher == "self":
             raise ConfigError(f"{KEY}.offload applies to a checkpoint teacher (teacher=self is the policy)")
         if self.coef == 0 and self.reward_weight == 0:

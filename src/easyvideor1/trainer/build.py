@@ -141,7 +141,7 @@ def build_components(cfg, dist: DistState) -> Components:
     reference = cfg.algorithm.kl.enabled or (
         distill.teacher == "self" and distill.self_teacher == "reference"
     )
-    policy = build_policy(cfg, dist, reference, warmup=bool(tc.sft_warmup_steps))
+    policy = build_policy(cfg, dist, reference, moves=bool(tc.sft_warmup_steps or distill.sync_steps))
     model, ref_model = policy.model, policy.ref_model
     if dist.enabled:
         # independent sampling per share of the batch; the ranks of a sequence-parallel group share

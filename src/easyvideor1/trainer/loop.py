@@ -24,6 +24,7 @@ from .build import build_components, load_data, start, step_settings
 from .distributed import shutdown_distributed
 from .draws import PromptDraws
 from .evaluate import has_video, validate_policy
+from .policy import move_reference
 from .rounds import collect_step
 from .sampler import PromptSampler
 from .state import Step, StepContext, TrainState
@@ -83,8 +84,8 @@ class Trainer:
         return self.state.history
 
     @property
-    def reference_from_warmup(self) -> bool:
-        return self.state.reference_from_warmup
+    def reference_moved(self) -> bool:
+        return self.state.reference_moved
 
     @property
     def model(self) -> torch.nn.Module:
@@ -175,8 +176,8 @@ class Trainer:
             self.settings.sampling.max_new_tokens,
         ):
             return False
-        if warmup.reference_from_warmup(self.parts):
-            self.state.reference_from_warmup = True
+        if move_reference(self.parts):
+            self.state.reference_moved = True
         return True
 
     def validate(self, probes: bool = False) -> dict[str, float]:
@@ -261,6 +262,9 @@ class Trainer:
         while state.step < tc.max_steps:
             metrics = self.rl_step()
             state.step += 1
+            sync = self.cfg.algorithm.distill.sync_steps
+            if sync and state.step % sync == 0:  # the self-teacher becomes the policy of this step
+                state.reference_moved = move_reference(self.parts) or state.reference_moved
             probe_now = probing and state.step % tc.video_probe_every == 0
             val_now = (tc.val_every and state.step % tc.val_every == 0) or probe_now
             if val_now and state.step < tc.max_steps:

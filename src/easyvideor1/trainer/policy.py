@@ -13,7 +13,7 @@ from typing import Any
 import torch
 
 from ..models.loading import load_policy
-from ..models.lora import adapter_snapshot, is_lora, parameter_counts, plain_copy
+from ..models.lora import adapter_snapshot, copy_adapter, is_lora, parameter_counts, plain_copy
 from .distributed import DistState, shard_model
 from .precision import autocast_forward, check_master_precision, compute_dtype
 
@@ -30,7 +30,7 @@ class Policy:
         rollout_model: Under FSDP with HF rollouts, a full unsharded copy each rank generates with
             (merged, with LoRA), else None.
         lora: Whether the policy carries LoRA adapters.
-        lora_reference: With LoRA, a reference and a warm-up, the adapter tensors the warm-up's reference
+        lora_reference: With LoRA and a reference that moves, the adapter tensors the moved reference
             will be copied into (allocated after sharding, so shaped like the adapter's shards).
         trainable_fraction: Trainable parameters / all parameters (logged at step 0).
     """
@@ -44,9 +44,11 @@ class Policy:
     trainable_fraction: float
 
 
-def build_policy(cfg, dist: DistState, reference: bool, warmup: bool) -> Policy:
+def build_policy(cfg, dist: DistState, reference: bool, moves: bool) -> Policy:
     """Load ``cfg.model``, copy what needs copying, then shard (FSDP2) or move to the device.
-    ``reference``: the run needs a frozen reference (the KL's, or a self-teacher's)."""
+    ``reference``: the run needs a frozen reference (the KL's, or a self-teacher's); ``moves``: it
+    will be moved to the policy during the run (:func:`move_reference`: after a warm-up, at teacher
+    syncs)."""
     m = cfg.model
     model, processor = load_policy(
         m.path,
@@ -92,5 +94,23 @@ def build_policy(cfg, dist: DistState, reference: bool, warmup: bool) -> Policy:
         autocast_forward(model, compute, dist.device)  # FSDP2's mixed precision does this above
         if ref_model is not None:
             ref_model.to(dist.device)
-    lora_reference = adapter_snapshot(model) if lora and reference and warmup else None
+    lora_reference = adapter_snapshot(model) if lora and reference and moves else None
     return Policy(model, processor, ref_model, rollout_model, lora, lora_reference, trainable / max(total, 1))
+
+
+def move_reference(policy: Policy) -> bool:
+    """Make the reference the policy as it is now; whether there was a reference to move.
+
+    After the warm-up: KL should hold the policy near where RL starts, not pull it back to the
+    cold start the warm-up just left. At a teacher sync (``algorithm.distill.sync_steps``): the
+    self-teacher is the policy of a few steps ago. A reference model gets the policy's weights;
+    with LoRA the adapter is copied into the snapshot the reference forward uses (on the same base
+    weights).
+    """
+    if policy.ref_model is not None:
+        policy.ref_model.load_state_dict(policy.model.state_dict())
+        return True
+    if policy.lora_reference is not None:
+        copy_adapter(policy.model, policy.lora_reference)
+        return True
+    return False

@@ -80,7 +80,7 @@ def save(cfg, parts: Components, state: TrainState) -> Path:
         {**state.state_dict(), "kl_coef": parts.kl_ctl.value, "settings": run_settings(cfg)},
         keep_last=tc.keep_last,
         state=parts.dist,
-        reference=parts.reference_state() if state.reference_from_warmup else None,
+        reference=parts.reference_state() if state.reference_moved else None,
         export_merged=tc.export_merged,
         export_dtype=tc.export_dtype,
     )

@@ -157,8 +157,10 @@ class TrainState:
     """RL steps completed."""
     history: list[dict[str, float]] = field(default_factory=list)
     """Per-step rows of reward and validation metrics (``report.json`` of the demo)."""
-    reference_from_warmup: bool = False
-    """The KL reference is the warmed-up policy (saved under the checkpoint's ``reference/``)."""
+    reference_moved: bool = False
+    """The reference is no longer the loaded checkpoint but the policy as it was after the warm-up
+    or at the last teacher sync (``algorithm.distill.sync_steps``); saved under the checkpoint's
+    ``reference/``."""
 
     @property
     def epoch(self) -> int:
@@ -171,7 +173,7 @@ class TrainState:
             "step": self.step,
             "sampler": self.sampler.state_dict(),
             "history": self.history,
-            "reference_from_warmup": self.reference_from_warmup,
+            "reference_moved": self.reference_moved,
         }
 
     def load_state_dict(self, saved: dict[str, Any]) -> None:
@@ -180,7 +182,8 @@ class TrainState:
         self.sampler.load_state_dict(saved["sampler"])
         self.step = saved["step"]
         self.history = saved.get("history", [])
-        self.reference_from_warmup = bool(saved.get("reference_from_warmup", False))
+        # checkpoints written before teacher syncs name it after the warm-up, its only mover then
+        self.reference_moved = bool(saved.get("reference_moved", saved.get("reference_from_warmup", False)))
 
 
 @dataclass(frozen=True)

@@ -48,7 +48,7 @@ def logprobs(ctx: StepContext, step: Step) -> None:
     if ctx.settings.kl_reference and parts.ref_forward is not None:
         exp.ref_logp, _ = experience_logprobs(parts.ref_forward, exp)
     elif ctx.settings.kl_reference:
-        snapshot = parts.lora_reference if ctx.state.reference_from_warmup else None
+        snapshot = parts.lora_reference if ctx.state.reference_moved else None
         with reference_forward(forward.model, snapshot):
             exp.ref_logp, _ = experience_logprobs(forward, exp)
     if parts.teacher is not None:

@@ -90,7 +90,7 @@ class Teacher:
         elif parts.ref_forward is not None:
             forward, scope = parts.ref_forward, nullcontext()
         else:  # LoRA: the adapter-free base (or the warm-up's adapter) inside the policy
-            snapshot = parts.lora_reference if ctx.state.reference_from_warmup else None
+            snapshot = parts.lora_reference if ctx.state.reference_moved else None
             forward, scope = parts.forward, reference_forward(parts.forward.model, snapshot)
         with scope:
             read = experience_readout(forward, view, self.top_k)

@@ -16,7 +16,6 @@ import torch
 
 from ..data.dataset import MediaSample, RecordDataset, encode_prompts
 from ..models.logprobs import Packing
-from ..models.lora import copy_adapter
 from ..rollout.sampling import SamplingConfig
 from .distributed import sum_over_ranks
 from .experience import stacked
@@ -83,19 +82,3 @@ def sft_warmup(
             parts.logger.log(0, {"sft/loss": loss, "sft/step": step}, ("sft/loss",))
     parts.handoff.resume()  # wake the engine's weights, push the warmed-up ones, wake its KV cache
     return True
-
-
-def reference_from_warmup(parts: Components) -> bool:
-    """Make the KL reference the warmed-up policy; whether there was a reference to move.
-
-    KL should hold the policy near where RL starts, not pull it back to the cold start the warm-up
-    just left. A reference model gets the policy's weights; with LoRA the warmed-up adapter is
-    copied into the snapshot the reference forward uses (on the same base weights).
-    """
-    if parts.ref_model is not None:
-        parts.ref_model.load_state_dict(parts.model.state_dict())
-        return True
-    if parts.lora_reference is not None:
-        copy_adapter(parts.model, parts.lora_reference)
-        return True
-    return False
