@@ -40,30 +40,53 @@ def assets(tmp_path_factory):
     return {"records": records, "models": models, "dir": d, "runs": {}}
 
 
+FAMILIES = ("qwen2_5_vl", "qwen3_vl", "qwen3_5", "glm4v")
+# every update the tests below compare, by number of ranks: (family, flags). Each launch runs all
+# of its ranks' cases in turn (imports, model loading and the process group paid once a launch).
+CASES = {
+    1: [*((f, ()) for f in FAMILIES), ("qwen3_vl", ("--packed",)), ("qwen3_vl", ("--checkpointing",))],
+    2: [
+        *((f, ()) for f in FAMILIES),
+        ("qwen3_vl", ("--packed",)),
+        ("qwen3_5", ("--shared",)),
+        ("qwen3_vl", ("--checkpointing", "--shared")),
+    ],
+    4: [("qwen3_vl", ())],
+}
+
+
 def _update(assets, family: str, ranks: int, *flags: str):
-    """``dist_worker.py update`` on one process or ``ranks`` torchrun ranks: (weights, metrics),
-    each run once per module (the single-process references are shared)."""
-    key = (family, ranks, flags)
-    if key in assets["runs"]:
-        return assets["runs"][key]
-    out = assets["dir"] / f"{family}_{ranks}_{'_'.join(f.strip('-') for f in flags)}.safetensors"
-    args = [
-        str(HERE / "dist_worker.py"),
-        "update",
-        assets["models"][family],
-        assets["records"],
-        str(out),
-        *FRAMES,
-    ]
-    r = _run([sys.executable, *args, *flags]) if ranks == 1 else _torchrun(ranks, *args, *flags)
-    assert r.returncode == 0, r.stdout[-3000:] + r.stderr[-3000:]
-    assets["runs"][key] = _load(out)
-    return assets["runs"][key]
+    """``dist_worker.py update`` of ``family`` with ``flags`` on one process or ``ranks`` torchrun
+    ranks (sequence-parallel pairs): (weights, metrics). The first call for a number of ranks
+    launches every case of :data:`CASES` for it."""
+    runs = assets["runs"]
+    if ranks not in runs:
+        d = assets["dir"] / f"ranks_{ranks}"
+        d.mkdir()
+        plan = [
+            [
+                "update",
+                assets["models"][f],
+                assets["records"],
+                str(d / f"{f}{''.join(fl)}.safetensors"),
+                *FRAMES,
+                *fl,
+            ]
+            for f, fl in CASES[ranks]
+        ]
+        (d / "plan.json").write_text(json.dumps(plan))
+        args = [str(HERE / "dist_worker.py"), "cases", str(d / "plan.json")]
+        r = _run([sys.executable, *args]) if ranks == 1 else _torchrun(ranks, *args, "--sp", "2")
+        runs[ranks] = (d, r.stdout[-3000:] + r.stderr[-3000:])
+    d, log = runs[ranks]
+    out = d / f"{family}{''.join(flags)}.safetensors"
+    assert out.exists(), log  # a failed case stops its launch: its file and the later ones are missing
+    return _load(out)
 
 
 @pytest.mark.parametrize("family", ["qwen2_5_vl", "qwen3_vl", "qwen3_5", "glm4v"])
 def test_sp2_update_equals_the_single_process_update(assets, family):
-    assert_same_update(_update(assets, family, 1), _update(assets, family, 2, "--sp", "2"))
+    assert_same_update(_update(assets, family, 1), _update(assets, family, 2))
 
 
 # Qwen3-VL (DeepStack, interleaved M-RoPE); Qwen2.5-VL's windowed tower is split over the group in the
@@ -71,9 +94,7 @@ def test_sp2_update_equals_the_single_process_update(assets, family):
 @pytest.mark.parametrize("family", ["qwen3_vl"])
 def test_sp2_packed_update_equals_the_single_process_packed_update(assets, family):
     """Packed rows: each sequence's boundaries kept across the shards (1,200-token video prompts)."""
-    assert_same_update(
-        _update(assets, family, 1, "--packed"), _update(assets, family, 2, "--sp", "2", "--packed")
-    )
+    assert_same_update(_update(assets, family, 1, "--packed"), _update(assets, family, 2, "--packed"))
 
 
 def test_sp2_shared_prefix_update_equals_the_single_process_update(assets):
@@ -81,19 +102,19 @@ def test_sp2_shared_prefix_update_equals_the_single_process_update(assets):
     Qwen3.5's DeltaNet heads split over the ranks: the same update as one process running every
     sequence in its own row."""
     one = _update(assets, "qwen3_5", 1)
-    assert_same_update(one, _update(assets, "qwen3_5", 2, "--sp", "2", "--shared"))
+    assert_same_update(one, _update(assets, "qwen3_5", 2, "--shared"))
 
 
 def test_sp2_times_dp2_update_equals_the_single_process_update(assets):
     """4 ranks: two data-parallel groups (3 + 1 prompts) of two sequence-parallel ranks."""
-    assert_same_update(_update(assets, "qwen3_vl", 1), _update(assets, "qwen3_vl", 4, "--sp", "2"))
+    assert_same_update(_update(assets, "qwen3_vl", 1), _update(assets, "qwen3_vl", 4))
 
 
 def test_sp2_update_with_gradient_checkpointing_equals_the_single_process_update(assets):
     """With shared prefixes too: the recomputed layers read the layouts (sequence-parallel and
     shared) of the forward they recompute."""
     one = _update(assets, "qwen3_vl", 1, "--checkpointing")
-    assert_same_update(one, _update(assets, "qwen3_vl", 2, "--sp", "2", "--checkpointing", "--shared"))
+    assert_same_update(one, _update(assets, "qwen3_vl", 2, "--checkpointing", "--shared"))
 
 
 def test_a_training_run_under_sequence_parallelism(demo_assets, tmp_path):
