@@ -152,16 +152,7 @@ def build_experience(processor, dataset, kinds: list[str]) -> Experience:
 
 
 def one_update(
-    model,
-    optimizer,
-    processor,
-    dataset,
-    kinds,
-    dummy,
-    micro: int,
-    session=None,
-    packed: bool = False,
-    shared: str = "off",
+    model, optimizer, processor, dataset, kinds, dummy, packing: Packing, session=None
 ) -> dict[str, float]:
     exp = (
         build_experience(processor, dataset, kinds)
@@ -169,7 +160,6 @@ def one_update(
         else build_episodes(processor, dataset, kinds, session)
     )
     banned = banned_token_ids(processor.tokenizer)
-    packing = Packing(packed, micro_batch_size=micro, shared_prefix=shared)
     forward = PolicyForward(model, dummy, banned=banned, packing=packing)
     exp.old_logp, _ = experience_logprobs(forward, exp)
     settings = UpdateSettings(max_grad_norm=1e9)
@@ -209,7 +199,7 @@ def run_case(state, mode: str, model_dir: str, records: str, out: str, flags: li
         done = []
         for a, b in itertools.product(KINDS, KINDS):
             mine = a if state.rank == 0 else b
-            one_update(model, optimizer, processor, dataset, [mine], dummy, micro=1)
+            one_update(model, optimizer, processor, dataset, [mine], dummy, Packing(micro_batch_size=1))
             done.append([a, b])
             print(f"rank {state.rank}: pair {a}/{b} ok", flush=True)
         if state.is_main:
@@ -226,20 +216,9 @@ def run_case(state, mode: str, model_dir: str, records: str, out: str, flags: li
         kinds = list(KINDS)
         if state.data_world > 1:
             kinds = kinds[:3] if state.data_rank == 0 else kinds[3:]
-        packed = "--packed" in flags
         shared = "on" if "--shared" in flags else "off"
-        metrics = one_update(
-            model,
-            optimizer,
-            processor,
-            dataset,
-            kinds,
-            dummy,
-            micro=2,
-            session=session,
-            packed=packed,
-            shared=shared,
-        )
+        packing = Packing("--packed" in flags, micro_batch_size=2, shared_prefix=shared)
+        metrics = one_update(model, optimizer, processor, dataset, kinds, dummy, packing, session)
         weights = {k: v.clone().contiguous() for k, v in full_weights(model)}
         if state.is_main:
             save_file(weights, out, metadata={"metrics": json.dumps(metrics)})
