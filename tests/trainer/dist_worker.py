@@ -11,10 +11,14 @@ Modes:
   episodes MODEL RECORDS OUT
       as update, but each response to a prompt with a video is an episode: a seek call, its real
       result (frames in the tool turn, masked out of the loss), then the answer.
+  cases PLAN [--sp K]
+      each line of the JSON list PLAN, ``[MODE, MODEL, RECORDS, OUT, *FLAGS]``, in turn in this one
+      launch (the imports and the process group paid once); a case's OUT is written when it is done,
+      so a failure leaves the later cases' files missing. ``--sp`` is the launch's, not a case's.
   Flags: --no-dummy (no dummy vision passes), --bf16 (FSDP mixed precision, bfloat16 compute),
   --checkpointing (gradient checkpointing), --sp K (sequence parallelism over groups of K ranks;
   each data-parallel group takes its share of the batch), --packed (padding-free micro-batches),
-  --frames N (frames per video: a longer prompt).
+  --shared (shared-prefix packing), --frames N (frames per video: a longer prompt).
 """
 
 from __future__ import annotations
@@ -148,8 +152,7 @@ def build_experience(processor, dataset, kinds: list[str]) -> Experience:
 
 
 def one_update(
-    model, optimizer, processor, dataset, kinds, dummy, micro: int, session=None, packed: bool = False,
-    shared: str = "off",
+    model, optimizer, processor, dataset, kinds, dummy, packing: Packing, session=None
 ) -> dict[str, float]:
     exp = (
         build_experience(processor, dataset, kinds)
@@ -157,15 +160,14 @@ def one_update(
         else build_episodes(processor, dataset, kinds, session)
     )
     banned = banned_token_ids(processor.tokenizer)
-    packing = Packing(packed, micro_batch_size=micro, shared_prefix=shared)
     forward = PolicyForward(model, dummy, banned=banned, packing=packing)
     exp.old_logp, _ = experience_logprobs(forward, exp)
     settings = UpdateSettings(max_grad_norm=1e9)
     return policy_update(forward, optimizer, None, exp, [list(range(len(exp)))], settings)
 
 
-def _flag(name: str, default: str) -> str:
-    return sys.argv[sys.argv.index(name) + 1] if name in sys.argv else default
+def _flag(flags: list[str], name: str, default: str) -> str:
+    return flags[flags.index(name) + 1] if name in flags else default
 
 
 def _launched() -> bool:
@@ -174,24 +176,19 @@ def _launched() -> bool:
     return int(os.environ.get("WORLD_SIZE", "1")) > 1
 
 
-def main() -> int:
-    mode, model_dir, records, out = sys.argv[1:5]
-    no_dummy = "--no-dummy" in sys.argv
-    sp = int(_flag("--sp", "1"))
-    state = init_distributed(
-        DistributedConfig(timeout_minutes=1.0, sequence_parallel_size=sp if _launched() else 1)
-    )
+def run_case(state, mode: str, model_dir: str, records: str, out: str, flags: list[str]) -> None:
+    """One MODE run (the module docstring) on this launch's process group."""
     torch.manual_seed(0)
-    model, processor = load_policy(model_dir, gradient_checkpointing="--checkpointing" in sys.argv)
+    model, processor = load_policy(model_dir, gradient_checkpointing="--checkpointing" in flags)
     model.train()
     if state.sp_size > 1:
         from easyvideor1.models.sequence_parallel import enable
 
         enable(model, state.sp)
     if state.enabled:
-        shard_model(model, DistributedConfig(param_dtype="bfloat16" if "--bf16" in sys.argv else None), state)
-    dummy = None if no_dummy else DummyVisionPass(model)
-    frames = int(_flag("--frames", "4"))
+        shard_model(model, DistributedConfig(param_dtype="bfloat16" if "--bf16" in flags else None), state)
+    dummy = None if "--no-dummy" in flags else DummyVisionPass(model)
+    frames = int(_flag(flags, "--frames", "4"))
     data_cfg = resolve_data(
         DataConfig(video_fps=None, video_nframes=frames), model_dir
     )  # the model names the family
@@ -202,7 +199,7 @@ def main() -> int:
         done = []
         for a, b in itertools.product(KINDS, KINDS):
             mine = a if state.rank == 0 else b
-            one_update(model, optimizer, processor, dataset, [mine], dummy, micro=1)
+            one_update(model, optimizer, processor, dataset, [mine], dummy, Packing(micro_batch_size=1))
             done.append([a, b])
             print(f"rank {state.rank}: pair {a}/{b} ok", flush=True)
         if state.is_main:
@@ -219,18 +216,30 @@ def main() -> int:
         kinds = list(KINDS)
         if state.data_world > 1:
             kinds = kinds[:3] if state.data_rank == 0 else kinds[3:]
-        packed = "--packed" in sys.argv
-        shared = "on" if "--shared" in sys.argv else "off"
-        metrics = one_update(
-            model, optimizer, processor, dataset, kinds, dummy, micro=2, session=session, packed=packed,
-            shared=shared,
-        )
+        shared = "on" if "--shared" in flags else "off"
+        packing = Packing("--packed" in flags, micro_batch_size=2, shared_prefix=shared)
+        metrics = one_update(model, optimizer, processor, dataset, kinds, dummy, packing, session)
         weights = {k: v.clone().contiguous() for k, v in full_weights(model)}
         if state.is_main:
             save_file(weights, out, metadata={"metrics": json.dumps(metrics)})
     else:
         raise SystemExit(f"unknown mode {mode}")
-    model = optimizer = dummy = None
+
+
+def main() -> int:
+    flags = sys.argv[2:]
+    sp = int(_flag(flags, "--sp", "1"))
+    state = init_distributed(
+        DistributedConfig(timeout_minutes=1.0, sequence_parallel_size=sp if _launched() else 1)
+    )
+    if sys.argv[1] == "cases":
+        with open(sys.argv[2]) as f:
+            cases = json.load(f)
+    else:
+        cases = [sys.argv[1:]]  # MODE MODEL RECORDS OUT FLAGS...
+    for mode, model_dir, records, out, *case_flags in cases:
+        run_case(state, mode, model_dir, records, out, case_flags)
+        print(f"rank {state.rank}: case {mode} {model_dir} {' '.join(case_flags)} done", flush=True)
     shutdown_distributed()
     return 0
 

@@ -9,6 +9,7 @@ import os
 import subprocess
 import sys
 import time
+from dataclasses import dataclass, field
 from pathlib import Path
 
 import pytest
@@ -43,17 +44,69 @@ def _torchrun(nproc: int, *args: str, timeout: float = 300) -> subprocess.Comple
     )
 
 
+@dataclass
+class Launches:
+    """``dist_worker.py`` cases run together: every case for a number of ranks in one launch
+    (``dist_worker.py cases``: the imports and the process group paid once, not once a case),
+    started by the first test that reads one of its outputs. ``cases`` maps a number of ranks to
+    its cases, ``(MODE, MODEL, RECORDS, NAME, *FLAGS)``; a case writes ``directory/RANKS_NAME``."""
+
+    directory: Path
+    cases: dict[int, list[tuple[str, ...]]]
+    launch_flags: tuple[str, ...] = ()
+    logs: dict[int, str] = field(default_factory=dict)
+
+    def output(self, ranks: int, name: str) -> Path:
+        if ranks not in self.logs:
+            self.logs[ranks] = self._launch(ranks)
+        out = self.directory / f"{ranks}_{name}"
+        assert out.exists(), self.logs[ranks]  # a failed case stops its launch: no file from it on
+        return out
+
+    def update(self, ranks: int, name: str) -> tuple[dict[str, torch.Tensor], dict]:
+        """An ``update`` or ``episodes`` case's full weights after the update and its metrics."""
+        return _load(self.output(ranks, name))
+
+    def _launch(self, ranks: int) -> str:
+        plan = [
+            [mode, model, records, str(self.directory / f"{ranks}_{name}"), *flags]
+            for mode, model, records, name, *flags in self.cases[ranks]
+        ]
+        self.directory.mkdir(parents=True, exist_ok=True)
+        path = self.directory / f"plan_{ranks}.json"
+        path.write_text(json.dumps(plan))
+        args = [str(HERE / "dist_worker.py"), "cases", str(path), *self.launch_flags]
+        r = _run([sys.executable, *args], 600) if ranks == 1 else _torchrun(ranks, *args, timeout=600)
+        return r.stdout[-3000:] + r.stderr[-3000:]
+
+
 @pytest.fixture(scope="module")
 def records(tmp_path_factory, demo_assets) -> str:
     """One prompt of each kind: a video, an image, text only, and video + image together."""
     return write_modality_records(tmp_path_factory.mktemp("kinds"), 4, 0, ("A. red", "B. blue"))
 
 
-def test_every_modality_pair_across_two_ranks_completes(demo_assets, records, tmp_path):
-    out = tmp_path / "pairs.json"
-    r = _torchrun(2, str(HERE / "dist_worker.py"), "modalities", str(demo_assets["model"]), records, str(out))
-    assert r.returncode == 0, r.stdout[-3000:] + r.stderr[-3000:]
-    pairs = json.loads(out.read_text())
+@pytest.fixture(scope="module")
+def launches(demo_assets, records, tmp_path_factory) -> Launches:
+    """The demo model's modality pairs (2 ranks) and its float32, episode and bfloat16 updates
+    (1 process and 2 ranks): one launch for each number of ranks."""
+    model = str(demo_assets["model"])
+    updates = [("update", model, records, "update"), ("episodes", model, records, "episodes")]
+    return Launches(
+        tmp_path_factory.mktemp("launches"),
+        {
+            1: updates,
+            2: [
+                ("modalities", model, records, "pairs.json"),
+                *updates,
+                ("update", model, records, "bf16", "--bf16", "--checkpointing"),
+            ],
+        },
+    )
+
+
+def test_every_modality_pair_across_two_ranks_completes(launches):
+    pairs = json.loads(launches.output(2, "pairs.json").read_text())
     assert len(pairs) == 16 and ["video", "text"] in pairs and ["text", "mixed"] in pairs
 
 
@@ -85,33 +138,11 @@ def _load(path: Path) -> tuple[dict[str, torch.Tensor], dict]:
         return {k: f.get_tensor(k) for k in f.keys()}, json.loads(f.metadata()["metrics"])
 
 
-def single_process(mode: str, model: str, records: str, out: Path, *flags: str):
-    """``dist_worker.py MODE`` in one process: the full weights after the update and its metrics."""
-    r = _run([sys.executable, str(HERE / "dist_worker.py"), mode, model, records, str(out), *flags])
-    assert r.returncode == 0, r.stderr[-3000:]
-    return _load(out)
-
-
-def two_ranks(mode: str, model: str, records: str, out: Path, *flags: str):
-    """``dist_worker.py MODE`` under 2 torchrun ranks: the full weights after the update and its metrics."""
-    r = _torchrun(2, str(HERE / "dist_worker.py"), mode, model, records, str(out), *flags)
-    assert r.returncode == 0, r.stdout[-3000:] + r.stderr[-3000:]
-    return _load(out)
-
-
-def single_and_two_ranks(mode: str, model: str, records: str, tmp_path, *flags: str):
-    """``dist_worker.py MODE`` in one process and under 2 torchrun ranks: each run's full weights
-    after the update and its metrics, ((w1, m1), (w2, m2))."""
-    one = single_process(mode, model, records, tmp_path / "single.safetensors", *flags)
-    return one, two_ranks(mode, model, records, tmp_path / "double.safetensors", *flags)
-
-
 @pytest.fixture(scope="module")
-def single_update(demo_assets, records, tmp_path_factory):
-    """The float32 ``update`` in one process, once: the reference of the float32 and the bfloat16
+def single_update(launches):
+    """The float32 ``update`` in one process: the reference of the float32 and the bfloat16
     2-rank updates."""
-    out = tmp_path_factory.mktemp("single") / "single.safetensors"
-    return single_process("update", str(demo_assets["model"]), records, out)
+    return launches.update(1, "update")
 
 
 def assert_same_update(one, two) -> None:
@@ -125,34 +156,29 @@ def assert_same_update(one, two) -> None:
     assert worst < 1e-6, worst
 
 
-def test_two_rank_update_equals_single_process_update(demo_assets, records, single_update, tmp_path):
+def test_two_rank_update_equals_single_process_update(demo_assets, launches, single_update):
     """Same global batch (4 prompts, 8 sequences): 2 ranks with an uneven split (3 + 1 prompts, so
     rank 1 runs filler micro-batches) versus one process."""
     one = single_update
-    assert_same_update(
-        one, two_ranks("update", str(demo_assets["model"]), records, tmp_path / "double.safetensors")
-    )
+    assert_same_update(one, launches.update(2, "update"))
     base = _load_base(demo_assets["model"])
     moved = max(float((one[0][k] - base[k]).abs().max()) for k in one[0] if k in base)
     assert moved > 1e-4  # the update did something, so agreeing is not trivial
 
 
-def test_two_rank_episode_update_equals_single_process_update(demo_assets, records, tmp_path):
+def test_two_rank_episode_update_equals_single_process_update(launches):
     """The same with episodes: each response to a video prompt is a seek call, its real result (a
     tool turn with frames, masked out of the loss) and the answer; rank 0 holds one video prompt
     among text and image ones, rank 1 the mixed one, so the ranks' sequences, media and turn
     layouts differ."""
-    assert_same_update(*single_and_two_ranks("episodes", str(demo_assets["model"]), records, tmp_path))
+    assert_same_update(launches.update(1, "episodes"), launches.update(2, "episodes"))
 
 
-def test_bf16_mixed_precision_with_gradient_checkpointing_tracks_float32(
-    demo_assets, records, single_update, tmp_path
-):
+def test_bf16_mixed_precision_with_gradient_checkpointing_tracks_float32(launches, single_update):
     """FSDP2 with bfloat16 compute (float32 master weights, float32 gradient reduction) and
     gradient checkpointing: the same update as float32 up to bfloat16 rounding."""
-    mixed = tmp_path / "bf16.safetensors"
     w1, m1 = single_update
-    w2, m2 = two_ranks("update", str(demo_assets["model"]), records, mixed, "--bf16", "--checkpointing")
+    w2, m2 = launches.update(2, "bf16")
     assert all(v.dtype == torch.float32 for v in w2.values())  # master weights stay float32
     assert m2["actor/pg_loss"] == pytest.approx(m1["actor/pg_loss"], rel=0.05, abs=1e-3)
     assert m2["actor/grad_norm"] == pytest.approx(m1["actor/grad_norm"], rel=0.05)

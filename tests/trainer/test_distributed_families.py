@@ -14,12 +14,10 @@ import pytest
 from easyvideor1.models.tiny import make_tiny_model
 
 from .test_distributed import (  # noqa: F401 (records: a fixture)
-    HERE,
+    Launches,
     _load_base,
-    _torchrun,
     assert_same_update,
     records,
-    single_and_two_ranks,
 )
 
 pytestmark = pytest.mark.slow
@@ -31,44 +29,46 @@ OWN_PARTS = {
     "glm4v": ("visual.blocks",),
     "internvl": ("vision_tower", "multi_modal_projector"),
 }
-_MODELS: dict[str, str] = {}
 
 
-def _model(family: str, tmp_path_factory) -> str:
-    if family not in _MODELS:
-        _MODELS[family] = make_tiny_model(str(tmp_path_factory.mktemp(family) / "model"), family)
-    return _MODELS[family]
+@pytest.fixture(scope="module")
+def models(tmp_path_factory) -> dict[str, str]:
+    d = tmp_path_factory.mktemp("families")
+    return {f: make_tiny_model(str(d / f), f) for f in OWN_PARTS}
 
 
-@pytest.fixture(scope="module", params=list(OWN_PARTS))
-def family_model(request, tmp_path_factory) -> tuple[str, str]:
-    return request.param, _model(request.param, tmp_path_factory)
+@pytest.fixture(scope="module")
+def launches(models, records, tmp_path_factory) -> Launches:  # noqa: F811
+    """Every family's modality pairs (2 ranks) and update (1 process and 2 ranks), and InternVL's
+    packed update: one launch for each number of ranks."""
+    updates = [("update", models[f], records, f) for f in OWN_PARTS]
+    updates.append(("update", models["internvl"], records, "internvl_packed", "--packed"))
+    pairs = [("modalities", models[f], records, f"{f}_pairs.json") for f in OWN_PARTS]
+    return Launches(tmp_path_factory.mktemp("runs"), {1: updates, 2: [*pairs, *updates]})
 
 
-def test_every_modality_pair_across_two_ranks_completes(family_model, records, tmp_path):  # noqa: F811
-    out = tmp_path / "pairs.json"
-    r = _torchrun(2, str(HERE / "dist_worker.py"), "modalities", family_model[1], records, str(out))
-    assert r.returncode == 0, r.stdout[-3000:] + r.stderr[-3000:]
-    pairs = json.loads(out.read_text())
+@pytest.fixture(params=list(OWN_PARTS))
+def family(request) -> str:
+    return request.param
+
+
+def test_every_modality_pair_across_two_ranks_completes(family, launches):
+    pairs = json.loads(launches.output(2, f"{family}_pairs.json").read_text())
     assert len(pairs) == 16 and ["video", "text"] in pairs and ["text", "mixed"] in pairs
 
 
-def test_two_rank_update_equals_single_process_update(family_model, records, tmp_path):  # noqa: F811
-    family, model = family_model
-    one, two = single_and_two_ranks("update", model, records, tmp_path)
+def test_two_rank_update_equals_single_process_update(family, models, launches):
+    one, two = launches.update(1, family), launches.update(2, family)
     assert_same_update(one, two)
     w1 = one[0]
-    base = _load_base(model)
+    base = _load_base(models[family])
     # the family's own layers moved: the hybrid model's linear attention, the vision towers
     own = [k for k in w1 if any(part in k for part in OWN_PARTS[family])]
     assert own, f"the {family} model's own layers are in the update"
     assert max(float((w1[k] - base[k]).abs().max()) for k in own if k in base) > 1e-6
 
 
-def test_internvl_packed_two_rank_update_equals_single_process(records, tmp_path, tmp_path_factory):  # noqa: F811
+def test_internvl_packed_two_rank_update_equals_single_process(launches):
     """Padding-free micro-batches of a grid-less family (1-D positions restarting per sequence,
     pixel rows passed through) under FSDP: the 2-rank update equals the 1-process one."""
-    one, two = single_and_two_ranks(
-        "update", _model("internvl", tmp_path_factory), records, tmp_path, "--packed"
-    )
-    assert_same_update(one, two)
+    assert_same_update(launches.update(1, "internvl_packed"), launches.update(2, "internvl_packed"))

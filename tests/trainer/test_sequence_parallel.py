@@ -7,7 +7,6 @@ the attention without an S x S mask; what cannot be split is refused with the ke
 from __future__ import annotations
 
 import json
-import sys
 
 import pytest
 
@@ -17,7 +16,7 @@ from easyvideor1.trainer.config import DistributedConfig
 from easyvideor1.trainer.distributed import _sequence_parallel_groups
 from tests.conftest import write_modality_records
 
-from .test_distributed import HERE, _load, _run, _torchrun, assert_same_update
+from .test_distributed import HERE, Launches, _torchrun, assert_same_update
 
 pytestmark = pytest.mark.slow
 FRAMES = ("--frames", "16")
@@ -37,63 +36,78 @@ def assets(tmp_path_factory):
     models["qwen3_5"] = make_tiny_model(str(d / "qwen3_5"), "qwen3_5", text_fields=heads)
     (d / "rec").mkdir()
     records = write_modality_records(d / "rec", 16, 0, ("A. red", "B. blue"))
-    return {"records": records, "models": models, "dir": d, "runs": {}}
+    return {"records": records, "models": models, "dir": d}
 
 
-def _update(assets, family: str, ranks: int, *flags: str):
-    """``dist_worker.py update`` on one process or ``ranks`` torchrun ranks: (weights, metrics),
-    each run once per module (the single-process references are shared)."""
-    key = (family, ranks, flags)
-    if key in assets["runs"]:
-        return assets["runs"][key]
-    out = assets["dir"] / f"{family}_{ranks}_{'_'.join(f.strip('-') for f in flags)}.safetensors"
-    args = [
-        str(HERE / "dist_worker.py"),
-        "update",
-        assets["models"][family],
-        assets["records"],
-        str(out),
-        *FRAMES,
-    ]
-    r = _run([sys.executable, *args, *flags]) if ranks == 1 else _torchrun(ranks, *args, *flags)
-    assert r.returncode == 0, r.stdout[-3000:] + r.stderr[-3000:]
-    assets["runs"][key] = _load(out)
-    return assets["runs"][key]
+def _name(family: str, flags: tuple[str, ...]) -> str:
+    return f"{family}{''.join(flags)}.safetensors"
+
+
+@pytest.fixture(scope="module")
+def launches(assets) -> Launches:
+    """Every update the tests below compare, on 1 process, 2 ranks (a sequence-parallel pair) and 4
+    ranks (two pairs): one launch for each number of ranks."""
+    families = ("qwen2_5_vl", "qwen3_vl", "qwen3_5", "glm4v")
+    cases = {
+        1: [*((f, ()) for f in families), ("qwen3_vl", ("--packed",)), ("qwen3_vl", ("--checkpointing",))],
+        2: [
+            *((f, ()) for f in families),
+            ("qwen3_vl", ("--packed",)),
+            ("qwen3_5", ("--shared",)),
+            ("qwen3_vl", ("--checkpointing", "--shared")),
+        ],
+        4: [("qwen3_vl", ())],
+    }
+    return Launches(
+        assets["dir"] / "runs",
+        {
+            ranks: [
+                ("update", assets["models"][f], assets["records"], _name(f, flags), *FRAMES, *flags)
+                for f, flags in planned
+            ]
+            for ranks, planned in cases.items()
+        },
+        ("--sp", "2"),
+    )
+
+
+def _update(launches: Launches, family: str, ranks: int, *flags: str):
+    """``dist_worker.py update`` of ``family`` with ``flags`` on one process or ``ranks`` ranks
+    in sequence-parallel pairs: (weights, metrics)."""
+    return launches.update(ranks, _name(family, flags))
 
 
 @pytest.mark.parametrize("family", ["qwen2_5_vl", "qwen3_vl", "qwen3_5", "glm4v"])
-def test_sp2_update_equals_the_single_process_update(assets, family):
-    assert_same_update(_update(assets, family, 1), _update(assets, family, 2, "--sp", "2"))
+def test_sp2_update_equals_the_single_process_update(launches, family):
+    assert_same_update(_update(launches, family, 1), _update(launches, family, 2))
 
 
 # Qwen3-VL (DeepStack, interleaved M-RoPE); Qwen2.5-VL's windowed tower is split over the group in the
 # unpacked test, and Qwen3.5 packs as blocks (the shared-prefix test)
 @pytest.mark.parametrize("family", ["qwen3_vl"])
-def test_sp2_packed_update_equals_the_single_process_packed_update(assets, family):
+def test_sp2_packed_update_equals_the_single_process_packed_update(launches, family):
     """Packed rows: each sequence's boundaries kept across the shards (1,200-token video prompts)."""
-    assert_same_update(
-        _update(assets, family, 1, "--packed"), _update(assets, family, 2, "--sp", "2", "--packed")
-    )
+    assert_same_update(_update(launches, family, 1, "--packed"), _update(launches, family, 2, "--packed"))
 
 
-def test_sp2_shared_prefix_update_equals_the_single_process_update(assets):
+def test_sp2_shared_prefix_update_equals_the_single_process_update(launches):
     """Each prompt once in the row, its shards shared by the group, the responses after it, and
     Qwen3.5's DeltaNet heads split over the ranks: the same update as one process running every
     sequence in its own row."""
-    one = _update(assets, "qwen3_5", 1)
-    assert_same_update(one, _update(assets, "qwen3_5", 2, "--sp", "2", "--shared"))
+    one = _update(launches, "qwen3_5", 1)
+    assert_same_update(one, _update(launches, "qwen3_5", 2, "--shared"))
 
 
-def test_sp2_times_dp2_update_equals_the_single_process_update(assets):
+def test_sp2_times_dp2_update_equals_the_single_process_update(launches):
     """4 ranks: two data-parallel groups (3 + 1 prompts) of two sequence-parallel ranks."""
-    assert_same_update(_update(assets, "qwen3_vl", 1), _update(assets, "qwen3_vl", 4, "--sp", "2"))
+    assert_same_update(_update(launches, "qwen3_vl", 1), _update(launches, "qwen3_vl", 4))
 
 
-def test_sp2_update_with_gradient_checkpointing_equals_the_single_process_update(assets):
+def test_sp2_update_with_gradient_checkpointing_equals_the_single_process_update(launches):
     """With shared prefixes too: the recomputed layers read the layouts (sequence-parallel and
     shared) of the forward they recompute."""
-    one = _update(assets, "qwen3_vl", 1, "--checkpointing")
-    assert_same_update(one, _update(assets, "qwen3_vl", 2, "--sp", "2", "--checkpointing", "--shared"))
+    one = _update(launches, "qwen3_vl", 1, "--checkpointing")
+    assert_same_update(one, _update(launches, "qwen3_vl", 2, "--checkpointing", "--shared"))
 
 
 def test_a_training_run_under_sequence_parallelism(demo_assets, tmp_path):
