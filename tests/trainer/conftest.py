@@ -98,3 +98,20 @@ def train_in_subprocess(overrides: list[str], ranks: int = 1) -> subprocess.Comp
     )
     assert r.returncode == 0, r.stdout[-3000:] + r.stderr[-5000:]
     return r
+
+
+def run_worker(script: str, *args: str, ranks: int = 1) -> None:
+    """A test worker script (``tests/trainer/*_worker.py``) in one plain process (``ranks=1``) or
+    under torchrun; one thread per process, the repository on the path; fails the test with the
+    worker's output if it fails."""
+    here = os.path.dirname(os.path.abspath(__file__))
+    env = dict(os.environ, OMP_NUM_THREADS="1", TOKENIZERS_PARALLELISM="false")
+    env["PYTHONPATH"] = os.pathsep.join([os.path.dirname(os.path.dirname(here)), env.get("PYTHONPATH", "")])
+    launch = [sys.executable]
+    if ranks > 1:
+        launch += ["-m", "torch.distributed.run", f"--nproc-per-node={ranks}", "--master-addr=127.0.0.1"]
+        launch += [f"--master-port={free_port()}"]
+    r = subprocess.run(
+        [*launch, os.path.join(here, script), *args], capture_output=True, text=True, env=env, timeout=300
+    )
+    assert r.returncode == 0, r.stdout[-2000:] + r.stderr[-3000:]

@@ -8,9 +8,6 @@ from __future__ import annotations
 import copy
 import dataclasses
 import json
-import os
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
@@ -33,7 +30,7 @@ from easyvideor1.trainer.update import (
 )
 from tests.conftest import write_modality_records
 
-from .conftest import free_port
+from .conftest import run_worker
 from .dist_worker import KINDS, build_experience
 
 HERE = Path(__file__).parent
@@ -197,27 +194,9 @@ def test_all_on_equals_all_off_one_process(setup, all_off):
 
 @pytest.mark.slow
 def test_all_on_on_two_ranks_equals_all_off_in_one_process(demo_assets, records, tmp_path):
-    env = dict(os.environ, OMP_NUM_THREADS="1", TOKENIZERS_PARALLELISM="false")
-    env["PYTHONPATH"] = os.pathsep.join([str(HERE.parent.parent), env.get("PYTHONPATH", "")])
-    worker = [str(HERE / "speedups_worker.py"), demo_assets["model"], records]
     single, double = tmp_path / "off.safetensors", tmp_path / "on2.safetensors"
-    r1 = subprocess.run(
-        [sys.executable, *worker, str(single), "--all-off"],
-        capture_output=True,
-        text=True,
-        env=env,
-        timeout=300,
-    )
-    assert r1.returncode == 0, r1.stderr[-3000:]
-    launch = [sys.executable, "-m", "torch.distributed.run", "--nproc-per-node=2", "--master-addr=127.0.0.1"]
-    r2 = subprocess.run(
-        [*launch, f"--master-port={free_port()}", *worker, str(double), "--all-on"],
-        capture_output=True,
-        text=True,
-        env=env,
-        timeout=300,
-    )
-    assert r2.returncode == 0, r2.stderr[-3000:]
+    run_worker("speedups_worker.py", demo_assets["model"], records, str(single), "--all-off")
+    run_worker("speedups_worker.py", demo_assets["model"], records, str(double), "--all-on", ranks=2)
     with safe_open(str(single), "pt") as a, safe_open(str(double), "pt") as b:
         assert set(a.keys()) == set(b.keys())
         worst = max(float((a.get_tensor(k) - b.get_tensor(k)).abs().max()) for k in a.keys())

@@ -183,36 +183,17 @@ def test_a_two_rank_distillation_step_equals_the_single_process_step(demo_assets
     KL term), and a self-teacher's privileged view, on 2 torchrun ranks (uneven shares, so filler
     forwards run) and in one process: the same teacher log-probs and the same weights after the
     update."""
-    import os
-    import subprocess
-    import sys
-    from pathlib import Path
-
     from safetensors import safe_open
 
     from tests.conftest import write_modality_records
-    from tests.trainer.conftest import free_port
+    from tests.trainer.conftest import run_worker
 
-    here = Path(__file__).parent
     (tmp_path / "kinds").mkdir()
     records = write_modality_records(tmp_path / "kinds", 4, 0, ("A. red", "B. blue"))
-    env = dict(os.environ, OMP_NUM_THREADS="1", TOKENIZERS_PARALLELISM="false")
-    env["PYTHONPATH"] = os.pathsep.join([str(here.parent.parent), env.get("PYTHONPATH", "")])
-    worker = [str(here / "distill_worker.py"), demo_assets["model"], teacher_dir, records]
+    args = [demo_assets["model"], teacher_dir, records]
     single, double = tmp_path / "one.safetensors", tmp_path / "two.safetensors"
-    r1 = subprocess.run(
-        [sys.executable, *worker, str(single)], capture_output=True, text=True, env=env, timeout=300
-    )
-    assert r1.returncode == 0, r1.stderr[-3000:]
-    launch = [sys.executable, "-m", "torch.distributed.run", "--nproc-per-node=2", "--master-addr=127.0.0.1"]
-    r2 = subprocess.run(
-        [*launch, f"--master-port={free_port()}", *worker, str(double)],
-        capture_output=True,
-        text=True,
-        env=env,
-        timeout=300,
-    )
-    assert r2.returncode == 0, r2.stderr[-3000:]
+    run_worker("distill_worker.py", *args, str(single))
+    run_worker("distill_worker.py", *args, str(double), ranks=2)
     with safe_open(str(single), "pt") as a, safe_open(str(double), "pt") as b:
         assert set(a.keys()) == set(b.keys())
         worst = max(float((a.get_tensor(k) - b.get_tensor(k)).abs().max()) for k in a.keys())
