@@ -178,6 +178,7 @@ def test_a_teacher_of_another_family_reads_the_same_frames_on_its_own_grid(
     trainer.close()
 
 
+@pytest.mark.slow
 def test_a_two_rank_distillation_step_equals_the_single_process_step(demo_assets, teacher_dir, tmp_path):
     """GKD from a checkpoint teacher sharded by FSDP2 with the policy (its top-k, and the update's
     KL term), and a self-teacher's privileged view, on 2 torchrun ranks (uneven shares, so filler
