@@ -211,7 +211,7 @@ def distill_teacher(out: str, overrides: list[str], n_train: int, n_val: int) ->
     if os.path.exists(os.path.join(path, "config.json")):
         known = json.load(open(summary)) if os.path.exists(summary) else {"path": path}
         print(f"reusing the teacher in {path} (remove it to train it again)")
-        return {**known, "reused": True}
+        return {**known, "path": path, "reused": True}
     from .trainer.checkpoint import export_model
 
     started = time.time()
