@@ -3,6 +3,11 @@
 Synthesise a video task set with offline responses -> build the frame cache -> build a tiny
 model of the chosen family (``--family``, default Qwen3-VL) -> validate -> (supervised warm-up on the offline responses) -> hybrid GRPO -> validate
 -> ``report.json`` and ``reward_curve.png`` in the output directory, and a short table.
+
+``demo --tools`` (:func:`run_tool_demo`): a task only the ``seek`` tool answers. ``demo --distill``
+(:func:`run_distill_demo`): a teacher trained on the task, then a fresh student three ways (GRPO,
+on-policy distillation from the teacher, RLSD) -> ``report_distill.json`` and
+``demo_distill_curve.png``.
 """
 
 from __future__ import annotations

@@ -72,3 +72,12 @@ def test_a_short_distill_demo_trains_three_students_and_reuses_its_teacher(demo_
     again = distill_teacher(str(out), TEACHER, n_train=24, n_val=8)
     assert again == {**teacher, "reused": True}
     assert weights.stat().st_mtime_ns == written  # not trained or exported again
+
+
+@pytest.mark.parametrize("flag", [["--tools"], ["--cold-start"], ["--compare"], ["--family", "qwen3_5"]])
+def test_demo_distill_refuses_the_other_demos_flags(flag, tmp_path, capsys):
+    from easyvideor1.cli import main
+
+    assert main(["demo", "--distill", *flag, "--out", str(tmp_path / "out")]) == 2
+    assert "demo --distill trains its own teacher" in capsys.readouterr().err
+    assert not (tmp_path / "out").exists()  # refused before anything was written
