@@ -286,14 +286,10 @@ DISTILL_LABELS = {
 def plot_distill_curves(out: str, r: dict) -> str | None:
     """``demo_distill_curve.png``: each method's held-out accuracy per validation (its rollout
     accuracy faint), the teacher's, the target and chance."""
-    try:
-        import matplotlib
-
-        matplotlib.use("Agg")
-        import matplotlib.pyplot as plt
-    except ImportError:
+    plot = _new_plot()
+    if plot is None:
         return None
-    fig, ax = plt.subplots(figsize=(7, 4))
+    fig, ax = plot
     for method, m in r["methods"].items():
         label, colour = DISTILL_LABELS[method]
         if m["rollout_accuracy"]:
@@ -303,24 +299,19 @@ def plot_distill_curves(out: str, r: dict) -> str | None:
     if r["teacher"].get("accuracy") is not None:
         ax.axhline(r["teacher"]["accuracy"], color="black", lw=1, alpha=0.5, label="the teacher")
     ax.axhline(r["target"], color="grey", ls=":", lw=1, label=f"target {r['target']}")
-    ax.axhline(r["chance"], color="grey", ls="--", lw=1, label="chance")
-    ax.set_xlabel("RL step (faint: rollout accuracy)")
-    ax.set_ylabel("held-out accuracy")
-    ax.set_ylim(-0.02, 1.02)
-    ax.legend(fontsize=7, loc="center right")
-    ax.set_title("easyvideor1 demo --distill: a fresh tiny Qwen3-VL, three ways")
+    title = "easyvideor1 demo --distill: a fresh tiny Qwen3-VL, three ways"
     path = os.path.join(out, "demo_distill_curve.png")
-    fig.tight_layout()
-    fig.savefig(path, dpi=110)
-    plt.close(fig)
-    return path
+    return _save_plot(fig, ax, path, title, ("RL step (faint: rollout accuracy)", "held-out accuracy"))
 
 
 def print_distill_table(r: dict) -> None:
-    """One row per method: held-out accuracy at each validation, the steps to the target."""
+    """One row per method: held-out accuracy at (at most 11 of) its validations, the steps to the
+    target; every validation is in the report."""
     key = f"steps_to_{r['target']}"
     methods = r["methods"]
-    steps = sorted({c["step"] for m in methods.values() for c in m["curve"]})
+    validated = sorted({c["step"] for m in methods.values() for c in m["curve"]})
+    steps = validated[:: max(1, len(validated) // 10)]
+    steps += [validated[-1]] if steps[-1] != validated[-1] else []
     header = ["method", *(f"@{s}" for s in steps), key]
     rows = [header]
     for method, m in methods.items():
@@ -456,14 +447,10 @@ def window_hit_rate(rows: list[dict], windows: list) -> float:
 def plot_tool_curves(out: str, r: dict) -> str | None:
     """``reward_curve.png`` of the tool demo: held-out accuracy with tools and the call rate per
     step, the final accuracy with the tools refused and without them, chance."""
-    try:
-        import matplotlib
-
-        matplotlib.use("Agg")
-        import matplotlib.pyplot as plt
-    except ImportError:
+    plot = _new_plot()
+    if plot is None:
         return None
-    fig, ax = plt.subplots(figsize=(7, 4))
+    fig, ax = plot
     curve = r["curve"]
     train = [(c["step"], c["reward/accuracy"]) for c in curve if "reward/accuracy" in c]
     val = [(c["step"], c["val/accuracy"]) for c in curve if "val/accuracy" in c]
@@ -483,17 +470,9 @@ def plot_tool_curves(out: str, r: dict) -> str | None:
     ax.plot(
         [last], [r["accuracy_without_tools"]], "v", ms=9, color="tab:purple", label="no tools in the prompt"
     )
-    ax.axhline(CHANCE, color="grey", ls="--", lw=1, label="chance")
-    ax.set_xlabel("RL step (0: after the warm-up)")
-    ax.set_ylabel("accuracy / rate")
-    ax.set_ylim(-0.02, 1.02)
-    ax.legend(fontsize=7, loc="center right")
-    ax.set_title("easyvideor1 demo --tools: colour during a window the first view misses")
+    title = "easyvideor1 demo --tools: colour during a window the first view misses"
     path = os.path.join(out, "reward_curve.png")
-    fig.tight_layout()
-    fig.savefig(path, dpi=110)
-    plt.close(fig)
-    return path
+    return _save_plot(fig, ax, path, title, ("RL step (0: after the warm-up)", "accuracy / rate"))
 
 
 def print_tool_table(r: dict) -> None:
@@ -512,14 +491,10 @@ def print_tool_table(r: dict) -> None:
 
 def plot_curves(out: str, suffix: str = "") -> str | None:
     """``reward_curve.png``: training accuracy per step and validation accuracy, for every variant run."""
-    try:
-        import matplotlib
-
-        matplotlib.use("Agg")
-        import matplotlib.pyplot as plt
-    except ImportError:
+    plot = _new_plot()
+    if plot is None:
         return None
-    fig, ax = plt.subplots(figsize=(7, 4))
+    fig, ax = plot
     for name, colour in (
         (f"report{suffix}.json", "tab:blue"),
         (f"report_cold_start{suffix}.json", "tab:red"),
@@ -555,13 +530,33 @@ def plot_curves(out: str, suffix: str = "") -> str | None:
                 color=colour,
                 label="after the supervised warm-up",
             )
+    title = f"easyvideor1 demo: tiny {suffix.lstrip('-') or 'qwen3_vl'}, colour of a moving square"
+    return _save_plot(fig, ax, os.path.join(out, f"reward_curve{suffix}.png"), title, ("RL step", "accuracy"))
+
+
+def _new_plot():
+    """``(figure, axes)`` of a demo plot (matplotlib's Agg backend), or None without matplotlib."""
+    try:
+        import matplotlib
+
+        matplotlib.use("Agg")
+        import matplotlib.pyplot as plt
+    except ImportError:
+        return None
+    return plt.subplots(figsize=(7, 4))
+
+
+def _save_plot(fig, ax, path: str, title: str, labels: tuple[str, str]) -> str:
+    """Finish a demo plot as every demo does (chance, the (x, y) axis ``labels``, accuracy from 0
+    to 1, the legend), write it to ``path`` and close it."""
+    import matplotlib.pyplot as plt
+
     ax.axhline(CHANCE, color="grey", ls="--", lw=1, label="chance")
-    ax.set_xlabel("RL step")
-    ax.set_ylabel("accuracy")
+    ax.set_xlabel(labels[0])
+    ax.set_ylabel(labels[1])
     ax.set_ylim(-0.02, 1.02)
     ax.legend(fontsize=7, loc="center right")
-    ax.set_title(f"easyvideor1 demo: tiny {suffix.lstrip('-') or 'qwen3_vl'}, colour of a moving square")
-    path = os.path.join(out, f"reward_curve{suffix}.png")
+    ax.set_title(title)
     fig.tight_layout()
     fig.savefig(path, dpi=110)
     plt.close(fig)
