@@ -276,6 +276,7 @@ def distill_ratio(grpo: dict, opd: dict) -> dict:
     return {"distill_vs_grpo": ratio, "distill_vs_grpo_is_lower_bound": lower_bound and ratio is not None}
 
 
+ROLLOUT_MEAN_STEPS = 10
 DISTILL_LABELS = {
     "grpo": ("GRPO alone", "tab:red"),
     "opd": ("on-policy distillation (OPD)", "tab:blue"),
@@ -284,8 +285,9 @@ DISTILL_LABELS = {
 
 
 def plot_distill_curves(out: str, r: dict) -> str | None:
-    """``demo_distill_curve.png``: each method's held-out accuracy per validation (its rollout
-    accuracy faint), the teacher's, the target and chance."""
+    """``demo_distill_curve.png``: each method's held-out accuracy per validation (faint: its
+    rollout accuracy, a running mean of :data:`ROLLOUT_MEAN_STEPS` steps), the teacher's, the
+    target and chance."""
     plot = _new_plot()
     if plot is None:
         return None
@@ -293,7 +295,9 @@ def plot_distill_curves(out: str, r: dict) -> str | None:
     for method, m in r["methods"].items():
         label, colour = DISTILL_LABELS[method]
         if m["rollout_accuracy"]:
-            ax.plot(*zip(*m["rollout_accuracy"], strict=True), color=colour, alpha=0.25, lw=1)
+            steps, acc = zip(*m["rollout_accuracy"], strict=True)
+            window = [acc[max(0, i + 1 - ROLLOUT_MEAN_STEPS) : i + 1] for i in range(len(acc))]
+            ax.plot(steps, [sum(w) / len(w) for w in window], color=colour, alpha=0.3, lw=1)
         steps = [c["step"] for c in m["curve"]]
         ax.plot(steps, [c["val/accuracy"] for c in m["curve"]], "o-", ms=3, color=colour, label=label)
     if r["teacher"].get("accuracy") is not None:
@@ -301,7 +305,8 @@ def plot_distill_curves(out: str, r: dict) -> str | None:
     ax.axhline(r["target"], color="grey", ls=":", lw=1, label=f"target {r['target']}")
     title = "easyvideor1 demo --distill: a fresh tiny Qwen3-VL, three ways"
     path = os.path.join(out, "demo_distill_curve.png")
-    return _save_plot(fig, ax, path, title, ("RL step (faint: rollout accuracy)", "held-out accuracy"))
+    labels = (f"RL step (faint: rollout accuracy, mean of {ROLLOUT_MEAN_STEPS} steps)", "held-out accuracy")
+    return _save_plot(fig, ax, path, title, labels, legend="upper left")
 
 
 def print_distill_table(r: dict) -> None:
@@ -546,16 +551,16 @@ def _new_plot():
     return plt.subplots(figsize=(7, 4))
 
 
-def _save_plot(fig, ax, path: str, title: str, labels: tuple[str, str]) -> str:
+def _save_plot(fig, ax, path: str, title: str, labels: tuple[str, str], legend: str = "center right") -> str:
     """Finish a demo plot as every demo does (chance, the (x, y) axis ``labels``, accuracy from 0
-    to 1, the legend), write it to ``path`` and close it."""
+    to 1, the legend at ``legend``), write it to ``path`` and close it."""
     import matplotlib.pyplot as plt
 
     ax.axhline(CHANCE, color="grey", ls="--", lw=1, label="chance")
     ax.set_xlabel(labels[0])
     ax.set_ylabel(labels[1])
     ax.set_ylim(-0.02, 1.02)
-    ax.legend(fontsize=7, loc="center right")
+    ax.legend(fontsize=7, loc=legend)
     ax.set_title(title)
     fig.tight_layout()
     fig.savefig(path, dpi=110)
