@@ -23,6 +23,7 @@ import yaml
 from .config import ConfigError, RunConfig, load_config
 from .data.preprocess import format_report, preprocess
 from .data.synthetic import write_demo_set, write_tool_demo_set
+from .jsonlines import json_lines
 from .models.families import get_family, resolve_family
 from .models.tiny import make_tiny_model
 from .resolve import resolve_config
@@ -214,7 +215,10 @@ def distill_teacher(out: str, overrides: list[str], n_train: int, n_val: int) ->
     held-out accuracy, whether it was reused."""
     path, summary = os.path.join(out, "teacher"), os.path.join(out, "teacher.json")
     if os.path.exists(os.path.join(path, "config.json")):
-        known = json.load(open(summary)) if os.path.exists(summary) else {"path": path}
+        known = {"path": path}
+        if os.path.exists(summary):
+            with open(summary) as f:
+                known = json.load(f)
         print(f"reusing the teacher in {path} (remove it to train it again)")
         return {**known, "path": path, "reused": True}
     from .trainer.checkpoint import export_model
@@ -249,8 +253,9 @@ def method_result(trainer, started: float) -> dict:
     # a resumed run validates its last step again: one point per step, the latest
     at = {h["step"]: h["val/accuracy"] for h in hist if "val/accuracy" in h}
     curve = [{"step": step, "val/accuracy": acc} for step, acc in at.items()]
-    logged = [json.loads(line) for line in open(trainer.parts.logger.jsonl_path)]
-    kl = [row["distill/kl_k1"] for row in logged if "distill/kl_k1" in row]
+    metrics = trainer.parts.logger.jsonl_path  # absent when the run logged no JSONL
+    rows = [row for _, row in json_lines(metrics)] if os.path.exists(metrics) else []
+    kl = [row["distill/kl_k1"] for row in rows if isinstance(row, dict) and "distill/kl_k1" in row]
     return {
         "curve": curve,
         f"steps_to_{DISTILL_TARGET}": next(
