@@ -91,6 +91,16 @@ def cmd_demo(args: argparse.Namespace, extra: list[str]) -> int:
     config_file, overrides, rest = split_overrides(extra)
     if rest or config_file:
         raise ConfigError(f"demo takes only key=value overrides, got {' '.join(rest or [config_file])}")
+    if args.distill:
+        from ..demo import run_distill_demo
+
+        if args.tools or args.cold_start or args.compare or args.family != "qwen3vl":
+            raise ConfigError(
+                "demo --distill trains its own teacher and cold-start students on the tiny Qwen3-VL "
+                "(no --tools, --cold-start, --compare, --family)"
+            )
+        result = run_distill_demo(args.out or "runs/demo_distill", overrides)
+        return 0 if result["methods"]["opd"]["accuracy_after"] is not None else 1
     if args.tools:
         from ..demo import run_tool_demo
 
@@ -190,9 +200,18 @@ def add_parsers(sub) -> None:
     p.set_defaults(func=cmd_preprocess)
 
     p = sub.add_parser("demo", help="the whole loop on a tiny model and synthetic videos (CPU, minutes)")
-    p.add_argument("--out", default=None, help="output directory (runs/demo, with --tools runs/demo_tools)")
+    p.add_argument(
+        "--out",
+        default=None,
+        help="output directory (runs/demo; --tools: runs/demo_tools, --distill: runs/demo_distill)",
+    )
     p.add_argument(
         "--tools", action="store_true", help="the tool demo: a window the first view misses, found with seek"
+    )
+    p.add_argument(
+        "--distill",
+        action="store_true",
+        help="a fresh student three ways: GRPO, on-policy distillation from a trained teacher, RLSD",
     )
     p.add_argument("--cold-start", action="store_true", help="pure GRPO: no hybrid groups, no warm-up")
     p.add_argument("--compare", action="store_true", help="run the cold start too and plot both curves")
