@@ -19,6 +19,7 @@ import time
 import pytest
 
 from easyvideor1.demo import demo_config_path
+from easyvideor1.outdir import LOCK_NAME
 from easyvideor1.resolve import resolve_data
 from easyvideor1.rewards import compute_score
 
@@ -176,6 +177,8 @@ def test_vllm_engine_resumes_an_hf_run_greedy(trained, tmp_path):
     (tmp_path / "vllm").mkdir()
     head = open(tmp_path / "hf" / "responses.jsonl").readlines()[:5]
     (tmp_path / "vllm" / "responses.jsonl").write_text("".join(head))
+    # an interrupted filter run: its lock (which names the command) stays with its first rows
+    shutil.copy(tmp_path / "hf" / LOCK_NAME, tmp_path / "vllm" / LOCK_NAME)
     cpus = sorted(os.sched_getaffinity(0))
     env = {
         **os.environ,
