@@ -26,6 +26,7 @@ from .data.synthetic import write_demo_set, write_tool_demo_set
 from .jsonlines import json_lines
 from .models.families import get_family, resolve_family
 from .models.tiny import make_tiny_model
+from .outdir import save_figure, write_text_atomic
 from .resolve import resolve_config
 
 CHANCE = 0.25
@@ -128,8 +129,7 @@ def run_demo(
             (h[_WARM_BLANK] for h in hist if _WARM_BLANK in h), None
         )
     report_name = ("report" if not cold_start else "report_cold_start") + suffix + ".json"
-    with open(os.path.join(out, report_name), "w") as f:
-        json.dump(result, f, indent=1)
+    write_report(os.path.join(out, report_name), result)
     plot_curves(out, suffix)
     print_table(result)
     return result
@@ -201,8 +201,7 @@ def run_distill_demo(
         **distill_ratio(grpo, opd),
         "wall_seconds": round(time.time() - t0, 1),
     }
-    with open(os.path.join(out, "report_distill.json"), "w") as f:
-        json.dump(result, f, indent=1)
+    write_report(os.path.join(out, "report_distill.json"), result)
     plot_distill_curves(out, result)
     print_distill_table(result)
     return result
@@ -240,8 +239,7 @@ def distill_teacher(out: str, overrides: list[str], n_train: int, n_val: int) ->
         "wall_seconds": round(time.time() - started, 1),
     }
     trainer.close()
-    with open(summary, "w") as f:
-        json.dump(known, f, indent=1)
+    write_report(summary, known)
     return {**known, "reused": False}
 
 
@@ -425,8 +423,7 @@ def run_tool_demo(out: str, overrides: list[str] | None = None, n_train: int = 2
         ],
         "summary_with_tools": summarize(with_tools),
     }
-    with open(os.path.join(out, "report.json"), "w") as f:
-        json.dump(result, f, indent=1)
+    write_report(os.path.join(out, "report.json"), result)
     plot_tool_curves(out, result)
     print_tool_table(result)
     return result
@@ -568,7 +565,7 @@ def _save_plot(fig, ax, path: str, title: str, labels: tuple[str, str], legend: 
     ax.legend(fontsize=7, loc=legend)
     ax.set_title(title)
     fig.tight_layout()
-    fig.savefig(path, dpi=110)
+    save_figure(fig, path, dpi=110)
     plt.close(fig)
     return path
 
@@ -595,3 +592,8 @@ def _print_rows(rows: list[tuple[str, object]]) -> None:
     """The demo's result table: names left-aligned, values after them."""
     width = max(len(k) for k, _ in rows)
     print("\n".join(f"{k:<{width}}  {v}" for k, v in rows))
+
+
+def write_report(path: str, result: dict) -> None:
+    """A demo's JSON report, written whole (a planted link at its name is refused, naming it)."""
+    write_text_atomic(path, json.dumps(result, indent=1))
