@@ -50,6 +50,7 @@ __all__ = [
     "Registry",
     "UnknownAlgorithmError",
     "advantage_inputs",
+    "build_options",
     "call_with_supported",
     "is_group_estimator",
     "load_plugin_files",
@@ -205,6 +206,28 @@ _DISTILL_WEIGHTS = frozenset({"reward_weight", "coef"})  # the section's own key
 def distill_objective_options(name: str) -> type | None:
     """The options dataclass of distillation objective `name` (None: it takes none)."""
     return DISTILL_OBJECTIVES.metadata(name).get("options")
+
+
+def build_options(
+    names: Iterable[str], options_of: Callable[[str], type | None], given: dict[str, Any], selected: str
+) -> tuple[Any, list[str]]:
+    """Each registered entry's options dataclass built from the keys of ``given`` it declares (so a
+    bad value is refused whichever entry is selected, as a typo is): the ``selected`` entry's
+    options (None if it declares none) and the given keys no entry declares, sorted."""
+    import dataclasses
+
+    declared: set[str] = set()
+    chosen = None
+    for name in names:
+        options = options_of(name)
+        if options is None:
+            continue
+        keys = {f.name for f in dataclasses.fields(options)}
+        declared |= keys
+        built = options(**{k: v for k, v in given.items() if k in keys})
+        if name == selected:
+            chosen = built
+    return chosen, sorted(set(given) - declared)
 
 
 def register_kl_estimator(

@@ -28,6 +28,7 @@ from ._registry import (
     LOSS_AGGREGATIONS,
     POLICY_LOSSES,
     UnknownAlgorithmError,
+    build_options,
     load_plugin_files,
     policy_loss_options,
 )
@@ -319,17 +320,12 @@ class AlgorithmConfig:
 
         Every registered loss's options are built from the keys it declares (so a bad value is
         refused whichever loss is selected, as a typo is); a key no loss declares is an error."""
-        given = dict(self.loss_options)
-        declared: set[str] = set()
-        selected = None
-        for name in POLICY_LOSSES.names():
-            options = policy_loss_options(name)
-            keys = {f.name for f in dataclasses.fields(options)}
-            declared |= keys
-            built = options(**{k: v for k, v in given.items() if k in keys})
-            if name == POLICY_LOSSES.canonical(self.policy_loss):
-                selected = built
-        unknown = sorted(set(given) - declared)
+        selected, unknown = build_options(
+            POLICY_LOSSES.names(),
+            policy_loss_options,
+            dict(self.loss_options),
+            POLICY_LOSSES.canonical(self.policy_loss),
+        )
         own = ", ".join(f.name for f in dataclasses.fields(selected)) or "none"
         _check(
             not unknown,

@@ -121,8 +121,8 @@ def rlsd(
     responses with a negative advantage (the authors' option against shrinking answers)."""
     mask = inputs.mask.bool()
     lam = coef if lambda_decay_steps <= 0 else coef * max(0.0, 1.0 - inputs.step / lambda_decay_steps)
-    sign = torch.sign(inputs.advantages)
-    weight = torch.exp(sign * _gain(inputs)).clamp(1.0 - clip, 1.0 + clip)
+    evidence = torch.exp(torch.sign(inputs.advantages) * _gain(inputs))
+    weight = evidence.clamp(1.0 - clip, 1.0 + clip)
     scale = (1.0 - lam) + lam * weight
     if negative_only:
         scale = torch.where(inputs.advantages < 0, scale, torch.ones_like(scale))
@@ -131,9 +131,7 @@ def rlsd(
     metrics = {
         "distill/reweighted_share": float(masked_mean(moved.float(), mask)),
         "distill/scale_mean": float(masked_mean(scale, mask & (inputs.advantages != 0))),
-        "distill/clipped_share": float(
-            masked_mean((weight != torch.exp(sign * _gain(inputs))).float(), mask)
-        ),
+        "distill/clipped_share": float(masked_mean((weight != evidence).float(), mask)),
         "distill/lambda": lam,
     }
     return DistillOutput(adv, metrics)

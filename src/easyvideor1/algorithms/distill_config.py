@@ -14,7 +14,7 @@ from typing import Any
 
 from ..errors import ConfigError
 from ..validation import in_range, non_negative, one_of, whole_number
-from ._registry import DISTILL_OBJECTIVES, UnknownAlgorithmError, distill_objective_options
+from ._registry import DISTILL_OBJECTIVES, UnknownAlgorithmError, build_options, distill_objective_options
 
 KEY = "algorithm.distill"
 SELF_TEACHERS = ("policy", "reference")
@@ -148,19 +148,9 @@ class DistillConfig:
     def objective_settings(self) -> Any:
         """The selected objective's options dataclass, built from `options` (every objective's
         declared keys are checked, so a typo fails whichever objective is selected)."""
-        given = dict(self.options)
-        declared: set[str] = set()
-        selected = None
-        for name in DISTILL_OBJECTIVES.names():
-            options = distill_objective_options(name)
-            if options is None:
-                continue
-            keys = {f.name for f in dataclasses.fields(options)}
-            declared |= keys
-            built = options(**{k: v for k, v in given.items() if k in keys})
-            if name == self.objective:
-                selected = built
-        unknown = sorted(set(given) - declared)
+        selected, unknown = build_options(
+            DISTILL_OBJECTIVES.names(), distill_objective_options, dict(self.options), self.objective
+        )
         if unknown:
             raise ConfigError(
                 f"{KEY}.options.{unknown[0]}: no registered distillation objective takes this option"

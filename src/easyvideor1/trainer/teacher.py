@@ -19,10 +19,9 @@ or its reference the step's cached vision features), over the student's sampled 
 from __future__ import annotations
 
 import dataclasses
-import json
 import logging
+import math
 import os
-import struct
 from contextlib import nullcontext
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
@@ -243,20 +242,15 @@ def check_same_token_ids(student, teacher, path: str) -> None:
 
 def teacher_bytes(path: str, dtype: torch.dtype) -> int:
     """The teacher's weights in ``dtype``, counted from its safetensors headers (nothing loaded)."""
-    count = 0
+    from safetensors import safe_open
+
     files = [f for f in os.listdir(path) if f.endswith(".safetensors")]
     if not files:
         raise ConfigError(f"algorithm.distill.teacher {path}: no .safetensors weights in it")
+    count = 0
     for name in files:
-        with open(os.path.join(path, name), "rb") as f:
-            (length,) = struct.unpack("<Q", f.read(8))
-            header = json.loads(f.read(length))
-        for key, entry in header.items():
-            if key != "__metadata__":
-                numel = 1
-                for n in entry["shape"]:
-                    numel *= int(n)
-                count += numel
+        with safe_open(os.path.join(path, name), "pt") as f:  # reads the header only
+            count += sum(math.prod(f.get_slice(key).get_shape()) for key in f.keys())
     return count * torch.tensor([], dtype=dtype).element_size()
 
 
